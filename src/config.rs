@@ -1,0 +1,216 @@
+//! Configuration: one [`Config`] from flags and `JOBGATE_*` environment variables.
+//!
+//! This is the only place that reads the environment. Values are typed and validated once,
+//! here; the rest of jobgate receives plain settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::executor::local::LocalConfig;
+use crate::graphql::http::HttpOptions;
+use crate::graphql::schema::QueryLimits;
+use crate::graphql::ws::WsConfig;
+use crate::jobs::model::ValidationLimits;
+use crate::jobs::service::ServiceConfig;
+use crate::store::Durability;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorKind {
+    /// Run jobs as processes on this machine.
+    Local,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// jobgate: submit long batch jobs over GraphQL, get pushed every status change.
+#[derive(Clone, Debug, Parser)]
+#[command(version, about, long_about = None)]
+pub struct Config {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Address to serve HTTP and WebSocket on.
+    #[arg(long, env = "JOBGATE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Directory for the SQLite database, job logs and job working directories.
+    #[arg(long, env = "JOBGATE_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+
+    /// Where jobs run.
+    #[arg(long, env = "JOBGATE_EXECUTOR", value_enum, default_value_t = ExecutorKind::Local)]
+    pub executor: ExecutorKind,
+
+    /// How hard each commit waits for the disk: `full` survives power loss, `normal`
+    /// survives a crash of jobgate (kill -9 included) and commits faster.
+    #[arg(long, env = "JOBGATE_DURABILITY", value_enum, default_value_t = Durability::Full)]
+    pub durability: Durability,
+
+    /// Namespace of jobs submitted without one.
+    #[arg(long, env = "JOBGATE_DEFAULT_NAMESPACE", default_value = "default")]
+    pub default_namespace: String,
+
+    /// Largest `parallelism` a job may ask for.
+    #[arg(long, env = "JOBGATE_MAX_PARALLELISM", default_value_t = 64, value_parser = clap::value_parser!(i32).range(1..))]
+    pub max_parallelism: i32,
+
+    /// Largest `completions` a job may ask for.
+    #[arg(long, env = "JOBGATE_MAX_COMPLETIONS", default_value_t = 10_000, value_parser = clap::value_parser!(i32).range(1..))]
+    pub max_completions: i32,
+
+    /// Largest HTTP request body, in bytes; larger ones get 413.
+    #[arg(long, env = "JOBGATE_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+
+    /// Deepest selection a query may make.
+    #[arg(long, env = "JOBGATE_MAX_QUERY_DEPTH", default_value_t = 12)]
+    pub max_query_depth: usize,
+
+    /// Highest complexity (fields selected, weighted) a query may have.
+    #[arg(long, env = "JOBGATE_MAX_QUERY_COMPLEXITY", default_value_t = 2_000)]
+    pub max_query_complexity: usize,
+
+    /// Most aliases a query may use.
+    #[arg(long, env = "JOBGATE_MAX_ALIASES", default_value_t = 30)]
+    pub max_aliases: usize,
+
+    /// Accept batched HTTP requests (a JSON array of requests).
+    #[arg(long, env = "JOBGATE_ALLOW_BATCH")]
+    pub allow_batch: bool,
+
+    /// Most requests in one batch, when batching is allowed.
+    #[arg(long, env = "JOBGATE_MAX_BATCH", default_value_t = 10)]
+    pub max_batch: usize,
+
+    /// Turn off schema introspection (and so GraphiQL's documentation explorer).
+    #[arg(long, env = "JOBGATE_DISABLE_INTROSPECTION")]
+    pub disable_introspection: bool,
+
+    /// A static API token; when set, every request needs `Authorization: Bearer <token>`
+    /// (WebSocket: `{"authorization": "Bearer <token>"}` in connection_init).
+    #[arg(long, env = "JOBGATE_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+
+    /// How long a WebSocket client has to send connection_init, in milliseconds.
+    #[arg(long, env = "JOBGATE_WS_INIT_TIMEOUT_MS", default_value_t = 3_000)]
+    pub ws_init_timeout_ms: u64,
+
+    /// Interval of WebSocket keepalive pings, in milliseconds; a peer that misses one is
+    /// dropped. 0 turns keepalive off.
+    #[arg(long, env = "JOBGATE_WS_KEEPALIVE_MS", default_value_t = 12_000)]
+    pub ws_keepalive_ms: u64,
+
+    /// Largest WebSocket message, in bytes.
+    #[arg(long, env = "JOBGATE_WS_MAX_MESSAGE_BYTES", default_value_t = 64 << 10)]
+    pub ws_max_message_bytes: usize,
+
+    /// Delay before the first retry of a failed local run, in milliseconds; doubled per
+    /// failure.
+    #[arg(long, env = "JOBGATE_LOCAL_RETRY_DELAY_MS", default_value_t = 1_000)]
+    pub local_retry_delay_ms: u64,
+
+    /// Longest delay between retries of a local run, in milliseconds.
+    #[arg(long, env = "JOBGATE_LOCAL_RETRY_DELAY_CAP_MS", default_value_t = 60_000)]
+    pub local_retry_delay_cap_ms: u64,
+
+    /// How long a local run has to exit after SIGTERM before SIGKILL, in milliseconds.
+    #[arg(long, env = "JOBGATE_LOCAL_KILL_GRACE_MS", default_value_t = 5_000)]
+    pub local_kill_grace_ms: u64,
+
+    /// Output kept per local job, in bytes (twice this, with the rotated file).
+    #[arg(long, env = "JOBGATE_LOCAL_MAX_LOG_BYTES", default_value_t = 8 << 20)]
+    pub local_max_log_bytes: u64,
+
+    /// Events held for live subscribers; one further behind is caught up from the store.
+    #[arg(long, env = "JOBGATE_BROADCAST_CAPACITY", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    pub broadcast_capacity: u64,
+
+    /// Log format.
+    #[arg(long, env = "JOBGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter, e.g. `info` or `jobgate=debug` (tracing-subscriber EnvFilter syntax).
+    #[arg(long, env = "JOBGATE_LOG", default_value = "info")]
+    pub log: String,
+
+    /// How long shutdown may take before jobgate exits anyway, in seconds.
+    #[arg(long, env = "JOBGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
+    pub shutdown_timeout_secs: u64,
+
+    /// PATH given to local jobs (jobgate's own environment is not passed on).
+    #[arg(
+        long,
+        env = "PATH",
+        default_value = "/usr/local/bin:/usr/bin:/bin",
+        hide = true
+    )]
+    pub job_path: String,
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum Command {
+    /// Print the GraphQL schema (SDL) and exit.
+    Schema,
+}
+
+impl Config {
+    pub fn validation_limits(&self) -> ValidationLimits {
+        ValidationLimits {
+            max_parallelism: self.max_parallelism,
+            max_completions: self.max_completions,
+            default_namespace: self.default_namespace.clone(),
+            ..ValidationLimits::default()
+        }
+    }
+
+    pub fn service(&self) -> ServiceConfig {
+        ServiceConfig {
+            limits: self.validation_limits(),
+            broadcast_capacity: self.broadcast_capacity as usize,
+            ..ServiceConfig::default()
+        }
+    }
+
+    pub fn query_limits(&self) -> QueryLimits {
+        QueryLimits {
+            max_depth: self.max_query_depth,
+            max_complexity: self.max_query_complexity,
+            max_aliases: self.max_aliases,
+            introspection: !self.disable_introspection,
+        }
+    }
+
+    pub fn http(&self) -> HttpOptions {
+        HttpOptions {
+            allow_batch: self.allow_batch,
+            max_batch: self.max_batch,
+        }
+    }
+
+    pub fn ws(&self) -> WsConfig {
+        WsConfig {
+            init_timeout: Duration::from_millis(self.ws_init_timeout_ms),
+            keepalive_interval: Duration::from_millis(self.ws_keepalive_ms),
+            max_message_bytes: self.ws_max_message_bytes,
+            ..WsConfig::default()
+        }
+    }
+
+    pub fn local(&self) -> LocalConfig {
+        LocalConfig {
+            data_dir: self.data_dir.clone(),
+            retry_delay: Duration::from_millis(self.local_retry_delay_ms),
+            retry_delay_cap: Duration::from_millis(self.local_retry_delay_cap_ms),
+            kill_grace: Duration::from_millis(self.local_kill_grace_ms),
+            max_log_bytes: self.local_max_log_bytes,
+            path: self.job_path.clone(),
+        }
+    }
+}

@@ -1,0 +1,750 @@
+//! The local executor: runs jobs as processes on this machine, with batch/v1 Job semantics.
+//!
+//! It owns one runner task per job, the job's process groups, its log files and result
+//! files under the data directory. Each run is a process group of its own (so a cancel or a
+//! deadline stops children too) and gets `JOB_COMPLETION_INDEX`, `JOBGATE_JOB_ID` and
+//! `JOBGATE_RESULT_FILE`. Like the Job controller it honours `completions` (every index must
+//! succeed once), `parallelism`, `backoffLimit` (failed runs are retried with exponential
+//! back-off until the count of failures exceeds it) and `activeDeadlineSeconds`, and reports
+//! conditions `SuccessCriteriaMet`+`Complete` or `FailureTarget`+`Failed`.
+//!
+//! The runner state that must survive a restart (which indexes completed, which process
+//! groups were running) travels in the reported status and so lives in the store: on
+//! adoption after a restart, runs that were in progress are killed and counted as failed
+//! attempts (`GatewayRestarted`). It must not write the store or decide phases.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{Executor, ExecutorError, Observation, ObservationSender};
+use crate::jobs::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus};
+
+/// Settings of the local executor.
+#[derive(Clone, Debug)]
+pub struct LocalConfig {
+    /// Where logs, results and working directories go.
+    pub data_dir: PathBuf,
+    /// The delay before the first retry of a failed run; doubled per failure, capped at
+    /// [`LocalConfig::retry_delay_cap`] (the Job controller uses 10 s and 6 min).
+    pub retry_delay: Duration,
+    pub retry_delay_cap: Duration,
+    /// How long a run may take to exit after SIGTERM before it gets SIGKILL.
+    pub kill_grace: Duration,
+    /// Output kept per job; older output is dropped once the log has rotated twice.
+    pub max_log_bytes: u64,
+    /// The PATH jobs see.
+    pub path: String,
+}
+
+/// What a runner keeps in `WorkloadStatus::executor_state`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunnerState {
+    #[serde(default)]
+    runs: Vec<RunRecord>,
+}
+
+/// A run in progress: enough to find and kill its process group after a restart.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+struct RunRecord {
+    index: i32,
+    pgid: i32,
+    /// The process's start time in clock ticks since boot (/proc/PID/stat field 22), so a
+    /// recycled pid is never mistaken for ours.
+    proc_start: Option<u64>,
+}
+
+#[derive(Clone)]
+pub struct LocalExecutor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: LocalConfig,
+    observations: ObservationSender,
+    /// Cancel tokens of running jobs. A std mutex: held for map operations only, never
+    /// across an await.
+    runners: Mutex<HashMap<String, CancellationToken>>,
+    /// Jobs cancelled before their runner started, so that a launch racing a cancel does not
+    /// start them.
+    cancelled_early: Mutex<HashSet<String>>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl LocalExecutor {
+    pub fn new(config: LocalConfig, observations: ObservationSender) -> Result<Self, std::io::Error> {
+        std::fs::create_dir_all(config.data_dir.join("logs"))?;
+        std::fs::create_dir_all(config.data_dir.join("work"))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                observations,
+                runners: Mutex::new(HashMap::new()),
+                cancelled_early: Mutex::new(HashSet::new()),
+                shutdown: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+            }),
+        })
+    }
+
+    fn start(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
+        let inner = &self.inner;
+        if inner.shutdown.is_cancelled() {
+            return Err(ExecutorError::ShuttingDown);
+        }
+        if inner.cancelled_early.lock().expect("poisoned").remove(&job.id) {
+            return Ok(());
+        }
+        let token = {
+            let mut runners = inner.runners.lock().expect("poisoned");
+            if runners.contains_key(&job.id) {
+                return Ok(());
+            }
+            let token = inner.shutdown.child_token();
+            runners.insert(job.id.clone(), token.clone());
+            token
+        };
+        let work_dir = inner.config.data_dir.join("work").join(&job.id);
+        std::fs::create_dir_all(&work_dir).map_err(|source| ExecutorError::Prepare {
+            job: job.id.clone(),
+            source,
+        })?;
+        let runner = Runner {
+            inner: inner.clone(),
+            status: job.workload.clone(),
+            job,
+            work_dir,
+            cancel: token,
+        };
+        inner.tasks.spawn(runner.run());
+        Ok(())
+    }
+
+    fn log_path(&self, job_id: &str) -> PathBuf {
+        log_path(&self.inner.config.data_dir, job_id)
+    }
+}
+
+fn log_path(data_dir: &Path, job_id: &str) -> PathBuf {
+    data_dir.join("logs").join(format!("{job_id}.log"))
+}
+
+#[async_trait]
+impl Executor for LocalExecutor {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+
+    async fn launch(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
+        self.start(job)
+    }
+
+    async fn adopt(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
+        // The runner reconciles leftover runs from the stored status before starting more.
+        self.start(job)
+    }
+
+    async fn cancel(&self, job_id: &str) -> Result<(), ExecutorError> {
+        let token = self.inner.runners.lock().expect("poisoned").get(job_id).cloned();
+        match token {
+            Some(token) => token.cancel(),
+            None => {
+                self.inner
+                    .cancelled_early
+                    .lock()
+                    .expect("poisoned")
+                    .insert(job_id.to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError> {
+        let path = self.log_path(&job.id);
+        let err = |source| ExecutorError::Logs {
+            job: job.id.clone(),
+            source,
+        };
+        let mut lines = match tail(&path, tail_lines, self.inner.config.max_log_bytes).await {
+            Ok(lines) => lines,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(err(e)),
+        };
+        if lines.len() < tail_lines {
+            // Older lines live in the rotated file.
+            let rotated = path.with_extension("log.1");
+            match tail(
+                &rotated,
+                tail_lines - lines.len(),
+                self.inner.config.max_log_bytes,
+            )
+            .await
+            {
+                Ok(mut older) => {
+                    older.append(&mut lines);
+                    lines = older;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Ok(lines)
+    }
+
+    fn is_ready(&self) -> bool {
+        !self.inner.shutdown.is_cancelled()
+    }
+
+    async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}
+
+/// The last `n` lines of a file, reading at most `max_bytes` from its end.
+async fn tail(path: &Path, n: usize, max_bytes: u64) -> std::io::Result<Vec<String>> {
+    let mut file = tokio::fs::File::open(path).await?;
+    let len = file.metadata().await?.len();
+    let start = len.saturating_sub(max_bytes);
+    file.seek(std::io::SeekFrom::Start(start)).await?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    file.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<&str> = text.lines().collect();
+    if start > 0 && !lines.is_empty() {
+        lines.remove(0); // probably cut mid-line
+    }
+    let skip = lines.len().saturating_sub(n);
+    Ok(lines[skip..].iter().map(|l| (*l).to_owned()).collect())
+}
+
+/// How one run ended.
+enum RunOutcome {
+    Succeeded { result: Option<String> },
+    Failed { why: String },
+}
+
+struct Runner {
+    inner: Arc<Inner>,
+    job: Arc<Job>,
+    status: WorkloadStatus,
+    work_dir: PathBuf,
+    cancel: CancellationToken,
+}
+
+/// Why a runner stopped before the job finished.
+enum Stop {
+    Cancelled,
+    Shutdown,
+}
+
+impl Runner {
+    async fn run(mut self) {
+        let id = self.job.id.clone();
+        let stopped = self.drive().await;
+        if let Err(Stop::Cancelled) = stopped {
+            tracing::info!(job = %id, "local job cancelled; its processes are stopped");
+        }
+        self.inner.runners.lock().expect("poisoned").remove(&id);
+    }
+
+    fn state(&self) -> RunnerState {
+        serde_json::from_value(self.status.executor_state.clone()).unwrap_or_default()
+    }
+
+    fn set_state(&mut self, state: &RunnerState) {
+        self.status.executor_state = serde_json::to_value(state).unwrap_or_default();
+    }
+
+    async fn report(&self) {
+        let observation = Observation {
+            job_id: self.job.id.clone(),
+            status: self.status.clone(),
+        };
+        if self.inner.observations.send(observation).await.is_err() {
+            tracing::warn!(job = %self.job.id, "job service is gone; observation dropped");
+        }
+    }
+
+    fn finish(&mut self, success: bool, reason: &str, message: &str) {
+        let now = Utc::now();
+        let (first, second) = if success {
+            ("SuccessCriteriaMet", "Complete")
+        } else {
+            ("FailureTarget", "Failed")
+        };
+        for type_ in [first, second] {
+            self.status
+                .conditions
+                .push(Condition::truthy(type_, reason, Some(message.to_owned()), now));
+        }
+        if success {
+            self.status.completion_time = Some(now);
+        }
+        self.status.active = 0;
+        self.set_state(&RunnerState::default());
+    }
+
+    /// Runs the job to its end; `Err` when it was stopped from outside.
+    async fn drive(&mut self) -> Result<(), Stop> {
+        let spec = self.job.spec.clone();
+        if self.status.derive_phase().phase.is_terminal() {
+            return Ok(());
+        }
+        // Runs that were in progress when jobgate stopped: their outcome is unknown, so like
+        // a pod lost with its node they count as failed attempts.
+        let leftovers = self.state().runs;
+        let interrupted = self.status.active.max(leftovers.len() as i32);
+        if interrupted > 0 {
+            for run in &leftovers {
+                kill_leftover(run);
+            }
+            self.status.failed += interrupted;
+            self.status.active = 0;
+            self.set_state(&RunnerState::default());
+            self.status.message = Some(format!(
+                "{interrupted} run(s) were in progress when jobgate stopped and count as failed (GatewayRestarted)"
+            ));
+            if self.status.failed > spec.backoff_limit {
+                let message =
+                    "runs in progress were lost when jobgate restarted and the backoff limit is reached";
+                self.finish(false, "GatewayRestarted", message);
+                self.report().await;
+                return Ok(());
+            }
+            self.report().await;
+        }
+
+        let mut pending: VecDeque<i32> = (0..spec.completions)
+            .filter(|i| !self.status.completed_indexes.contains(i))
+            .collect();
+        let deadline = spec.active_deadline_seconds.map(|secs| {
+            let started = self.status.start_time.unwrap_or_else(Utc::now);
+            let left = (started + chrono::Duration::seconds(secs.into()) - Utc::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO);
+            Instant::now() + left
+        });
+        let mut runs: JoinSet<(i32, RunOutcome)> = JoinSet::new();
+        let mut groups: HashMap<i32, RunRecord> = HashMap::new();
+        let mut retry_at: Option<Instant> = None;
+
+        loop {
+            // Start runs up to `parallelism`, unless a retry is backing off.
+            let may_start = retry_at.is_none_or(|t| t <= Instant::now());
+            if may_start {
+                retry_at = None;
+            }
+            let mut changed = false;
+            while may_start && (runs.len() as i32) < spec.parallelism {
+                let Some(index) = pending.pop_front() else { break };
+                match self.spawn_run(index, &mut runs) {
+                    Ok(record) => {
+                        groups.insert(index, record);
+                        changed = true;
+                    }
+                    Err(why) => {
+                        // A program that cannot start is a failed run, as a container that
+                        // fails to start is.
+                        self.status.failed += 1;
+                        self.status.message = Some(why);
+                        changed = true;
+                        if self.status.failed > spec.backoff_limit {
+                            return self
+                                .fail_all(
+                                    &mut runs,
+                                    &groups,
+                                    "BackoffLimitExceeded",
+                                    "Job has reached the specified backoff limit",
+                                )
+                                .await;
+                        }
+                        pending.push_back(index);
+                        retry_at = Some(Instant::now() + self.retry_delay());
+                        break;
+                    }
+                }
+            }
+            if changed {
+                if self.status.start_time.is_none() {
+                    self.status.start_time = Some(Utc::now());
+                }
+                self.status.active = runs.len() as i32;
+                let state = RunnerState {
+                    runs: groups.values().cloned().collect(),
+                };
+                self.set_state(&state);
+                self.report().await;
+            }
+            if runs.is_empty() && pending.is_empty() {
+                let message = "Reached expected number of succeeded pods";
+                self.finish(true, "CompletionsReached", message);
+                self.report().await;
+                return Ok(());
+            }
+
+            tokio::select! {
+                _ = self.cancel.cancelled() => {
+                    let stop = if self.inner.shutdown.is_cancelled() { Stop::Shutdown } else { Stop::Cancelled };
+                    self.stop_all(&mut runs, &groups).await;
+                    return Err(stop);
+                }
+                _ = sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
+                    return self.fail_all(&mut runs, &groups, "DeadlineExceeded", "Job was active longer than specified deadline").await;
+                }
+                _ = sleep_until(retry_at.unwrap_or_else(far_future)), if retry_at.is_some() => {}
+                Some(joined) = runs.join_next() => {
+                    let Ok((index, outcome)) = joined else { continue };
+                    if let Some(record) = groups.remove(&index) {
+                        // As when a container's main process exits: whatever it left
+                        // behind in its group goes too.
+                        let _ = killpg(Pid::from_raw(record.pgid), Signal::SIGKILL);
+                    }
+                    self.status.active = runs.len() as i32;
+                    self.set_state(&RunnerState { runs: groups.values().cloned().collect() });
+                    match outcome {
+                        RunOutcome::Succeeded { result } => {
+                            self.status.succeeded += 1;
+                            self.status.completed_indexes.insert(index);
+                            if result.is_some() {
+                                self.status.result = result;
+                            }
+                        }
+                        RunOutcome::Failed { why } => {
+                            self.status.failed += 1;
+                            self.status.message = Some(why);
+                            if self.status.failed > spec.backoff_limit {
+                                return self.fail_all(&mut runs, &groups, "BackoffLimitExceeded", "Job has reached the specified backoff limit").await;
+                            }
+                            pending.push_back(index);
+                            retry_at = Some(Instant::now() + self.retry_delay());
+                        }
+                    }
+                    self.report().await;
+                }
+            }
+        }
+    }
+
+    fn retry_delay(&self) -> Duration {
+        let config = &self.inner.config;
+        let doublings = (self.status.failed.max(1) - 1).min(16) as u32;
+        config
+            .retry_delay
+            .saturating_mul(2u32.saturating_pow(doublings))
+            .min(config.retry_delay_cap)
+    }
+
+    async fn fail_all(
+        &mut self,
+        runs: &mut JoinSet<(i32, RunOutcome)>,
+        groups: &HashMap<i32, RunRecord>,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), Stop> {
+        self.stop_all(runs, groups).await;
+        self.finish(false, reason, message);
+        self.report().await;
+        Ok(())
+    }
+
+    /// SIGTERM to every run's process group, SIGKILL after the grace period.
+    async fn stop_all(&self, runs: &mut JoinSet<(i32, RunOutcome)>, groups: &HashMap<i32, RunRecord>) {
+        for record in groups.values() {
+            let _ = killpg(Pid::from_raw(record.pgid), Signal::SIGTERM);
+        }
+        let grace = tokio::time::sleep(self.inner.config.kill_grace);
+        tokio::pin!(grace);
+        loop {
+            tokio::select! {
+                _ = &mut grace => break,
+                next = runs.join_next() => if next.is_none() { break },
+            }
+        }
+        // Children that ignored SIGTERM, or outlived their group leader.
+        for record in groups.values() {
+            let _ = killpg(Pid::from_raw(record.pgid), Signal::SIGKILL);
+        }
+        runs.shutdown().await;
+    }
+
+    fn spawn_run(&self, index: i32, runs: &mut JoinSet<(i32, RunOutcome)>) -> Result<RunRecord, String> {
+        let spec = &self.job.spec;
+        let attempt = self.status.failed + self.status.succeeded + 1;
+        let result_file = self.work_dir.join(format!("result-{index}-{attempt}"));
+        let _ = std::fs::remove_file(&result_file);
+        let mut command = Command::new(&spec.command[0]);
+        command
+            .args(&spec.command[1..])
+            .args(&spec.args)
+            .current_dir(&self.work_dir)
+            // The job sees only what it was given plus a minimal base, never jobgate's own
+            // environment (which may hold credentials).
+            .env_clear()
+            .env("PATH", &self.inner.config.path)
+            .env("HOME", &self.work_dir)
+            .env("LANG", "C.UTF-8")
+            .envs(spec.env.iter().map(|v| (&v.name, &v.value)))
+            .env("JOB_COMPLETION_INDEX", index.to_string())
+            .env("JOBGATE_JOB_ID", &self.job.id)
+            .env("JOBGATE_RESULT_FILE", &result_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        let mut child = command.spawn().map_err(|e| {
+            format!(
+                "run {attempt} (index {index}) could not start {:?}: {e}",
+                spec.command[0]
+            )
+        })?;
+        let pid = child.id().ok_or("process exited before it could be tracked")? as i32;
+        let record = RunRecord {
+            index,
+            pgid: pid,
+            proc_start: proc_start_time(pid),
+        };
+        let log = LogWriter::new(
+            log_path(&self.inner.config.data_dir, &self.job.id),
+            self.inner.config.max_log_bytes,
+        );
+        runs.spawn(watch_run(
+            child_pipes(&mut child),
+            child,
+            index,
+            attempt,
+            result_file,
+            log,
+        ));
+        Ok(record)
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+type Pipes = (
+    Option<tokio::process::ChildStdout>,
+    Option<tokio::process::ChildStderr>,
+);
+
+fn child_pipes(child: &mut Child) -> Pipes {
+    (child.stdout.take(), child.stderr.take())
+}
+
+/// Waits for one run: copies its output into the job's log and reads its result file.
+async fn watch_run(
+    (stdout, stderr): Pipes,
+    mut child: Child,
+    index: i32,
+    attempt: i32,
+    result_file: PathBuf,
+    log: Arc<LogWriter>,
+) -> (i32, RunOutcome) {
+    let copy_out = stdout.map(|s| tokio::spawn(copy_lines(s, log.clone())));
+    let copy_err = stderr.map(|s| tokio::spawn(copy_lines(s, log.clone())));
+    let status = child.wait().await;
+    // Output written by children still holding the pipe ends when the group is killed.
+    for copy in [copy_out, copy_err].into_iter().flatten() {
+        let _ = tokio::time::timeout(Duration::from_secs(2), copy).await;
+    }
+    let result = read_result(&result_file).await;
+    let outcome = match status {
+        Ok(s) if s.success() => RunOutcome::Succeeded { result },
+        Ok(s) => {
+            let how = match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
+                (Some(code), _) => format!("exited with code {code}"),
+                (None, Some(sig)) => format!("was killed by signal {sig}"),
+                _ => "ended".to_owned(),
+            };
+            // As terminationMessagePolicy FallbackToLogsOnError: the result file, else the
+            // last lines of output.
+            let detail = match result {
+                Some(r) => r,
+                None => log.last_lines(5).await.join("\n"),
+            };
+            let mut why = format!("run {attempt} (index {index}) {how}");
+            if !detail.is_empty() {
+                why.push_str(": ");
+                why.push_str(&detail);
+            }
+            RunOutcome::Failed {
+                why: clip(why, MAX_RESULT_BYTES),
+            }
+        }
+        Err(e) => RunOutcome::Failed {
+            why: format!("run {attempt} (index {index}) could not be awaited: {e}"),
+        },
+    };
+    (index, outcome)
+}
+
+async fn read_result(path: &Path) -> Option<String> {
+    let file = tokio::fs::File::open(path).await.ok()?;
+    let mut buf = Vec::new();
+    file.take(MAX_RESULT_BYTES as u64)
+        .read_to_end(&mut buf)
+        .await
+        .ok()?;
+    Some(clip(String::from_utf8_lossy(&buf).into_owned(), MAX_RESULT_BYTES))
+}
+
+fn clip(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// Longest line kept in a log; longer ones are cut.
+const MAX_LINE: usize = 16 * 1024;
+
+async fn copy_lines(stream: impl AsyncRead + Unpin, log: Arc<LogWriter>) {
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if line.last() != Some(&b'\n') {
+                    line.push(b'\n');
+                }
+                log.append(&line).await;
+            }
+        }
+    }
+}
+
+/// A job's log file, bounded: past `max_bytes` it is rotated to `<id>.log.1`, so at most
+/// twice that is kept.
+struct LogWriter {
+    path: PathBuf,
+    max_bytes: u64,
+    file: tokio::sync::Mutex<Option<(tokio::fs::File, u64)>>,
+}
+
+impl LogWriter {
+    fn new(path: PathBuf, max_bytes: u64) -> Arc<Self> {
+        Arc::new(Self {
+            path,
+            max_bytes,
+            file: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    async fn append(&self, line: &[u8]) {
+        let mut guard = self.file.lock().await;
+        if guard.is_none() {
+            let file = tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .await;
+            let Ok(file) = file else { return };
+            let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+            *guard = Some((file, len));
+        }
+        let Some((file, len)) = guard.as_mut() else { return };
+        if *len + line.len() as u64 > self.max_bytes {
+            let _ = file.flush().await;
+            let _ = tokio::fs::rename(&self.path, self.path.with_extension("log.1")).await;
+            match tokio::fs::File::create(&self.path).await {
+                Ok(fresh) => {
+                    *file = fresh;
+                    *len = 0;
+                }
+                Err(_) => return,
+            }
+        }
+        if file.write_all(line).await.is_ok() {
+            *len += line.len() as u64;
+        }
+    }
+
+    async fn last_lines(&self, n: usize) -> Vec<String> {
+        tail(&self.path, n, 64 * 1024).await.unwrap_or_default()
+    }
+}
+
+/// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot.
+fn proc_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; fields resume after the
+    // last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// Kills a process group left by a previous jobgate, if it is still the same one.
+fn kill_leftover(run: &RunRecord) {
+    let alive_and_ours = match (run.proc_start, proc_start_time(run.pgid)) {
+        (Some(recorded), Some(now)) => recorded == now,
+        (None, Some(_)) => false, // cannot prove it is ours: leave it
+        // The leader is gone: its pgid could now name someone else's group, so leave it.
+        (_, None) => false,
+    };
+    if alive_and_ours {
+        let _ = killpg(Pid::from_raw(run.pgid), Signal::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_respects_char_boundaries() {
+        let s = "é".repeat(3000);
+        let clipped = clip(s, MAX_RESULT_BYTES);
+        assert!(clipped.len() <= MAX_RESULT_BYTES);
+        assert_eq!(clipped.len() % 2, 0);
+    }
+
+    #[test]
+    fn proc_start_time_reads_our_own_process() {
+        let me = std::process::id() as i32;
+        assert!(proc_start_time(me).is_some());
+        assert_eq!(proc_start_time(me), proc_start_time(me));
+    }
+
+    #[tokio::test]
+    async fn tail_returns_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.log");
+        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let lines = tail(&path, 3, 1 << 20).await.unwrap();
+        assert_eq!(lines, vec!["line 97", "line 98", "line 99"]);
+        let few = tail(&path, 3, 20).await.unwrap();
+        assert_eq!(few.last().map(String::as_str), Some("line 99"));
+    }
+}

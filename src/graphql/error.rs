@@ -1,0 +1,85 @@
+//! The one place where errors become GraphQL errors with an `extensions.code`.
+//!
+//! Every error a client can see is mapped here to exactly one code. Internal causes (SQL,
+//! I/O, paths) are logged with their detail and answered with a generic message.
+
+use async_graphql::ErrorExtensions;
+
+use crate::jobs::service::ServiceError;
+
+/// The codes a client may see in `extensions.code`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    BadUserInput,
+    NotFound,
+    FailedPrecondition,
+    Unauthenticated,
+    Forbidden,
+    Unavailable,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::BadUserInput => "BAD_USER_INPUT",
+            Code::NotFound => "NOT_FOUND",
+            Code::FailedPrecondition => "FAILED_PRECONDITION",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+            Code::Forbidden => "FORBIDDEN",
+            Code::Unavailable => "UNAVAILABLE",
+        }
+    }
+}
+
+/// A GraphQL error with a code and, for bad input, the offending field.
+pub fn error(code: Code, message: impl Into<String>) -> async_graphql::Error {
+    async_graphql::Error::new(message).extend_with(|_, e| e.set("code", code.as_str()))
+}
+
+/// A `BAD_USER_INPUT` error naming the input field at fault.
+pub fn bad_input(field: &str, message: impl std::fmt::Display) -> async_graphql::Error {
+    let field = field.to_owned();
+    async_graphql::Error::new(format!("{field}: {message}")).extend_with(move |_, e| {
+        e.set("code", Code::BadUserInput.as_str());
+        e.set("field", field.as_str());
+    })
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        ApiError(match e {
+            ServiceError::Invalid(v) => bad_input(&v.field, &v.message),
+            ServiceError::IdempotencyConflict { .. } => bad_input("input.idempotencyKey", &e),
+            ServiceError::NotFound { .. } => error(Code::NotFound, e.to_string()),
+            ServiceError::FailedPrecondition(m) => error(Code::FailedPrecondition, m),
+            ServiceError::ShuttingDown => error(Code::Unavailable, "jobgate is shutting down; retry shortly"),
+            ServiceError::Store(cause) => {
+                tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
+                error(
+                    Code::Unavailable,
+                    "jobgate could not reach its store; retry shortly",
+                )
+            }
+        })
+    }
+}
+
+/// Wrapper so resolvers can use `?` on service results.
+pub struct ApiError(pub async_graphql::Error);
+
+impl From<ApiError> for async_graphql::Error {
+    fn from(e: ApiError) -> Self {
+        e.0
+    }
+}
+
+/// Converts a service result for a resolver.
+pub trait OrApiError<T> {
+    fn api(self) -> async_graphql::Result<T>;
+}
+
+impl<T> OrApiError<T> for Result<T, ServiceError> {
+    fn api(self) -> async_graphql::Result<T> {
+        self.map_err(|e| ApiError::from(e).into())
+    }
+}

@@ -1,0 +1,13 @@
+//! The GraphQL API: schema types and resolvers, error codes, and both transports (HTTP in
+//! [`http`], graphql-transport-ws in [`ws`]).
+//!
+//! It talks only to the job service; it holds no business rules and imports no storage or
+//! executor types.
+
+pub mod error;
+pub mod http;
+pub mod limits;
+pub mod operation;
+pub mod schema;
+pub mod types;
+pub mod ws;

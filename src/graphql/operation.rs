@@ -1,0 +1,307 @@
+//! Which operation a GraphQL request will run, and whether it failed before execution.
+//!
+//! This module owns two things that both transports (HTTP in `http`, WebSocket in `ws`) need
+//! and that async-graphql does not expose:
+//!
+//! - [`operation_kind`]: the type of the operation a request selects, decided *before*
+//!   execution with async-graphql's own selection rules and error messages, so the HTTP handler
+//!   can refuse a subscription or a mutation over `GET`, and the WebSocket server knows whether
+//!   to expect one result or a stream.
+//! - [`PreExecutionFlag`] and [`PreExecFailed`]: `Schema::execute_stream*` reports parse and
+//!   validation failures (including depth, complexity, recursion and directive limits) as an
+//!   ordinary `Response` with errors, indistinguishable from a resolver error by shape. The
+//!   extension marks the request's [`PreExecFailed`] when its `parse_query` or `validation`
+//!   hook fails, so a transport can answer with graphql-transport-ws `error` (or HTTP 400)
+//!   instead of an execution result.
+//!
+//! It must not execute anything, hold state across requests, or know about a transport.
+//!
+//! Usage: register the extension **first** on the schema (`.extension(PreExecutionFlag)`), so
+//! that it wraps every other extension's `parse_query`/`validation` hook and sees their errors
+//! too; then insert an `Arc<PreExecFailed>` into each request's data and read it after the
+//! first response.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
+use async_graphql::{
+    Request, ServerError, ServerResult, ValidationResult, Variables,
+    extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextValidation},
+    parser::types::{DocumentOperations, ExecutableDocument, OperationType},
+};
+
+/// The type of the operation a request selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperationKind {
+    Query,
+    Mutation,
+    Subscription,
+}
+
+impl From<OperationType> for OperationKind {
+    fn from(ty: OperationType) -> Self {
+        match ty {
+            OperationType::Query => Self::Query,
+            OperationType::Mutation => Self::Mutation,
+            OperationType::Subscription => Self::Subscription,
+        }
+    }
+}
+
+/// Parses the request's query (the document is cached in the request, so execution does not
+/// parse it again) and returns the type of the operation that `operation_name` selects.
+///
+/// The selection follows async-graphql 7.2's `prepare_request` exactly, messages included:
+/// a name given for a document with one anonymous operation, or a name not in the document,
+/// is `Unknown operation named "…"`; no name for a document with several named operations
+/// is `Operation name required in request.`. A syntax error is returned as the parser's
+/// `ServerError`, with its location.
+pub fn operation_kind(req: &mut Request) -> Result<OperationKind, ServerError> {
+    let operation_name = req.operation_name.clone();
+    let doc = req.parsed_query()?;
+    let ty = match (&doc.operations, operation_name.as_deref()) {
+        (DocumentOperations::Single(op), None) => op.node.ty,
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => {
+            // `len() == 1` guarantees the iterator yields one item.
+            match ops.values().next() {
+                Some(op) => op.node.ty,
+                None => return Err(name_required()),
+            }
+        }
+        (DocumentOperations::Multiple(_), None) => return Err(name_required()),
+        (DocumentOperations::Multiple(ops), Some(name)) => match ops.get(name) {
+            Some(op) => op.node.ty,
+            None => return Err(unknown_operation(name)),
+        },
+        // async-graphql refuses a name even if the document's only operation is anonymous.
+        (DocumentOperations::Single(_), Some(name)) => return Err(unknown_operation(name)),
+    };
+    Ok(ty.into())
+}
+
+fn unknown_operation(name: &str) -> ServerError {
+    ServerError::new(format!(r#"Unknown operation named "{name}""#), None)
+}
+
+fn name_required() -> ServerError {
+    ServerError::new("Operation name required in request.", None)
+}
+
+/// Set when a request failed before execution (parse or validation). Insert an
+/// `Arc<PreExecFailed>` into `Request::data`; [`PreExecutionFlag`] finds it there.
+#[derive(Debug, Default)]
+pub struct PreExecFailed {
+    failed: AtomicBool,
+    /// Set when the `parse_query` hook ran at all, whatever its outcome. Still false after the
+    /// first response means the extension is not registered on the schema (or an earlier
+    /// `prepare_request` hook failed), so `failed` says nothing; see [`PreExecFailed::observed`].
+    observed: AtomicBool,
+}
+
+impl PreExecFailed {
+    /// Whether parsing or validation returned an error for this request.
+    pub fn is_set(&self) -> bool {
+        // Acquire pairs with the Release in `set`; the hooks may run on another thread than
+        // the reader when the executor's stream is polled elsewhere.
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Whether [`PreExecutionFlag`] saw this request's `parse_query` phase. When false, the
+    /// caller cannot trust [`is_set`](Self::is_set) and must fall back to another test.
+    pub fn observed(&self) -> bool {
+        self.observed.load(Ordering::Acquire)
+    }
+
+    fn set(&self) {
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn mark_observed(&self) {
+        self.observed.store(true, Ordering::Release);
+    }
+}
+
+/// Schema extension that marks the request's [`PreExecFailed`] when parsing or validation
+/// fails. Register it first: `Schema::build(..).extension(PreExecutionFlag)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PreExecutionFlag;
+
+impl ExtensionFactory for PreExecutionFlag {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(PreExecutionFlagExtension)
+    }
+}
+
+struct PreExecutionFlagExtension;
+
+#[async_trait::async_trait]
+impl Extension for PreExecutionFlagExtension {
+    async fn parse_query(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        query: &str,
+        variables: &Variables,
+        next: NextParseQuery<'_>,
+    ) -> ServerResult<ExecutableDocument> {
+        let flag = ctx.data_opt::<Arc<PreExecFailed>>();
+        if let Some(flag) = flag {
+            flag.mark_observed();
+        }
+        let result = next.run(ctx, query, variables).await;
+        if let (Err(_), Some(flag)) = (&result, flag) {
+            flag.set();
+        }
+        result
+    }
+
+    async fn validation(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        next: NextValidation<'_>,
+    ) -> Result<ValidationResult, Vec<ServerError>> {
+        let result = next.run(ctx).await;
+        if let (Err(_), Some(flag)) = (&result, ctx.data_opt::<Arc<PreExecFailed>>()) {
+            flag.set();
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_graphql::{EmptyMutation, Object, Schema, SimpleObject, Subscription};
+    use futures::{Stream, StreamExt};
+
+    use super::*;
+
+    fn kind(query: &str, name: Option<&str>) -> Result<OperationKind, ServerError> {
+        let mut req = Request::new(query);
+        req.operation_name = name.map(str::to_owned);
+        operation_kind(&mut req)
+    }
+
+    #[test]
+    fn anonymous_single_operation() {
+        assert_eq!(kind("{ a }", None).unwrap(), OperationKind::Query);
+        assert_eq!(kind("mutation { a }", None).unwrap(), OperationKind::Mutation);
+        assert_eq!(
+            kind("subscription { a }", None).unwrap(),
+            OperationKind::Subscription
+        );
+    }
+
+    #[test]
+    fn single_named_operation_without_name() {
+        assert_eq!(kind("mutation M { a }", None).unwrap(), OperationKind::Mutation);
+    }
+
+    #[test]
+    fn named_operation_selected_by_name() {
+        let doc = "query Q { a } mutation M { a } subscription S { a }";
+        assert_eq!(kind(doc, Some("Q")).unwrap(), OperationKind::Query);
+        assert_eq!(kind(doc, Some("M")).unwrap(), OperationKind::Mutation);
+        assert_eq!(kind(doc, Some("S")).unwrap(), OperationKind::Subscription);
+    }
+
+    #[test]
+    fn multiple_operations_need_a_name() {
+        let err = kind("query Q { a } mutation M { a }", None).unwrap_err();
+        assert_eq!(err.message, "Operation name required in request.");
+    }
+
+    #[test]
+    fn unknown_name_is_rejected() {
+        let err = kind("query Q { a } mutation M { a }", Some("X")).unwrap_err();
+        assert_eq!(err.message, r#"Unknown operation named "X""#);
+    }
+
+    #[test]
+    fn name_for_anonymous_operation_is_rejected() {
+        // Mirrors async-graphql: a name never matches an anonymous operation.
+        let err = kind("{ a }", Some("Q")).unwrap_err();
+        assert_eq!(err.message, r#"Unknown operation named "Q""#);
+    }
+
+    #[test]
+    fn syntax_error_is_an_error_with_location() {
+        let err = kind("{ a ", None).unwrap_err();
+        assert!(!err.message.is_empty());
+        assert!(!err.locations.is_empty());
+        let err = kind("", None).unwrap_err();
+        assert!(!err.message.is_empty());
+    }
+
+    #[test]
+    fn parsed_document_is_kept_in_the_request() {
+        let mut req = Request::new("{ a }");
+        operation_kind(&mut req).unwrap();
+        // A second call finds the cached document (and so does execution).
+        assert_eq!(operation_kind(&mut req).unwrap(), OperationKind::Query);
+    }
+
+    struct Query;
+
+    #[derive(SimpleObject)]
+    struct Nested {
+        inner: Option<Box<Nested>>,
+        leaf: i32,
+    }
+
+    #[Object]
+    impl Query {
+        async fn a(&self) -> i32 {
+            1
+        }
+        async fn fails(&self) -> async_graphql::Result<i32> {
+            Err("boom".into())
+        }
+        async fn nested(&self) -> Nested {
+            Nested { inner: None, leaf: 0 }
+        }
+    }
+
+    struct Sub;
+
+    #[Subscription]
+    impl Sub {
+        async fn ticks(&self) -> impl Stream<Item = i32> {
+            futures::stream::iter([1, 2])
+        }
+    }
+
+    async fn first_response(query: &str) -> (async_graphql::Response, Arc<PreExecFailed>) {
+        let schema = Schema::build(Query, EmptyMutation, Sub)
+            .extension(PreExecutionFlag)
+            .limit_depth(3)
+            .finish();
+        let flag = Arc::new(PreExecFailed::default());
+        let req = Request::new(query).data(flag.clone());
+        let resp = schema.execute_stream(req).next().await.expect("one response");
+        (resp, flag)
+    }
+
+    #[tokio::test]
+    async fn flag_marks_parse_validation_and_limit_errors() {
+        for query in [
+            "{ a ",
+            "{ nope }",
+            "{ nested { inner { inner { inner { leaf } } } } }",
+        ] {
+            let (resp, flag) = first_response(query).await;
+            assert!(!resp.errors.is_empty(), "{query}");
+            assert!(flag.observed(), "{query}");
+            assert!(flag.is_set(), "{query}");
+        }
+    }
+
+    #[tokio::test]
+    async fn flag_stays_clear_for_success_and_resolver_errors() {
+        for query in ["{ a }", "{ fails }", "subscription { ticks }"] {
+            let (_, flag) = first_response(query).await;
+            assert!(flag.observed(), "{query}");
+            assert!(!flag.is_set(), "{query}");
+        }
+    }
+}

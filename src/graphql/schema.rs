@@ -1,0 +1,240 @@
+//! The root types (`Query`, `Mutation`, `Subscription`) and the schema builder.
+//!
+//! Resolvers translate between GraphQL and the job service and do nothing else: no rules,
+//! no storage. Limits on query shape (depth, complexity, aliases) are set here.
+
+use std::sync::Arc;
+
+use async_graphql::{Context, ID, Object, Schema, Subscription};
+use chrono::Utc;
+use futures::{Stream, StreamExt, stream};
+
+use crate::graphql::error::{Code, OrApiError, bad_input, error};
+use crate::graphql::limits::AliasLimit;
+use crate::graphql::operation::PreExecutionFlag;
+use crate::graphql::types::{
+    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStatusEvent, PageInfo,
+    SubmitJobInput, SubmitJobPayload,
+};
+use crate::jobs::model::{self, JobEvent};
+use crate::jobs::service::JobService;
+
+pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
+
+/// Limits on what one GraphQL request may ask for.
+#[derive(Clone, Debug)]
+pub struct QueryLimits {
+    pub max_depth: usize,
+    pub max_complexity: usize,
+    pub max_aliases: usize,
+    pub introspection: bool,
+}
+
+impl Default for QueryLimits {
+    fn default() -> Self {
+        Self {
+            max_depth: 12,
+            max_complexity: 2_000,
+            max_aliases: 30,
+            introspection: true,
+        }
+    }
+}
+
+/// Builds the schema over a job service.
+pub fn build(service: JobService, limits: &QueryLimits) -> JobgateSchema {
+    let mut builder = Schema::build(Query, Mutation, SubscriptionRoot)
+        .data(service)
+        .extension(PreExecutionFlag)
+        .extension(AliasLimit::new(limits.max_aliases))
+        .limit_depth(limits.max_depth)
+        .limit_complexity(limits.max_complexity)
+        .limit_recursive_depth(64)
+        .limit_directives(16);
+    if !limits.introspection {
+        builder = builder.disable_introspection();
+    }
+    builder.finish()
+}
+
+/// The SDL of the schema, as committed in `schema.graphql`.
+pub fn sdl() -> String {
+    let schema = Schema::build(Query, Mutation, SubscriptionRoot).finish();
+    schema.sdl()
+}
+
+const DEFAULT_PAGE: i32 = 20;
+const MAX_PAGE: i32 = 500;
+
+fn parse_cursor(field: &str, cursor: &str) -> async_graphql::Result<i64> {
+    cursor
+        .parse::<i64>()
+        .ok()
+        .filter(|c| *c >= 0)
+        .ok_or_else(|| bad_input(field, format!("{cursor:?} is not a cursor this server issued")))
+}
+
+pub struct Query;
+
+#[Object]
+impl Query {
+    /// A job by id; null when there is none.
+    async fn job(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Option<JobObject>> {
+        let service = ctx.data::<JobService>()?;
+        Ok(service.job(&id).await.api()?.map(JobObject))
+    }
+
+    /// Jobs, newest first, as a Relay connection.
+    async fn jobs(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "Page size: 1 to 500, default 20.")] first: Option<i32>,
+        #[graphql(desc = "The endCursor of the previous page.")] after: Option<String>,
+        filter: Option<JobFilterInput>,
+    ) -> async_graphql::Result<JobConnection> {
+        let first = first.unwrap_or(DEFAULT_PAGE);
+        if !(1..=MAX_PAGE).contains(&first) {
+            return Err(bad_input(
+                "first",
+                format!("must be between 1 and {MAX_PAGE}, got {first}"),
+            ));
+        }
+        let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
+        let service = ctx.data::<JobService>()?;
+        let filter: model::JobFilter = filter.unwrap_or_default().into();
+        let page = service.jobs(&filter, first.into(), after).await.api()?;
+        let edges: Vec<JobEdge> = page
+            .jobs
+            .into_iter()
+            .map(|(seq, job)| JobEdge {
+                cursor: seq.to_string(),
+                node: JobObject(Arc::new(job)),
+            })
+            .collect();
+        Ok(JobConnection {
+            page_info: PageInfo {
+                has_next_page: page.has_next_page,
+                has_previous_page: after.is_some(),
+                start_cursor: edges.first().map(|e| e.cursor.clone()),
+                end_cursor: edges.last().map(|e| e.cursor.clone()),
+            },
+            edges,
+            total_count: page.total_count.try_into().unwrap_or(i32::MAX),
+        })
+    }
+}
+
+pub struct Mutation;
+
+#[Object]
+impl Mutation {
+    /// Accepts a job durably and answers at once, PENDING; the job runs afterwards.
+    async fn submit_job(
+        &self,
+        ctx: &Context<'_>,
+        input: SubmitJobInput,
+    ) -> async_graphql::Result<SubmitJobPayload> {
+        let service = ctx.data::<JobService>()?;
+        let submitted = service.submit(input.into()).await.api()?;
+        Ok(SubmitJobPayload {
+            job: JobObject(submitted.job),
+            created: submitted.created,
+        })
+    }
+
+    /// Cancels a PENDING or RUNNING job and stops its work.
+    async fn cancel_job(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<CancelJobPayload> {
+        let service = ctx.data::<JobService>()?;
+        let job = service.cancel(&id).await.api()?;
+        Ok(CancelJobPayload { job: JobObject(job) })
+    }
+}
+
+pub struct SubscriptionRoot;
+
+type EventStream = std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<JobStatusEvent>> + Send>>;
+
+#[Subscription(name = "Subscription")]
+impl SubscriptionRoot {
+    /// Emits the job's current state at once, then every phase change; completes after a
+    /// terminal phase.
+    async fn job_status(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<EventStream> {
+        let service = ctx.data::<JobService>()?;
+        let Some((job, events)) = service.watch_job(&id).await.api()? else {
+            return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
+        };
+        let current = JobEvent {
+            seq: job.last_event_seq,
+            job_id: job.id.clone(),
+            phase: job.phase,
+            previous_phase: None,
+            at: job
+                .conditions
+                .iter()
+                .filter_map(|c| c.last_transition_time)
+                .max()
+                .unwrap_or_else(Utc::now),
+            reason: job.conditions.last().and_then(|c| c.reason.clone()),
+            message: job.message.clone(),
+            job: job.clone(),
+        };
+        let first = stream::iter([Ok(JobStatusEvent {
+            event: Arc::new(current),
+        })]);
+        if job.phase.is_terminal() {
+            return Ok(first.boxed());
+        }
+        let changes = events
+            .filter(|r| {
+                let keep = match r {
+                    Ok(e) => e.previous_phase != Some(e.phase),
+                    Err(_) => true,
+                };
+                async move { keep }
+            })
+            .scan(false, |done, r| {
+                // End after the terminal event, or after an error.
+                let item = if *done {
+                    None
+                } else {
+                    *done = r.as_ref().map(|e| e.phase.is_terminal()).unwrap_or(true);
+                    Some(r.map(|event| JobStatusEvent { event }).api())
+                };
+                async move { item }
+            });
+        Ok(first.chain(changes).boxed())
+    }
+
+    /// Every status event of every job matching `filter`, in cursor order: phase changes,
+    /// and progress updates (where `previousPhase` equals `phase`). With `after`, first
+    /// replays what came after that cursor, then goes live, with no gap and no duplicate.
+    async fn job_events(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<JobFilterInput>,
+        #[graphql(desc = "A cursor from an earlier event; omit to start from now.")] after: Option<String>,
+    ) -> async_graphql::Result<EventStream> {
+        let service = ctx.data::<JobService>()?;
+        let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
+        let filter: model::JobFilter = filter.unwrap_or_default().into();
+        let events = service
+            .events(after, None)
+            .filter(move |r| {
+                let keep = match r {
+                    Ok(e) => filter.matches(&e.job),
+                    Err(_) => true,
+                };
+                async move { keep }
+            })
+            .scan(false, |failed, r| {
+                let item = if *failed {
+                    None
+                } else {
+                    *failed = r.is_err();
+                    Some(r.map(|event| JobStatusEvent { event }).api())
+                };
+                async move { item }
+            });
+        Ok(events.boxed())
+    }
+}

@@ -1,0 +1,360 @@
+//! GraphQL object, input and enum types: thin views over the domain model.
+//!
+//! They own the mapping between GraphQL names (see `schema.graphql`) and domain types, and
+//! nothing else: no validation rules, no state.
+
+use std::sync::Arc;
+
+use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
+use chrono::{DateTime, Utc};
+
+use crate::graphql::error::OrApiError;
+use crate::jobs::model::{self, Job, JobEvent};
+use crate::jobs::service::JobService;
+
+/// Where a job is in its life; phases only move forward.
+#[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
+#[graphql(name = "JobPhase")]
+pub enum JobPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl From<model::JobPhase> for JobPhase {
+    fn from(p: model::JobPhase) -> Self {
+        match p {
+            model::JobPhase::Pending => Self::Pending,
+            model::JobPhase::Running => Self::Running,
+            model::JobPhase::Succeeded => Self::Succeeded,
+            model::JobPhase::Failed => Self::Failed,
+            model::JobPhase::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+impl From<JobPhase> for model::JobPhase {
+    fn from(p: JobPhase) -> Self {
+        match p {
+            JobPhase::Pending => Self::Pending,
+            JobPhase::Running => Self::Running,
+            JobPhase::Succeeded => Self::Succeeded,
+            JobPhase::Failed => Self::Failed,
+            JobPhase::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+#[derive(InputObject, Clone, Debug)]
+pub struct EnvVarInput {
+    pub name: String,
+    pub value: String,
+}
+
+/// What to run. Omitted counts default as in a batch/v1 Job: parallelism 1, completions 1,
+/// backoffLimit 6.
+#[derive(InputObject, Clone, Debug)]
+pub struct SubmitJobInput {
+    /// A DNS-1123 label naming the job (not unique).
+    pub name: Option<String>,
+    /// Defaults to the server's default namespace.
+    pub namespace: Option<String>,
+    /// The workload template; `container` (the default) runs `command` + `args`.
+    pub template: Option<String>,
+    /// The container image (used by the Kubernetes executor; the local executor ignores it).
+    pub image: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub args: Option<Vec<String>>,
+    pub env: Option<Vec<EnvVarInput>>,
+    /// How many runs at once.
+    pub parallelism: Option<i32>,
+    /// How many successful runs complete the job; each run gets `JOB_COMPLETION_INDEX`.
+    pub completions: Option<i32>,
+    /// How many failed runs are retried before the job fails.
+    pub backoff_limit: Option<i32>,
+    /// Seconds from start after which the job fails with `DeadlineExceeded`.
+    pub active_deadline_seconds: Option<i32>,
+    pub parameters: Option<Json<serde_json::Value>>,
+    /// Retrying with the same key and the same input returns the same job.
+    pub idempotency_key: Option<String>,
+}
+
+impl From<SubmitJobInput> for model::SubmitRequest {
+    fn from(i: SubmitJobInput) -> Self {
+        Self {
+            name: i.name,
+            namespace: i.namespace,
+            template: i.template,
+            image: i.image,
+            command: i.command,
+            args: i.args,
+            env: i.env.map(|env| {
+                env.into_iter()
+                    .map(|v| model::EnvVar {
+                        name: v.name,
+                        value: v.value,
+                    })
+                    .collect()
+            }),
+            parallelism: i.parallelism,
+            completions: i.completions,
+            backoff_limit: i.backoff_limit,
+            active_deadline_seconds: i.active_deadline_seconds,
+            parameters: i.parameters.map(|j| j.0),
+            idempotency_key: i.idempotency_key,
+        }
+    }
+}
+
+#[derive(InputObject, Clone, Debug, Default)]
+#[graphql(name = "JobFilter")]
+pub struct JobFilterInput {
+    /// Only jobs in one of these phases.
+    pub phases: Option<Vec<JobPhase>>,
+    pub namespace: Option<String>,
+    /// Only jobs whose name contains this text (case-sensitive).
+    pub name_contains: Option<String>,
+}
+
+impl From<JobFilterInput> for model::JobFilter {
+    fn from(f: JobFilterInput) -> Self {
+        Self {
+            phases: f.phases.map(|p| p.into_iter().map(Into::into).collect()),
+            namespace: f.namespace,
+            name_contains: f.name_contains,
+        }
+    }
+}
+
+#[derive(SimpleObject, Clone, Debug)]
+pub struct JobCondition {
+    #[graphql(name = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub last_transition_time: Option<DateTime<Utc>>,
+}
+
+impl From<&model::Condition> for JobCondition {
+    fn from(c: &model::Condition) -> Self {
+        Self {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            last_transition_time: c.last_transition_time,
+        }
+    }
+}
+
+#[derive(SimpleObject, Clone, Copy, Debug)]
+pub struct JobProgress {
+    pub succeeded: i32,
+    pub failed: i32,
+    pub active: i32,
+    pub total: Option<i32>,
+}
+
+#[derive(SimpleObject, Clone, Debug)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+/// What was submitted, after defaults were applied.
+pub struct JobSpec(Arc<Job>);
+
+#[Object]
+impl JobSpec {
+    async fn image(&self) -> Option<&str> {
+        self.0.spec.image.as_deref()
+    }
+    async fn command(&self) -> &[String] {
+        &self.0.spec.command
+    }
+    async fn args(&self) -> &[String] {
+        &self.0.spec.args
+    }
+    async fn env(&self) -> Vec<EnvVar> {
+        self.0
+            .spec
+            .env
+            .iter()
+            .map(|v| EnvVar {
+                name: v.name.clone(),
+                value: v.value.clone(),
+            })
+            .collect()
+    }
+    async fn parallelism(&self) -> i32 {
+        self.0.spec.parallelism
+    }
+    async fn completions(&self) -> i32 {
+        self.0.spec.completions
+    }
+    async fn backoff_limit(&self) -> i32 {
+        self.0.spec.backoff_limit
+    }
+    async fn active_deadline_seconds(&self) -> Option<i32> {
+        self.0.spec.active_deadline_seconds
+    }
+    async fn parameters(&self) -> Option<Json<serde_json::Value>> {
+        self.0.spec.parameters.clone().map(Json)
+    }
+    async fn idempotency_key(&self) -> Option<&str> {
+        self.0.idempotency_key.as_deref()
+    }
+}
+
+/// A job: what was submitted and where it is.
+#[derive(Clone)]
+pub struct JobObject(pub Arc<Job>);
+
+/// Most log lines one request may ask for.
+const MAX_TAIL_LINES: i32 = 10_000;
+
+#[Object(name = "Job")]
+impl JobObject {
+    async fn id(&self) -> ID {
+        ID(self.0.id.clone())
+    }
+    async fn name(&self) -> Option<&str> {
+        self.0.spec.name.as_deref()
+    }
+    async fn namespace(&self) -> &str {
+        &self.0.spec.namespace
+    }
+    async fn template(&self) -> &str {
+        &self.0.spec.template
+    }
+    async fn phase(&self) -> JobPhase {
+        self.0.phase.into()
+    }
+    async fn submitted_at(&self) -> DateTime<Utc> {
+        self.0.submitted_at
+    }
+    async fn started_at(&self) -> Option<DateTime<Utc>> {
+        self.0.started_at
+    }
+    async fn finished_at(&self) -> Option<DateTime<Utc>> {
+        self.0.finished_at
+    }
+    /// Why the job is in its phase: jobgate's conditions (Accepted, Running, Complete,
+    /// Failed, Cancelled) and the workload's own (SuccessCriteriaMet, FailureTarget, ...).
+    async fn conditions(&self) -> Vec<JobCondition> {
+        let ours = self.0.conditions.iter();
+        let workload = self
+            .0
+            .workload
+            .conditions
+            .iter()
+            .filter(|c| !self.0.conditions.iter().any(|o| o.type_ == c.type_));
+        ours.chain(workload).map(JobCondition::from).collect()
+    }
+    async fn progress(&self) -> Option<JobProgress> {
+        let p = self.0.progress;
+        Some(JobProgress {
+            succeeded: p.succeeded,
+            failed: p.failed,
+            active: p.active,
+            total: p.total,
+        })
+    }
+    /// The latest explanation: a failure's cause, a retry's reason.
+    async fn message(&self) -> Option<&str> {
+        self.0.message.as_deref()
+    }
+    /// What the job wrote to `$JOBGATE_RESULT_FILE` (at most 4 KiB), like a Kubernetes
+    /// termination message.
+    async fn result(&self) -> Option<&str> {
+        self.0.result.as_deref()
+    }
+    /// The last `tailLines` lines of the job's output (stdout and stderr of every run).
+    async fn logs(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 100, validator(minimum = 1, maximum = 10000))] tail_lines: i32,
+    ) -> async_graphql::Result<String> {
+        let service = ctx.data::<JobService>()?;
+        let lines = service
+            .logs(&self.0, tail_lines.clamp(1, MAX_TAIL_LINES) as usize)
+            .await
+            .api()?;
+        Ok(lines.join("\n"))
+    }
+    /// The submitted specification, with defaults applied.
+    async fn spec(&self) -> JobSpec {
+        JobSpec(self.0.clone())
+    }
+}
+
+/// One recorded status change of a job.
+pub struct JobStatusEvent {
+    pub event: Arc<JobEvent>,
+}
+
+#[Object]
+impl JobStatusEvent {
+    /// Pass it as `after` to resume from this event.
+    async fn cursor(&self) -> String {
+        self.event.seq.to_string()
+    }
+    async fn phase(&self) -> JobPhase {
+        self.event.phase.into()
+    }
+    /// The phase before this event; equal to `phase` for a progress update, null for the
+    /// job's first event.
+    async fn previous_phase(&self) -> Option<JobPhase> {
+        self.event.previous_phase.map(Into::into)
+    }
+    async fn at(&self) -> DateTime<Utc> {
+        self.event.at
+    }
+    async fn reason(&self) -> Option<&str> {
+        self.event.reason.as_deref()
+    }
+    async fn message(&self) -> Option<&str> {
+        self.event.message.as_deref()
+    }
+    /// The job as it was right after this event.
+    async fn job(&self) -> JobObject {
+        JobObject(self.event.job.clone())
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct JobEdge {
+    pub cursor: String,
+    pub node: JobObject,
+}
+
+#[derive(SimpleObject)]
+pub struct PageInfo {
+    pub has_next_page: bool,
+    pub has_previous_page: bool,
+    pub start_cursor: Option<String>,
+    pub end_cursor: Option<String>,
+}
+
+#[derive(SimpleObject)]
+pub struct JobConnection {
+    pub edges: Vec<JobEdge>,
+    pub page_info: PageInfo,
+    /// How many jobs match the filter, across all pages.
+    pub total_count: i32,
+}
+
+#[derive(SimpleObject)]
+pub struct SubmitJobPayload {
+    pub job: JobObject,
+    /// False when an earlier submission with the same idempotencyKey was returned.
+    pub created: bool,
+}
+
+#[derive(SimpleObject)]
+pub struct CancelJobPayload {
+    pub job: JobObject,
+}

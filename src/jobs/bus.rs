@@ -1,0 +1,162 @@
+//! Fan-out of recorded status events, with replay from the store.
+//!
+//! The bus owns the `tokio::broadcast` channel that carries every committed [`JobEvent`] and
+//! turns it into per-subscriber streams that never skip one: a stream first replays from the
+//! store what came after its cursor, then follows the channel, dropping what it already
+//! yielded (events carry a strictly increasing `seq`). A subscriber that lags the channel is
+//! caught up from the store. The bus does not write events; only the job service does, after
+//! they are committed, in `seq` order.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use futures::Stream;
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use crate::jobs::model::JobEvent;
+use crate::store::{Store, StoreError};
+
+/// How many events one catch-up read takes from the store.
+const REPLAY_PAGE: i64 = 512;
+
+#[derive(Debug)]
+pub struct EventBus {
+    tx: broadcast::Sender<Arc<JobEvent>>,
+    store: Store,
+    /// The cursor of the last event published; written by the service's writer only.
+    head: AtomicI64,
+    /// How many times a subscriber lagged the channel and was caught up from the store.
+    lag_recoveries: AtomicU64,
+}
+
+impl EventBus {
+    pub fn new(store: Store, capacity: usize, head: i64) -> Self {
+        let (tx, _) = broadcast::channel(capacity);
+        Self {
+            tx,
+            store,
+            head: AtomicI64::new(head),
+            lag_recoveries: AtomicU64::new(0),
+        }
+    }
+
+    /// Publishes a committed event. Callers publish in `seq` order.
+    pub fn publish(&self, event: Arc<JobEvent>) {
+        self.head.store(event.seq, Ordering::Release);
+        // No receiver is not an error: nobody is listening right now.
+        let _ = self.tx.send(event);
+    }
+
+    pub fn head(&self) -> i64 {
+        self.head.load(Ordering::Acquire)
+    }
+
+    pub fn lag_recoveries(&self) -> u64 {
+        self.lag_recoveries.load(Ordering::Relaxed)
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// Every event after `after` (or after the present, when `None`), then live events, in
+    /// `seq` order with no gap and no duplicate. With `job_id`, only that job's events.
+    pub fn events(
+        self: &Arc<Self>,
+        after: Option<i64>,
+        job_id: Option<String>,
+    ) -> impl Stream<Item = Result<Arc<JobEvent>, StoreError>> + Send + 'static {
+        // Subscribe before reading the head, so nothing falls between the two.
+        let rx = self.subscribe();
+        let after = after.unwrap_or_else(|| self.head());
+        self.events_from(rx, after, job_id)
+    }
+
+    /// A receiver of live events; take it before reading the state a stream starts from.
+    pub fn subscribe(&self) -> Subscription {
+        Subscription(self.tx.subscribe())
+    }
+
+    /// The stream of [`EventBus::events`] over a receiver taken earlier.
+    pub fn events_from(
+        self: &Arc<Self>,
+        Subscription(rx): Subscription,
+        last: i64,
+        job_id: Option<String>,
+    ) -> impl Stream<Item = Result<Arc<JobEvent>, StoreError>> + Send + 'static {
+        let cursor = Cursor {
+            bus: self.clone(),
+            rx,
+            last,
+            job_id,
+            backlog: VecDeque::new(),
+            catching_up: true,
+        };
+        futures::stream::unfold(cursor, |mut c| async move {
+            let item = c.next().await?;
+            Some((item, c))
+        })
+    }
+}
+
+/// A place in the live event stream, taken before reading a starting state.
+pub struct Subscription(broadcast::Receiver<Arc<JobEvent>>);
+
+struct Cursor {
+    bus: Arc<EventBus>,
+    rx: broadcast::Receiver<Arc<JobEvent>>,
+    /// The last seq this stream has passed (yielded or, for another job, skipped).
+    last: i64,
+    job_id: Option<String>,
+    backlog: VecDeque<Arc<JobEvent>>,
+    catching_up: bool,
+}
+
+impl Cursor {
+    fn wants(&self, event: &JobEvent) -> bool {
+        self.job_id.as_ref().is_none_or(|id| *id == event.job_id)
+    }
+
+    async fn next(&mut self) -> Option<Result<Arc<JobEvent>, StoreError>> {
+        loop {
+            if let Some(event) = self.backlog.pop_front() {
+                self.last = event.seq;
+                return Some(Ok(event));
+            }
+            if self.catching_up {
+                match self
+                    .bus
+                    .store
+                    .events_after(self.last, REPLAY_PAGE, self.job_id.as_deref())
+                    .await
+                {
+                    Ok(page) if page.is_empty() => self.catching_up = false,
+                    Ok(page) => self.backlog.extend(page.into_iter().map(Arc::new)),
+                    Err(e) => return Some(Err(e)),
+                }
+                continue;
+            }
+            match self.rx.recv().await {
+                Ok(event) if event.seq <= self.last => {}
+                Ok(event) if self.wants(&event) => {
+                    self.last = event.seq;
+                    return Some(Ok(event));
+                }
+                Ok(_) => {}
+                Err(RecvError::Lagged(missed)) => {
+                    // The channel overwrote events we had not read: read them from the store
+                    // instead; what the channel still holds is de-duplicated by seq.
+                    tracing::debug!(
+                        missed,
+                        after = self.last,
+                        "subscriber lagged; catching up from the store"
+                    );
+                    self.bus.lag_recoveries.fetch_add(1, Ordering::Relaxed);
+                    self.catching_up = true;
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}

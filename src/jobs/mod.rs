@@ -1,0 +1,10 @@
+//! The job domain and the service that runs it.
+//!
+//! - [`model`]: types and rules, no I/O;
+//! - [`service`]: `JobService`, the one writer of job state (submit, cancel, observations,
+//!   launching);
+//! - [`bus`]: broadcast of recorded events and gap-free replay from the store.
+
+pub mod bus;
+pub mod model;
+pub mod service;

@@ -1,0 +1,871 @@
+//! The job domain: what a job is, which inputs are valid, and how a phase is derived from a
+//! workload's status.
+//!
+//! This module owns the types every other layer speaks (`Job`, `JobSpec`, `JobPhase`,
+//! `JobEvent`, `WorkloadStatus`) and the rules over them: input validation and the
+//! forward-only phase rules. It imports nothing else of jobgate's and does no I/O, so that
+//! the rules can be tested alone and reused unchanged by every executor.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Where a job is in its life. Phases only move forward: PENDING → RUNNING → SUCCEEDED |
+/// FAILED, and PENDING/RUNNING → CANCELLED; a terminal phase never changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobPhase {
+    pub const ALL: [JobPhase; 5] = [
+        JobPhase::Pending,
+        JobPhase::Running,
+        JobPhase::Succeeded,
+        JobPhase::Failed,
+        JobPhase::Cancelled,
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            Self::Pending => 0,
+            Self::Running => 1,
+            Self::Succeeded | Self::Failed | Self::Cancelled => 2,
+        }
+    }
+
+    /// Whether a job in `self` may move to `next`. Staying put is not a move.
+    pub fn can_advance_to(self, next: JobPhase) -> bool {
+        !self.is_terminal() && next.rank() > self.rank()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Running => "RUNNING",
+            Self::Succeeded => "SUCCEEDED",
+            Self::Failed => "FAILED",
+            Self::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+impl fmt::Display for JobPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Kubernetes-style condition: why a job is in its phase.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub last_transition_time: Option<DateTime<Utc>>,
+}
+
+impl Condition {
+    pub fn truthy(type_: &str, reason: &str, message: impl Into<Option<String>>, at: DateTime<Utc>) -> Self {
+        Self {
+            type_: type_.to_owned(),
+            status: "True".to_owned(),
+            reason: Some(reason.to_owned()),
+            message: message.into(),
+            last_transition_time: Some(at),
+        }
+    }
+
+    pub fn is_true(&self) -> bool {
+        self.status == "True"
+    }
+}
+
+/// Counts of a job's runs, as a batch/v1 Job reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    pub succeeded: i32,
+    pub failed: i32,
+    pub active: i32,
+    pub total: Option<i32>,
+}
+
+/// What an executor observes of a job's workload, shaped like a batch/v1 `JobStatus` so that
+/// every executor reports the same thing and the phase is derived by one rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadStatus {
+    /// The workload's own conditions (Complete, Failed, SuccessCriteriaMet, FailureTarget,
+    /// Suspended, ...).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    pub start_time: Option<DateTime<Utc>>,
+    pub completion_time: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub active: i32,
+    #[serde(default)]
+    pub succeeded: i32,
+    #[serde(default)]
+    pub failed: i32,
+    /// Completion indexes that have succeeded (Indexed completion mode).
+    #[serde(default)]
+    pub completed_indexes: BTreeSet<i32>,
+    /// The result (termination message) of the workload, at most [`MAX_RESULT_BYTES`].
+    pub result: Option<String>,
+    /// A human-readable explanation from the executor, e.g. the tail of a failed run's log.
+    pub message: Option<String>,
+    /// Executor-private facts needed to recover after a restart (e.g. process groups).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub executor_state: serde_json::Value,
+}
+
+/// The largest result kept, as for a Kubernetes termination message.
+pub const MAX_RESULT_BYTES: usize = 4096;
+
+/// A phase derived from a workload status, with the reason that explains it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DerivedPhase {
+    pub phase: JobPhase,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl WorkloadStatus {
+    fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_ && c.is_true())
+    }
+
+    /// The phase this status means, from its conditions first, as the batch/v1 Job
+    /// controller defines them: SuccessCriteriaMet or Complete → SUCCEEDED; FailureTarget or
+    /// Failed → FAILED with its reason; Suspended → PENDING; active runs or a start time →
+    /// RUNNING; otherwise PENDING.
+    pub fn derive_phase(&self) -> DerivedPhase {
+        let from = |phase, c: &Condition| DerivedPhase {
+            phase,
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        };
+        for (type_, phase) in [
+            ("Complete", JobPhase::Succeeded),
+            ("SuccessCriteriaMet", JobPhase::Succeeded),
+            ("Failed", JobPhase::Failed),
+            ("FailureTarget", JobPhase::Failed),
+        ] {
+            if let Some(c) = self.condition(type_) {
+                return from(phase, c);
+            }
+        }
+        if let Some(c) = self.condition("Suspended") {
+            return from(JobPhase::Pending, c);
+        }
+        if self.active > 0 || self.start_time.is_some() {
+            return DerivedPhase {
+                phase: JobPhase::Running,
+                reason: Some("Started".into()),
+                message: None,
+            };
+        }
+        DerivedPhase {
+            phase: JobPhase::Pending,
+            reason: None,
+            message: None,
+        }
+    }
+}
+
+/// An environment variable for the job's processes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+/// A submission as the client sent it, before validation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub template: Option<String>,
+    pub image: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub args: Option<Vec<String>>,
+    pub env: Option<Vec<EnvVar>>,
+    pub parallelism: Option<i32>,
+    pub completions: Option<i32>,
+    pub backoff_limit: Option<i32>,
+    pub active_deadline_seconds: Option<i32>,
+    pub parameters: Option<serde_json::Value>,
+    pub idempotency_key: Option<String>,
+}
+
+/// A validated job specification: what will run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSpec {
+    pub name: Option<String>,
+    pub namespace: String,
+    pub template: String,
+    pub image: Option<String>,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub env: Vec<EnvVar>,
+    pub parallelism: i32,
+    pub completions: i32,
+    pub backoff_limit: i32,
+    pub active_deadline_seconds: Option<i32>,
+    pub parameters: Option<serde_json::Value>,
+}
+
+impl JobSpec {
+    /// A stable fingerprint of the spec, used to tell an idempotent retry (same key, same
+    /// input) from a conflicting reuse of a key.
+    pub fn fingerprint(&self) -> String {
+        let canonical = serde_json::to_vec(self).expect("a JobSpec always serialises");
+        let digest = Sha256::digest(canonical);
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// Limits that validation enforces; set by configuration.
+#[derive(Clone, Debug)]
+pub struct ValidationLimits {
+    pub max_parallelism: i32,
+    pub max_completions: i32,
+    pub max_backoff_limit: i32,
+    pub default_namespace: String,
+    pub templates: Vec<String>,
+}
+
+impl Default for ValidationLimits {
+    fn default() -> Self {
+        Self {
+            max_parallelism: 64,
+            max_completions: 10_000,
+            max_backoff_limit: 100,
+            default_namespace: "default".into(),
+            templates: vec!["container".into()],
+        }
+    }
+}
+
+/// An invalid submission: which input field is wrong and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    /// The field's path in the GraphQL input, e.g. `input.env[2].name`.
+    pub field: String,
+    pub message: String,
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ValidationError {
+    ValidationError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+const MAX_NAME_LEN: usize = 63;
+const MAX_ARG_BYTES: usize = 128 * 1024;
+const MAX_ITEMS: usize = 1024;
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
+
+/// A DNS-1123 label, as Kubernetes requires of names and namespaces.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_NAME_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A C identifier, as a shell and Kubernetes' `env` accept for variable names.
+fn is_env_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Names jobgate sets itself for every run; a job may not override them.
+pub const RESERVED_ENV: [&str; 3] = ["JOB_COMPLETION_INDEX", "JOBGATE_RESULT_FILE", "JOBGATE_JOB_ID"];
+
+fn positive(field: &str, value: Option<i32>, default: i32, max: i32) -> Result<i32, ValidationError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v < 1 => Err(invalid(field, format!("must be at least 1, got {v}"))),
+        Some(v) if v > max => Err(invalid(field, format!("must be at most {max}, got {v}"))),
+        Some(v) => Ok(v),
+    }
+}
+
+impl SubmitRequest {
+    /// Checks every field and returns the spec to run, or the first invalid field.
+    pub fn validate(&self, limits: &ValidationLimits) -> Result<JobSpec, ValidationError> {
+        if let Some(name) = &self.name
+            && !is_dns_label(name)
+        {
+            return Err(invalid(
+                "input.name",
+                "must be a DNS-1123 label: 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit",
+            ));
+        }
+        let namespace = match &self.namespace {
+            Some(ns) if !is_dns_label(ns) => {
+                return Err(invalid("input.namespace", "must be a DNS-1123 label"));
+            }
+            Some(ns) => ns.clone(),
+            None => limits.default_namespace.clone(),
+        };
+        let template = self.template.clone().unwrap_or_else(|| "container".into());
+        if !limits.templates.contains(&template) {
+            return Err(invalid(
+                "input.template",
+                format!(
+                    "unknown template {template:?}; available: {}",
+                    limits.templates.join(", ")
+                ),
+            ));
+        }
+        if let Some(image) = &self.image
+            && (image.trim().is_empty() || image.len() > 512 || image.contains(char::is_whitespace))
+        {
+            return Err(invalid(
+                "input.image",
+                "must be a non-empty image reference without spaces",
+            ));
+        }
+        let command = self.command.clone().unwrap_or_default();
+        if command.is_empty() || command[0].trim().is_empty() {
+            return Err(invalid("input.command", "must name a program to run"));
+        }
+        let args = self.args.clone().unwrap_or_default();
+        for (field, list) in [("input.command", &command), ("input.args", &args)] {
+            if list.len() > MAX_ITEMS {
+                return Err(invalid(field, format!("must have at most {MAX_ITEMS} items")));
+            }
+            if let Some(i) = list.iter().position(|a| a.contains('\0')) {
+                return Err(invalid(format!("{field}[{i}]"), "must not contain NUL"));
+            }
+        }
+        let arg_bytes: usize = command.iter().chain(&args).map(String::len).sum();
+        if arg_bytes > MAX_ARG_BYTES {
+            return Err(invalid(
+                "input.args",
+                format!("command and args exceed {MAX_ARG_BYTES} bytes"),
+            ));
+        }
+        let env = self.env.clone().unwrap_or_default();
+        if env.len() > MAX_ITEMS {
+            return Err(invalid(
+                "input.env",
+                format!("must have at most {MAX_ITEMS} items"),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, var) in env.iter().enumerate() {
+            if !is_env_name(&var.name) {
+                return Err(invalid(
+                    format!("input.env[{i}].name"),
+                    format!(
+                        "{:?} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                        var.name
+                    ),
+                ));
+            }
+            if RESERVED_ENV.contains(&var.name.as_str()) {
+                return Err(invalid(
+                    format!("input.env[{i}].name"),
+                    format!("{} is set by jobgate", var.name),
+                ));
+            }
+            if var.value.contains('\0') {
+                return Err(invalid(format!("input.env[{i}].value"), "must not contain NUL"));
+            }
+            if !seen.insert(var.name.as_str()) {
+                return Err(invalid(
+                    format!("input.env[{i}].name"),
+                    format!("{} is set twice", var.name),
+                ));
+            }
+        }
+        let parallelism = positive("input.parallelism", self.parallelism, 1, limits.max_parallelism)?;
+        let completions = positive("input.completions", self.completions, 1, limits.max_completions)?;
+        let backoff_limit = match self.backoff_limit {
+            None => 6,
+            Some(v) if v < 0 => {
+                return Err(invalid(
+                    "input.backoffLimit",
+                    format!("must not be negative, got {v}"),
+                ));
+            }
+            Some(v) if v > limits.max_backoff_limit => {
+                return Err(invalid(
+                    "input.backoffLimit",
+                    format!("must be at most {}, got {v}", limits.max_backoff_limit),
+                ));
+            }
+            Some(v) => v,
+        };
+        let active_deadline_seconds = match self.active_deadline_seconds {
+            Some(v) if v < 1 => {
+                return Err(invalid(
+                    "input.activeDeadlineSeconds",
+                    format!("must be at least 1, got {v}"),
+                ));
+            }
+            other => other,
+        };
+        if let Some(p) = &self.parameters
+            && !p.is_object()
+        {
+            return Err(invalid("input.parameters", "must be an object"));
+        }
+        if let Some(key) = &self.idempotency_key
+            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN)
+        {
+            return Err(invalid(
+                "input.idempotencyKey",
+                format!("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes"),
+            ));
+        }
+        Ok(JobSpec {
+            name: self.name.clone(),
+            namespace,
+            template,
+            image: self.image.clone(),
+            command,
+            args,
+            env,
+            parallelism,
+            completions,
+            backoff_limit,
+            active_deadline_seconds,
+            parameters: self.parameters.clone(),
+        })
+    }
+}
+
+/// A job as jobgate knows it: its spec plus its observed state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub id: String,
+    pub spec: JobSpec,
+    pub phase: JobPhase,
+    pub submitted_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// jobgate's conditions, explaining each phase it entered, plus the workload's own.
+    pub conditions: Vec<Condition>,
+    pub progress: Progress,
+    pub message: Option<String>,
+    pub result: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// The last status the executor observed.
+    pub workload: WorkloadStatus,
+    /// The cursor of the last event recorded for this job.
+    pub last_event_seq: i64,
+}
+
+/// What an observation or a command changed about a job, ready to record as an event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transition {
+    pub previous_phase: Option<JobPhase>,
+    pub phase: JobPhase,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl Job {
+    /// A freshly accepted job, PENDING.
+    pub fn accepted(id: String, spec: JobSpec, idempotency_key: Option<String>, now: DateTime<Utc>) -> Self {
+        let total = Some(spec.completions);
+        Self {
+            id,
+            spec,
+            phase: JobPhase::Pending,
+            submitted_at: now,
+            started_at: None,
+            finished_at: None,
+            conditions: vec![Condition::truthy(
+                "Accepted",
+                "Submitted",
+                Some("accepted by jobgate".into()),
+                now,
+            )],
+            progress: Progress {
+                total,
+                ..Progress::default()
+            },
+            message: None,
+            result: None,
+            idempotency_key,
+            workload: WorkloadStatus::default(),
+            last_event_seq: 0,
+        }
+    }
+
+    /// Folds an executor's observation into the job. Returns the transition to record, or
+    /// `None` when nothing a client can see changed. A terminal job never changes, and a
+    /// stale status can never move the phase backward.
+    pub fn observe(&mut self, status: WorkloadStatus, now: DateTime<Utc>) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let derived = status.derive_phase();
+        let progress = Progress {
+            succeeded: status.succeeded,
+            failed: status.failed,
+            active: status.active,
+            total: Some(self.spec.completions),
+        };
+        let before = (self.progress, self.result.clone(), self.message.clone());
+        let previous = self.phase;
+        self.progress = progress;
+        if status.result.is_some() {
+            self.result.clone_from(&status.result);
+        }
+        if status.message.is_some() {
+            self.message.clone_from(&status.message);
+        }
+        if self.started_at.is_none() {
+            self.started_at = status.start_time;
+        }
+        self.workload = status;
+        let moved = previous.can_advance_to(derived.phase);
+        if moved {
+            self.enter(
+                derived.phase,
+                derived.reason.clone(),
+                derived.message.clone(),
+                now,
+            );
+        }
+        let after = (self.progress, self.result.clone(), self.message.clone());
+        if !moved && before == after {
+            return None;
+        }
+        Some(Transition {
+            previous_phase: Some(previous),
+            phase: self.phase,
+            reason: if moved {
+                derived.reason
+            } else {
+                Some("ProgressUpdated".into())
+            },
+            message: if moved { derived.message } else { None },
+        })
+    }
+
+    /// Cancels the job, if it has not finished.
+    pub fn cancel(&mut self, now: DateTime<Utc>) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let previous = self.phase;
+        let message = Some("cancelled by request".to_owned());
+        self.enter(
+            JobPhase::Cancelled,
+            Some("CancelledByUser".into()),
+            message.clone(),
+            now,
+        );
+        self.progress.active = 0;
+        Some(Transition {
+            previous_phase: Some(previous),
+            phase: JobPhase::Cancelled,
+            reason: Some("CancelledByUser".into()),
+            message,
+        })
+    }
+
+    fn enter(
+        &mut self,
+        phase: JobPhase,
+        reason: Option<String>,
+        message: Option<String>,
+        now: DateTime<Utc>,
+    ) {
+        let type_ = match phase {
+            JobPhase::Pending => "Pending",
+            JobPhase::Running => "Running",
+            JobPhase::Succeeded => "Complete",
+            JobPhase::Failed => "Failed",
+            JobPhase::Cancelled => "Cancelled",
+        };
+        self.phase = phase;
+        if phase == JobPhase::Running && self.started_at.is_none() {
+            self.started_at = Some(now);
+        }
+        if phase.is_terminal() {
+            self.finished_at = Some(self.workload.completion_time.unwrap_or(now));
+        }
+        if message.is_some() {
+            self.message.clone_from(&message);
+        }
+        self.conditions.retain(|c| c.type_ != type_);
+        self.conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: "True".to_owned(),
+            reason: reason.or_else(|| Some(type_.to_owned())),
+            message,
+            last_transition_time: Some(now),
+        });
+    }
+}
+
+/// One recorded status change of a job; `seq` is its cursor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobEvent {
+    pub seq: i64,
+    pub job_id: String,
+    pub phase: JobPhase,
+    pub previous_phase: Option<JobPhase>,
+    pub at: DateTime<Utc>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// The job as it was right after this event.
+    pub job: std::sync::Arc<Job>,
+}
+
+/// A filter on jobs, shared by the `jobs` query and the `jobEvents` subscription.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    pub phases: Option<Vec<JobPhase>>,
+    pub namespace: Option<String>,
+    pub name_contains: Option<String>,
+}
+
+impl JobFilter {
+    pub fn matches(&self, job: &Job) -> bool {
+        self.phases.as_ref().is_none_or(|p| p.contains(&job.phase))
+            && self.namespace.as_ref().is_none_or(|ns| *ns == job.spec.namespace)
+            && self.name_contains.as_ref().is_none_or(|n| {
+                job.spec
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| name.contains(n.as_str()))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> SubmitRequest {
+        SubmitRequest {
+            command: Some(vec!["echo".into(), "hi".into()]),
+            ..SubmitRequest::default()
+        }
+    }
+
+    fn field_of(r: SubmitRequest) -> String {
+        r.validate(&ValidationLimits::default()).unwrap_err().field
+    }
+
+    #[test]
+    fn defaults_follow_batch_v1() {
+        let spec = request().validate(&ValidationLimits::default()).unwrap();
+        assert_eq!(
+            (spec.parallelism, spec.completions, spec.backoff_limit),
+            (1, 1, 6)
+        );
+        assert_eq!(spec.namespace, "default");
+        assert_eq!(spec.template, "container");
+    }
+
+    #[test]
+    fn each_invalid_field_is_named() {
+        assert_eq!(field_of(SubmitRequest::default()), "input.command");
+        assert_eq!(
+            field_of(SubmitRequest {
+                command: Some(vec!["".into()]),
+                ..request()
+            }),
+            "input.command"
+        );
+        assert_eq!(
+            field_of(SubmitRequest {
+                parallelism: Some(0),
+                ..request()
+            }),
+            "input.parallelism"
+        );
+        assert_eq!(
+            field_of(SubmitRequest {
+                parallelism: Some(65),
+                ..request()
+            }),
+            "input.parallelism"
+        );
+        assert_eq!(
+            field_of(SubmitRequest {
+                completions: Some(-1),
+                ..request()
+            }),
+            "input.completions"
+        );
+        assert_eq!(
+            field_of(SubmitRequest {
+                backoff_limit: Some(-1),
+                ..request()
+            }),
+            "input.backoffLimit"
+        );
+        assert_eq!(
+            field_of(SubmitRequest {
+                active_deadline_seconds: Some(0),
+                ..request()
+            }),
+            "input.activeDeadlineSeconds"
+        );
+        assert_eq!(
+            field_of(SubmitRequest {
+                template: Some("spark".into()),
+                ..request()
+            }),
+            "input.template"
+        );
+        assert_eq!(
+            field_of(SubmitRequest {
+                name: Some("Not_A_Label".into()),
+                ..request()
+            }),
+            "input.name"
+        );
+        for bad in ["1X", "A-B", "", "has space", "JOB_COMPLETION_INDEX"] {
+            let r = SubmitRequest {
+                env: Some(vec![
+                    EnvVar {
+                        name: "OK".into(),
+                        value: "1".into(),
+                    },
+                    EnvVar {
+                        name: bad.into(),
+                        value: "x".into(),
+                    },
+                ]),
+                ..request()
+            };
+            assert_eq!(field_of(r), "input.env[1].name", "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn fingerprint_tells_inputs_apart() {
+        let a = request().validate(&ValidationLimits::default()).unwrap();
+        let b = SubmitRequest {
+            args: Some(vec!["x".into()]),
+            ..request()
+        }
+        .validate(&ValidationLimits::default())
+        .unwrap();
+        assert_eq!(a.fingerprint(), a.clone().fingerprint());
+        assert_ne!(a.fingerprint(), b.fingerprint());
+    }
+
+    fn cond(type_: &str, reason: &str) -> Condition {
+        Condition::truthy(type_, reason, None, Utc::now())
+    }
+
+    #[test]
+    fn phase_derives_from_conditions_first() {
+        let mut s = WorkloadStatus::default();
+        assert_eq!(s.derive_phase().phase, JobPhase::Pending);
+        s.active = 1;
+        assert_eq!(s.derive_phase().phase, JobPhase::Running);
+        s.conditions.push(cond("FailureTarget", "DeadlineExceeded"));
+        let d = s.derive_phase();
+        assert_eq!(
+            (d.phase, d.reason.as_deref()),
+            (JobPhase::Failed, Some("DeadlineExceeded"))
+        );
+        let mut s = WorkloadStatus {
+            start_time: Some(Utc::now()),
+            ..Default::default()
+        };
+        assert_eq!(s.derive_phase().phase, JobPhase::Running);
+        s.conditions
+            .push(cond("SuccessCriteriaMet", "CompletionsReached"));
+        assert_eq!(s.derive_phase().phase, JobPhase::Succeeded);
+        let suspended = WorkloadStatus {
+            conditions: vec![cond("Suspended", "JobSuspended")],
+            ..Default::default()
+        };
+        assert_eq!(suspended.derive_phase().phase, JobPhase::Pending);
+        let false_condition = WorkloadStatus {
+            conditions: vec![Condition {
+                status: "False".into(),
+                ..cond("Complete", "x")
+            }],
+            ..Default::default()
+        };
+        assert_eq!(false_condition.derive_phase().phase, JobPhase::Pending);
+    }
+
+    #[test]
+    fn phases_only_move_forward() {
+        use JobPhase::*;
+        assert!(Pending.can_advance_to(Running));
+        assert!(Pending.can_advance_to(Cancelled));
+        assert!(Running.can_advance_to(Succeeded));
+        assert!(!Running.can_advance_to(Pending));
+        assert!(!Running.can_advance_to(Running));
+        for terminal in [Succeeded, Failed, Cancelled] {
+            for next in JobPhase::ALL {
+                assert!(!terminal.can_advance_to(next));
+            }
+        }
+    }
+
+    #[test]
+    fn stale_status_never_revives_a_job() {
+        let spec = request().validate(&ValidationLimits::default()).unwrap();
+        let mut job = Job::accepted("j".into(), spec, None, Utc::now());
+        let running = WorkloadStatus {
+            active: 1,
+            start_time: Some(Utc::now()),
+            ..Default::default()
+        };
+        let t = job.observe(running.clone(), Utc::now()).unwrap();
+        assert_eq!(
+            (t.previous_phase, t.phase),
+            (Some(JobPhase::Pending), JobPhase::Running)
+        );
+        // An older status (nothing started) does not move it back.
+        assert!(
+            job.observe(WorkloadStatus::default(), Utc::now())
+                .is_some_and(|t| t.phase == JobPhase::Running)
+        );
+        assert_eq!(job.phase, JobPhase::Running);
+        job.cancel(Utc::now()).unwrap();
+        assert_eq!(job.phase, JobPhase::Cancelled);
+        let done = WorkloadStatus {
+            conditions: vec![cond("Complete", "CompletionsReached")],
+            ..running
+        };
+        assert!(job.observe(done, Utc::now()).is_none());
+        assert_eq!(job.phase, JobPhase::Cancelled);
+        assert!(job.cancel(Utc::now()).is_none());
+    }
+}

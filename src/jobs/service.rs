@@ -1,0 +1,634 @@
+//! `JobService`: the one place job state changes.
+//!
+//! It owns the write path: every submit, cancel, launch mark and executor observation is a
+//! command to a single writer task, which applies a batch of commands in one store
+//! transaction, then updates the in-memory cache and publishes the recorded events in
+//! cursor order. One writer means no lost update between concurrent observations, a
+//! serialised idempotency check, and events that reach the bus in the order they were
+//! committed. Nobody is answered before their change is committed.
+//!
+//! It also owns the launcher, which hands accepted jobs to the executor after `submitJob`
+//! has answered (the store's `launched` flag is the outbox), and recovery at start.
+//!
+//! It must not know about GraphQL or HTTP: callers get domain types and [`ServiceError`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use dashmap::DashMap;
+use futures::{Stream, StreamExt};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::executor::{Executor, Observation};
+use crate::jobs::bus::EventBus;
+use crate::jobs::model::{
+    Job, JobEvent, JobFilter, JobSpec, SubmitRequest, Transition, ValidationError, ValidationLimits,
+};
+use crate::store::{JobPage, Store, StoreError, StoreTx};
+
+/// What a client can be told went wrong. Internal causes are logged, never shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error("idempotencyKey {key:?} was already used for a different job input")]
+    IdempotencyConflict { key: String },
+    #[error("no job with id {id:?}")]
+    NotFound { id: String },
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("jobgate is shutting down")]
+    ShuttingDown,
+    #[error("the store is unavailable")]
+    Store(#[from] StoreError),
+}
+
+/// Settings of the job service.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    pub limits: ValidationLimits,
+    /// Capacity of the event broadcast channel; a subscriber further behind is caught up
+    /// from the store.
+    pub broadcast_capacity: usize,
+    /// The most commands the writer applies in one transaction.
+    pub max_batch: usize,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            limits: ValidationLimits::default(),
+            broadcast_capacity: 4096,
+            max_batch: 256,
+        }
+    }
+}
+
+/// The result of a submit: the job, and whether this call created it.
+#[derive(Clone, Debug)]
+pub struct Submitted {
+    pub job: Arc<Job>,
+    pub created: bool,
+}
+
+enum Command {
+    Submit {
+        job: Box<Job>,
+        fingerprint: String,
+        reply: oneshot::Sender<Result<Submitted, ServiceError>>,
+    },
+    Cancel {
+        id: String,
+        reply: oneshot::Sender<Result<Arc<Job>, ServiceError>>,
+    },
+    Observe(Observation),
+    MarkLaunched(String),
+}
+
+/// A cheap, cloneable handle to the job service.
+#[derive(Clone)]
+pub struct JobService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    bus: Arc<EventBus>,
+    executor: Arc<dyn Executor>,
+    limits: ValidationLimits,
+    commands: mpsc::Sender<Command>,
+    /// Jobs not yet finished, as last committed. Written by the writer task only; read by
+    /// anyone. Finished jobs are read from the store.
+    active: DashMap<String, Arc<Job>>,
+    launch_wanted: Notify,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl JobService {
+    /// Starts the service: loads unfinished jobs, starts the writer and the launcher, and
+    /// hands jobs launched before a restart back to the executor.
+    pub async fn start(
+        store: Store,
+        executor: Arc<dyn Executor>,
+        observations: mpsc::Receiver<Observation>,
+        config: ServiceConfig,
+    ) -> Result<Self, ServiceError> {
+        let head = store.last_event_seq().await?;
+        let bus = Arc::new(EventBus::new(store.clone(), config.broadcast_capacity, head));
+        let (commands, commands_rx) = mpsc::channel(config.max_batch * 4);
+        let unfinished = store.unfinished_jobs().await?;
+        let active = DashMap::new();
+        for r in &unfinished {
+            active.insert(r.job.id.clone(), Arc::new(r.job.clone()));
+        }
+        let inner = Arc::new(Inner {
+            store,
+            bus,
+            executor,
+            limits: config.limits,
+            commands,
+            active,
+            launch_wanted: Notify::new(),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        let writer = Writer {
+            inner: inner.clone(),
+            max_batch: config.max_batch,
+        };
+        inner.tasks.spawn(writer.run(commands_rx, observations));
+        // Jobs launched before a restart go back to the executor, which reconciles them;
+        // jobs never launched are the launcher's.
+        for r in unfinished.into_iter().filter(|r| r.launched) {
+            let id = r.job.id.clone();
+            if let Err(e) = inner.executor.adopt(Arc::new(r.job)).await {
+                tracing::error!(job = %id, error = %e, "could not adopt job after restart");
+            }
+        }
+        inner.tasks.spawn(launcher(inner.clone()));
+        Ok(Self { inner })
+    }
+
+    /// Validates and durably accepts a job; answers once it is committed, PENDING.
+    #[tracing::instrument(skip_all, fields(job))]
+    pub async fn submit(&self, request: SubmitRequest) -> Result<Submitted, ServiceError> {
+        let spec: JobSpec = request.validate(&self.inner.limits)?;
+        let fingerprint = spec.fingerprint();
+        let id = uuid::Uuid::now_v7().to_string();
+        tracing::Span::current().record("job", id.as_str());
+        let job = Job::accepted(id, spec, request.idempotency_key, Utc::now());
+        let (reply, answer) = oneshot::channel();
+        self.command(Command::Submit {
+            job: Box::new(job),
+            fingerprint,
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| ServiceError::ShuttingDown)?
+    }
+
+    /// Cancels a PENDING or RUNNING job: records CANCELLED, then stops its workload.
+    #[tracing::instrument(skip_all, fields(job = %id))]
+    pub async fn cancel(&self, id: &str) -> Result<Arc<Job>, ServiceError> {
+        let (reply, answer) = oneshot::channel();
+        self.command(Command::Cancel {
+            id: id.to_owned(),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| ServiceError::ShuttingDown)?
+    }
+
+    async fn command(&self, command: Command) -> Result<(), ServiceError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(ServiceError::ShuttingDown);
+        }
+        self.inner
+            .commands
+            .send(command)
+            .await
+            .map_err(|_| ServiceError::ShuttingDown)
+    }
+
+    pub async fn job(&self, id: &str) -> Result<Option<Arc<Job>>, ServiceError> {
+        if let Some(job) = self.inner.active.get(id) {
+            return Ok(Some(job.clone()));
+        }
+        Ok(self.inner.store.get_job(id).await?.map(Arc::new))
+    }
+
+    pub async fn jobs(
+        &self,
+        filter: &JobFilter,
+        first: i64,
+        after: Option<i64>,
+    ) -> Result<JobPage, ServiceError> {
+        Ok(self.inner.store.list_jobs(filter, first, after).await?)
+    }
+
+    pub async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ServiceError> {
+        self.inner.executor.logs(job, tail_lines).await.map_err(|e| {
+            tracing::error!(job = %job.id, error = %e, "reading logs failed");
+            ServiceError::FailedPrecondition("logs are not available right now".into())
+        })
+    }
+
+    /// Every event after `after` (the present when `None`), then live ones.
+    pub fn events(
+        &self,
+        after: Option<i64>,
+        job_id: Option<String>,
+    ) -> impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static {
+        self.inner
+            .bus
+            .events(after, job_id)
+            .map(|r| r.map_err(ServiceError::from))
+    }
+
+    /// The job as it is now and a stream of its later events, taken so that no event
+    /// falls between the two. `None` for an unknown job.
+    pub async fn watch_job(
+        &self,
+        id: &str,
+    ) -> Result<
+        Option<(
+            Arc<Job>,
+            impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static,
+        )>,
+        ServiceError,
+    > {
+        let subscription = self.inner.bus.subscribe();
+        let Some(job) = self.job(id).await? else {
+            return Ok(None);
+        };
+        let events = self
+            .inner
+            .bus
+            .events_from(subscription, job.last_event_seq, Some(id.to_owned()))
+            .map(|r| r.map_err(ServiceError::from));
+        Ok(Some((job, events)))
+    }
+
+    pub fn bus(&self) -> &Arc<EventBus> {
+        &self.inner.bus
+    }
+
+    /// Whether the store answers and the executor takes work.
+    pub async fn is_ready(&self) -> bool {
+        !self.inner.shutdown.is_cancelled() && self.inner.executor.is_ready() && self.inner.store.ping().await
+    }
+
+    pub fn executor_kind(&self) -> &'static str {
+        self.inner.executor.kind()
+    }
+
+    /// Stops taking commands, stops the executor's work, drains every write and closes the
+    /// store. Jobs left RUNNING are reconciled at the next start.
+    pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        inner.shutdown.cancel();
+        inner.executor.shutdown().await;
+        inner.tasks.close();
+        inner.tasks.wait().await;
+        inner.store.close().await;
+    }
+}
+
+/// Hands accepted jobs to the executor, oldest first, and marks them launched.
+async fn launcher(inner: Arc<Inner>) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let batch = match inner.store.unlaunched_jobs(64).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                tracing::error!(error = %e, "launcher cannot read the outbox");
+                Vec::new()
+            }
+        };
+        let mut failed = false;
+        for stored in &batch {
+            // The cache holds the job as last committed (it may have been cancelled since
+            // the outbox was read).
+            let job = inner.active.get(&stored.id).map(|j| j.clone());
+            match job {
+                Some(job) if !job.phase.is_terminal() => match inner.executor.launch(job).await {
+                    Ok(()) => {}
+                    Err(e) => {
+                        tracing::warn!(job = %stored.id, error = %e, "launch failed; will retry");
+                        failed = true;
+                        continue;
+                    }
+                },
+                _ => {}
+            }
+            if inner
+                .commands
+                .send(Command::MarkLaunched(stored.id.clone()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        if failed {
+            delay = (delay * 2).min(Duration::from_secs(30));
+        } else {
+            delay = Duration::from_millis(100);
+        }
+        if batch.len() as i64 == 64 && !failed {
+            // More may be waiting; the marks sent above are committed before the next read
+            // because the writer applies commands in order, but give it a moment.
+            tokio::task::yield_now().await;
+        }
+        tokio::select! {
+            _ = inner.shutdown.cancelled() => return,
+            _ = inner.launch_wanted.notified() => {}
+            _ = tokio::time::sleep(delay), if failed || batch.len() as i64 == 64 => {}
+        }
+    }
+}
+
+struct Writer {
+    inner: Arc<Inner>,
+    max_batch: usize,
+}
+
+/// A change made in the current batch, to publish once it is committed.
+struct Recorded {
+    event: Arc<JobEvent>,
+}
+
+impl Writer {
+    async fn run(self, mut commands: mpsc::Receiver<Command>, mut observations: mpsc::Receiver<Observation>) {
+        let mut batch = Vec::with_capacity(self.max_batch);
+        loop {
+            // Wait for the first command; stop once shutdown is requested and nothing is left.
+            let first = tokio::select! {
+                biased;
+                c = commands.recv() => c,
+                o = observations.recv() => o.map(Command::Observe),
+                _ = self.inner.shutdown.cancelled() => None,
+            };
+            let Some(first) = first else {
+                // Finish what was already queued before stopping.
+                commands.close();
+                observations.close();
+                while let Ok(c) = commands.try_recv() {
+                    batch.push(c);
+                }
+                while let Ok(o) = observations.try_recv() {
+                    batch.push(Command::Observe(o));
+                }
+                if !batch.is_empty() {
+                    self.apply(std::mem::take(&mut batch)).await;
+                }
+                return;
+            };
+            batch.push(first);
+            while batch.len() < self.max_batch {
+                match commands.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            while batch.len() < self.max_batch {
+                match observations.try_recv() {
+                    Ok(o) => batch.push(Command::Observe(o)),
+                    Err(_) => break,
+                }
+            }
+            self.apply(std::mem::take(&mut batch)).await;
+        }
+    }
+
+    /// Applies a batch in one transaction, retrying a failed commit a few times; then
+    /// publishes and answers.
+    async fn apply(&self, batch: Vec<Command>) {
+        let mut attempt = 0;
+        let mut batch = batch;
+        loop {
+            attempt += 1;
+            match self.try_apply(&batch).await {
+                Ok(outcome) => return self.publish(batch, outcome),
+                Err(e) if attempt < 5 => {
+                    tracing::warn!(error = %e, attempt, "store write failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, commands = batch.len(), "store write failed; commands dropped");
+                    for command in batch.drain(..) {
+                        match command {
+                            Command::Submit { reply, .. } => {
+                                let _ = reply.send(Err(ServiceError::Store(StoreError::Query(
+                                    sqlx::Error::PoolClosed,
+                                ))));
+                            }
+                            Command::Cancel { reply, .. } => {
+                                let _ = reply.send(Err(ServiceError::Store(StoreError::Query(
+                                    sqlx::Error::PoolClosed,
+                                ))));
+                            }
+                            Command::Observe(o) => tracing::error!(job = %o.job_id, "observation lost"),
+                            Command::MarkLaunched(_) => {}
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn current(
+        &self,
+        tx: &mut StoreTx,
+        touched: &HashMap<String, Job>,
+        id: &str,
+    ) -> Result<Option<Job>, StoreError> {
+        if let Some(job) = touched.get(id) {
+            return Ok(Some(job.clone()));
+        }
+        if let Some(job) = self.inner.active.get(id) {
+            return Ok(Some((**job).clone()));
+        }
+        tx.get_job(id).await
+    }
+
+    async fn record(
+        tx: &mut StoreTx,
+        job: &mut Job,
+        transition: &Transition,
+        recorded: &mut Vec<Recorded>,
+    ) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let seq = tx.append_event(job, transition, now).await?;
+        job.last_event_seq = seq;
+        tx.save_job(job).await?;
+        recorded.push(Recorded {
+            event: Arc::new(JobEvent {
+                seq,
+                job_id: job.id.clone(),
+                phase: transition.phase,
+                previous_phase: transition.previous_phase,
+                at: now,
+                reason: transition.reason.clone(),
+                message: transition.message.clone(),
+                job: Arc::new(job.clone()),
+            }),
+        });
+        Ok(())
+    }
+
+    /// Everything a committed batch must still do.
+    async fn try_apply(&self, batch: &[Command]) -> Result<Outcome, StoreError> {
+        let mut tx = self.inner.store.begin().await?;
+        let mut touched: HashMap<String, Job> = HashMap::new();
+        let mut recorded = Vec::new();
+        let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
+        // Keys accepted earlier in this batch: key → (fingerprint, job id).
+        let mut keys: HashMap<String, (String, String)> = HashMap::new();
+        let mut launch = false;
+        let mut cancelled = Vec::new();
+        for command in batch {
+            match command {
+                Command::Submit { job, fingerprint, .. } => {
+                    if let Some(key) = &job.idempotency_key {
+                        let existing = match keys.get(key) {
+                            Some((fp, id)) => Some((fp.clone(), id.clone())),
+                            None => tx
+                                .find_by_idempotency_key(key)
+                                .await?
+                                .map(|k| (k.fingerprint, k.job.id)),
+                        };
+                        if let Some((fp, id)) = existing {
+                            if fp == *fingerprint {
+                                let job = self.current(&mut tx, &touched, &id).await?;
+                                answers.push(match job {
+                                    Some(job) => Answer::Existing(Arc::new(job)),
+                                    None => Answer::Error(ServiceError::NotFound { id }),
+                                });
+                            } else {
+                                answers.push(Answer::Error(ServiceError::IdempotencyConflict {
+                                    key: key.clone(),
+                                }));
+                            }
+                            continue;
+                        }
+                        keys.insert(key.clone(), (fingerprint.clone(), job.id.clone()));
+                    }
+                    let mut job = (**job).clone();
+                    tx.insert_job(&job, fingerprint).await?;
+                    let transition = Transition {
+                        previous_phase: None,
+                        phase: job.phase,
+                        reason: Some("Submitted".into()),
+                        message: Some("accepted by jobgate".into()),
+                    };
+                    Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                    answers.push(Answer::Created(Arc::new(job.clone())));
+                    touched.insert(job.id.clone(), job);
+                    launch = true;
+                }
+                Command::Cancel { id, .. } => {
+                    let Some(mut job) = self.current(&mut tx, &touched, id).await? else {
+                        answers.push(Answer::Error(ServiceError::NotFound { id: id.clone() }));
+                        continue;
+                    };
+                    match job.cancel(Utc::now()) {
+                        Some(transition) => {
+                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            cancelled.push(job.id.clone());
+                            answers.push(Answer::Existing(Arc::new(job.clone())));
+                            touched.insert(job.id.clone(), job);
+                        }
+                        None => answers.push(Answer::Error(ServiceError::FailedPrecondition(format!(
+                            "job {id} has already finished ({})",
+                            job.phase
+                        )))),
+                    }
+                }
+                Command::Observe(observation) => {
+                    answers.push(Answer::None);
+                    let Some(mut job) = self.current(&mut tx, &touched, &observation.job_id).await? else {
+                        tracing::warn!(job = %observation.job_id, "observation for an unknown job ignored");
+                        continue;
+                    };
+                    if let Some(transition) = job.observe(observation.status.clone(), Utc::now()) {
+                        Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                        touched.insert(job.id.clone(), job);
+                    } else if !job.phase.is_terminal() && job.workload != observation.status {
+                        // Nothing a client sees changed, but the executor's private state
+                        // (e.g. process groups) must survive a restart.
+                        job.workload = observation.status.clone();
+                        tx.save_job(&job).await?;
+                        touched.insert(job.id.clone(), job);
+                    }
+                }
+                Command::MarkLaunched(id) => {
+                    answers.push(Answer::None);
+                    tx.mark_launched(id).await?;
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(Outcome {
+            touched,
+            recorded,
+            answers,
+            launch,
+            cancelled,
+        })
+    }
+
+    fn publish(&self, batch: Vec<Command>, outcome: Outcome) {
+        let Outcome {
+            touched,
+            recorded,
+            answers,
+            launch,
+            cancelled,
+        } = outcome;
+        let inner = &self.inner;
+        // Cache first, then events: a reader that sees an event finds the cache as new.
+        for (id, job) in &touched {
+            if job.phase.is_terminal() {
+                inner.active.remove(id);
+            } else {
+                inner.active.insert(id.clone(), Arc::new(job.clone()));
+            }
+        }
+        for r in recorded {
+            inner.bus.publish(r.event);
+        }
+        for (command, answer) in batch.into_iter().zip(answers) {
+            match (command, answer) {
+                (Command::Submit { reply, .. }, Answer::Created(job)) => {
+                    let _ = reply.send(Ok(Submitted { job, created: true }));
+                }
+                (Command::Submit { reply, .. }, Answer::Existing(job)) => {
+                    let _ = reply.send(Ok(Submitted { job, created: false }));
+                }
+                (Command::Submit { reply, .. }, Answer::Error(e)) => {
+                    let _ = reply.send(Err(e));
+                }
+                (Command::Cancel { reply, .. }, Answer::Created(job) | Answer::Existing(job)) => {
+                    let _ = reply.send(Ok(job));
+                }
+                (Command::Cancel { reply, .. }, Answer::Error(e)) => {
+                    let _ = reply.send(Err(e));
+                }
+                _ => {}
+            }
+        }
+        for id in cancelled {
+            let executor = inner.executor.clone();
+            inner.tasks.spawn(async move {
+                if let Err(e) = executor.cancel(&id).await {
+                    tracing::error!(job = %id, error = %e, "stopping a cancelled job failed");
+                }
+            });
+        }
+        if launch {
+            inner.launch_wanted.notify_one();
+        }
+    }
+}
+
+enum Answer {
+    None,
+    Created(Arc<Job>),
+    Existing(Arc<Job>),
+    Error(ServiceError),
+}
+
+struct Outcome {
+    touched: HashMap<String, Job>,
+    recorded: Vec<Recorded>,
+    answers: Vec<Answer>,
+    launch: bool,
+    cancelled: Vec<String>,
+}

@@ -1,0 +1,32 @@
+//! jobgate: an asynchronous job gateway. Clients submit long batch work over GraphQL, get an
+//! id back at once, and are pushed every status change over a WebSocket subscription.
+//!
+//! # Layout
+//!
+//! - [`config`]: one `Config` from flags and `JOBGATE_*` variables;
+//! - [`server`]: the axum router (`/graphql`, `/graphiql`, `/healthz`, `/readyz`), wiring,
+//!   graceful shutdown;
+//! - [`graphql`]: schema types and resolvers, error codes, the HTTP and graphql-transport-ws
+//!   transports;
+//! - [`jobs`]: the domain (`model`), the one writer of job state (`service`), and the event
+//!   fan-out with replay (`bus`);
+//! - [`store`]: SQLite through sqlx: jobs, the launch outbox, the event log;
+//! - [`executor`]: the `Executor` trait and the local process executor;
+//! - [`auth`]: the optional API token.
+//!
+//! Dependencies point one way: `graphql → jobs::service → {store, executor, jobs::bus} →
+//! jobs::model`. The channels: resolvers send commands to the service's writer task
+//! (`mpsc`); executors send observations to it (`mpsc`); the writer commits, then publishes
+//! events on a `tokio::broadcast` that every subscription reads, catching up from the store
+//! when it lags.
+
+pub mod auth;
+pub mod config;
+pub mod executor;
+pub mod graphql;
+pub mod jobs;
+pub mod server;
+pub mod store;
+pub mod telemetry;
+
+pub use server::run;

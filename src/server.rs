@@ -1,0 +1,239 @@
+//! The HTTP server: routes, the wiring of store, executor and service, and graceful
+//! shutdown.
+//!
+//! Routes: `/graphql` (POST and GET over HTTP, WebSocket upgrade on GET), `/graphiql`,
+//! `/healthz`, `/readyz`, and `/` (to GraphiQL until the dashboard lands). Shutdown, on
+//! SIGTERM or SIGINT: stop accepting, close every WebSocket with 1001 so clients reconnect
+//! and resume, let HTTP requests finish, stop local work, drain store writes, exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_graphql::Data;
+use axum::body::Bytes;
+use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
+use axum::extract::{DefaultBodyLimit, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures::FutureExt;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Auth, AuthError, Identity};
+use crate::config::{Config, ExecutorKind};
+use crate::executor::Executor;
+use crate::executor::local::LocalExecutor;
+use crate::graphql::error::Code;
+use crate::graphql::http::{self as gql_http, HttpOptions, ResponseType};
+use crate::graphql::schema::{self, JobgateSchema};
+use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
+use crate::jobs::service::JobService;
+use crate::store::Store;
+
+/// Everything a request handler needs; cloning is cheap.
+#[derive(Clone)]
+pub struct AppState {
+    pub schema: JobgateSchema,
+    pub service: JobService,
+    pub auth: Arc<Auth>,
+    pub http: HttpOptions,
+    pub ws: WsConfig,
+    /// Cancelled when jobgate begins to shut down.
+    pub shutdown: CancellationToken,
+}
+
+/// The router over a built state; tests and `run` share it.
+pub fn app(state: AppState, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/graphql", get(graphql_get).post(graphql_post))
+        .route("/graphiql", get(graphiql))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/", get(|| async { Redirect::temporary("/graphiql") }))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+fn unauthenticated(kind: ResponseType, e: &AuthError) -> Response {
+    let body = serde_json::json!({
+        "errors": [{ "message": e.to_string(), "extensions": { "code": Code::Unauthenticated.as_str() } }]
+    });
+    let content_type = match kind {
+        ResponseType::GraphqlResponse => gql_http::GRAPHQL_RESPONSE_JSON,
+        ResponseType::Json => "application/json",
+    };
+    (
+        StatusCode::UNAUTHORIZED,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")),
+        ],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn graphql_post(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let incoming = match gql_http::read_post(&headers, &body, &state.http) {
+        Ok(incoming) => incoming,
+        Err(response) => return response,
+    };
+    let identity = match state.auth.check_headers(&headers) {
+        Ok(identity) => identity,
+        Err(e) => return unauthenticated(incoming.response_type, &e),
+    };
+    gql_http::execute(&state.schema, incoming, |r| r.data(identity.clone())).await
+}
+
+async fn graphql_get(
+    State(state): State<AppState>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    if let Ok(upgrade) = upgrade {
+        let auth = state.auth.clone();
+        let on_init: InitHook = Arc::new(move |payload| {
+            let checked = auth.check_init_payload(&payload);
+            async move {
+                let identity = checked.map_err(|e| InitError::Forbidden(e.to_string()))?;
+                let mut data = Data::default();
+                data.insert(identity);
+                Ok(data)
+            }
+            .boxed()
+        });
+        return ws::upgrade(
+            upgrade,
+            state.schema.clone(),
+            state.ws.clone(),
+            on_init,
+            state.shutdown.clone(),
+        );
+    }
+    if headers.contains_key(header::UPGRADE) {
+        return (StatusCode::BAD_REQUEST, "invalid WebSocket upgrade request").into_response();
+    }
+    let query = query.unwrap_or_default();
+    if query.is_empty() && gql_http::wants_html(&headers) {
+        return graphiql().await.into_response();
+    }
+    let incoming = match gql_http::read_get(&headers, &query) {
+        Ok(incoming) => incoming,
+        Err(response) => return response,
+    };
+    let identity = match state.auth.check_headers(&headers) {
+        Ok(identity) => identity,
+        Err(e) => return unauthenticated(incoming.response_type, &e),
+    };
+    gql_http::execute(&state.schema, incoming, |r| r.data(identity.clone())).await
+}
+
+async fn graphiql() -> Html<String> {
+    Html(
+        async_graphql::http::GraphiQLSource::build()
+            .endpoint("/graphql")
+            .subscription_endpoint("/graphql")
+            .title("jobgate GraphiQL")
+            .finish(),
+    )
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let ready = state.service.is_ready().await;
+    let body = Json(serde_json::json!({
+        "status": if ready { "ready" } else { "not ready" },
+        "executor": state.service.executor_kind(),
+    }));
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, body).into_response()
+}
+
+/// Opens the store, starts the executor and the job service, and serves until `shutdown`
+/// is cancelled; then shuts everything down in order.
+pub async fn serve(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let store = Store::open(&config.data_dir, config.durability)
+        .await
+        .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+    let (observations_tx, observations_rx) = mpsc::channel(1024);
+    let executor: Arc<dyn Executor> = match config.executor {
+        ExecutorKind::Local => Arc::new(
+            LocalExecutor::new(config.local(), observations_tx).context("preparing the local executor")?,
+        ),
+    };
+    let service = JobService::start(store, executor, observations_rx, config.service())
+        .await
+        .context("starting the job service")?;
+    let schema = schema::build(service.clone(), &config.query_limits());
+    let auth = Arc::new(Auth::new(config.api_token.as_deref()));
+    if auth.is_open() {
+        tracing::warn!(
+            "no --api-token set: anyone who can reach {} can submit jobs",
+            config.listen
+        );
+    }
+    let state = AppState {
+        schema,
+        service: service.clone(),
+        auth,
+        http: config.http(),
+        ws: config.ws(),
+        shutdown: shutdown.clone(),
+    };
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, executor = service.executor_kind(), data_dir = %config.data_dir.display(), "jobgate listening on http://{addr} (GraphiQL at http://{addr}/graphiql)");
+    let router = app(state, config.max_body_bytes);
+    let server = axum::serve(listener, router).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let grace = Duration::from_secs(config.shutdown_timeout_secs);
+    let result = server.await;
+    tracing::info!("no longer accepting; stopping jobs and draining writes");
+    if tokio::time::timeout(grace, service.shutdown()).await.is_err() {
+        tracing::error!("shutdown did not finish within {grace:?}; exiting anyway");
+    }
+    result.context("serving HTTP")?;
+    tracing::info!("jobgate stopped");
+    Ok(())
+}
+
+/// Runs jobgate until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested");
+        trigger.cancel();
+    });
+    serve(config, listener, shutdown).await
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// The identity a resolver runs as (set per request or per WebSocket connection).
+pub fn identity_of(ctx: &async_graphql::Context<'_>) -> Identity {
+    ctx.data_opt::<Identity>().cloned().unwrap_or(Identity::Anonymous)
+}

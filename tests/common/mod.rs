@@ -1,0 +1,284 @@
+//! Test harness: starts the real `jobgate` binary on 127.0.0.1:0 with its own data
+//! directory and drives it over HTTP and WebSocket, as a user would.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// Generous limits so a slow CI machine never hangs a test forever; never assertions.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Keeps a temporary data directory alive for the server's lifetime.
+    _temp: Option<Arc<tempfile::TempDir>>,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    http: reqwest::Client,
+}
+
+impl Server {
+    /// Starts jobgate with a fresh data directory and fast local retries.
+    pub async fn start(extra: &[&str]) -> Server {
+        let temp = Arc::new(tempfile::tempdir().expect("tempdir"));
+        let dir = temp.path().to_owned();
+        let mut server = Self::start_in(&dir, extra).await;
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Starts jobgate over an existing data directory (to test restarts).
+    pub async fn start_in(data_dir: &Path, extra: &[&str]) -> Server {
+        let dir = data_dir.to_owned();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        tokio::task::spawn_blocking(move || Self::spawn(&dir, &extra)).await.unwrap()
+    }
+
+    fn spawn(data_dir: &Path, extra: &[String]) -> Server {
+        let mut args: Vec<String> = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--local-retry-delay-ms".into(),
+            "20".into(),
+            "--local-kill-grace-ms".into(),
+            "300".into(),
+            "--log".into(),
+            "info,tower_http=warn".into(),
+        ];
+        args.extend(extra.iter().cloned());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_jobgate"))
+            .args(&args)
+            .env_remove("JOBGATE_API_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting jobgate");
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on http://").nth(1)
+                    && let Some(tx) = tx.take()
+                {
+                    let addr: String = rest.chars().take_while(|c| !c.is_whitespace() && *c != ' ').collect();
+                    let _ = tx.send(addr);
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(WAIT) {
+            Ok(addr) => addr.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().expect("address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("jobgate did not start; its log:\n{}", logs.lock().unwrap().join("\n"));
+            }
+        };
+        Server {
+            child: Some(child),
+            addr,
+            data_dir: data_dir.to_owned(),
+            _temp: None,
+            logs,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/graphql", self.addr)
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// POSTs a GraphQL request and returns the JSON body (whatever the status).
+    pub async fn gql(&self, query: &str, variables: Value) -> Value {
+        let response = self
+            .http
+            .post(self.url("/graphql"))
+            .json(&json!({ "query": query, "variables": variables }))
+            .send()
+            .await
+            .expect("POST /graphql");
+        response.json().await.expect("a JSON body")
+    }
+
+    /// POSTs a GraphQL request that must succeed; returns its `data`.
+    pub async fn gql_ok(&self, query: &str, variables: Value) -> Value {
+        let body = self.gql(query, variables).await;
+        assert!(body.get("errors").is_none(), "unexpected errors: {body}");
+        body["data"].clone()
+    }
+
+    /// Submits a job and returns its id.
+    pub async fn submit(&self, input: Value) -> String {
+        let data = self
+            .gql_ok(
+                "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }",
+                json!({ "input": input }),
+            )
+            .await;
+        assert_eq!(data["submitJob"]["job"]["phase"], "PENDING");
+        data["submitJob"]["job"]["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn job(&self, id: &str) -> Value {
+        let data = self
+            .gql_ok(
+                "query($id: ID!) { job(id: $id) { id name namespace phase message result startedAt finishedAt \
+                 progress { succeeded failed active total } conditions { type status reason message } } }",
+                json!({ "id": id }),
+            )
+            .await;
+        data["job"].clone()
+    }
+
+    /// Waits (through a jobStatus subscription, never by polling) until the job is terminal;
+    /// returns the phases seen, the first being the state at subscription time.
+    pub async fn wait_terminal(&self, id: &str) -> Vec<String> {
+        let mut ws = GqlWs::connect(self).await;
+        ws.subscribe("s", "subscription($id: ID!) { jobStatus(id: $id) { phase } }", json!({"id": id}))
+            .await;
+        let mut phases = Vec::new();
+        loop {
+            let msg = ws.recv().await;
+            match msg["type"].as_str() {
+                Some("next") => phases.push(msg["payload"]["data"]["jobStatus"]["phase"].as_str().unwrap().to_owned()),
+                Some("complete") => return phases,
+                _ => panic!("unexpected message {msg}"),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// kill -9: no chance to clean up.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait for the exit.
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
+        tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap()
+    }
+
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Opens a WebSocket to jobgate offering `protocols` (none when empty).
+pub async fn ws_raw(server: &Server, protocols: &[&str]) -> Ws {
+    let mut request = server.ws_url().into_client_request().unwrap();
+    if !protocols.is_empty() {
+        request
+            .headers_mut()
+            .insert("Sec-WebSocket-Protocol", protocols.join(", ").parse().unwrap());
+    }
+    let (ws, _) = tokio_tungstenite::connect_async(request).await.expect("websocket connect");
+    ws
+}
+
+/// A graphql-transport-ws client over tokio-tungstenite.
+pub struct GqlWs {
+    pub ws: Ws,
+}
+
+impl GqlWs {
+    /// Connects and completes connection_init / connection_ack.
+    pub async fn connect(server: &Server) -> GqlWs {
+        Self::connect_with(server, json!({})).await
+    }
+
+    pub async fn connect_with(server: &Server, payload: Value) -> GqlWs {
+        let ws = ws_raw(server, &["graphql-transport-ws"]).await;
+        let mut client = GqlWs { ws };
+        client.send(json!({"type": "connection_init", "payload": payload})).await;
+        let ack = client.recv().await;
+        assert_eq!(ack["type"], "connection_ack", "expected an ack, got {ack}");
+        client
+    }
+
+    pub async fn send(&mut self, msg: Value) {
+        self.ws.send(Message::text(msg.to_string())).await.expect("send");
+    }
+
+    pub async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
+        self.send(json!({"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}))
+            .await;
+    }
+
+    /// The next protocol message (control frames are skipped); panics on close.
+    pub async fn recv(&mut self) -> Value {
+        loop {
+            let frame = tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("no message within the wait limit")
+                .expect("socket ended")
+                .expect("socket error");
+            match frame {
+                Message::Text(t) => return serde_json::from_str(t.as_str()).expect("JSON message"),
+                Message::Close(c) => panic!("socket closed: {c:?}"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Reads until the socket closes; returns the close code and reason.
+    pub async fn closed(&mut self) -> (u16, String) {
+        close_of(&mut self.ws).await
+    }
+}
+
+/// Reads frames until a close frame; returns its code and reason.
+pub async fn close_of(ws: &mut Ws) -> (u16, String) {
+    loop {
+        let frame = tokio::time::timeout(WAIT, ws.next()).await.expect("no close within the wait limit");
+        match frame {
+            Some(Ok(Message::Close(Some(c)))) => return (c.code.into(), c.reason.to_string()),
+            Some(Ok(Message::Close(None))) => return (1005, String::new()),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => panic!("socket error before close: {e}"),
+            None => panic!("socket ended without a close frame"),
+        }
+    }
+}
