@@ -81,7 +81,7 @@ fn unauthenticated(kind: ResponseType, e: &AuthError) -> Response {
 async fn graphql_post(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let incoming = match gql_http::read_post(&headers, &body, &state.http) {
         Ok(incoming) => incoming,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let identity = match state.auth.check_headers(&headers) {
         Ok(identity) => identity,
@@ -125,7 +125,7 @@ async fn graphql_get(
     }
     let incoming = match gql_http::read_get(&headers, &query) {
         Ok(incoming) => incoming,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let identity = match state.auth.check_headers(&headers) {
         Ok(identity) => identity,

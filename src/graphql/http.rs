@@ -149,7 +149,10 @@ pub struct Incoming {
 }
 
 /// Reads a POST body: checks the media type and the JSON shape.
-pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Result<Incoming, HttpResponse> {
+/// A refusal, answered as it is. Boxed because a response is large and refusals are rare.
+pub type Refusal = Box<HttpResponse>;
+
+pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Result<Incoming, Refusal> {
     let response_type = negotiate(headers).ok_or_else(not_acceptable)?;
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let is_json = content_type
@@ -159,11 +162,11 @@ pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Re
                 && m.get_param(mime::CHARSET).is_none_or(|cs| cs == mime::UTF_8)
         });
     if !is_json {
-        return Err(message_error(
+        return Err(Box::new(message_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             response_type,
             "POST bodies must be application/json",
-        ));
+        )));
     }
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         message_error(
@@ -175,18 +178,18 @@ pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Re
     let (values, batched) = match value {
         Value::Array(items) => {
             if !options.allow_batch {
-                return Err(message_error(
+                return Err(Box::new(message_error(
                     StatusCode::BAD_REQUEST,
                     response_type,
                     "batched requests are not enabled on this server; send one request per POST",
-                ));
+                )));
             }
             if items.is_empty() || items.len() > options.max_batch {
-                return Err(message_error(
+                return Err(Box::new(message_error(
                     StatusCode::BAD_REQUEST,
                     response_type,
                     &format!("a batch must hold 1 to {} requests", options.max_batch),
-                ));
+                )));
             }
             (items, true)
         }
@@ -206,14 +209,14 @@ pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Re
 }
 
 /// Reads a GET request's query string.
-pub fn read_get(headers: &HeaderMap, query: &str) -> Result<Incoming, HttpResponse> {
+pub fn read_get(headers: &HeaderMap, query: &str) -> Result<Incoming, Refusal> {
     let response_type = negotiate(headers).ok_or_else(not_acceptable)?;
     let bad = |m: &str| message_error(StatusCode::BAD_REQUEST, response_type, m);
     let params =
         serde_urlencoded_pairs(query).map_err(|_| bad("the query string is not valid URL encoding"))?;
     let get = |k: &str| params.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
     let Some(q) = get("query") else {
-        return Err(bad("`query` is required"));
+        return Err(Box::new(bad("`query` is required")));
     };
     let mut object = serde_json::Map::new();
     object.insert("query".into(), Value::String(q.to_owned()));
@@ -261,7 +264,8 @@ pub async fn execute<E: Executor>(
         batched,
         response_type,
     } = incoming;
-    let mut responses = Vec::with_capacity(requests.len());
+    // Each response with whether it is a request error (it never executed).
+    let mut responses: Vec<(Response, bool)> = Vec::with_capacity(requests.len());
     let mut any_request_error = false;
     for mut request in requests {
         match operation_kind(&mut request) {
@@ -277,16 +281,17 @@ pub async fn execute<E: Executor>(
                 return response;
             }
             Ok(OperationKind::Subscription) => {
-                responses.push(Response::from_errors(vec![ServerError::new(
+                let error = ServerError::new(
                     "subscriptions are served over WebSocket at this same URL with the graphql-transport-ws subprotocol",
                     None,
-                )]));
+                );
+                responses.push((Response::from_errors(vec![error]), true));
                 any_request_error = true;
                 continue;
             }
             Ok(_) => {}
             Err(e) => {
-                responses.push(Response::from_errors(vec![e]));
+                responses.push((Response::from_errors(vec![e]), true));
                 any_request_error = true;
                 continue;
             }
@@ -302,18 +307,24 @@ pub async fn execute<E: Executor>(
             response.data == async_graphql::Value::Null && response.errors.iter().all(|e| e.path.is_empty())
         };
         any_request_error |= request_error;
-        responses.push(response);
+        responses.push((response, request_error));
     }
     let status = if response_type == ResponseType::GraphqlResponse && any_request_error && !batched {
         StatusCode::BAD_REQUEST
     } else {
         StatusCode::OK
     };
-    let body = if batched {
-        serde_json::to_string(&responses)
-    } else {
-        serde_json::to_string(&responses[0])
-    };
+    let body = responses
+        .iter()
+        .map(|(response, request_error)| response_json(response, *request_error))
+        .collect::<Result<Vec<_>, _>>()
+        .map(|parts| {
+            if batched {
+                format!("[{}]", parts.join(","))
+            } else {
+                parts.concat()
+            }
+        });
     match body {
         Ok(body) => json_response(status, response_type, body),
         Err(e) => {
@@ -321,4 +332,19 @@ pub async fn execute<E: Executor>(
             message_error(StatusCode::INTERNAL_SERVER_ERROR, response_type, "internal error")
         }
     }
+}
+
+/// One response as JSON. A request error (parse, validation, or refused before execution)
+/// has no `data` entry at all, as the GraphQL spec and GraphQL-over-HTTP require;
+/// async-graphql would otherwise write `"data": null`, which means "execution failed".
+/// Executed responses are written directly, so `data` keeps the order of the selection.
+fn response_json(response: &Response, request_error: bool) -> serde_json::Result<String> {
+    if !request_error {
+        return serde_json::to_string(response);
+    }
+    let mut value = serde_json::to_value(response)?;
+    if let Value::Object(map) = &mut value {
+        map.remove("data");
+    }
+    serde_json::to_string(&value)
 }

@@ -152,6 +152,23 @@ impl Mutation {
 
 pub struct SubscriptionRoot;
 
+/// Yields items up to and including the first for which `last` holds, then ends at once.
+fn until_inclusive<S, F>(inner: S, last: F) -> impl Stream<Item = S::Item> + Send
+where
+    S: Stream + Send + Unpin,
+    S::Item: Send,
+    F: Fn(&S::Item) -> bool + Send,
+{
+    stream::unfold((inner, last, false), |(mut inner, last, done)| async move {
+        if done {
+            return None;
+        }
+        let item = inner.next().await?;
+        let done = last(&item);
+        Some((item, (inner, last, done)))
+    })
+}
+
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<JobStatusEvent>> + Send>>;
 
 #[Subscription(name = "Subscription")]
@@ -192,16 +209,11 @@ impl SubscriptionRoot {
                 };
                 async move { keep }
             })
-            .scan(false, |done, r| {
-                // End after the terminal event, or after an error.
-                let item = if *done {
-                    None
-                } else {
-                    *done = r.as_ref().map(|e| e.phase.is_terminal()).unwrap_or(true);
-                    Some(r.map(|event| JobStatusEvent { event }).api())
-                };
-                async move { item }
-            });
+            .map(|r| r.map(|event| JobStatusEvent { event }).api());
+        // End right after the terminal event (or an error), without waiting for another.
+        let changes = until_inclusive(changes.boxed(), |r| {
+            r.as_ref().map(|e| e.event.phase.is_terminal()).unwrap_or(true)
+        });
         Ok(first.chain(changes).boxed())
     }
 
@@ -226,15 +238,7 @@ impl SubscriptionRoot {
                 };
                 async move { keep }
             })
-            .scan(false, |failed, r| {
-                let item = if *failed {
-                    None
-                } else {
-                    *failed = r.is_err();
-                    Some(r.map(|event| JobStatusEvent { event }).api())
-                };
-                async move { item }
-            });
-        Ok(events.boxed())
+            .map(|r| r.map(|event| JobStatusEvent { event }).api());
+        Ok(until_inclusive(events.boxed(), |r| r.is_err()).boxed())
     }
 }

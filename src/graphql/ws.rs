@@ -23,7 +23,7 @@
 //! Frames reach the writer through two bounded queues:
 //! - the *data* queue, where operation tasks `send().await` their `next` frames (so a slow
 //!   client throttles the operations, never the main task) and where terminal frames go
-//!   through a permit the operation reserved (see [`OpDone`]);
+//!   through a permit the operation reserved (see `OpDone`);
 //! - the *control* queue, which only the main task fills with `try_send` (`connection_ack`,
 //!   `pong`, early `error`s, ping frames). The writer drains it first. It is separate from the
 //!   data queue because a busy subscription keeps the data queue full as a matter of course;
@@ -1214,6 +1214,12 @@ mod tests {
             let router = Router::new().route("/ws", any(ws_handler)).with_state(app);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
+            // Without TCP_NODELAY, Nagle's algorithm holds a small frame back until the
+            // previous one is acknowledged, which delayed ACKs stretch to ~40 ms: longer than
+            // the keepalive periods used here.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let server = tokio::spawn(async move {
                 let _ = axum::serve(listener, router).await;
             });
@@ -1241,10 +1247,13 @@ mod tests {
                     HeaderValue::from_str(protocols).unwrap(),
                 );
             }
-            let (ws, response) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
-                .await
-                .expect("connect timed out")
-                .expect("connect failed");
+            let (ws, response) = tokio::time::timeout(
+                WAIT,
+                tokio_tungstenite::connect_async_with_config(request, None, true),
+            )
+            .await
+            .expect("connect timed out")
+            .expect("connect failed");
             let protocol = response
                 .headers()
                 .get("Sec-WebSocket-Protocol")
@@ -1386,6 +1395,19 @@ mod tests {
             .await
             .unwrap();
         client.expect_close(4400).await;
+    }
+
+    #[tokio::test]
+    async fn oversized_message_gets_1009() {
+        let server = TestServer::start(WsConfig {
+            max_message_bytes: 1024,
+            ..WsConfig::default()
+        })
+        .await;
+        let mut client = server.acked().await;
+        let query = format!("{{ hello {} }}", " ".repeat(2048));
+        client.subscribe("big", &query).await;
+        assert_eq!(client.expect_close(1009).await, "Message too big");
     }
 
     #[tokio::test]
@@ -1820,19 +1842,16 @@ mod tests {
 
     #[tokio::test]
     async fn keepalive_pings_a_live_client_and_keeps_it() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("debug,tungstenite=trace,tokio_tungstenite=trace")
-            .with_test_writer()
-            .try_init();
+        // Long enough for a loaded machine to answer each ping before the next tick.
         let server = TestServer::start(WsConfig {
-            keepalive_interval: Duration::from_millis(20),
+            keepalive_interval: Duration::from_millis(250),
             ..WsConfig::default()
         })
         .await;
         let mut client = server.acked().await;
         // tungstenite answers each ping frame while we read.
         let mut pings = 0;
-        while pings < 3 {
+        while pings < 2 {
             let frame = tokio::time::timeout(WAIT, client.ws.next())
                 .await
                 .unwrap()

@@ -553,17 +553,28 @@ impl Job {
         self.workload = status;
         let moved = previous.can_advance_to(derived.phase);
         if moved {
+            // A failure keeps the cause the executor saw after the condition's summary,
+            // e.g. "Job has reached the specified backoff limit: run 3 exited with code 1".
+            let detail = match (&derived.message, &self.workload.message) {
+                (Some(summary), Some(cause)) if derived.phase == JobPhase::Failed => {
+                    Some(format!("{summary}: {cause}"))
+                }
+                (Some(summary), _) => Some(summary.clone()),
+                (None, cause) => cause.clone(),
+            };
             self.enter(
                 derived.phase,
                 derived.reason.clone(),
                 derived.message.clone(),
                 now,
             );
+            self.message = detail;
         }
         let after = (self.progress, self.result.clone(), self.message.clone());
         if !moved && before == after {
             return None;
         }
+        let message_changed = before.2 != after.2;
         Some(Transition {
             previous_phase: Some(previous),
             phase: self.phase,
@@ -572,7 +583,11 @@ impl Job {
             } else {
                 Some("ProgressUpdated".into())
             },
-            message: if moved { derived.message } else { None },
+            message: if moved || message_changed {
+                self.message.clone()
+            } else {
+                None
+            },
         })
     }
 

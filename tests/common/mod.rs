@@ -43,7 +43,9 @@ impl Server {
     pub async fn start_in(data_dir: &Path, extra: &[&str]) -> Server {
         let dir = data_dir.to_owned();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        tokio::task::spawn_blocking(move || Self::spawn(&dir, &extra)).await.unwrap()
+        tokio::task::spawn_blocking(move || Self::spawn(&dir, &extra))
+            .await
+            .unwrap()
     }
 
     fn spawn(data_dir: &Path, extra: &[String]) -> Server {
@@ -79,17 +81,26 @@ impl Server {
                 if let Some(rest) = line.split("listening on http://").nth(1)
                     && let Some(tx) = tx.take()
                 {
-                    let addr: String = rest.chars().take_while(|c| !c.is_whitespace() && *c != ' ').collect();
+                    let addr: String = rest
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && *c != ' ')
+                        .collect();
                     let _ = tx.send(addr);
                 }
                 sink.lock().unwrap().push(line);
             }
         });
         let addr = match rx.recv_timeout(WAIT) {
-            Ok(addr) => addr.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().expect("address"),
+            Ok(addr) => addr
+                .trim_end_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .expect("address"),
             Err(_) => {
                 let _ = child.kill();
-                panic!("jobgate did not start; its log:\n{}", logs.lock().unwrap().join("\n"));
+                panic!(
+                    "jobgate did not start; its log:\n{}",
+                    logs.lock().unwrap().join("\n")
+                );
             }
         };
         Server {
@@ -160,13 +171,22 @@ impl Server {
     /// returns the phases seen, the first being the state at subscription time.
     pub async fn wait_terminal(&self, id: &str) -> Vec<String> {
         let mut ws = GqlWs::connect(self).await;
-        ws.subscribe("s", "subscription($id: ID!) { jobStatus(id: $id) { phase } }", json!({"id": id}))
-            .await;
+        ws.subscribe(
+            "s",
+            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
+            json!({"id": id}),
+        )
+        .await;
         let mut phases = Vec::new();
         loop {
             let msg = ws.recv().await;
             match msg["type"].as_str() {
-                Some("next") => phases.push(msg["payload"]["data"]["jobStatus"]["phase"].as_str().unwrap().to_owned()),
+                Some("next") => phases.push(
+                    msg["payload"]["data"]["jobStatus"]["phase"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned(),
+                ),
                 Some("complete") => return phases,
                 _ => panic!("unexpected message {msg}"),
             }
@@ -188,9 +208,14 @@ impl Server {
     /// SIGTERM, then wait for the exit.
     pub async fn terminate(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-            .unwrap();
-        tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap()
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap()
     }
 
     pub fn log_text(&self) -> String {
@@ -214,7 +239,9 @@ pub async fn ws_raw(server: &Server, protocols: &[&str]) -> Ws {
             .headers_mut()
             .insert("Sec-WebSocket-Protocol", protocols.join(", ").parse().unwrap());
     }
-    let (ws, _) = tokio_tungstenite::connect_async(request).await.expect("websocket connect");
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("websocket connect");
     ws
 }
 
@@ -232,7 +259,9 @@ impl GqlWs {
     pub async fn connect_with(server: &Server, payload: Value) -> GqlWs {
         let ws = ws_raw(server, &["graphql-transport-ws"]).await;
         let mut client = GqlWs { ws };
-        client.send(json!({"type": "connection_init", "payload": payload})).await;
+        client
+            .send(json!({"type": "connection_init", "payload": payload}))
+            .await;
         let ack = client.recv().await;
         assert_eq!(ack["type"], "connection_ack", "expected an ack, got {ack}");
         client
@@ -243,14 +272,18 @@ impl GqlWs {
     }
 
     pub async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
-        self.send(json!({"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}))
-            .await;
+        self.send(
+            json!({"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}),
+        )
+        .await;
     }
 
     /// The next protocol message (control frames are skipped); panics on close.
     pub async fn recv(&mut self) -> Value {
+        // One deadline for the message, however many keepalive pings arrive meanwhile.
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let frame = tokio::time::timeout(WAIT, self.ws.next())
+            let frame = tokio::time::timeout_at(deadline, self.ws.next())
                 .await
                 .expect("no message within the wait limit")
                 .expect("socket ended")
@@ -271,8 +304,11 @@ impl GqlWs {
 
 /// Reads frames until a close frame; returns its code and reason.
 pub async fn close_of(ws: &mut Ws) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let frame = tokio::time::timeout(WAIT, ws.next()).await.expect("no close within the wait limit");
+        let frame = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("no close within the wait limit");
         match frame {
             Some(Ok(Message::Close(Some(c)))) => return (c.code.into(), c.reason.to_string()),
             Some(Ok(Message::Close(None))) => return (1005, String::new()),

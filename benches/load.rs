@@ -1,0 +1,1089 @@
+//! Load benchmark of a real `jobgate` server on this machine, over 127.0.0.1 only.
+//!
+//! `cargo bench --bench load` builds the `jobgate` binary with the bench profile (optimised,
+//! like `--release`) and hands its path to this program as `CARGO_BIN_EXE_jobgate`. The
+//! program starts it on 127.0.0.1:0 with a temporary data directory, reads the address from
+//! its "listening on http://ADDR" log line, and measures:
+//!
+//! 1. `submitJob` throughput: `BENCH_SUBMITS` trivial jobs (`command: ["true"]`) from
+//!    `BENCH_CLIENTS` concurrent HTTP clients, once per durability in `BENCH_DURABILITIES`,
+//!    each on a fresh server: accepted jobs per second and the mutation's p50/p99 latency.
+//! 2. Status event → subscriber frame latency with `BENCH_SUBSCRIPTIONS` open `jobEvents`
+//!    subscriptions (`BENCH_SUBS_PER_SOCKET` per WebSocket): jobs are submitted at each rate
+//!    of `BENCH_RATES` (jobs/s) for `BENCH_RATE_SECS` seconds, then `BENCH_BURST_JOBS` as fast
+//!    as `BENCH_CLIENTS` clients can, then, with all but `BENCH_SMALL_SUBS` subscriptions
+//!    closed, at `BENCH_SMALL_EVENTS_PER_SEC` events/s. For every frame received the latency
+//!    is (receive time - the event's `at`), both read from this machine's wall clock.
+//! 3. The server's resident memory (VmRSS) before and after opening the sockets and the
+//!    subscriptions, idle.
+//!
+//! Every count is bounded and every wait has a time limit. Without `--bench` (as under
+//! `cargo test --benches`) the program does nothing. BENCHMARKS.md has the figures.
+#![allow(clippy::print_stdout)] // A benchmark's whole job is to print its figures.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
+const EVENTS: &str = "subscription { jobEvents { cursor phase at job { id } } }";
+const UNFINISHED: &str = "{ jobs(first: 1, filter: { phases: [PENDING, RUNNING] }) { totalCount } }";
+const FAILED: &str = "{ jobs(first: 1, filter: { phases: [FAILED, CANCELLED] }) { totalCount } }";
+
+/// The longest any single wait may take; a bench must end even against a stuck server.
+const WAIT: Duration = Duration::from_secs(60);
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct Opts {
+    /// The submitted job's `command`, a JSON array; `["true"]` unless told.
+    command: Value,
+    submits: usize,
+    clients: usize,
+    durabilities: Vec<String>,
+    drain_secs: u64,
+    subscriptions: usize,
+    subs_per_socket: usize,
+    lat_durability: String,
+    rates: Vec<f64>,
+    rate_secs: f64,
+    burst_jobs: usize,
+    small_subs: usize,
+    small_events_per_sec: f64,
+}
+
+fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+fn env_list<T: FromStr>(name: &str, default: &str) -> Vec<T> {
+    let raw = std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("{name}: {s:?} is not a valid value"))
+        })
+        .collect()
+}
+
+impl Opts {
+    fn from_env() -> Self {
+        let command = std::env::var("BENCH_JOB_COMMAND").unwrap_or_else(|_| r#"["true"]"#.to_owned());
+        let command: Value =
+            serde_json::from_str(&command).expect("BENCH_JOB_COMMAND: a JSON array of strings");
+        assert!(command.is_array(), "BENCH_JOB_COMMAND: a JSON array of strings");
+        Self {
+            command,
+            submits: env_or("BENCH_SUBMITS", 2000),
+            clients: env_or("BENCH_CLIENTS", 32usize).max(1),
+            durabilities: env_list("BENCH_DURABILITIES", "full,normal"),
+            drain_secs: env_or("BENCH_DRAIN_SECS", 60),
+            subscriptions: env_or("BENCH_SUBSCRIPTIONS", 1000),
+            subs_per_socket: env_or("BENCH_SUBS_PER_SOCKET", 1usize).max(1),
+            lat_durability: env_or("BENCH_LAT_DURABILITY", "full".to_owned()),
+            rates: env_list("BENCH_RATES", "20,60"),
+            rate_secs: env_or("BENCH_RATE_SECS", 10.0),
+            burst_jobs: env_or("BENCH_BURST_JOBS", 300),
+            small_subs: env_or("BENCH_SMALL_SUBS", 100),
+            small_events_per_sec: env_or("BENCH_SMALL_EVENTS_PER_SEC", 200.0),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server under test
+
+struct Server {
+    child: Option<Child>,
+    addr: SocketAddr,
+    /// Lines the server logged at WARN or ERROR, but for the expected "no --api-token" notice.
+    problems: Arc<Mutex<Vec<String>>>,
+    http: reqwest::Client,
+    /// The `submitJob` request body, serialised once.
+    submit_body: Arc<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(durability: &str, job_command: &Value) -> Server {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_jobgate"));
+        command
+            .args(["--listen", "127.0.0.1:0", "--durability", durability])
+            .arg("--data-dir")
+            .arg(dir.path())
+            // WARN and up, plus the "listening on" line.
+            .args(["--log", "warn,jobgate::server=info"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // Only the flags above configure it, whatever this shell exports.
+        for (name, _) in std::env::vars() {
+            if name.starts_with("JOBGATE_") {
+                command.env_remove(name);
+            }
+        }
+        let mut child = command.spawn().expect("starting jobgate");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let problems = Arc::new(Mutex::new(Vec::new()));
+        let sink = problems.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on http://").nth(1)
+                    && let Some(tx) = tx.take()
+                {
+                    let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                    let _ = tx.send(addr);
+                } else if (line.contains(" WARN ") || line.contains("ERROR "))
+                    && !line.contains("no --api-token set")
+                {
+                    sink.lock().unwrap().push(line);
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(WAIT) {
+            Ok(addr) => addr.parse().expect("the address in the log line"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("jobgate did not start: {:?}", problems.lock().unwrap());
+            }
+        };
+        let http = reqwest::Client::builder()
+            .timeout(WAIT)
+            .build()
+            .expect("an HTTP client");
+        let submit_body = json!({ "query": SUBMIT, "variables": { "input": { "command": job_command } } });
+        Server {
+            child: Some(child),
+            addr,
+            problems,
+            http,
+            submit_body: Arc::new(submit_body.to_string()),
+            _dir: dir,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/graphql", self.addr)
+    }
+
+    fn ws_url(&self) -> String {
+        format!("ws://{}/graphql", self.addr)
+    }
+
+    /// The server's resident set, in KiB.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    async fn query(&self, query: &str) -> Value {
+        let body: Value = self
+            .http
+            .post(self.url())
+            .json(&json!({ "query": query }))
+            .send()
+            .await
+            .expect("POST /graphql")
+            .json()
+            .await
+            .expect("a JSON body");
+        assert!(body.get("errors").is_none(), "query failed: {body}");
+        body["data"].clone()
+    }
+
+    async fn count(&self, query: &str) -> i64 {
+        self.query(query).await["jobs"]["totalCount"]
+            .as_i64()
+            .expect("totalCount")
+    }
+
+    /// SIGTERM, then wait (bounded) for the exit; kill -9 after the limit.
+    async fn stop(&mut self) -> String {
+        let Some(mut child) = self.child.take() else {
+            return "not running".into();
+        };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let started = Instant::now();
+        while started.elapsed() < WAIT {
+            if let Ok(Some(status)) = child.try_wait() {
+                return format!("{status} after {:.1} s", started.elapsed().as_secs_f64());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        "did not exit within 60 s of SIGTERM; killed".into()
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.problems.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// CPU seconds used so far by a process (`self` or a pid): (its own, its waited children).
+fn cpu_secs(pid: &str) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0) / clk_tck();
+    // After "(comm)": state is field 3, so utime (14) is index 11.
+    (tick(11) + tick(12), tick(13) + tick(14))
+}
+
+fn clk_tck() -> f64 {
+    static TCK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TCK.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// CPU seconds per kind of server thread (tokio workers, SQLite connections, ...), by the
+/// thread's name with its trailing digits dropped. Threads that exited are not counted.
+fn thread_cpu(pid: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let name = name
+            .trim()
+            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '-');
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0) / clk_tck();
+        *out.entry(name.to_owned()).or_insert(0.0) += tick(11) + tick(12);
+    }
+    out
+}
+
+/// CPU use between two points, as % of one core: server, its jobs, this bench.
+struct CpuMark {
+    at: Instant,
+    server: (f64, f64),
+    threads: std::collections::BTreeMap<String, f64>,
+    bench: f64,
+    pid: String,
+}
+
+impl CpuMark {
+    fn new(server: &Server) -> Self {
+        let pid = server.pid().to_string();
+        Self {
+            at: Instant::now(),
+            server: cpu_secs(&pid),
+            threads: thread_cpu(&pid),
+            bench: cpu_secs("self").0,
+            pid,
+        }
+    }
+
+    fn since(&self) -> String {
+        let wall = self.at.elapsed().as_secs_f64().max(1e-9);
+        let (s, c) = cpu_secs(&self.pid);
+        let b = cpu_secs("self").0;
+        let mut threads: Vec<(String, f64)> = thread_cpu(&self.pid)
+            .into_iter()
+            .map(|(name, secs)| {
+                let delta = secs - self.threads.get(&name).copied().unwrap_or(0.0);
+                (name, 100.0 * delta / wall)
+            })
+            .filter(|(_, p)| *p >= 0.5)
+            .collect();
+        threads.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let threads: Vec<String> = threads.iter().map(|(n, p)| format!("{n} {p:.0}%")).collect();
+        format!(
+            "server {:.0}% [{}], its jobs {:.0}%, bench client {:.0}% (% of one core, over {:.1} s)",
+            100.0 * (s - self.server.0) / wall,
+            threads.join(", "),
+            100.0 * (c - self.server.1) / wall,
+            100.0 * (b - self.bench) / wall,
+            wall
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// submitJob
+
+async fn submit(http: &reqwest::Client, url: &str, body: &str) -> Result<(), String> {
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = response.status();
+    let answer: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("{status}, body: {e}"))?;
+    if let Some(errors) = answer.get("errors") {
+        return Err(format!("{status}: {errors}"));
+    }
+    if answer["data"]["submitJob"]["job"]["phase"] != "PENDING" {
+        return Err(format!("{status}: unexpected answer {answer}"));
+    }
+    Ok(())
+}
+
+/// What a batch of submissions gave.
+struct Submitted {
+    ok: usize,
+    errors: Vec<String>,
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+/// `n` submissions from `clients` concurrent clients, each waiting for its answer.
+async fn submit_many(server: &Server, n: usize, clients: usize) -> Submitted {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for _ in 0..clients.min(n.max(1)) {
+        let (next, http, url, body) = (
+            next.clone(),
+            server.http.clone(),
+            server.url(),
+            server.submit_body.clone(),
+        );
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            let mut errors = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < n {
+                let t0 = Instant::now();
+                let result = submit(&http, &url, &body).await;
+                latencies.push(t0.elapsed());
+                if let Err(e) = result {
+                    errors.push(e);
+                }
+            }
+            (latencies, errors)
+        });
+    }
+    let mut all = Submitted {
+        ok: 0,
+        errors: Vec::new(),
+        latencies: Vec::with_capacity(n),
+        elapsed: Duration::ZERO,
+    };
+    while let Some(joined) = tasks.join_next().await {
+        let (latencies, errors) = joined.expect("a submit task");
+        all.latencies.extend(latencies);
+        all.errors.extend(errors);
+    }
+    all.elapsed = started.elapsed();
+    all.ok = all.latencies.len() - all.errors.len();
+    all
+}
+
+/// Submissions paced at `rate` per second for `secs` seconds, at most 256 in flight.
+async fn submit_paced(server: &Server, rate: f64, secs: f64) -> Submitted {
+    let n = (rate * secs).round().max(1.0) as usize;
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let in_flight = Arc::new(Semaphore::new(256));
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for _ in 0..n {
+        ticks.tick().await;
+        let permit = in_flight.clone().acquire_owned().await.expect("semaphore");
+        let (http, url, body) = (server.http.clone(), server.url(), server.submit_body.clone());
+        tasks.spawn(async move {
+            let t0 = Instant::now();
+            let result = submit(&http, &url, &body).await;
+            drop(permit);
+            (t0.elapsed(), result)
+        });
+    }
+    let mut all = Submitted {
+        ok: 0,
+        errors: Vec::new(),
+        latencies: Vec::with_capacity(n),
+        elapsed: Duration::ZERO,
+    };
+    while let Some(joined) = tasks.join_next().await {
+        let (latency, result) = joined.expect("a submit task");
+        all.latencies.push(latency);
+        match result {
+            Ok(()) => all.ok += 1,
+            Err(e) => all.errors.push(e),
+        }
+    }
+    all.elapsed = started.elapsed();
+    all
+}
+
+/// Nearest-rank percentile of sorted values.
+fn pct<T: Copy>(sorted: &[T], p: f64) -> T {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subscribers
+
+/// One received `next` frame.
+struct Sample {
+    /// Which measurement was running when it arrived.
+    tag: u8,
+    /// Receive time, µs since the Unix epoch.
+    recv_us: i64,
+    /// Receive time - the event's `at`, in µs.
+    lat_us: i64,
+}
+
+/// Shared by every reader task.
+#[derive(Default)]
+struct Hub {
+    tag: AtomicU8,
+    frames: AtomicU64,
+    bad: AtomicU64,
+    bad_examples: Mutex<Vec<String>>,
+}
+
+impl Hub {
+    fn bad(&self, what: String) {
+        self.bad.fetch_add(1, Ordering::Relaxed);
+        let mut examples = self.bad_examples.lock().unwrap();
+        if examples.len() < 5 {
+            examples.push(what);
+        }
+    }
+
+    fn record(&self, text: &str, now: DateTime<Utc>, samples: &Mutex<Vec<Sample>>) {
+        if !text.contains(r#""type":"next""#) || text.contains(r#""errors""#) {
+            return self.bad(format!("unexpected frame: {text}"));
+        }
+        let Some(at) = event_at(text) else {
+            return self.bad(format!("no `at` in: {text}"));
+        };
+        let lat_us = (now - at).num_microseconds().unwrap_or(i64::MAX);
+        samples.lock().unwrap().push(Sample {
+            tag: self.tag.load(Ordering::Relaxed),
+            recv_us: now.timestamp_micros(),
+            lat_us,
+        });
+        self.frames.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The event's `at`, found without parsing the whole frame (the reader must keep up).
+fn event_at(text: &str) -> Option<DateTime<Utc>> {
+    let rest = text.split_once(r#""at":""#)?.1;
+    let value = &rest[..rest.find('"')?];
+    DateTime::parse_from_rfc3339(value)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+struct Socket {
+    sink: SplitSink<Ws, Message>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Opens a graphql-transport-ws socket, waits for the ack, and starts its reader.
+async fn open_socket(url: String, hub: Arc<Hub>) -> Result<Socket, String> {
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "graphql-transport-ws".parse().unwrap());
+    let (mut ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| format!("connect: {e}"))?;
+    ws.send(Message::text(r#"{"type":"connection_init","payload":{}}"#))
+        .await
+        .map_err(|e| format!("send init: {e}"))?;
+    loop {
+        let frame = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .map_err(|_| "no connection_ack in time".to_owned())?;
+        match frame {
+            Some(Ok(Message::Text(t))) if t.as_str().contains("connection_ack") => break,
+            Some(Ok(Message::Text(t))) => return Err(format!("expected connection_ack, got {t}")),
+            Some(Ok(Message::Close(c))) => return Err(format!("closed before ack: {c:?}")),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(format!("before ack: {e}")),
+            None => return Err("socket ended before ack".into()),
+        }
+    }
+    let (sink, stream) = ws.split();
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let reader = tokio::spawn(read_loop(stream, hub, samples.clone()));
+    Ok(Socket {
+        sink,
+        samples,
+        reader,
+    })
+}
+
+async fn read_loop(mut stream: SplitStream<Ws>, hub: Arc<Hub>, samples: Arc<Mutex<Vec<Sample>>>) {
+    // Reading also answers the server's keepalive pings (tungstenite queues the pong).
+    while let Some(frame) = stream.next().await {
+        let now = Utc::now();
+        match frame {
+            Ok(Message::Text(t)) => hub.record(t.as_str(), now, &samples),
+            Ok(Message::Close(c)) => return hub.bad(format!("socket closed by the server: {c:?}")),
+            Ok(_) => {}
+            Err(e) => return hub.bad(format!("socket error: {e}")),
+        }
+    }
+    hub.bad("socket ended".into());
+}
+
+/// Waits until `expected` frames have arrived in all, or none arrived for `quiet`; bounded.
+async fn settle(hub: &Hub, expected: u64, quiet: Duration) -> u64 {
+    let started = Instant::now();
+    let mut last = hub.frames.load(Ordering::Relaxed);
+    let mut last_change = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = hub.frames.load(Ordering::Relaxed);
+        if now >= expected || started.elapsed() > WAIT {
+            return now;
+        }
+        if now != last {
+            last = now;
+            last_change = Instant::now();
+        } else if last_change.elapsed() > quiet {
+            return now;
+        }
+    }
+}
+
+/// Takes the samples of one measurement out of every socket.
+fn take_samples(sockets: &[Socket], tag: u8) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for socket in sockets {
+        let mut samples = socket.samples.lock().unwrap();
+        let (mine, rest): (Vec<Sample>, Vec<Sample>) = samples.drain(..).partition(|s| s.tag == tag);
+        *samples = rest;
+        out.extend(mine);
+    }
+    out
+}
+
+/// Latency and delivery figures of one measurement.
+struct FanOut {
+    frames: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    negative: usize,
+    frames_per_sec: f64,
+}
+
+fn fan_out(samples: &[Sample]) -> Option<FanOut> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut lat: Vec<i64> = samples.iter().map(|s| s.lat_us).collect();
+    lat.sort_unstable();
+    let first = samples.iter().map(|s| s.recv_us).min().unwrap();
+    let last = samples.iter().map(|s| s.recv_us).max().unwrap();
+    let span = ((last - first) as f64 / 1e6).max(1e-6);
+    Some(FanOut {
+        frames: samples.len(),
+        p50_ms: pct(&lat, 50.0) as f64 / 1e3,
+        p99_ms: pct(&lat, 99.0) as f64 / 1e3,
+        max_ms: *lat.last().unwrap() as f64 / 1e3,
+        negative: lat.iter().filter(|l| **l < 0).count(),
+        frames_per_sec: samples.len() as f64 / span,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("load: skipped; run it with `cargo bench --bench load`");
+        return;
+    }
+    let opts = Opts::from_env();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(run(opts));
+}
+
+/// Rows of the final table: (measurement, figure, value).
+type Table = Vec<(String, String, String)>;
+
+async fn run(opts: Opts) {
+    println!(
+        "jobgate load bench; server binary: {}",
+        env!("CARGO_BIN_EXE_jobgate")
+    );
+    let mut table: Table = Vec::new();
+    for durability in &opts.durabilities {
+        submit_throughput(&opts, durability, &mut table).await;
+    }
+    if opts.subscriptions > 0 {
+        subscriptions(&opts, &mut table).await;
+    }
+    println!();
+    println!("{:<44} {:<34} {:>14}", "measurement", "figure", "value");
+    println!("{}", "-".repeat(94));
+    let mut previous = String::new();
+    for (what, figure, value) in &table {
+        let label = if *what == previous { "" } else { what.as_str() };
+        println!("{label:<44} {figure:<34} {value:>14}");
+        previous.clone_from(what);
+    }
+}
+
+fn report_problems(server: &Server, table: &mut Table, what: &str) {
+    let problems = server.problems();
+    table.push((
+        what.into(),
+        "server WARN/ERROR log lines".into(),
+        problems.len().to_string(),
+    ));
+    for line in problems.iter().take(5) {
+        println!("  server logged: {line}");
+    }
+}
+
+async fn submit_throughput(opts: &Opts, durability: &str, table: &mut Table) {
+    let what = format!("1. submitJob, --durability {durability}");
+    println!("\n== {what}: {} jobs from {} clients", opts.submits, opts.clients);
+    let mut server = Server::start(durability, &opts.command);
+    // Warm-up: connections, statement cache, the first commit.
+    let warm = submit_many(&server, 2 * opts.clients, opts.clients).await;
+    assert!(
+        warm.errors.is_empty(),
+        "warm-up submissions failed: {:?}",
+        warm.errors
+    );
+
+    let cpu = CpuMark::new(&server);
+    let started = Instant::now();
+    let mut result = submit_many(&server, opts.submits, opts.clients).await;
+    println!("  cpu while submitting: {}", cpu.since());
+    result.latencies.sort_unstable();
+    let rate = result.ok as f64 / result.elapsed.as_secs_f64();
+    println!(
+        "  accepted {} in {:.2} s: {rate:.0} jobs/s; latency p50 {} ms, p99 {} ms, max {} ms; {} errors",
+        result.ok,
+        result.elapsed.as_secs_f64(),
+        ms(pct(&result.latencies, 50.0)),
+        ms(pct(&result.latencies, 99.0)),
+        ms(*result.latencies.last().unwrap()),
+        result.errors.len()
+    );
+    for e in result.errors.iter().take(5) {
+        println!("  error: {e}");
+    }
+    table.push((what.clone(), "accepted jobs/s".into(), format!("{rate:.0}")));
+    table.push((
+        what.clone(),
+        "submitJob p50 / p99 (ms)".into(),
+        format!(
+            "{} / {}",
+            ms(pct(&result.latencies, 50.0)),
+            ms(pct(&result.latencies, 99.0))
+        ),
+    ));
+    table.push((what.clone(), "errors".into(), result.errors.len().to_string()));
+
+    // How long until every accepted job has run (bounded): the executor's pace.
+    let mut unfinished = server.count(UNFINISHED).await;
+    let drain_limit = Duration::from_secs(opts.drain_secs);
+    while unfinished > 0 && started.elapsed() < drain_limit {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        unfinished = server.count(UNFINISHED).await;
+    }
+    let failed = server.count(FAILED).await;
+    let done = started.elapsed().as_secs_f64();
+    println!(
+        "  all jobs finished {done:.2} s after the first submission ({unfinished} still unfinished, \
+         {failed} failed or cancelled); cpu: {}",
+        cpu.since()
+    );
+    table.push((
+        what.clone(),
+        "submit → all finished (s)".into(),
+        if unfinished == 0 {
+            format!("{done:.1}")
+        } else {
+            format!(">{done:.0} ({unfinished} left)")
+        },
+    ));
+    report_problems(&server, table, &what);
+    println!("  server stopped: {}", server.stop().await);
+}
+
+/// Most sockets this process may open, keeping room for everything else.
+fn socket_budget() -> usize {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1024);
+    soft.saturating_sub(256).max(1)
+}
+
+async fn subscriptions(opts: &Opts, table: &mut Table) {
+    let mut per_socket = opts.subs_per_socket;
+    let budget = socket_budget();
+    if opts.subscriptions.div_ceil(per_socket) > budget {
+        per_socket = opts.subscriptions.div_ceil(budget);
+        println!(
+            "RLIMIT_NOFILE allows about {budget} sockets: carrying {per_socket} subscriptions per socket \
+             (raise `ulimit -n` for one socket each)"
+        );
+    }
+    let n_sockets = opts.subscriptions.div_ceil(per_socket);
+    let total_subs = n_sockets * per_socket;
+    let what_mem = format!("3. memory, {total_subs} subs on {n_sockets} sockets");
+    println!(
+        "\n== 2/3. {total_subs} jobEvents subscriptions on {n_sockets} WebSockets ({per_socket} each), \
+         --durability {}",
+        opts.lat_durability
+    );
+    let mut server = Server::start(&opts.lat_durability, &opts.command);
+    let hub = Arc::new(Hub::default());
+
+    // Warm-up: one subscriber sees a few jobs; then it goes away.
+    {
+        let mut socket = open_socket(server.ws_url(), hub.clone())
+            .await
+            .expect("warm-up socket");
+        subscribe(&mut socket, "w").await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let warm = submit_many(&server, 10, 4).await;
+        assert!(
+            warm.errors.is_empty(),
+            "warm-up submissions failed: {:?}",
+            warm.errors
+        );
+        settle(&hub, u64::MAX, Duration::from_millis(700)).await;
+    }
+    hub.frames.store(0, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss0 = server.rss_kib();
+
+    // Sockets, acknowledged, no subscription yet.
+    let t0 = Instant::now();
+    let opened: Vec<Result<Socket, String>> = futures::stream::iter(0..n_sockets)
+        .map(|_| open_socket(server.ws_url(), hub.clone()))
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let mut sockets = Vec::with_capacity(n_sockets);
+    let mut failures = Vec::new();
+    for socket in opened {
+        match socket {
+            Ok(s) => sockets.push(s),
+            Err(e) => failures.push(e),
+        }
+    }
+    println!(
+        "  opened {} sockets in {:.2} s ({} failed{})",
+        sockets.len(),
+        t0.elapsed().as_secs_f64(),
+        failures.len(),
+        failures
+            .first()
+            .map(|e| format!(", first: {e}"))
+            .unwrap_or_default()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss1 = server.rss_kib();
+
+    // Subscriptions, idle.
+    let t0 = Instant::now();
+    for socket in &mut sockets {
+        for i in 0..per_socket {
+            subscribe(socket, &format!("s{i}")).await;
+        }
+    }
+    let live_subs = (sockets.len() * per_socket) as u64;
+    println!(
+        "  sent {live_subs} subscribe messages in {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss2 = server.rss_kib();
+
+    // A probe job: every subscription must see it; gives the events per job.
+    hub.tag.store(0, Ordering::Relaxed);
+    let probe = submit_many(&server, 1, 1).await;
+    assert!(
+        probe.errors.is_empty(),
+        "probe submission failed: {:?}",
+        probe.errors
+    );
+    let seen = settle(&hub, u64::MAX, Duration::from_secs(2)).await;
+    let events_per_job = seen as f64 / live_subs as f64;
+    println!(
+        "  probe job: {seen} frames over {live_subs} subscriptions = {events_per_job:.2} events per job"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss3 = server.rss_kib();
+    take_samples(&sockets, 0);
+
+    let kib = |a: u64, b: u64, n: u64| (b as f64 - a as f64) / n.max(1) as f64;
+    println!(
+        "  server VmRSS: {rss0} KiB idle, {rss1} with {} sockets, {rss2} with {live_subs} idle \
+         subscriptions, {rss3} after one event delivered to each",
+        sockets.len()
+    );
+    table.push((
+        what_mem.clone(),
+        "server VmRSS before (KiB)".into(),
+        rss0.to_string(),
+    ));
+    table.push((
+        what_mem.clone(),
+        "per socket, acked (KiB)".into(),
+        format!("{:.1}", kib(rss0, rss1, sockets.len() as u64)),
+    ));
+    table.push((
+        what_mem.clone(),
+        "per subscription, idle (KiB)".into(),
+        format!("{:.1}", kib(rss1, rss2, live_subs)),
+    ));
+    table.push((
+        what_mem.clone(),
+        "per socket+subscription, idle (KiB)".into(),
+        format!("{:.1}", kib(rss0, rss2, live_subs)),
+    ));
+    table.push((
+        what_mem.clone(),
+        "per sub, after 1 delivery (KiB)".into(),
+        format!("{:.1}", kib(rss0, rss3, live_subs)),
+    ));
+
+    // Steady rates.
+    let mut tag = 1u8;
+    for &rate in &opts.rates {
+        let what = format!(
+            "2. {live_subs} subs, {rate} jobs/s (~{:.0} ev/s)",
+            rate * events_per_job
+        );
+        measure(
+            &server,
+            &hub,
+            &sockets,
+            tag,
+            &what,
+            live_subs,
+            events_per_job,
+            table,
+            async { submit_paced(&server, rate, opts.rate_secs).await },
+        )
+        .await;
+        tag += 1;
+    }
+
+    // A burst: the fan-out capacity.
+    if opts.burst_jobs > 0 {
+        let what = format!("2. {live_subs} subs, burst of {} jobs", opts.burst_jobs);
+        measure(
+            &server,
+            &hub,
+            &sockets,
+            tag,
+            &what,
+            live_subs,
+            events_per_job,
+            table,
+            async { submit_many(&server, opts.burst_jobs, opts.clients).await },
+        )
+        .await;
+        tag += 1;
+    }
+
+    // The design's latency point: 200 events/s to 100 subscribers.
+    if opts.small_subs > 0 && opts.small_events_per_sec > 0.0 {
+        let keep = opts.small_subs.div_ceil(per_socket).min(sockets.len());
+        sockets.truncate(keep);
+        let small_subs = (keep * per_socket) as u64;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let rate = opts.small_events_per_sec / events_per_job.max(1.0);
+        let what = format!(
+            "2. {small_subs} subs, {} ev/s ({rate:.1} jobs/s)",
+            opts.small_events_per_sec
+        );
+        measure(
+            &server,
+            &hub,
+            &sockets,
+            tag,
+            &what,
+            small_subs,
+            events_per_job,
+            table,
+            async { submit_paced(&server, rate, opts.rate_secs).await },
+        )
+        .await;
+    }
+
+    let bad = hub.bad.load(Ordering::Relaxed);
+    println!("  unexpected frames or socket ends: {bad}");
+    for example in hub.bad_examples.lock().unwrap().iter() {
+        println!("    {example}");
+    }
+    table.push((
+        "2. all subscription runs".into(),
+        "unexpected frames/closes".into(),
+        bad.to_string(),
+    ));
+    report_problems(&server, table, "2. all subscription runs");
+    drop(sockets);
+    println!("  server stopped: {}", server.stop().await);
+}
+
+async fn subscribe(socket: &mut Socket, id: &str) {
+    let message = json!({ "id": id, "type": "subscribe", "payload": { "query": EVENTS } });
+    socket
+        .sink
+        .send(Message::text(message.to_string()))
+        .await
+        .expect("send subscribe");
+}
+
+/// Runs one submission pattern while every subscriber records what it receives.
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    server: &Server,
+    hub: &Hub,
+    sockets: &[Socket],
+    tag: u8,
+    what: &str,
+    subs: u64,
+    events_per_job: f64,
+    table: &mut Table,
+    submissions: impl Future<Output = Submitted>,
+) {
+    println!("\n-- {what}");
+    hub.tag.store(tag, Ordering::Relaxed);
+    let before = hub.frames.load(Ordering::Relaxed);
+    let cpu = CpuMark::new(server);
+    let mut submitted = submissions.await;
+    let expected = (submitted.ok as f64 * events_per_job).round() as u64 * subs;
+    let received = settle(hub, before + expected, Duration::from_secs(2)).await - before;
+    println!("  cpu: {}", cpu.since());
+    submitted.latencies.sort_unstable();
+    println!(
+        "  submitted {} jobs in {:.2} s ({:.1} jobs/s, submitJob p50 {} ms, p99 {} ms, {} errors)",
+        submitted.ok,
+        submitted.elapsed.as_secs_f64(),
+        submitted.ok as f64 / submitted.elapsed.as_secs_f64(),
+        ms(pct(&submitted.latencies, 50.0)),
+        ms(pct(&submitted.latencies, 99.0)),
+        submitted.errors.len()
+    );
+    for e in submitted.errors.iter().take(5) {
+        println!("  error: {e}");
+    }
+    println!("  frames received {received} of {expected} expected");
+    let samples = take_samples(sockets, tag);
+    let Some(f) = fan_out(&samples) else {
+        println!("  no frames");
+        table.push((what.into(), "frames".into(), "0".into()));
+        return;
+    };
+    println!(
+        "  event at → frame received: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} negative); \
+         {:.0} frames/s while frames arrived",
+        f.p50_ms, f.p99_ms, f.max_ms, f.negative, f.frames_per_sec
+    );
+    table.push((
+        what.into(),
+        "frames received / expected".into(),
+        format!("{} / {expected}", f.frames),
+    ));
+    table.push((
+        what.into(),
+        "latency p50 / p99 (ms)".into(),
+        format!("{:.2} / {:.2}", f.p50_ms, f.p99_ms),
+    ));
+    table.push((what.into(), "latency max (ms)".into(), format!("{:.1}", f.max_ms)));
+    table.push((
+        what.into(),
+        "frames/s delivered".into(),
+        format!("{:.0}", f.frames_per_sec),
+    ));
+}

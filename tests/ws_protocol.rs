@@ -1,0 +1,664 @@
+//! graphql-transport-ws conformance over the real `jobgate` binary: one test per close code
+//! and per checklist point of `shared/reference/graphql-transport-ws.md` §8 that the real
+//! schema can drive. (The points that need resolvers a test can hold, such as a mutation in
+//! flight or a hook that fails, are covered by the unit tests in `src/graphql/ws.rs`.)
+//!
+//! No test asserts a duration; timeouts only keep a broken test from hanging.
+
+mod common;
+
+use common::{Server, WAIT};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+const PROTOCOL: &str = "graphql-transport-ws";
+
+/// What the client saw next: a protocol message, or the end of the socket.
+#[derive(Debug, PartialEq)]
+enum Received {
+    Message(Value),
+    /// A close frame: code and reason.
+    Closed(u16, String),
+    /// The socket ended without a close frame.
+    Dropped,
+}
+
+struct Client {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    /// The `Sec-WebSocket-Protocol` of the 101 answer.
+    protocol: Option<String>,
+}
+
+impl Client {
+    /// Opens a socket offering `protocols` (the header is left out when `None`).
+    async fn open(server: &Server, protocols: Option<&str>) -> Client {
+        let mut request = server.ws_url().into_client_request().unwrap();
+        if let Some(protocols) = protocols {
+            request
+                .headers_mut()
+                .insert("Sec-WebSocket-Protocol", protocols.parse().unwrap());
+        }
+        // TCP_NODELAY on our side, so our small frames are never held back by Nagle.
+        let (ws, response) = tokio::time::timeout(
+            WAIT,
+            tokio_tungstenite::connect_async_with_config(request, None, true),
+        )
+        .await
+        .expect("connect timed out")
+        .expect("websocket connect");
+        let protocol = response
+            .headers()
+            .get("Sec-WebSocket-Protocol")
+            .map(|v| v.to_str().unwrap().to_owned());
+        Client { ws, protocol }
+    }
+
+    async fn connect(server: &Server) -> Client {
+        Self::open(server, Some(PROTOCOL)).await
+    }
+
+    /// Connected, initialised with `payload` and acknowledged.
+    async fn acked_with(server: &Server, payload: Value) -> Client {
+        let mut client = Self::connect(server).await;
+        client
+            .send(json!({"type": "connection_init", "payload": payload}))
+            .await;
+        client.expect(json!({"type": "connection_ack"})).await;
+        client
+    }
+
+    async fn acked(server: &Server) -> Client {
+        Self::acked_with(server, json!({})).await
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.send_text(&message.to_string()).await;
+    }
+
+    async fn send_text(&mut self, text: &str) {
+        self.ws.send(Message::text(text)).await.expect("send");
+    }
+
+    async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
+        self.send(json!({"id": id, "type": "subscribe",
+            "payload": {"query": query, "variables": variables}}))
+            .await;
+    }
+
+    /// The next text message or the end of the socket; ping and pong frames are skipped
+    /// (tungstenite answers ping frames by itself while we read).
+    async fn recv(&mut self) -> Received {
+        // One deadline for the whole wait: keepalive pings must not extend it.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let frame = tokio::time::timeout_at(deadline, self.ws.next())
+                .await
+                .expect("nothing received within the wait limit");
+            match frame {
+                Some(Ok(Message::Text(text))) => {
+                    return Received::Message(serde_json::from_str(&text).expect("JSON message"));
+                }
+                Some(Ok(Message::Close(Some(frame)))) => {
+                    return Received::Closed(frame.code.into(), frame.reason.to_string());
+                }
+                Some(Ok(Message::Close(None))) => return Received::Closed(1005, String::new()),
+                Some(Ok(Message::Binary(_))) => panic!("the server sent a binary frame"),
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return Received::Dropped,
+            }
+        }
+    }
+
+    /// The next message, which must not be the end of the socket.
+    async fn message(&mut self) -> Value {
+        match self.recv().await {
+            Received::Message(message) => message,
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
+    async fn expect(&mut self, message: Value) {
+        assert_eq!(self.recv().await, Received::Message(message));
+    }
+
+    /// Reads until the close frame, which must carry `code`; returns its reason.
+    async fn expect_close(&mut self, code: u16) -> String {
+        match self.recv().await {
+            Received::Closed(got, reason) if got == code => reason,
+            other => panic!("expected close {code}, got {other:?}"),
+        }
+    }
+
+    /// A `ping`/`pong` round trip: the socket is open, and nothing else was sent before the
+    /// `pong` (the server answers in order).
+    async fn expect_alive(&mut self) {
+        self.send(json!({"type": "ping", "payload": {"probe": 1}})).await;
+        self.expect(json!({"type": "pong", "payload": {"probe": 1}}))
+            .await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Handshake and subprotocol (checklist 1, 2)
+
+#[tokio::test]
+async fn subprotocol_is_selected_alone_or_among_others() {
+    let server = Server::start(&[]).await;
+    let client = Client::open(&server, Some(PROTOCOL)).await;
+    assert_eq!(client.protocol.as_deref(), Some(PROTOCOL));
+    let client = Client::open(&server, Some("graphql-ws, graphql-transport-ws")).await;
+    assert_eq!(client.protocol.as_deref(), Some(PROTOCOL));
+    let mut client = client;
+    client.send(json!({"type": "connection_init"})).await;
+    client.expect(json!({"type": "connection_ack"})).await;
+}
+
+#[tokio::test]
+async fn close_4406_without_the_subprotocol() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::open(&server, None).await;
+    assert_eq!(client.protocol, None);
+    assert_eq!(client.expect_close(4406).await, "Subprotocol not acceptable");
+}
+
+// ---------------------------------------------------------------------------------------
+// Close codes
+
+#[tokio::test]
+async fn close_4400_for_malformed_messages() {
+    let server = Server::start(&[]).await;
+    let malformed = [
+        "this is not json",
+        "[1,2,3]",
+        r#"{"payload":{}}"#,
+        r#"{"type":""}"#,
+        r#"{"type":42}"#,
+        r#"{"type":"what_is_this"}"#,
+        // Legacy subscriptions-transport-ws types.
+        r#"{"type":"start","id":"1","payload":{"query":"{ jobs { totalCount } }"}}"#,
+        r#"{"type":"stop","id":"1"}"#,
+        r#"{"type":"connection_terminate"}"#,
+        // Server-only types sent by the client.
+        r#"{"type":"next","id":"1","payload":{"data":null}}"#,
+        r#"{"type":"connection_ack"}"#,
+        // Bad subscribe shapes.
+        r#"{"type":"subscribe","payload":{"query":"{ jobs { totalCount } }"}}"#,
+        r#"{"type":"subscribe","id":"","payload":{"query":"{ jobs { totalCount } }"}}"#,
+        r#"{"type":"subscribe","id":7,"payload":{"query":"{ jobs { totalCount } }"}}"#,
+        r#"{"type":"subscribe","id":"1"}"#,
+        r#"{"type":"subscribe","id":"1","payload":{"query":7}}"#,
+        r#"{"type":"subscribe","id":"1","payload":{"query":"{ jobs { totalCount } }","variables":[]}}"#,
+        r#"{"type":"subscribe","id":"1","payload":{"query":"{ jobs { totalCount } }","operationName":5}}"#,
+        r#"{"type":"complete","id":""}"#,
+        r#"{"type":"ping","payload":"not an object"}"#,
+    ];
+    for text in malformed {
+        let mut client = Client::acked(&server).await;
+        client.send_text(text).await;
+        let reason = client.expect_close(4400).await;
+        assert!(reason.starts_with("Invalid message received"), "{text}: {reason}");
+    }
+    // A connection_init payload that is not an object, before any ack.
+    for payload in [json!("token"), json!(3), json!([1])] {
+        let mut client = Client::connect(&server).await;
+        client
+            .send(json!({"type": "connection_init", "payload": payload}))
+            .await;
+        client.expect_close(4400).await;
+    }
+    // A binary frame that is not UTF-8.
+    let mut client = Client::acked(&server).await;
+    client.ws.send(Message::binary(vec![0xc3, 0x28])).await.unwrap();
+    client.expect_close(4400).await;
+}
+
+#[tokio::test]
+async fn binary_frames_holding_json_are_accepted() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::connect(&server).await;
+    client
+        .ws
+        .send(Message::binary(br#"{"type":"connection_init"}"#.to_vec()))
+        .await
+        .unwrap();
+    client.expect(json!({"type": "connection_ack"})).await;
+}
+
+#[tokio::test]
+async fn close_4401_for_subscribe_before_ack() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::connect(&server).await;
+    client.subscribe("1", "{ jobs { totalCount } }", json!({})).await;
+    assert_eq!(client.expect_close(4401).await, "Unauthorized");
+}
+
+#[tokio::test]
+async fn close_4403_when_the_token_is_missing_or_wrong() {
+    let server = Server::start(&["--api-token", "secret"]).await;
+    for payload in [Value::Null, json!({}), json!({"authorization": "Bearer wrong"})] {
+        let mut client = Client::connect(&server).await;
+        client
+            .send(json!({"type": "connection_init", "payload": payload}))
+            .await;
+        let reason = client.expect_close(4403).await;
+        assert!(reason.starts_with("Forbidden"), "{reason}");
+        assert!(!reason.contains("secret"), "{reason}");
+    }
+    // The right token is acknowledged and the connection works.
+    let mut client = Client::acked_with(&server, json!({"authorization": "Bearer secret"})).await;
+    client.subscribe("q", "{ jobs { totalCount } }", json!({})).await;
+    assert_eq!(client.message().await["type"], "next");
+}
+
+#[tokio::test]
+async fn close_4408_without_connection_init() {
+    let server = Server::start(&["--ws-init-timeout-ms", "300"]).await;
+    let mut client = Client::connect(&server).await;
+    // A ping is not a connection_init: it is answered, and the timer keeps running.
+    client.send(json!({"type": "ping"})).await;
+    client.expect(json!({"type": "pong"})).await;
+    assert_eq!(
+        client.expect_close(4408).await,
+        "Connection initialisation timeout"
+    );
+}
+
+#[tokio::test]
+async fn close_4409_for_an_active_id() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    client
+        .subscribe("dup", "subscription { jobEvents { cursor } }", json!({}))
+        .await;
+    client.expect_alive().await;
+    client
+        .subscribe("dup", "{ jobs { totalCount } }", json!({}))
+        .await;
+    assert_eq!(
+        client.expect_close(4409).await,
+        "Subscriber for dup already exists"
+    );
+}
+
+#[tokio::test]
+async fn close_4429_for_a_second_connection_init() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    client.send(json!({"type": "connection_init"})).await;
+    assert_eq!(
+        client.expect_close(4429).await,
+        "Too many initialisation requests"
+    );
+}
+
+#[tokio::test]
+async fn close_reason_fits_in_123_bytes_with_a_200_byte_id() {
+    let server = Server::start(&[]).await;
+    for id in ["i".repeat(200), "é".repeat(100)] {
+        assert_eq!(id.len(), 200);
+        let mut client = Client::acked(&server).await;
+        client
+            .subscribe(&id, "subscription { jobEvents { cursor } }", json!({}))
+            .await;
+        client
+            .subscribe(&id, "subscription { jobEvents { cursor } }", json!({}))
+            .await;
+        // A close frame over 125 bytes would fail our client's read instead of arriving.
+        let reason = client.expect_close(4409).await;
+        assert!(reason.len() <= 123, "{} bytes", reason.len());
+        assert!(reason.starts_with("Subscriber for "));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages and operations
+
+#[tokio::test]
+async fn ping_gets_pong_with_the_same_payload_and_pong_gets_nothing() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::connect(&server).await;
+    // Before init.
+    client
+        .send(json!({"type": "ping", "payload": {"n": 1, "nested": {"a": [true]}}}))
+        .await;
+    client
+        .expect(json!({"type": "pong", "payload": {"n": 1, "nested": {"a": [true]}}}))
+        .await;
+    client.send(json!({"type": "ping"})).await;
+    client.expect(json!({"type": "pong"})).await;
+    client.send(json!({"type": "connection_init"})).await;
+    client.expect(json!({"type": "connection_ack"})).await;
+    // After the ack; an unsolicited pong gets no answer.
+    client
+        .send(json!({"type": "pong", "payload": {"ignored": true}}))
+        .await;
+    client.expect_alive().await;
+}
+
+#[tokio::test]
+async fn ping_frame_gets_pong_frame() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    client
+        .ws
+        .send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    loop {
+        let frame = tokio::time::timeout(WAIT, client.ws.next())
+            .await
+            .expect("no pong frame within the wait limit")
+            .expect("socket ended")
+            .expect("socket error");
+        if let Message::Pong(payload) = frame {
+            assert_eq!(&payload[..], b"are you there");
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn query_gets_one_next_then_complete() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    client
+        .subscribe("q", "{ jobs(first: 1) { totalCount } }", json!({}))
+        .await;
+    let next = client.message().await;
+    assert_eq!(next["id"], "q");
+    assert_eq!(next["type"], "next");
+    assert_eq!(next["payload"]["data"]["jobs"]["totalCount"], 0);
+    assert!(next["payload"].get("errors").is_none(), "{next}");
+    client.expect(json!({"id": "q", "type": "complete"})).await;
+    client.expect_alive().await;
+}
+
+#[tokio::test]
+async fn mutation_gets_one_next_then_complete() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    client
+        .subscribe(
+            "m",
+            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }",
+            json!({"input": {"command": ["true"]}}),
+        )
+        .await;
+    let next = client.message().await;
+    assert_eq!(next["id"], "m");
+    assert_eq!(next["type"], "next");
+    assert_eq!(next["payload"]["data"]["submitJob"]["job"]["phase"], "PENDING");
+    client.expect(json!({"id": "m", "type": "complete"})).await;
+}
+
+#[tokio::test]
+async fn syntax_error_gets_error_without_complete_and_the_socket_stays_open() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    client
+        .subscribe("bad", "{ jobs(first: 1) { totalCount }", json!({}))
+        .await;
+    let error = client.message().await;
+    assert_eq!(error["id"], "bad");
+    assert_eq!(error["type"], "error");
+    let errors = error["payload"].as_array().expect("a bare array of errors");
+    assert!(!errors.is_empty());
+    assert!(errors.iter().all(|e| e["message"].is_string()), "{error}");
+    // No complete follows: the next frame is the pong.
+    client.expect_alive().await;
+}
+
+#[tokio::test]
+async fn validation_errors_and_unknown_operations_get_error() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    let cases = [
+        json!({"query": "{ noSuchField }"}),
+        json!({"query": "query A { jobs { totalCount } } query B { jobs { totalCount } }"}),
+        json!({"query": "query A { jobs { totalCount } }", "operationName": "Nope"}),
+    ];
+    for payload in cases {
+        client
+            .send(json!({"id": "v", "type": "subscribe", "payload": payload}))
+            .await;
+        let error = client.message().await;
+        assert_eq!(error["type"], "error", "{payload}: {error}");
+        assert!(!error["payload"].as_array().unwrap().is_empty());
+        client.expect_alive().await;
+    }
+}
+
+#[tokio::test]
+async fn failed_subscription_setup_gets_next_with_errors_then_complete() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    client
+        .subscribe(
+            "s",
+            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
+            json!({"id": "no-such-job"}),
+        )
+        .await;
+    let next = client.message().await;
+    assert_eq!(next["type"], "next", "{next}");
+    assert!(!next["payload"]["errors"].as_array().unwrap().is_empty());
+    client.expect(json!({"id": "s", "type": "complete"})).await;
+}
+
+#[tokio::test]
+async fn id_can_be_reused_after_complete_or_error() {
+    let server = Server::start(&[]).await;
+    let mut client = Client::acked(&server).await;
+    for _ in 0..2 {
+        client
+            .subscribe("same", "{ jobs { totalCount } }", json!({}))
+            .await;
+        assert_eq!(client.message().await["type"], "next");
+        client.expect(json!({"id": "same", "type": "complete"})).await;
+    }
+    client.subscribe("same", "{ broken", json!({})).await;
+    assert_eq!(client.message().await["type"], "error");
+    client
+        .subscribe("same", "{ jobs { totalCount } }", json!({}))
+        .await;
+    assert_eq!(client.message().await["type"], "next");
+    client.expect(json!({"id": "same", "type": "complete"})).await;
+}
+
+#[tokio::test]
+async fn client_complete_stops_a_subscription_without_echo() {
+    let server = Server::start(&[]).await;
+    let first = server.submit(json!({"command": ["true"]})).await;
+    eprintln!("submitted {first}");
+    let job = server.job(&first).await;
+    eprintln!("job {job}");
+    server.wait_terminal(&first).await;
+    eprintln!("terminal");
+
+    let mut client = Client::acked(&server).await;
+    // Replay from the start: read up to the first job's terminal event, after which nothing
+    // is in flight for this subscription.
+    client
+        .subscribe(
+            "events",
+            "subscription { jobEvents(after: \"0\") { phase job { id } } }",
+            json!({}),
+        )
+        .await;
+    loop {
+        let next = client.message().await;
+        assert_eq!(next["id"], "events", "{next}");
+        let event = &next["payload"]["data"]["jobEvents"];
+        if event["job"]["id"] == first.as_str() && event["phase"] == "SUCCEEDED" {
+            break;
+        }
+    }
+    client.send(json!({"type": "complete", "id": "events"})).await;
+
+    // New events while the socket stays open: a second job, followed to its end on the same
+    // socket. A live `events` subscription would have received them too.
+    let second = server.submit(json!({"command": ["true"]})).await;
+    client
+        .subscribe(
+            "probe",
+            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
+            json!({"id": second}),
+        )
+        .await;
+    loop {
+        let message = client.message().await;
+        assert_eq!(message["id"], "probe", "after complete: {message}");
+        if message["type"] == "complete" {
+            break;
+        }
+    }
+    // Completing again, or an unknown id, is ignored; no echo, no close.
+    client.send(json!({"type": "complete", "id": "events"})).await;
+    client.send(json!({"type": "complete", "id": "never-used"})).await;
+    client.expect_alive().await;
+    // And the id is free.
+    client
+        .subscribe("events", "{ jobs { totalCount } }", json!({}))
+        .await;
+    assert_eq!(client.message().await["type"], "next");
+    client.expect(json!({"id": "events", "type": "complete"})).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Keepalive (checklist 30)
+
+#[tokio::test]
+async fn keepalive_pings_a_live_client_and_keeps_it() {
+    let server = Server::start(&["--ws-keepalive-ms", "200"]).await;
+    let mut client = Client::acked(&server).await;
+    // Reading lets tungstenite answer each ping frame.
+    let mut pings = 0;
+    while pings < 2 {
+        let frame = tokio::time::timeout(WAIT, client.ws.next())
+            .await
+            .expect("no ping frame within the wait limit")
+            .expect("socket ended")
+            .expect("socket error");
+        if matches!(frame, Message::Ping(_)) {
+            pings += 1;
+        }
+    }
+    client.expect_alive().await;
+}
+
+#[tokio::test]
+async fn keepalive_drops_a_peer_that_never_answers() {
+    let server = Server::start(&["--ws-keepalive-ms", "200"]).await;
+    // A bare TCP client: it reads everything but never sends a pong frame.
+    let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let handshake = format!(
+        "GET /graphql HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Protocol: {PROTOCOL}\r\n\r\n",
+        server.addr
+    );
+    tcp.write_all(handshake.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let body_start = tokio::time::timeout(WAIT, async {
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = tcp.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed during the handshake");
+            received.extend_from_slice(&chunk[..n]);
+            if let Some(i) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        }
+    })
+    .await
+    .expect("no handshake answer");
+    assert!(
+        received.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&received)
+    );
+    let mut frames = received.split_off(body_start);
+    // connection_init, so the init timeout plays no part.
+    tcp.write_all(&masked_text_frame(br#"{"type":"connection_init"}"#))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let mut chunk = [0u8; 4096];
+            match tcp.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => frames.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the server kept a peer that never answered its pings");
+    let opcodes = opcodes(&frames);
+    assert!(opcodes.contains(&0x1), "no connection_ack: {opcodes:?}");
+    assert!(opcodes.contains(&0x9), "no ping frame: {opcodes:?}");
+    // Dropped like `terminate()`: no close frame.
+    assert!(!opcodes.contains(&0x8), "a close frame was sent: {opcodes:?}");
+}
+
+/// A client text frame (clients must mask) with a payload under 126 bytes.
+fn masked_text_frame(payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+/// The opcodes of a run of unmasked server frames.
+fn opcodes(mut bytes: &[u8]) -> Vec<u8> {
+    let mut opcodes = Vec::new();
+    while bytes.len() >= 2 {
+        opcodes.push(bytes[0] & 0x0f);
+        let (header, length) = match bytes[1] & 0x7f {
+            126 if bytes.len() >= 4 => (4, u16::from_be_bytes([bytes[2], bytes[3]]) as usize),
+            127 if bytes.len() >= 10 => {
+                let mut n = [0u8; 8];
+                n.copy_from_slice(&bytes[2..10]);
+                (10, u64::from_be_bytes(n) as usize)
+            }
+            126 | 127 => break,
+            n => (2, n as usize),
+        };
+        bytes = &bytes[(header + length).min(bytes.len())..];
+    }
+    opcodes
+}
+
+// ---------------------------------------------------------------------------------------
+// Shutdown (checklist 33)
+
+#[tokio::test]
+async fn sigterm_closes_every_socket_with_1001() {
+    let mut server = Server::start(&[]).await;
+    let mut active = Client::acked(&server).await;
+    active
+        .subscribe("events", "subscription { jobEvents { cursor } }", json!({}))
+        .await;
+    active.expect_alive().await;
+    let mut waiting = Client::connect(&server).await;
+    waiting.send(json!({"type": "ping"})).await;
+    waiting.expect(json!({"type": "pong"})).await;
+
+    let closes = async {
+        let a = active.recv().await;
+        let w = waiting.recv().await;
+        (a, w)
+    };
+    let (status, (active_close, waiting_close)) = tokio::join!(server.terminate(), closes);
+    let shutting_down = Received::Closed(1001, "Server shutting down".into());
+    assert_eq!(active_close, shutting_down);
+    assert_eq!(waiting_close, shutting_down);
+    assert!(status.success(), "jobgate exited with {status}");
+}
