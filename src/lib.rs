@@ -12,7 +12,8 @@
 //!   fan-out with replay (`bus`);
 //! - [`store`]: SQLite through sqlx: jobs, the launch outbox, the event log;
 //! - [`executor`]: the `Executor` trait and the local process executor;
-//! - [`auth`]: the optional API token.
+//! - [`auth`]: the optional API token;
+//! - [`web`]: browser assets embedded at build time (GraphiQL).
 //!
 //! Dependencies point one way: `graphql → jobs::service → {store, executor, jobs::bus} →
 //! jobs::model`. The channels: resolvers send commands to the service's writer task
@@ -28,5 +29,6 @@ pub mod jobs;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod web;
 
 pub use server::run;

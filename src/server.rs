@@ -54,6 +54,7 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/", get(|| async { Redirect::temporary("/graphiql") }))
+        .merge(crate::web::routes())
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
@@ -134,14 +135,8 @@ async fn graphql_get(
     gql_http::execute(&state.schema, incoming, |r| r.data(identity.clone())).await
 }
 
-async fn graphiql() -> Html<String> {
-    Html(
-        async_graphql::http::GraphiQLSource::build()
-            .endpoint("/graphql")
-            .subscription_endpoint("/graphql")
-            .title("jobgate GraphiQL")
-            .finish(),
-    )
+async fn graphiql() -> Html<&'static str> {
+    crate::web::graphiql_page()
 }
 
 async fn healthz() -> Json<serde_json::Value> {

@@ -566,6 +566,64 @@ async fn browsers_get_graphiql() {
 }
 
 #[tokio::test]
+async fn graphiql_loads_everything_from_jobgate_itself() {
+    let server = Server::start(&[]).await;
+    let page = server
+        .http()
+        .get(server.url("/graphiql"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // No CDN: every script and stylesheet is served by jobgate.
+    assert!(
+        !page.contains("https://") && !page.contains("http://"),
+        "external URL in:\n{page}"
+    );
+    let assets: Vec<&str> = page
+        .split(['"', '\''])
+        .filter(|s| s.starts_with("/assets/"))
+        .collect();
+    assert!(assets.len() >= 4, "assets: {assets:?}");
+    for asset in assets {
+        let response = server.http().get(server.url(asset)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{asset}");
+        let content_type = response.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body = response.bytes().await.unwrap();
+        assert!(body.len() > 10_000, "{asset} is suspiciously small");
+        let expected = if asset.ends_with(".css") {
+            "text/css"
+        } else {
+            "text/javascript"
+        };
+        assert!(content_type.starts_with(expected), "{asset}: {content_type}");
+    }
+    // The GraphiQL bundle speaks graphql-transport-ws for subscriptions.
+    let bundle = server
+        .http()
+        .get(server.url("/assets/graphiql.min.js"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(bundle.contains("graphql-transport-ws"));
+    let missing = server
+        .http()
+        .get(server.url("/assets/nope.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
 async fn a_subscription_over_http_points_to_websocket() {
     let server = Server::start(&[]).await;
     let id = server.submit(json!({ "command": ["true"] })).await;

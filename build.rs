@@ -1,0 +1,69 @@
+//! Prepares the browser assets the binary embeds (GraphiQL and React), so that jobgate
+//! serves them itself and fetches nothing at run time.
+//!
+//! The packages come from the npm registry, pinned by `web/package-lock.json`. If
+//! `web/node_modules` is already installed it is used as it is; otherwise they are installed
+//! with `npm ci` into the build's own output directory, leaving the source tree untouched.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// (file in node_modules, name it is served under)
+const ASSETS: [(&str, &str); 4] = [
+    ("graphiql/graphiql.min.js", "graphiql.min.js"),
+    ("graphiql/graphiql.min.css", "graphiql.min.css"),
+    ("react/umd/react.production.min.js", "react.production.min.js"),
+    (
+        "react-dom/umd/react-dom.production.min.js",
+        "react-dom.production.min.js",
+    ),
+];
+
+fn main() {
+    println!("cargo:rerun-if-changed=web/package.json");
+    println!("cargo:rerun-if-changed=web/package-lock.json");
+    println!("cargo:rerun-if-changed=web/node_modules/.package-lock.json");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let local = Path::new("web/node_modules");
+    let modules = if ASSETS.iter().all(|(file, _)| local.join(file).exists()) {
+        local.to_owned()
+    } else {
+        install(&out.join("web"))
+    };
+    let assets = out.join("assets");
+    std::fs::create_dir_all(&assets).expect("creating the assets directory");
+    for (file, name) in ASSETS {
+        let from = modules.join(file);
+        std::fs::copy(&from, assets.join(name)).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+    }
+}
+
+/// Runs `npm ci` for web/package.json in `dir`; returns its node_modules.
+fn install(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("creating the npm directory");
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(Path::new("web").join(file), dir.join(file)).expect("copying the npm manifest");
+    }
+    let modules = dir.join("node_modules");
+    if ASSETS.iter().all(|(file, _)| modules.join(file).exists()) {
+        return modules;
+    }
+    let status = Command::new("npm")
+        .args([
+            "ci",
+            "--no-audit",
+            "--no-fund",
+            "--ignore-scripts",
+            "--loglevel=error",
+        ])
+        .current_dir(dir)
+        .status();
+    match status {
+        Ok(s) if s.success() => modules,
+        Ok(s) => panic!("`npm ci` for the web assets failed ({s}); is the npm registry reachable?"),
+        Err(e) => panic!(
+            "jobgate embeds GraphiQL from npm packages and needs Node.js and npm to build ({e}); \
+             install them, or run `npm ci --prefix web` on a machine that has them"
+        ),
+    }
+}
