@@ -70,7 +70,7 @@ pub struct Config {
     pub max_body_bytes: usize,
 
     /// Deepest selection a query may make.
-    #[arg(long, env = "JOBGATE_MAX_QUERY_DEPTH", default_value_t = 12)]
+    #[arg(long, env = "JOBGATE_MAX_QUERY_DEPTH", default_value_t = 16)]
     pub max_query_depth: usize,
 
     /// Highest complexity (fields selected, weighted) a query may have.

@@ -52,6 +52,8 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         .route("/graphql", get(graphql_get).post(graphql_post))
         .route("/graphiql", get(graphiql))
         .route("/healthz", get(healthz))
+        // Browsers ask for it on every page; answer without a 404 in their console.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/readyz", get(readyz))
         .route("/", get(|| async { Redirect::temporary("/graphiql") }))
         .merge(crate::web::routes())

@@ -566,6 +566,18 @@ async fn browsers_get_graphiql() {
 }
 
 #[tokio::test]
+async fn graphiqls_introspection_query_fits_the_default_limits() {
+    // The query GraphiQL sends on load (graphql-js getIntrospectionQuery), which nests
+    // ofType deeply: the default depth and complexity limits must admit it.
+    let server = Server::start(&[]).await;
+    let query = include_str!("fixtures/introspection.graphql");
+    let body = server.gql(query, json!({})).await;
+    assert!(body.get("errors").is_none(), "{body}");
+    let types = body["data"]["__schema"]["types"].as_array().unwrap();
+    assert!(types.iter().any(|t| t["name"] == "JobStatusEvent"));
+}
+
+#[tokio::test]
 async fn graphiql_loads_everything_from_jobgate_itself() {
     let server = Server::start(&[]).await;
     let page = server

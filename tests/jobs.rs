@@ -537,9 +537,8 @@ async fn job_events_resume_after_a_cursor_across_a_restart_with_no_gap_or_duplic
     // More happens while the client is away, then jobgate restarts.
     let second = server.submit(json!({"command": ["true"]})).await;
     server.wait_terminal(&second).await;
-    let dir = server.data_dir.clone();
-    let _keep = std::mem::replace(&mut server, Server::start_in(&dir, &[]).await);
-    drop(_keep);
+    assert!(server.terminate().await.success());
+    server = server.start_again(&[]).await;
     let third = server.submit(json!({"command": ["true"]})).await;
     server.wait_terminal(&third).await;
 
@@ -561,7 +560,6 @@ async fn job_events_resume_after_a_cursor_across_a_restart_with_no_gap_or_duplic
     assert_eq!(after.first().unwrap().cursor, cursor + 1);
 }
 
-// Held open so the server's restart happens under a connected client.
 #[tokio::test]
 async fn a_subscriber_that_lags_the_broadcast_is_caught_up_from_the_store() {
     // A tiny broadcast buffer: a subscriber that reads nothing for a while must lag it.
@@ -621,7 +619,7 @@ async fn a_run_in_progress_at_a_crash_counts_as_failed_with_gateway_restarted() 
     server.kill9();
     assert!(alive(orphan), "the run outlives a kill -9 of jobgate");
 
-    let server = Server::start_in(&server.data_dir.clone(), &[]).await;
+    let server = server.start_again(&[]).await;
     let events = history(&server, &id).await;
     let last = events.last().unwrap();
     assert_eq!(
@@ -645,7 +643,7 @@ async fn an_interrupted_run_is_retried_after_a_restart_when_the_backoff_limit_al
         .await;
     wait_file(&server.data_dir.join("work").join(&id).join("leader.pid")).await;
     server.kill9();
-    let server = Server::start_in(&server.data_dir.clone(), &[]).await;
+    let server = server.start_again(&[]).await;
     let events = history(&server, &id).await;
     assert_eq!(phases(&events), ["PENDING", "RUNNING", "SUCCEEDED"]);
     let job = server.job(&id).await;
@@ -704,7 +702,7 @@ async fn kill_9_during_submissions_loses_no_accepted_job() {
         "too few submissions before the crash to test anything"
     );
 
-    let server = Server::start_in(&server.data_dir.clone(), &[]).await;
+    let server = server.start_again(&[]).await;
     for id in &accepted {
         let job = server.job(id).await;
         assert_eq!(job["id"], id.as_str(), "accepted job {id} was lost");
@@ -718,6 +716,21 @@ async fn kill_9_during_submissions_loses_no_accepted_job() {
 }
 
 #[tokio::test]
+async fn a_second_jobgate_on_the_same_data_directory_refuses_to_start() {
+    let server = Server::start(&[]).await;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_jobgate"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&server.data_dir)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("in use by another jobgate"), "{stderr}");
+    // The first one is unharmed.
+    server.submit(json!({"command": ["true"]})).await;
+}
+
+#[tokio::test]
 async fn sigterm_drains_and_exits_cleanly_and_jobs_resume_after_restart() {
     let mut server = Server::start(&[]).await;
     let id = server
@@ -726,7 +739,7 @@ async fn sigterm_drains_and_exits_cleanly_and_jobs_resume_after_restart() {
     wait_phase(&server, &id, "RUNNING").await;
     let status = server.terminate().await;
     assert!(status.success(), "jobgate exited with {status}");
-    let server = Server::start_in(&server.data_dir.clone(), &[]).await;
+    let server = server.start_again(&[]).await;
     let events = history(&server, &id).await;
     assert_eq!(events.last().unwrap().phase, "SUCCEEDED");
 }

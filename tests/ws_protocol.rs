@@ -474,11 +474,7 @@ async fn id_can_be_reused_after_complete_or_error() {
 async fn client_complete_stops_a_subscription_without_echo() {
     let server = Server::start(&[]).await;
     let first = server.submit(json!({"command": ["true"]})).await;
-    eprintln!("submitted {first}");
-    let job = server.job(&first).await;
-    eprintln!("job {job}");
     server.wait_terminal(&first).await;
-    eprintln!("terminal");
 
     let mut client = Client::acked(&server).await;
     // Replay from the start: read up to the first job's terminal event, after which nothing

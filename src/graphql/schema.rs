@@ -33,7 +33,7 @@ pub struct QueryLimits {
 impl Default for QueryLimits {
     fn default() -> Self {
         Self {
-            max_depth: 12,
+            max_depth: 16,
             max_complexity: 2_000,
             max_aliases: 30,
             introspection: true,

@@ -86,7 +86,11 @@ enum Command {
         reply: oneshot::Sender<Result<Arc<Job>, ServiceError>>,
     },
     Observe(Observation),
-    MarkLaunched(String),
+    /// Marks jobs as handed to the executor; answered once committed.
+    MarkLaunched {
+        ids: Vec<String>,
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// A cheap, cloneable handle to the job service.
@@ -105,7 +109,10 @@ struct Inner {
     /// anyone. Finished jobs are read from the store.
     active: DashMap<String, Arc<Job>>,
     launch_wanted: Notify,
+    /// Cancelled when shutdown begins: no new commands, no more launches.
     shutdown: CancellationToken,
+    /// Cancelled once the executor has stopped: the writer drains its queue and ends.
+    writer_stop: CancellationToken,
     tasks: TaskTracker,
 }
 
@@ -135,6 +142,7 @@ impl JobService {
             active,
             launch_wanted: Notify::new(),
             shutdown: CancellationToken::new(),
+            writer_stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
         let writer = Writer {
@@ -272,18 +280,24 @@ impl JobService {
     pub async fn shutdown(&self) {
         let inner = &self.inner;
         inner.shutdown.cancel();
+        // Stop the work first, so that every observation it made is queued before the
+        // writer drains the queue and ends.
         inner.executor.shutdown().await;
+        inner.writer_stop.cancel();
         inner.tasks.close();
         inner.tasks.wait().await;
         inner.store.close().await;
     }
 }
 
+/// How many jobs the launcher reads from the outbox at a time.
+const LAUNCH_BATCH: i64 = 64;
+
 /// Hands accepted jobs to the executor, oldest first, and marks them launched.
 async fn launcher(inner: Arc<Inner>) {
     let mut delay = Duration::from_millis(100);
     loop {
-        let batch = match inner.store.unlaunched_jobs(64).await {
+        let batch = match inner.store.unlaunched_jobs(LAUNCH_BATCH).await {
             Ok(batch) => batch,
             Err(e) => {
                 tracing::error!(error = %e, "launcher cannot read the outbox");
@@ -291,26 +305,33 @@ async fn launcher(inner: Arc<Inner>) {
             }
         };
         let mut failed = false;
+        let mut handed = Vec::with_capacity(batch.len());
         for stored in &batch {
-            // The cache holds the job as last committed (it may have been cancelled since
-            // the outbox was read).
-            let job = inner.active.get(&stored.id).map(|j| j.clone());
-            match job {
-                Some(job) if !job.phase.is_terminal() => match inner.executor.launch(job).await {
-                    Ok(()) => {}
-                    Err(e) => {
-                        tracing::warn!(job = %stored.id, error = %e, "launch failed; will retry");
-                        failed = true;
-                        continue;
-                    }
-                },
-                _ => {}
+            if inner.shutdown.is_cancelled() {
+                return;
             }
+            // The cache holds the job as last committed (it may have been cancelled since
+            // the outbox was read); a finished job is only marked.
+            let job = inner.active.get(&stored.id).map(|j| j.clone());
+            if let Some(job) = job.filter(|j| !j.phase.is_terminal())
+                && let Err(e) = inner.executor.launch(job).await
+            {
+                tracing::warn!(job = %stored.id, error = %e, "launch failed; will retry");
+                failed = true;
+                continue;
+            }
+            handed.push(stored.id.clone());
+        }
+        if !handed.is_empty() {
+            // Wait for the marks to be committed, so the next read of the outbox cannot
+            // hand the same job over twice.
+            let (reply, committed) = oneshot::channel();
             if inner
                 .commands
-                .send(Command::MarkLaunched(stored.id.clone()))
+                .send(Command::MarkLaunched { ids: handed, reply })
                 .await
                 .is_err()
+                || committed.await.is_err()
             {
                 return;
             }
@@ -320,15 +341,13 @@ async fn launcher(inner: Arc<Inner>) {
         } else {
             delay = Duration::from_millis(100);
         }
-        if batch.len() as i64 == 64 && !failed {
-            // More may be waiting; the marks sent above are committed before the next read
-            // because the writer applies commands in order, but give it a moment.
-            tokio::task::yield_now().await;
+        if batch.len() == LAUNCH_BATCH as usize && !failed {
+            continue; // more may be waiting
         }
         tokio::select! {
             _ = inner.shutdown.cancelled() => return,
             _ = inner.launch_wanted.notified() => {}
-            _ = tokio::time::sleep(delay), if failed || batch.len() as i64 == 64 => {}
+            _ = tokio::time::sleep(delay), if failed => {}
         }
     }
 }
@@ -352,7 +371,7 @@ impl Writer {
                 biased;
                 c = commands.recv() => c,
                 o = observations.recv() => o.map(Command::Observe),
-                _ = self.inner.shutdown.cancelled() => None,
+                _ = self.inner.writer_stop.cancelled() => None,
             };
             let Some(first) = first else {
                 // Finish what was already queued before stopping.
@@ -414,7 +433,7 @@ impl Writer {
                                 ))));
                             }
                             Command::Observe(o) => tracing::error!(job = %o.job_id, "observation lost"),
-                            Command::MarkLaunched(_) => {}
+                            Command::MarkLaunched { .. } => {}
                         }
                     }
                     return;
@@ -548,9 +567,11 @@ impl Writer {
                         touched.insert(job.id.clone(), job);
                     }
                 }
-                Command::MarkLaunched(id) => {
+                Command::MarkLaunched { ids, .. } => {
                     answers.push(Answer::None);
-                    tx.mark_launched(id).await?;
+                    for id in ids {
+                        tx.mark_launched(id).await?;
+                    }
                 }
             }
         }
@@ -600,6 +621,9 @@ impl Writer {
                 }
                 (Command::Cancel { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
+                }
+                (Command::MarkLaunched { reply, .. }, _) => {
+                    let _ = reply.send(());
                 }
                 _ => {}
             }

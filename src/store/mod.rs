@@ -24,6 +24,10 @@ pub enum StoreError {
     CreateDir { path: PathBuf, source: std::io::Error },
     #[error("opening the database: {0}")]
     Open(#[source] sqlx::Error),
+    #[error("the data directory {path} is in use by another jobgate; stop it or choose another --data-dir")]
+    InUse { path: PathBuf },
+    #[error("locking the data directory {path}: {source}")]
+    Lock { path: PathBuf, source: std::io::Error },
     #[error("migrating the database: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database query failed: {0}")]
@@ -46,6 +50,9 @@ pub enum Durability {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
+    /// An exclusive lock on `jobgate.lock`, held while the store is open: two jobgates on one
+    /// data directory would each think they own its jobs. The OS releases it if we die.
+    _lock: Arc<std::fs::File>,
 }
 
 /// A page of jobs, newest first.
@@ -71,6 +78,30 @@ impl Store {
             path: data_dir.to_owned(),
             source,
         })?;
+        let lock_path = data_dir.join("jobgate.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|source| StoreError::Lock {
+                path: lock_path.clone(),
+                source,
+            })?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::InUse {
+                    path: data_dir.to_owned(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(StoreError::Lock {
+                    path: lock_path,
+                    source,
+                });
+            }
+        }
         let options = SqliteConnectOptions::from_str("sqlite://")
             .map_err(StoreError::Open)?
             .filename(data_dir.join("jobgate.db"))
@@ -88,7 +119,10 @@ impl Store {
             .await
             .map_err(StoreError::Open)?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            _lock: Arc::new(lock),
+        })
     }
 
     /// Whether the database answers.

@@ -48,6 +48,17 @@ impl Server {
             .unwrap()
     }
 
+    /// Starts jobgate again over this server's data directory (stop this one first).
+    pub async fn start_again(&self, extra: &[&str]) -> Server {
+        assert!(
+            self.child.is_none(),
+            "stop the running server before starting it again"
+        );
+        let mut server = Self::start_in(&self.data_dir, extra).await;
+        server._temp = self._temp.clone();
+        server
+    }
+
     fn spawn(data_dir: &Path, extra: &[String]) -> Server {
         let mut args: Vec<String> = vec![
             "--listen".into(),
