@@ -58,8 +58,23 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         .route("/", get(|| async { Redirect::temporary("/graphiql") }))
         .merge(crate::web::routes())
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        // A bug must cost one request a generic 500, never the connection or the process.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(internal_error))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
+}
+
+fn internal_error(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    let body = serde_json::json!({
+        "errors": [{ "message": "internal error", "extensions": { "code": Code::Unavailable.as_str() } }]
+    });
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn unauthenticated(kind: ResponseType, e: &AuthError) -> Response {

@@ -84,6 +84,9 @@ const MAX_CLOSE_REASON: usize = 123;
 /// the client's receive buffer before it read it.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+/// Longest timer period used (about 30 years, as tokio caps `sleep`).
+const MAX_TIMER: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 /// Frames the writer feeds before one flush, so a burst of `next`s costs one syscall.
 const WRITE_BATCH: usize = 64;
 
@@ -312,8 +315,10 @@ impl<E: Executor> Connection<E> {
     ) -> Exit {
         let init_timeout = config.init_timeout;
         let mut init_timer = std::pin::pin!(tokio::time::sleep(init_timeout));
-        let mut keepalive = (!config.keepalive_interval.is_zero()).then(|| {
-            let period = config.keepalive_interval;
+        // Capped like tokio's own `sleep`, so an absurd configured period cannot overflow
+        // `Instant` arithmetic (a panic) when the ticks are computed.
+        let period = config.keepalive_interval.min(MAX_TIMER);
+        let mut keepalive = (!period.is_zero()).then(|| {
             let mut interval = tokio::time::interval_at(Instant::now() + period, period);
             // After a stall, tick once rather than in a burst: a burst would look like missed
             // pongs and drop a healthy client.
