@@ -17,11 +17,13 @@ use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use futures::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::auth::{Auth, AuthError, Identity};
 use crate::config::{Config, ExecutorKind};
@@ -44,6 +46,8 @@ pub struct AppState {
     pub ws: WsConfig,
     /// Cancelled when jobgate begins to shut down.
     pub shutdown: CancellationToken,
+    /// Every WebSocket connection, so that shutdown waits for their close frames.
+    pub connections: TaskTracker,
 }
 
 /// The router over a built state; tests and `run` share it.
@@ -132,6 +136,7 @@ async fn graphql_get(
             state.ws.clone(),
             on_init,
             state.shutdown.clone(),
+            state.connections.clone(),
         );
     }
     if headers.contains_key(header::UPGRADE) {
@@ -204,13 +209,26 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         http: config.http(),
         ws: config.ws(),
         shutdown: shutdown.clone(),
+        connections: TaskTracker::new(),
     };
+    let connections = state.connections.clone();
     let addr = listener.local_addr()?;
     tracing::info!(%addr, executor = service.executor_kind(), data_dir = %config.data_dir.display(), "jobgate listening on http://{addr} (GraphiQL at http://{addr}/graphiql)");
     let router = app(state, config.max_body_bytes);
+    // Small frames (a status event) go out at once instead of waiting for Nagle's algorithm.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, router).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let grace = Duration::from_secs(config.shutdown_timeout_secs);
     let result = server.await;
+    // WebSockets were told to close with 1001 when `shutdown` fired; let them finish.
+    connections.close();
+    if tokio::time::timeout(grace, connections.wait()).await.is_err() {
+        tracing::warn!("some WebSocket connections did not close within {grace:?}");
+    }
     tracing::info!("no longer accepting; stopping jobs and draining writes");
     if tokio::time::timeout(grace, service.shutdown()).await.is_err() {
         tracing::error!("shutdown did not finish within {grace:?}; exiting anyway");

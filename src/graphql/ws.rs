@@ -65,7 +65,10 @@ use tokio::{
     task::{AbortHandle, JoinError, JoinSet},
     time::{Instant, Interval, MissedTickBehavior},
 };
-use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
+use tokio_util::{
+    sync::CancellationToken,
+    task::{AbortOnDropHandle, TaskTracker},
+};
 use tracing::{Instrument, debug, debug_span, error, info_span, warn};
 
 use super::operation::{OperationKind, PreExecFailed, operation_kind};
@@ -149,6 +152,7 @@ pub fn upgrade<E: Executor>(
     config: WsConfig,
     on_init: InitHook,
     shutdown: CancellationToken,
+    connections: TaskTracker,
 ) -> HttpResponse {
     // Created here, inside the HTTP request's span, so connection logs nest under it.
     let span = info_span!("graphql_ws");
@@ -157,7 +161,10 @@ pub fn upgrade<E: Executor>(
         .max_message_size(max)
         .max_frame_size(max)
         .on_failed_upgrade(|e| debug!(error = %e, "websocket upgrade failed"))
-        .on_upgrade(move |socket| run(socket, executor, config, on_init, shutdown).instrument(span))
+        // Tracked, so that shutdown can wait until every socket has sent its 1001 close.
+        .on_upgrade(move |socket| {
+            connections.track_future(run(socket, executor, config, on_init, shutdown).instrument(span))
+        })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1196,7 +1203,14 @@ mod tests {
     }
 
     async fn ws_handler(State(app): State<App>, ws: WebSocketUpgrade) -> HttpResponse {
-        upgrade(ws, app.schema, app.config, app.hook, app.shutdown)
+        upgrade(
+            ws,
+            app.schema,
+            app.config,
+            app.hook,
+            app.shutdown,
+            TaskTracker::new(),
+        )
     }
 
     struct TestServer {
