@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
+use futures::FutureExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -126,6 +127,10 @@ impl LocalExecutor {
             job: job.id.clone(),
             source,
         })?;
+        let fallback = Observation {
+            job_id: job.id.clone(),
+            status: job.workload.clone(),
+        };
         let runner = Runner {
             inner: inner.clone(),
             status: job.workload.clone(),
@@ -133,7 +138,37 @@ impl LocalExecutor {
             work_dir,
             cancel: token,
         };
-        inner.tasks.spawn(runner.run());
+        let inner_for_panic = inner.clone();
+        inner.tasks.spawn(async move {
+            // A bug in a runner must not leave its job RUNNING forever: report it failed.
+            if std::panic::AssertUnwindSafe(runner.run())
+                .catch_unwind()
+                .await
+                .is_err()
+            {
+                tracing::error!(job = %fallback.job_id, "local runner panicked; failing the job");
+                inner_for_panic
+                    .runners
+                    .lock()
+                    .expect("poisoned")
+                    .remove(&fallback.job_id);
+                let mut status = fallback.status;
+                let now = Utc::now();
+                for type_ in ["FailureTarget", "Failed"] {
+                    let message = Some("jobgate's local executor failed while running this job".to_owned());
+                    status
+                        .conditions
+                        .push(Condition::truthy(type_, "ExecutorFailed", message, now));
+                }
+                let _ = inner_for_panic
+                    .observations
+                    .send(Observation {
+                        job_id: fallback.job_id,
+                        status,
+                    })
+                    .await;
+            }
+        });
         Ok(())
     }
 
