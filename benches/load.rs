@@ -17,6 +17,14 @@
 //! 3. The server's resident memory (VmRSS) before and after opening the sockets and the
 //!    subscriptions, idle.
 //!
+//! Knobs (environment variables; defaults in brackets): `BENCH_SUBMITS` [2000],
+//! `BENCH_CLIENTS` [32], `BENCH_DURABILITIES` [full,normal] (empty: skip part 1),
+//! `BENCH_DRAIN_SECS` [60] (how long part 1 waits for its jobs to finish),
+//! `BENCH_SUBSCRIPTIONS` [1000] (0: skip parts 2 and 3), `BENCH_SUBS_PER_SOCKET` [1],
+//! `BENCH_LAT_DURABILITY` [full], `BENCH_RATES` [20,60], `BENCH_RATE_SECS` [10],
+//! `BENCH_BURST_JOBS` [300], `BENCH_SMALL_SUBS` [100], `BENCH_SMALL_EVENTS_PER_SEC` [200],
+//! `BENCH_SELECTION` [`cursor phase at job { id }`], `BENCH_JOB_COMMAND` [`["true"]`].
+//!
 //! Every count is bounded and every wait has a time limit. Without `--bench` (as under
 //! `cargo test --benches`) the program does nothing. BENCHMARKS.md has the figures.
 #![allow(clippy::print_stdout)] // A benchmark's whole job is to print its figures.
@@ -41,7 +49,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
-const EVENTS: &str = "subscription { jobEvents { cursor phase at job { id } } }";
+/// The `jobEvents` selection, unless `BENCH_SELECTION` says otherwise (it must keep
+/// `cursor`, `phase` and `at`, which the readers need).
+const SELECTION: &str = "cursor phase at job { id }";
 const UNFINISHED: &str = "{ jobs(first: 1, filter: { phases: [PENDING, RUNNING] }) { totalCount } }";
 const FAILED: &str = "{ jobs(first: 1, filter: { phases: [FAILED, CANCELLED] }) { totalCount } }";
 
@@ -270,6 +280,12 @@ impl Drop for Server {
 
 /// CPU seconds used so far by a process (`self` or a pid): (its own, its waited children).
 fn cpu_secs(pid: &str) -> (f64, f64) {
+    let [user, sys, child_user, child_sys] = cpu_split(pid);
+    (user + sys, child_user + child_sys)
+}
+
+/// CPU seconds used so far by a process: user, system, waited children's user and system.
+fn cpu_split(pid: &str) -> [f64; 4] {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -279,7 +295,7 @@ fn cpu_secs(pid: &str) -> (f64, f64) {
         .collect();
     let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0) / clk_tck();
     // After "(comm)": state is field 3, so utime (14) is index 11.
-    (tick(11) + tick(12), tick(13) + tick(14))
+    [tick(11), tick(12), tick(13), tick(14)]
 }
 
 fn clk_tck() -> f64 {
@@ -344,7 +360,7 @@ fn machine_cpu() -> (f64, f64) {
 struct CpuMark {
     at: Instant,
     machine: (f64, f64),
-    server: (f64, f64),
+    server: [f64; 4],
     threads: std::collections::BTreeMap<String, f64>,
     bench: f64,
     pid: String,
@@ -356,7 +372,7 @@ impl CpuMark {
         Self {
             at: Instant::now(),
             machine: machine_cpu(),
-            server: cpu_secs(&pid),
+            server: cpu_split(&pid),
             threads: thread_cpu(&pid),
             bench: cpu_secs("self").0,
             pid,
@@ -364,8 +380,17 @@ impl CpuMark {
     }
 
     fn since(&self) -> String {
-        let wall = self.at.elapsed().as_secs_f64().max(1e-9);
-        let (s, c) = cpu_secs(&self.pid);
+        self.until(Instant::now())
+    }
+
+    /// CPU use from the mark to now, spread over the time from the mark to `end` (earlier
+    /// than now when an idle tail is not to count).
+    fn until(&self, end: Instant) -> String {
+        let wall = end.duration_since(self.at).as_secs_f64().max(1e-9);
+        let now = cpu_split(&self.pid);
+        let delta: Vec<f64> = now.iter().zip(self.server).map(|(n, b)| n - b).collect();
+        let (user, sys, c) = (delta[0], delta[1], delta[2] + delta[3]);
+        let s = user + sys;
         let b = cpu_secs("self").0;
         let mut threads: Vec<(String, f64)> = thread_cpu(&self.pid)
             .into_iter()
@@ -379,14 +404,16 @@ impl CpuMark {
         let threads: Vec<String> = threads.iter().map(|(n, p)| format!("{n} {p:.0}%")).collect();
         let (busy, all) = machine_cpu();
         let cores = ((all - self.machine.1) / wall).round().max(1.0);
-        let ours = (s - self.server.0) + (c - self.server.1) + (b - self.bench);
+        let ours = s + c + (b - self.bench);
         let others = ((busy - self.machine.0) - ours).max(0.0);
         format!(
-            "server {:.0}% [{}], its jobs {:.0}%, bench client {:.0}%, other processes {:.0}% \
-             (% of one core of {cores}, over {:.1} s)",
-            100.0 * (s - self.server.0) / wall,
+            "server {:.0}% (user {:.0}%, sys {:.0}%) [{}], its jobs {:.0}%, bench client {:.0}%, \
+             other processes (incl. running jobs) {:.0}% (% of one core of {cores}, over {:.1} s)",
+            100.0 * s / wall,
+            100.0 * user / wall,
+            100.0 * sys / wall,
             threads.join(", "),
-            100.0 * (c - self.server.1) / wall,
+            100.0 * c / wall,
             100.0 * (b - self.bench) / wall,
             100.0 * others / wall,
             wall
@@ -526,7 +553,13 @@ struct Sample {
     recv_us: i64,
     /// Receive time - the event's `at`, in µs.
     lat_us: i64,
+    /// The event's cursor (its sequence number in the server's event log).
+    seq: i64,
+    /// The event's phase, as an index of [`PHASES`].
+    phase: u8,
 }
+
+const PHASES: [&str; 5] = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
 
 /// Shared by every reader task.
 #[derive(Default)]
@@ -550,26 +583,35 @@ impl Hub {
         if !text.contains(r#""type":"next""#) || text.contains(r#""errors""#) {
             return self.bad(format!("unexpected frame: {text}"));
         }
-        let Some(at) = event_at(text) else {
-            return self.bad(format!("no `at` in: {text}"));
+        let parsed = (|| {
+            let at = DateTime::parse_from_rfc3339(string_field(text, "at")?).ok()?;
+            let seq = string_field(text, "cursor")?.parse().ok()?;
+            let phase = PHASES
+                .iter()
+                .position(|p| Some(*p) == string_field(text, "phase"))?;
+            Some((at.with_timezone(&Utc), seq, phase as u8))
+        })();
+        let Some((at, seq, phase)) = parsed else {
+            return self.bad(format!("no at, cursor or phase in: {text}"));
         };
         let lat_us = (now - at).num_microseconds().unwrap_or(i64::MAX);
         samples.lock().unwrap().push(Sample {
             tag: self.tag.load(Ordering::Relaxed),
             recv_us: now.timestamp_micros(),
             lat_us,
+            seq,
+            phase,
         });
         self.frames.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// The event's `at`, found without parsing the whole frame (the reader must keep up).
-fn event_at(text: &str) -> Option<DateTime<Utc>> {
-    let rest = text.split_once(r#""at":""#)?.1;
-    let value = &rest[..rest.find('"')?];
-    DateTime::parse_from_rfc3339(value)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
+/// A string field of the frame, found without parsing the whole frame (the reader must keep
+/// up). Good enough for the fields selected here, whose values hold no escaped quote.
+fn string_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!("\"{name}\":\"");
+    let rest = &text[text.find(&key)? + key.len()..];
+    Some(&rest[..rest.find('"')?])
 }
 
 struct Socket {
@@ -634,34 +676,37 @@ async fn read_loop(mut stream: SplitStream<Ws>, hub: Arc<Hub>, samples: Arc<Mute
     hub.bad("socket ended".into());
 }
 
-/// Waits until `expected` frames have arrived in all, or none arrived for `quiet`; bounded.
-async fn settle(hub: &Hub, expected: u64, quiet: Duration) -> u64 {
+/// Waits until no frame arrived for `quiet` (bounded by [`WAIT`]); returns the frame count and
+/// when it last changed.
+/// How many frames a job produces varies (a fast job's RUNNING and progress observations may
+/// be recorded as one event or two), so the count to expect is only known afterwards.
+async fn settle(hub: &Hub, quiet: Duration) -> (u64, Instant) {
     let started = Instant::now();
     let mut last = hub.frames.load(Ordering::Relaxed);
     let mut last_change = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let now = hub.frames.load(Ordering::Relaxed);
-        if now >= expected || started.elapsed() > WAIT {
-            return now;
+        if started.elapsed() > WAIT {
+            return (now, Instant::now());
         }
         if now != last {
             last = now;
             last_change = Instant::now();
         } else if last_change.elapsed() > quiet {
-            return now;
+            return (now, last_change);
         }
     }
 }
 
-/// Takes the samples of one measurement out of every socket.
-fn take_samples(sockets: &[Socket], tag: u8) -> Vec<Sample> {
-    let mut out = Vec::new();
+/// Takes the samples of one measurement out of every socket, socket by socket.
+fn take_samples(sockets: &[Socket], tag: u8) -> Vec<Vec<Sample>> {
+    let mut out = Vec::with_capacity(sockets.len());
     for socket in sockets {
         let mut samples = socket.samples.lock().unwrap();
         let (mine, rest): (Vec<Sample>, Vec<Sample>) = samples.drain(..).partition(|s| s.tag == tag);
         *samples = rest;
-        out.extend(mine);
+        out.push(mine);
     }
     out
 }
@@ -669,29 +714,77 @@ fn take_samples(sockets: &[Socket], tag: u8) -> Vec<Sample> {
 /// Latency and delivery figures of one measurement.
 struct FanOut {
     frames: usize,
+    /// Distinct events seen by any subscription.
+    events: usize,
+    /// Frames a subscription should have had (every event, once) but did not.
+    missing: usize,
+    /// Frames beyond one per event and subscription.
+    duplicates: usize,
     p50_ms: f64,
     p99_ms: f64,
     max_ms: f64,
     negative: usize,
     frames_per_sec: f64,
+    /// By event phase: (phase, frames, p50 ms, p99 ms).
+    by_phase: Vec<(&'static str, usize, f64, f64)>,
 }
 
-fn fan_out(samples: &[Sample]) -> Option<FanOut> {
-    if samples.is_empty() {
+/// `per_socket` subscriptions share each socket, so each event should reach each socket
+/// `per_socket` times.
+fn fan_out(per_socket_samples: &[Vec<Sample>], per_socket: usize) -> Option<FanOut> {
+    let all: Vec<&Sample> = per_socket_samples.iter().flatten().collect();
+    if all.is_empty() {
         return None;
     }
-    let mut lat: Vec<i64> = samples.iter().map(|s| s.lat_us).collect();
-    lat.sort_unstable();
-    let first = samples.iter().map(|s| s.recv_us).min().unwrap();
-    let last = samples.iter().map(|s| s.recv_us).max().unwrap();
+    let mut events: Vec<i64> = all.iter().map(|s| s.seq).collect();
+    events.sort_unstable();
+    events.dedup();
+    let (mut missing, mut duplicates) = (0, 0);
+    for samples in per_socket_samples {
+        let mut seqs: Vec<i64> = samples.iter().map(|s| s.seq).collect();
+        seqs.sort_unstable();
+        let mut i = 0;
+        for seq in &events {
+            let start = i;
+            while i < seqs.len() && seqs[i] == *seq {
+                i += 1;
+            }
+            let n = i - start;
+            missing += per_socket.saturating_sub(n);
+            duplicates += n.saturating_sub(per_socket);
+        }
+    }
+    let latencies = |filter: &dyn Fn(&Sample) -> bool| {
+        let mut lat: Vec<i64> = all.iter().filter(|s| filter(s)).map(|s| s.lat_us).collect();
+        lat.sort_unstable();
+        lat
+    };
+    let lat = latencies(&|_| true);
+    let by_phase = PHASES
+        .iter()
+        .enumerate()
+        .filter_map(|(i, name)| {
+            let lat = latencies(&|s| s.phase as usize == i);
+            (!lat.is_empty()).then(|| {
+                let p = |q| pct(&lat, q) as f64 / 1e3;
+                (*name, lat.len(), p(50.0), p(99.0))
+            })
+        })
+        .collect();
+    let first = all.iter().map(|s| s.recv_us).min().unwrap();
+    let last = all.iter().map(|s| s.recv_us).max().unwrap();
     let span = ((last - first) as f64 / 1e6).max(1e-6);
     Some(FanOut {
-        frames: samples.len(),
+        frames: all.len(),
+        events: events.len(),
+        missing,
+        duplicates,
         p50_ms: pct(&lat, 50.0) as f64 / 1e3,
         p99_ms: pct(&lat, 99.0) as f64 / 1e3,
         max_ms: *lat.last().unwrap() as f64 / 1e3,
         negative: lat.iter().filter(|l| **l < 0).count(),
-        frames_per_sec: samples.len() as f64 / span,
+        frames_per_sec: all.len() as f64 / span,
+        by_phase,
     })
 }
 
@@ -864,7 +957,7 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
             "warm-up submissions failed: {:?}",
             warm.errors
         );
-        settle(&hub, u64::MAX, Duration::from_millis(700)).await;
+        settle(&hub, Duration::from_millis(700)).await;
     }
     hub.frames.store(0, Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -921,7 +1014,7 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
         "probe submission failed: {:?}",
         probe.errors
     );
-    let seen = settle(&hub, u64::MAX, Duration::from_secs(2)).await;
+    let (seen, _) = settle(&hub, Duration::from_secs(2)).await;
     let events_per_job = seen as f64 / live_subs as f64;
     println!(
         "  probe job: {seen} frames over {live_subs} subscriptions = {events_per_job:.2} events per job"
@@ -969,17 +1062,9 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
             "2. {live_subs} subs, {rate} jobs/s (~{:.0} ev/s)",
             rate * events_per_job
         );
-        measure(
-            &server,
-            &hub,
-            &sockets,
-            tag,
-            &what,
-            live_subs,
-            events_per_job,
-            table,
-            async { submit_paced(&server, rate, opts.rate_secs).await },
-        )
+        measure(&server, &hub, &sockets, tag, &what, per_socket, table, async {
+            submit_paced(&server, rate, opts.rate_secs).await
+        })
         .await;
         tag += 1;
     }
@@ -987,17 +1072,9 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
     // A burst: the fan-out capacity.
     if opts.burst_jobs > 0 {
         let what = format!("2. {live_subs} subs, burst of {} jobs", opts.burst_jobs);
-        measure(
-            &server,
-            &hub,
-            &sockets,
-            tag,
-            &what,
-            live_subs,
-            events_per_job,
-            table,
-            async { submit_many(&server, opts.burst_jobs, opts.clients).await },
-        )
+        measure(&server, &hub, &sockets, tag, &what, per_socket, table, async {
+            submit_many(&server, opts.burst_jobs, opts.clients).await
+        })
         .await;
         tag += 1;
     }
@@ -1013,17 +1090,9 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
             "2. {small_subs} subs, {} ev/s ({rate:.1} jobs/s)",
             opts.small_events_per_sec
         );
-        measure(
-            &server,
-            &hub,
-            &sockets,
-            tag,
-            &what,
-            small_subs,
-            events_per_job,
-            table,
-            async { submit_paced(&server, rate, opts.rate_secs).await },
-        )
+        measure(&server, &hub, &sockets, tag, &what, per_socket, table, async {
+            submit_paced(&server, rate, opts.rate_secs).await
+        })
         .await;
     }
 
@@ -1043,7 +1112,12 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
 }
 
 async fn subscribe(socket: &mut Socket, id: &str) {
-    let message = json!({ "id": id, "type": "subscribe", "payload": { "query": EVENTS } });
+    static QUERY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let query = QUERY.get_or_init(|| {
+        let selection = std::env::var("BENCH_SELECTION").unwrap_or_else(|_| SELECTION.to_owned());
+        format!("subscription {{ jobEvents {{ {selection} }} }}")
+    });
+    let message = json!({ "id": id, "type": "subscribe", "payload": { "query": query } });
     socket
         .sink
         .send(Message::text(message.to_string()))
@@ -1059,25 +1133,30 @@ async fn measure(
     sockets: &[Socket],
     tag: u8,
     what: &str,
-    subs: u64,
-    events_per_job: f64,
+    per_socket: usize,
     table: &mut Table,
     submissions: impl Future<Output = Submitted>,
 ) {
     println!("\n-- {what}");
     hub.tag.store(tag, Ordering::Relaxed);
-    let before = hub.frames.load(Ordering::Relaxed);
     let cpu = CpuMark::new(server);
     let mut submitted = submissions.await;
-    let expected = (submitted.ok as f64 * events_per_job).round() as u64 * subs;
-    let received = settle(hub, before + expected, Duration::from_secs(2)).await - before;
-    println!("  cpu: {}", cpu.since());
-    submitted.latencies.sort_unstable();
+    let submit_secs = submitted.elapsed.as_secs_f64();
+    let submissions_done = Instant::now();
+    let (_, last_frame) = settle(hub, Duration::from_secs(2)).await;
     println!(
-        "  submitted {} jobs in {:.2} s ({:.1} jobs/s, submitJob p50 {} ms, p99 {} ms, {} errors)",
+        "  frames stopped {:.2} s after the last submission's answer; cpu until then: {}",
+        last_frame
+            .saturating_duration_since(submissions_done)
+            .as_secs_f64(),
+        cpu.until(last_frame.max(submissions_done))
+    );
+    submitted.latencies.sort_unstable();
+    let achieved = submitted.ok as f64 / submit_secs;
+    println!(
+        "  submitted {} jobs in {submit_secs:.2} s ({achieved:.1} jobs/s, submitJob p50 {} ms, p99 {} ms, \
+         {} errors)",
         submitted.ok,
-        submitted.elapsed.as_secs_f64(),
-        submitted.ok as f64 / submitted.elapsed.as_secs_f64(),
         ms(pct(&submitted.latencies, 50.0)),
         ms(pct(&submitted.latencies, 99.0)),
         submitted.errors.len()
@@ -1085,22 +1164,38 @@ async fn measure(
     for e in submitted.errors.iter().take(5) {
         println!("  error: {e}");
     }
-    println!("  frames received {received} of {expected} expected");
+    table.push((
+        what.into(),
+        "jobs/s achieved; submitJob p50 (ms)".into(),
+        format!("{achieved:.1}; {}", ms(pct(&submitted.latencies, 50.0))),
+    ));
     let samples = take_samples(sockets, tag);
-    let Some(f) = fan_out(&samples) else {
+    let Some(f) = fan_out(&samples, per_socket) else {
         println!("  no frames");
         table.push((what.into(), "frames".into(), "0".into()));
         return;
     };
     println!(
+        "  {} frames for {} events ({:.2} per job) to {} subscriptions: {} missing, {} duplicated",
+        f.frames,
+        f.events,
+        f.events as f64 / submitted.ok.max(1) as f64,
+        sockets.len() * per_socket,
+        f.missing,
+        f.duplicates
+    );
+    println!(
         "  event at → frame received: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} negative); \
          {:.0} frames/s while frames arrived",
         f.p50_ms, f.p99_ms, f.max_ms, f.negative, f.frames_per_sec
     );
+    for (phase, n, p50, p99) in &f.by_phase {
+        println!("    {phase:<9} events: {n:>8} frames, p50 {p50:.2} ms, p99 {p99:.2} ms");
+    }
     table.push((
         what.into(),
-        "frames received / expected".into(),
-        format!("{} / {expected}", f.frames),
+        "frames (missing, duplicated)".into(),
+        format!("{} ({}, {})", f.frames, f.missing, f.duplicates),
     ));
     table.push((
         what.into(),
