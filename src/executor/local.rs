@@ -526,7 +526,7 @@ impl Runner {
         let attempt = self.status.failed + self.status.succeeded + 1;
         let result_file = self.work_dir.join(format!("result-{index}-{attempt}"));
         let _ = std::fs::remove_file(&result_file);
-        let mut command = Command::new(&spec.command[0]);
+        let mut command = Command::new(resolve_program(&spec.command[0], &self.inner.config.path));
         command
             .args(&spec.command[1..])
             .args(&spec.args)
@@ -572,6 +572,23 @@ impl Runner {
         ));
         Ok(record)
     }
+}
+
+/// The program's path, looked up in the jobs' PATH when it names no directory. Handing the
+/// standard library an absolute path lets it use posix_spawn instead of fork+exec, which
+/// grows costlier as jobgate's memory does (see BENCHMARKS.md).
+fn resolve_program(program: &str, path: &str) -> PathBuf {
+    if program.contains('/') {
+        return PathBuf::from(program);
+    }
+    std::env::split_paths(path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate).is_ok_and(|m| {
+                m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+        })
+        .unwrap_or_else(|| PathBuf::from(program))
 }
 
 fn far_future() -> Instant {
@@ -755,6 +772,19 @@ fn kill_leftover(run: &RunRecord) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn programs_are_resolved_in_the_jobs_path() {
+        assert_eq!(
+            resolve_program("sh", "/nonexistent:/bin:/usr/bin"),
+            PathBuf::from("/bin/sh")
+        );
+        assert_eq!(resolve_program("./x", "/bin"), PathBuf::from("./x"));
+        assert_eq!(
+            resolve_program("no-such-program", "/bin"),
+            PathBuf::from("no-such-program")
+        );
+    }
 
     #[test]
     fn clip_respects_char_boundaries() {
