@@ -1,0 +1,1 @@
+//! An emulator of the Kubernetes API server for jobgate's tests.
