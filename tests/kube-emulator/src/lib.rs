@@ -1,1 +1,3 @@
 //! An emulator of the Kubernetes API server for jobgate's tests.
+
+pub mod store;
