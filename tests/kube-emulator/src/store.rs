@@ -123,6 +123,9 @@ pub struct Change {
     /// `ResourceType::key` of the object's kind.
     pub resource: String,
     pub object: Arc<Value>,
+    /// The object's state before this change (`None` for `Added`): lets a watch tell an update
+    /// that moves an object into or out of its selector (sent as `ADDED`/`DELETED`).
+    pub previous: Option<Arc<Value>>,
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -306,6 +309,7 @@ impl State {
         resource: &str,
         kind: ChangeKind,
         mut object: Value,
+        previous: Option<Arc<Value>>,
     ) -> Arc<Value> {
         self.rv += 1;
         let rv = self.rv;
@@ -318,6 +322,7 @@ impl State {
             kind,
             resource: resource.to_owned(),
             object: object.clone(),
+            previous,
         });
         self.history.push_back(change.clone());
         while self.history.len() > self.history_limit {
@@ -463,7 +468,7 @@ impl Store {
         (items, rv)
     }
 
-    /// Stores a new object and returns it as stored. Sets `uid`, `creationTimestamp`,
+    /// Stores a new object and returns it as stored. Sets `uid` (unless one is given), `creationTimestamp`,
     /// `resourceVersion`, `generation: 1`, `apiVersion`/`kind` if absent, and the namespace (a
     /// namespaced kind must name an existing namespace: `NotFound` otherwise); honours
     /// `metadata.generateName`; `AlreadyExists` if the name is taken.
@@ -519,7 +524,11 @@ impl Store {
         } else {
             meta.remove("namespace");
         }
-        meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+        // A uid chosen by the caller is kept: the API layer picks it first because Job defaulting
+        // writes it into the selector. Clients' own uids are replaced by the API layer.
+        if meta.get("uid").and_then(Value::as_str).is_none_or(str::is_empty) {
+            meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+        }
         meta.insert("creationTimestamp".into(), Value::String(now_timestamp()));
         meta.insert("generation".into(), json!(1));
         meta.remove("deletionTimestamp");
@@ -528,7 +537,7 @@ impl Store {
         if st.objects.get(resource).is_some_and(|m| m.contains_key(&key)) {
             return Err(StoreError::AlreadyExists);
         }
-        let stored = st.commit(&self.changes, resource, ChangeKind::Added, object);
+        let stored = st.commit(&self.changes, resource, ChangeKind::Added, object, None);
         st.objects
             .entry(resource.to_owned())
             .or_default()
@@ -634,14 +643,14 @@ impl Store {
             st.touch_log(&key);
         }
         if may_be_removed(resource, &next) {
-            let removed = st.commit(&self.changes, resource, ChangeKind::Deleted, next);
+            let removed = st.commit(&self.changes, resource, ChangeKind::Deleted, next, Some(current));
             if let Some(m) = st.objects.get_mut(resource) {
                 m.remove(&key);
             }
             st.logs.remove(&key);
             return Ok((*removed).clone());
         }
-        let stored = st.commit(&self.changes, resource, ChangeKind::Modified, next);
+        let stored = st.commit(&self.changes, resource, ChangeKind::Modified, next, Some(current));
         st.objects
             .entry(resource.to_owned())
             .or_default()
@@ -685,7 +694,13 @@ impl Store {
         if resource == "pods" {
             st.logs.remove(&key);
         }
-        let removed = st.commit(&self.changes, resource, ChangeKind::Deleted, (*current).clone());
+        let removed = st.commit(
+            &self.changes,
+            resource,
+            ChangeKind::Deleted,
+            (*current).clone(),
+            Some(current.clone()),
+        );
         Ok((*removed).clone())
     }
 
@@ -825,13 +840,20 @@ mod tests {
             .expect("create");
         assert_eq!(created["metadata"]["namespace"], "default");
         assert_eq!(created["metadata"]["generation"], 1);
+        let mut given = job("given-uid");
+        given["metadata"]["uid"] = json!("0b5e0000-0000-4000-8000-000000000000");
+        let kept = store
+            .create("jobs.batch", Some("default"), given)
+            .expect("create with uid");
+        assert_eq!(kept["metadata"]["uid"], "0b5e0000-0000-4000-8000-000000000000");
         assert!(created["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
         assert!(
             created["metadata"]["creationTimestamp"]
                 .as_str()
                 .is_some_and(|t| t.ends_with('Z'))
         );
-        assert_eq!(rv(&created), store.current_rv());
+        assert!(rv(&created) < store.current_rv());
+        assert_eq!(rv(&kept), store.current_rv());
         assert_eq!(
             store.create("jobs.batch", Some("default"), job("a")),
             Err(StoreError::AlreadyExists)
@@ -1080,6 +1102,10 @@ mod tests {
         let change = rx.try_recv().expect("a change");
         assert_eq!(change.kind, ChangeKind::Deleted);
         assert_eq!(change.object["status"]["phase"], "Succeeded");
+        assert_eq!(
+            change.previous.as_ref().map(|p| p["status"]["phase"].clone()),
+            Some(json!("Running"))
+        );
         assert_eq!(last["status"]["phase"], "Succeeded");
     }
 
