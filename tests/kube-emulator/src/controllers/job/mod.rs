@@ -1,0 +1,1151 @@
+//! The batch/v1 Job controller, following the real one (`pkg/controller/job`, Kubernetes ≥ 1.31):
+//!
+//! - creates pods from the template (`generateName` `<job>-` or `<job>-<index>-`, the template's
+//!   labels, an ownerReference with `controller: true`, the `batch.kubernetes.io/job-tracking`
+//!   finalizer; Indexed: completion-index label and annotation, `JOB_COMPLETION_INDEX`, hostname),
+//!   honouring `parallelism`, `completions` (lowest missing indexes first), `suspend` and the
+//!   pod-failure back-off;
+//! - counts finished pods through `status.uncountedTerminatedPods` and the tracking finalizer (add
+//!   the uid, remove the finalizer, move the uid into `succeeded`/`failed`), so every step is its
+//!   own status write as in a real cluster;
+//! - decides the outcome in the real order: `podFailurePolicy` (`FailJob`, `Ignore`), then
+//!   `backoffLimit` (failed pods, or container restarts with `restartPolicy: OnFailure`), then
+//!   `activeDeadlineSeconds` (a timer from `startTime`), then completions; writes the interim
+//!   condition (`SuccessCriteriaMet` / `FailureTarget`), deletes the active pods, and writes the
+//!   final one (`Complete` + `completionTime` / `Failed`) once no pod is terminating;
+//! - emits the real Events (SuccessfulCreate, SuccessfulDelete, Completed, BackoffLimitExceeded,
+//!   DeadlineExceeded, PodFailurePolicy, Suspended, Resumed, FailedCreate).
+//!
+//! Not emulated: `backoffLimitPerIndex`/`maxFailedIndexes`, `successPolicy`, adoption of orphan
+//! pods that match the selector, and expectations (the store is read-your-writes, so they are not
+//! needed). It must not write pod status (the kubelet's) nor delete Jobs (TTL and GC do).
+
+mod failure_policy;
+mod indexes;
+mod status;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+
+use self::indexes::Intervals;
+use self::status::{COMPLETE, Condition, FAILED, FAILURE_TARGET, JobStatus, SUCCESS_CRITERIA_MET, SUSPENDED};
+use super::events::{EventType, JOB_CONTROLLER};
+use super::objects::{self, JOB_TRACKING_FINALIZER, is_deleting, pod_is_terminal, pod_phase, str_at};
+use super::runner::Reconciler;
+use super::{Shared, SimConfig};
+use crate::store::{Change, ChangeKind, Store, StoreError, now_timestamp};
+
+/// Label and annotation carrying a pod's completion index.
+const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// The real controller creates or deletes at most this many pods per sync.
+const MAX_POD_CREATE_DELETE_PER_SYNC: i64 = 500;
+/// Longest `generateName` prefix the API server keeps.
+const MAX_GENERATED_NAME_LENGTH: usize = 58;
+
+/// `(namespace, name)` of a Job.
+type JobKey = (String, String);
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JobError {
+    #[error("job {job} has a status this controller cannot read: {source}")]
+    ReadStatus { job: String, source: serde_json::Error },
+    #[error("writing the status of job {job}: {source}")]
+    WriteStatus { job: String, source: StoreError },
+    #[error("creating a pod for job {job}: {source}")]
+    CreatePod { job: String, source: StoreError },
+    #[error("deleting pod {pod} of job {job}: {source}")]
+    DeletePod {
+        job: String,
+        pod: String,
+        source: StoreError,
+    },
+    #[error("removing the tracking finalizer of pod {pod}: {source}")]
+    RemoveFinalizer { pod: String, source: StoreError },
+}
+
+/// The pod-failure back-off of one Job: consecutive failures since the last success.
+#[derive(Debug, Clone, Default)]
+struct BackoffRecord {
+    uid: String,
+    failures_after_last_success: u32,
+    last_failure: Option<Instant>,
+}
+
+impl BackoffRecord {
+    fn updated(&self, uid: &str, new_succeeded: usize, new_failed: usize, now: Instant) -> BackoffRecord {
+        let mut next = if self.uid == uid {
+            self.clone()
+        } else {
+            BackoffRecord {
+                uid: uid.to_owned(),
+                ..Default::default()
+            }
+        };
+        if new_succeeded > 0 && new_failed == 0 {
+            next.failures_after_last_success = 0;
+            next.last_failure = None;
+        } else if new_failed > 0 {
+            // A success in the same batch resets the count first: only these failures remain.
+            let base = if new_succeeded > 0 {
+                0
+            } else {
+                next.failures_after_last_success
+            };
+            next.failures_after_last_success = base + u32::try_from(new_failed).unwrap_or(u32::MAX);
+            next.last_failure = Some(now);
+        }
+        next
+    }
+
+    fn remaining(&self, config: &SimConfig, now: Instant) -> Duration {
+        let Some(last) = self.last_failure else {
+            return Duration::ZERO;
+        };
+        let backoff = SimConfig::backoff(
+            config.pod_failure_backoff,
+            config.pod_failure_backoff_max,
+            self.failures_after_last_success,
+        );
+        backoff.saturating_sub(now.saturating_duration_since(last))
+    }
+}
+
+/// The parts of a Job's spec the controller acts on, with the API's defaults.
+struct Spec<'a> {
+    parallelism: i64,
+    completions: Option<i64>,
+    indexed: bool,
+    backoff_limit: i64,
+    active_deadline: Option<i64>,
+    suspend: bool,
+    restart_policy: &'a str,
+    failure_policy: Option<&'a Value>,
+    /// `podReplacementPolicy: Failed` (the default with a `podFailurePolicy`): a pod counts as
+    /// failed, and is replaced, only once it is terminal.
+    only_replace_failed: bool,
+}
+
+impl<'a> Spec<'a> {
+    fn read(job: &'a Value) -> Spec<'a> {
+        let spec = job.get("spec").unwrap_or(&Value::Null);
+        let int = |k: &str| spec.get(k).and_then(Value::as_i64);
+        let failure_policy = spec.get("podFailurePolicy").filter(|v| !v.is_null());
+        let completions = int("completions");
+        let parallelism = int("parallelism").unwrap_or(1).max(0);
+        Spec {
+            parallelism,
+            completions,
+            indexed: str_at(spec, "/completionMode") == Some("Indexed"),
+            backoff_limit: int("backoffLimit").unwrap_or(6),
+            active_deadline: int("activeDeadlineSeconds"),
+            suspend: spec.get("suspend").and_then(Value::as_bool).unwrap_or(false),
+            restart_policy: str_at(spec, "/template/spec/restartPolicy").unwrap_or("Never"),
+            failure_policy,
+            only_replace_failed: match str_at(spec, "/podReplacementPolicy") {
+                Some(p) => p == "Failed",
+                None => failure_policy.is_some(),
+            },
+        }
+    }
+
+    /// The completion index of an Indexed Job's pod, if it is in range.
+    fn valid_index(&self, pod: &Value) -> Option<u64> {
+        let ix = completion_index(pod)?;
+        (ix < u64::try_from(self.completions?).unwrap_or(0)).then_some(ix)
+    }
+
+    fn is_pod_failed(&self, pod: &Value) -> bool {
+        let phase = pod_phase(pod);
+        phase == "Failed" || (!self.only_replace_failed && is_deleting(pod) && phase != "Succeeded")
+    }
+}
+
+fn completion_index(pod: &Value) -> Option<u64> {
+    objects::annotation(pod, COMPLETION_INDEX).and_then(|i| i.parse().ok())
+}
+
+fn has_tracking_finalizer(pod: &Value) -> bool {
+    objects::has_finalizer(pod, JOB_TRACKING_FINALIZER)
+}
+
+/// The Job that controls a pod, from its controller ownerReference.
+fn owning_job(pod: &Value) -> Option<JobKey> {
+    let owner = objects::controller_ref(pod)?;
+    if str_at(owner, "/kind") != Some("Job") || str_at(owner, "/apiVersion") != Some("batch/v1") {
+        return None;
+    }
+    Some((
+        objects::namespace(pod)?.to_owned(),
+        str_at(owner, "/name")?.to_owned(),
+    ))
+}
+
+fn owner_uid(pod: &Value) -> Option<&str> {
+    objects::controller_ref(pod).and_then(|r| r.get("uid")?.as_str())
+}
+
+/// The order `controller.ActivePods` sorts in: the pods least worth keeping first (unbound, then
+/// pending, then not ready, then most restarted, then newest).
+fn removal_order(pod: &&Value) -> (bool, u8, bool, Reverse<i64>, Reverse<String>) {
+    let bound = str_at(pod, "/spec/nodeName").is_some_and(|n| !n.is_empty());
+    let phase = match pod_phase(pod) {
+        "Pending" | "" => 0,
+        "Running" => 2,
+        _ => 1,
+    };
+    let restarts: i64 = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                .sum()
+        })
+        .unwrap_or(0);
+    let created = str_at(pod, "/metadata/creationTimestamp")
+        .unwrap_or_default()
+        .to_owned();
+    (
+        bound,
+        phase,
+        objects::pod_is_ready(pod),
+        Reverse(restarts),
+        Reverse(created),
+    )
+}
+
+/// Everything one sync works with.
+struct Sync<'a> {
+    job: &'a Value,
+    spec: Spec<'a>,
+    pods: Vec<Value>,
+    now: String,
+    active: i64,
+    ready: i64,
+    terminating: i64,
+    succeeded: i64,
+    prev_indexes: Intervals,
+    succeeded_indexes: Intervals,
+    backoff: BackoffRecord,
+    requeue: Option<Duration>,
+    error: Option<JobError>,
+}
+
+impl Sync<'_> {
+    fn requeue_after(&mut self, d: Duration) {
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    fn fail(&mut self, e: JobError) {
+        self.error.get_or_insert(e);
+    }
+
+    fn job_name(&self) -> String {
+        objects::display(self.job)
+    }
+}
+
+pub(crate) struct JobController {
+    shared: Arc<Shared>,
+    /// Names of the pods each Job controls, fed by the change stream (the store stays the truth:
+    /// every pod is read again before use).
+    pods_by_job: HashMap<JobKey, BTreeSet<String>>,
+    /// Each indexed pod's Job, to unindex it when it goes or changes owner.
+    owner_of: HashMap<(String, String), JobKey>,
+    backoff: HashMap<JobKey, BackoffRecord>,
+    /// When this controller set a Job's `startTime` (by uid): `startTime` has second precision,
+    /// the deadline timer uses the instant.
+    started: HashMap<String, (String, Instant)>,
+}
+
+impl JobController {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        JobController {
+            shared,
+            pods_by_job: HashMap::new(),
+            owner_of: HashMap::new(),
+            backoff: HashMap::new(),
+            started: HashMap::new(),
+        }
+    }
+
+    fn index_pod(&mut self, namespace: &str, name: &str, owner: Option<JobKey>) -> Option<JobKey> {
+        let pod_key = (namespace.to_owned(), name.to_owned());
+        let previous = self.owner_of.remove(&pod_key);
+        if let Some(prev) = &previous
+            && Some(prev) != owner.as_ref()
+            && let Some(set) = self.pods_by_job.get_mut(prev)
+        {
+            set.remove(name);
+            if set.is_empty() {
+                self.pods_by_job.remove(prev);
+            }
+        }
+        if let Some(owner) = owner {
+            self.pods_by_job
+                .entry(owner.clone())
+                .or_default()
+                .insert(name.to_owned());
+            self.owner_of.insert(pod_key, owner);
+        }
+        previous
+    }
+
+    fn event(&self, store: &Store, job: &Value, kind: EventType, reason: &str, message: &str) {
+        self.shared
+            .recorder
+            .record(store, job, kind, reason, message, JOB_CONTROLLER);
+    }
+
+    /// How long the Job has been active (since `startTime`).
+    fn elapsed(&self, uid: &str, start_time: &str) -> Option<Duration> {
+        if let Some((stamp, at)) = self.started.get(uid)
+            && stamp == start_time
+        {
+            return Some(at.elapsed());
+        }
+        let start = objects::parse_time(start_time)?;
+        Some((Utc::now() - start).to_std().unwrap_or_default())
+    }
+
+    fn write_status(&self, store: &Store, job: &Value, status: &JobStatus) -> Result<(), JobError> {
+        let value = serde_json::to_value(status).map_err(|source| JobError::ReadStatus {
+            job: objects::display(job),
+            source,
+        })?;
+        let uid = objects::uid(job).to_owned();
+        store
+            .modify(
+                "jobs.batch",
+                objects::namespace(job),
+                objects::name(job),
+                &mut |o| {
+                    if objects::uid(o) != uid {
+                        return Err(StoreError::Conflict("the job was replaced".into()));
+                    }
+                    o["status"] = value.clone();
+                    Ok(())
+                },
+            )
+            .map(|_| ())
+            .map_err(|source| JobError::WriteStatus {
+                job: objects::display(job),
+                source,
+            })
+    }
+
+    fn remove_tracking_finalizer(&self, store: &Store, pod: &Value) -> Result<(), JobError> {
+        objects::remove_finalizer(
+            store,
+            "pods",
+            objects::namespace(pod),
+            objects::name(pod),
+            JOB_TRACKING_FINALIZER,
+        )
+        .map_err(|source| JobError::RemoveFinalizer {
+            pod: objects::display(pod),
+            source,
+        })
+    }
+
+    /// Deletes pods gracefully; with `release`, removes the tracking finalizer first (pods deleted
+    /// for suspension or parallelism are not counted). Returns (deleted, of which ready).
+    fn delete_pods(&self, store: &Store, sync: &mut Sync<'_>, pods: &[Value], release: bool) -> (i64, i64) {
+        let (mut deleted, mut deleted_ready) = (0, 0);
+        for pod in pods {
+            if release && let Err(e) = self.remove_tracking_finalizer(store, pod) {
+                sync.fail(e);
+                continue;
+            }
+            match objects::delete_gracefully(store, "pods", objects::namespace(pod), objects::name(pod), None)
+            {
+                Ok(_) => {
+                    deleted += 1;
+                    if objects::pod_is_ready(pod) {
+                        deleted_ready += 1;
+                    }
+                    self.event(
+                        store,
+                        sync.job,
+                        EventType::Normal,
+                        "SuccessfulDelete",
+                        &format!("Deleted pod: {}", objects::name(pod)),
+                    );
+                }
+                Err(source) => {
+                    let e = JobError::DeletePod {
+                        job: sync.job_name(),
+                        pod: objects::display(pod),
+                        source,
+                    };
+                    sync.fail(e);
+                }
+            }
+        }
+        (deleted, deleted_ready)
+    }
+
+    fn new_pod(job: &Value, index: Option<u64>) -> Value {
+        let job_name = objects::name(job);
+        let template = job.pointer("/spec/template").unwrap_or(&Value::Null);
+        let map = |p: &str| {
+            template
+                .pointer(p)
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let mut labels = map("/metadata/labels");
+        let mut annotations = map("/metadata/annotations");
+        let mut spec = template
+            .get("spec")
+            .cloned()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        let mut finalizers: Vec<Value> = template
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if !finalizers.iter().any(|f| f == JOB_TRACKING_FINALIZER) {
+            finalizers.push(json!(JOB_TRACKING_FINALIZER));
+        }
+        let generate_name = match index {
+            None => format!("{job_name}-"),
+            Some(i) => {
+                labels.insert(COMPLETION_INDEX.into(), json!(i.to_string()));
+                annotations.insert(COMPLETION_INDEX.into(), json!(i.to_string()));
+                spec["hostname"] = json!(format!("{job_name}-{i}"));
+                for list in ["initContainers", "containers"] {
+                    for c in spec
+                        .get_mut(list)
+                        .and_then(Value::as_array_mut)
+                        .into_iter()
+                        .flatten()
+                    {
+                        add_completion_index_env(c);
+                    }
+                }
+                let suffix = format!("-{i}-");
+                let mut prefix = format!("{job_name}{suffix}");
+                if prefix.len() > MAX_GENERATED_NAME_LENGTH {
+                    let keep = MAX_GENERATED_NAME_LENGTH.saturating_sub(suffix.len());
+                    let cut = (0..=keep)
+                        .rev()
+                        .find(|&n| job_name.is_char_boundary(n))
+                        .unwrap_or(0);
+                    prefix = format!("{}{suffix}", &job_name[..cut]);
+                }
+                prefix
+            }
+        };
+        let has_resources = spec
+            .get("containers")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.get("resources")
+                        .and_then(Value::as_object)
+                        .is_some_and(|r| !r.is_empty())
+                })
+            });
+        let mut metadata = Map::new();
+        metadata.insert("generateName".into(), json!(generate_name));
+        metadata.insert("namespace".into(), json!(objects::namespace(job)));
+        if !labels.is_empty() {
+            metadata.insert("labels".into(), Value::Object(labels));
+        }
+        if !annotations.is_empty() {
+            metadata.insert("annotations".into(), Value::Object(annotations));
+        }
+        metadata.insert(
+            "ownerReferences".into(),
+            json!([{
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": job_name,
+                "uid": objects::uid(job),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }]),
+        );
+        metadata.insert("finalizers".into(), Value::Array(finalizers));
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": spec,
+            "status": {"phase": "Pending", "qosClass": if has_resources { "Burstable" } else { "BestEffort" }},
+        })
+    }
+
+    /// `manageJob`: suspension, too many pods, too few pods. Returns the new number of active pods.
+    fn manage(&mut self, store: &Store, sync: &mut Sync<'_>, active_pods: &[Value]) -> i64 {
+        let mut active = sync.active;
+        if sync.spec.suspend {
+            let (removed, removed_ready) = self.delete_pods(store, sync, active_pods, true);
+            sync.terminating += removed;
+            sync.ready -= removed_ready;
+            return active - removed;
+        }
+        let want = match sync.spec.completions {
+            None if sync.succeeded > 0 => active,
+            None => sync.spec.parallelism,
+            Some(c) => (c - sync.succeeded).clamp(0, sync.spec.parallelism),
+        };
+        let rm_at_least = (active - want).max(0);
+        let mut to_delete = self.pods_for_removal(&sync.spec, active_pods, rm_at_least);
+        to_delete.truncate(MAX_POD_CREATE_DELETE_PER_SYNC as usize);
+        if !to_delete.is_empty() {
+            let (removed, removed_ready) = self.delete_pods(store, sync, &to_delete, true);
+            sync.terminating += removed;
+            sync.ready -= removed_ready;
+            return active - removed;
+        }
+        let terminating = if sync.spec.only_replace_failed {
+            sync.terminating
+        } else {
+            0
+        };
+        let diff = (want - terminating - active).min(MAX_POD_CREATE_DELETE_PER_SYNC);
+        if diff <= 0 {
+            return active;
+        }
+        let remaining = sync.backoff.remaining(&self.shared.config, Instant::now());
+        if !remaining.is_zero() {
+            sync.requeue_after(remaining);
+            return active;
+        }
+        let indexes: Vec<Option<u64>> = if sync.spec.indexed {
+            let mut taken = Intervals::default();
+            let in_use = active_pods.iter().chain(
+                sync.pods
+                    .iter()
+                    .filter(|p| sync.spec.only_replace_failed && is_deleting(p) && !pod_is_terminal(p)),
+            );
+            for ix in in_use.filter_map(completion_index) {
+                taken.insert(ix);
+            }
+            let completions = sync
+                .spec
+                .completions
+                .and_then(|c| u64::try_from(c).ok())
+                .unwrap_or(0);
+            let count = usize::try_from(diff).unwrap_or(0);
+            sync.succeeded_indexes
+                .first_missing(&taken, count, completions)
+                .into_iter()
+                .map(Some)
+                .collect()
+        } else {
+            (0..diff).map(|_| None).collect()
+        };
+        let key = (
+            objects::namespace(sync.job).unwrap_or_default().to_owned(),
+            objects::name(sync.job).to_owned(),
+        );
+        for index in indexes {
+            match store.create(
+                "pods",
+                objects::namespace(sync.job),
+                Self::new_pod(sync.job, index),
+            ) {
+                Ok(pod) => {
+                    active += 1;
+                    self.shared.pods_created.fetch_add(1, Ordering::Relaxed);
+                    self.index_pod(&key.0, objects::name(&pod), Some(key.clone()));
+                    self.event(
+                        store,
+                        sync.job,
+                        EventType::Normal,
+                        "SuccessfulCreate",
+                        &format!("Created pod: {}", objects::name(&pod)),
+                    );
+                }
+                Err(source) => {
+                    self.event(
+                        store,
+                        sync.job,
+                        EventType::Warning,
+                        "FailedCreate",
+                        &format!("Error creating: {source}"),
+                    );
+                    sync.fail(JobError::CreatePod {
+                        job: sync.job_name(),
+                        source,
+                    });
+                    // Like the real slow start: stop after a failure, retry on the next sync.
+                    break;
+                }
+            }
+        }
+        active
+    }
+
+    /// `activePodsForRemoval`: for Indexed Jobs, pods with a duplicate, missing or out-of-range
+    /// index first; then the least advanced pods until `rm_at_least` are chosen.
+    fn pods_for_removal(&self, spec: &Spec<'_>, active_pods: &[Value], rm_at_least: i64) -> Vec<Value> {
+        let mut rm: Vec<&Value> = Vec::new();
+        let mut left: Vec<&Value> = Vec::new();
+        if spec.indexed {
+            let mut by_index: std::collections::BTreeMap<u64, Vec<&Value>> =
+                std::collections::BTreeMap::new();
+            for pod in active_pods {
+                match spec.valid_index(pod) {
+                    Some(ix) => by_index.entry(ix).or_default().push(pod),
+                    None => rm.push(pod),
+                }
+            }
+            for (_, mut same) in by_index {
+                same.sort_by_key(removal_order);
+                if let Some(keep) = same.pop() {
+                    left.push(keep);
+                }
+                rm.extend(same);
+            }
+        } else {
+            left.extend(active_pods);
+        }
+        let wanted = usize::try_from(rm_at_least).unwrap_or(0);
+        if rm.len() < wanted {
+            left.sort_by_key(removal_order);
+            let more = wanted - rm.len();
+            rm.extend(left.into_iter().take(more));
+        }
+        rm.into_iter().cloned().collect()
+    }
+
+    fn sync(
+        &mut self,
+        store: &Store,
+        key: &JobKey,
+        job: &Value,
+        stored: JobStatus,
+        pods: Vec<Value>,
+    ) -> Result<Option<Duration>, JobError> {
+        let spec = Spec::read(job);
+        let uid = objects::uid(job).to_owned();
+        let now_instant = Instant::now();
+        let now = now_timestamp();
+        let mut st = stored.clone();
+        let uncounted_succeeded: HashSet<String> = st
+            .uncounted_terminated_pods
+            .as_ref()
+            .map(|u| u.succeeded.iter().cloned().collect())
+            .unwrap_or_default();
+        let uncounted_failed: HashSet<String> = st
+            .uncounted_terminated_pods
+            .as_ref()
+            .map(|u| u.failed.iter().cloned().collect())
+            .unwrap_or_default();
+        if st.uncounted_terminated_pods.is_none() {
+            st.uncounted_terminated_pods = Some(Default::default());
+        }
+
+        let active_pods: Vec<Value> = pods
+            .iter()
+            .filter(|p| !pod_is_terminal(p) && !is_deleting(p))
+            .cloned()
+            .collect();
+        let counts_as_new = |p: &Value, uncounted: &HashSet<String>| {
+            has_tracking_finalizer(p)
+                && !uncounted.contains(objects::uid(p))
+                && (!spec.indexed || spec.valid_index(p).is_some())
+        };
+        let new_succeeded = pods
+            .iter()
+            .filter(|p| counts_as_new(p, &uncounted_succeeded) && pod_phase(p) == "Succeeded")
+            .count();
+        let new_failed: Vec<&Value> = pods
+            .iter()
+            .filter(|p| counts_as_new(p, &uncounted_failed) && spec.is_pod_failed(p))
+            .collect();
+        let new_failed_counted = new_failed
+            .iter()
+            .filter(|p| failure_policy::match_pod(spec.failure_policy, p).count)
+            .count();
+        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let failed = st.failed + as_i64(new_failed_counted) + as_i64(uncounted_failed.len());
+
+        if st.start_time.is_none() && !spec.suspend {
+            st.start_time = Some(now.clone());
+            self.started.insert(uid.clone(), (now.clone(), now_instant));
+        }
+        let previous_backoff = self.backoff.get(key).cloned().unwrap_or_default();
+        let mut sync = Sync {
+            job,
+            active: as_i64(active_pods.len()),
+            ready: as_i64(active_pods.iter().filter(|p| objects::pod_is_ready(p)).count()),
+            terminating: as_i64(
+                pods.iter()
+                    .filter(|p| is_deleting(p) && !pod_is_terminal(p))
+                    .count(),
+            ),
+            succeeded: st.succeeded + as_i64(new_succeeded) + as_i64(uncounted_succeeded.len()),
+            prev_indexes: Intervals::default(),
+            succeeded_indexes: Intervals::default(),
+            backoff: previous_backoff.updated(&uid, new_succeeded, new_failed_counted, now_instant),
+            requeue: None,
+            error: None,
+            now: now.clone(),
+            pods,
+            spec,
+        };
+
+        // The outcome, in the real order: a decision already written, the pod failure policy,
+        // the backoff limit, the deadline; success last.
+        let mut finished: Option<Condition> = st
+            .condition(SUCCESS_CRITERIA_MET)
+            .filter(|c| c.is_true())
+            .cloned();
+        if finished.is_none() {
+            if let Some(target) = st.condition(FAILURE_TARGET).filter(|c| c.is_true()) {
+                finished = Some(Condition::new(
+                    FAILED,
+                    "True",
+                    &target.reason,
+                    &target.message,
+                    &now,
+                ));
+            } else if let Some(message) = sync
+                .pods
+                .iter()
+                .filter(|p| sync.spec.is_pod_failed(p))
+                .find_map(|p| failure_policy::match_pod(sync.spec.failure_policy, p).fail_job)
+            {
+                finished = Some(Condition::new(
+                    FAILURE_TARGET,
+                    "True",
+                    "PodFailurePolicy",
+                    &message,
+                    &now,
+                ));
+            }
+        }
+        if finished.is_none() {
+            if failed > sync.spec.backoff_limit || past_backoff_limit_on_failure(&sync.spec, &sync.pods) {
+                finished = Some(Condition::new(
+                    FAILURE_TARGET,
+                    "True",
+                    "BackoffLimitExceeded",
+                    "Job has reached the specified backoff limit",
+                    &now,
+                ));
+            } else if let Some(deadline) = sync.spec.active_deadline
+                && !sync.spec.suspend
+                && let Some(elapsed) = st.start_time.as_deref().and_then(|s| self.elapsed(&uid, s))
+            {
+                let allowed = Duration::from_secs(u64::try_from(deadline).unwrap_or(0));
+                if elapsed >= allowed {
+                    finished = Some(Condition::new(
+                        FAILURE_TARGET,
+                        "True",
+                        "DeadlineExceeded",
+                        "Job was active longer than specified deadline",
+                        &now,
+                    ));
+                } else {
+                    sync.requeue_after(allowed - elapsed);
+                }
+            }
+        }
+        if sync.spec.indexed {
+            let completions = sync
+                .spec
+                .completions
+                .and_then(|c| u64::try_from(c).ok())
+                .unwrap_or(0);
+            sync.prev_indexes = Intervals::parse(&st.completed_indexes, completions);
+            let mut current = sync.prev_indexes.clone();
+            for pod in &sync.pods {
+                if pod_phase(pod) == "Succeeded"
+                    && has_tracking_finalizer(pod)
+                    && let Some(ix) = sync.spec.valid_index(pod)
+                {
+                    current.insert(ix);
+                }
+            }
+            sync.succeeded = i64::try_from(current.total()).unwrap_or(i64::MAX);
+            sync.succeeded_indexes = current;
+        }
+
+        if finished.is_some() {
+            // Decided: stop every active pod; their tracking finalizers stay until counted.
+            let (deleted, deleted_ready) = self.delete_pods(store, &mut sync, &active_pods, false);
+            if deleted != sync.active {
+                finished = None;
+            }
+            sync.active -= deleted;
+            sync.terminating += deleted;
+            sync.ready -= deleted_ready;
+        } else {
+            let mut managed = false;
+            if !is_deleting(job) {
+                sync.active = self.manage(store, &mut sync, &active_pods);
+                managed = true;
+            }
+            let complete = match sync.spec.completions {
+                None => sync.succeeded > 0 && sync.active == 0,
+                Some(c) => sync.succeeded >= c && sync.active == 0,
+            };
+            if complete {
+                finished = Some(Condition::new(
+                    SUCCESS_CRITERIA_MET,
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                    &now,
+                ));
+            } else if managed {
+                if sync.spec.suspend {
+                    if st.ensure_condition(SUSPENDED, "True", "JobSuspended", "Job suspended", &now) {
+                        self.event(store, job, EventType::Normal, "Suspended", "Job suspended");
+                    }
+                } else if st.ensure_condition(SUSPENDED, "False", "JobResumed", "Job resumed", &now) {
+                    self.event(store, job, EventType::Normal, "Resumed", "Job resumed");
+                    // The deadline counts time continuously active: it restarts on resume.
+                    st.start_time = Some(now.clone());
+                    self.started.insert(uid.clone(), (now.clone(), now_instant));
+                }
+            }
+        }
+        st.active = sync.active;
+        st.ready = Some(sync.ready);
+        st.terminating = Some(sync.terminating);
+
+        self.track(
+            store,
+            key,
+            &mut sync,
+            &mut st,
+            &stored,
+            finished,
+            &uncounted_succeeded,
+            &uncounted_failed,
+        )?;
+        match sync.error {
+            Some(e) => Err(e),
+            None => Ok(sync.requeue),
+        }
+    }
+
+    /// `trackJobStatusAndRemoveFinalizers`: puts finished pods into `uncountedTerminatedPods` (with
+    /// the interim condition) in one status write, removes their tracking finalizers, then moves
+    /// them into the counters and, when nothing is left to count or terminating, writes the final
+    /// condition in a second status write.
+    #[allow(clippy::too_many_arguments)]
+    fn track(
+        &mut self,
+        store: &Store,
+        key: &JobKey,
+        sync: &mut Sync<'_>,
+        st: &mut JobStatus,
+        stored: &JobStatus,
+        mut finished: Option<Condition>,
+        uncounted_succeeded: &HashSet<String>,
+        uncounted_failed: &HashSet<String>,
+    ) -> Result<(), JobError> {
+        let job = sync.job;
+        let mut with_finalizer: HashSet<String> = sync
+            .pods
+            .iter()
+            .filter(|p| has_tracking_finalizer(p))
+            .map(|p| objects::uid(p).to_owned())
+            .collect();
+        clean_uncounted(st, &with_finalizer);
+
+        let mut ordered: Vec<&Value> = sync.pods.iter().collect();
+        if sync.spec.indexed {
+            ordered.sort_by_key(|p| completion_index(p));
+        }
+        let mut to_release: Vec<&Value> = Vec::new();
+        let mut new_indexes = Vec::new();
+        let decided_failure = finished.as_ref().is_some_and(|f| f.kind != SUCCESS_CRITERIA_MET);
+        for pod in ordered {
+            if !has_tracking_finalizer(pod) {
+                continue;
+            }
+            let pod_uid = objects::uid(pod).to_owned();
+            let failed = sync.spec.is_pod_failed(pod);
+            let succeeded = pod_phase(pod) == "Succeeded";
+            if !(is_deleting(job) || finished.is_some() || succeeded || failed) {
+                continue;
+            }
+            to_release.push(pod);
+            if succeeded && !uncounted_failed.contains(&pod_uid) {
+                if sync.spec.indexed {
+                    if let Some(ix) = sync.spec.valid_index(pod)
+                        && !sync.prev_indexes.has(ix)
+                    {
+                        new_indexes.push(ix);
+                    }
+                } else if !uncounted_succeeded.contains(&pod_uid) {
+                    st.uncounted().succeeded.push(pod_uid);
+                }
+            } else if (failed || decided_failure)
+                && !uncounted_failed.contains(&pod_uid)
+                && (!sync.spec.indexed || sync.spec.valid_index(pod).is_some())
+                && failure_policy::match_pod(sync.spec.failure_policy, pod).count
+            {
+                st.uncounted().failed.push(pod_uid);
+            }
+        }
+        if sync.spec.indexed {
+            for ix in new_indexes {
+                sync.succeeded_indexes.insert(ix);
+            }
+            st.completed_indexes = sync.succeeded_indexes.to_string();
+            st.succeeded = i64::try_from(sync.succeeded_indexes.total()).unwrap_or(i64::MAX);
+        }
+        if let Some(target) = finished.as_ref().filter(|f| f.kind == FAILURE_TARGET) {
+            st.conditions.push(target.clone());
+            finished = Some(Condition::new(
+                FAILED,
+                "True",
+                &target.reason,
+                &target.message,
+                &sync.now,
+            ));
+        }
+        if let Some(met) = finished.as_ref().filter(|f| f.kind == SUCCESS_CRITERIA_MET) {
+            if st.condition(SUCCESS_CRITERIA_MET).is_none() {
+                st.conditions.push(met.clone());
+            }
+            finished = Some(Condition::new(
+                COMPLETE,
+                "True",
+                &met.reason,
+                &met.message,
+                &sync.now,
+            ));
+        }
+
+        // First write: new uncounted pods and the interim condition, before any finalizer goes.
+        if st != stored {
+            self.write_status(store, job, st)?;
+        }
+        self.backoff.insert(key.clone(), sync.backoff.clone());
+        let written = st.clone();
+
+        let mut release_error = None;
+        for pod in to_release {
+            match self.remove_tracking_finalizer(store, pod) {
+                Ok(()) => {
+                    with_finalizer.remove(objects::uid(pod));
+                }
+                Err(e) => {
+                    release_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = release_error {
+            sync.fail(e);
+        }
+        clean_uncounted(st, &with_finalizer);
+
+        let mut job_finished = false;
+        if let Some(f) = &finished {
+            let nothing_uncounted = st
+                .uncounted_terminated_pods
+                .as_ref()
+                .is_none_or(|u| u.succeeded.is_empty() && u.failed.is_empty());
+            if nothing_uncounted && sync.terminating == 0 {
+                st.ensure_condition(&f.kind, "True", &f.reason, &f.message, &sync.now);
+                if f.kind == COMPLETE {
+                    st.completion_time = Some(sync.now.clone());
+                }
+                job_finished = true;
+            }
+        }
+        // Second write: the counters, and the final condition once everything is counted.
+        if *st != written {
+            self.write_status(store, job, st)?;
+        }
+        if job_finished && let Some(f) = finished {
+            if f.kind == COMPLETE {
+                self.event(store, job, EventType::Normal, "Completed", "Job completed");
+            } else {
+                self.event(store, job, EventType::Warning, &f.reason, &f.message);
+            }
+            self.backoff.remove(key);
+            self.started.remove(objects::uid(job));
+        }
+        Ok(())
+    }
+}
+
+/// `JOB_COMPLETION_INDEX` from the pod's completion-index label, unless the container sets it.
+fn add_completion_index_env(container: &mut Value) {
+    let Some(c) = container.as_object_mut() else {
+        return;
+    };
+    let env = c.entry("env").or_insert_with(|| json!([]));
+    let Some(env) = env.as_array_mut() else { return };
+    if env
+        .iter()
+        .any(|e| str_at(e, "/name") == Some("JOB_COMPLETION_INDEX"))
+    {
+        return;
+    }
+    env.push(json!({
+        "name": "JOB_COMPLETION_INDEX",
+        "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{COMPLETION_INDEX}']")}},
+    }));
+}
+
+/// Moves the uids of pods whose tracking finalizer is gone from `uncountedTerminatedPods` into the
+/// counters. Returns whether anything moved.
+fn clean_uncounted(st: &mut JobStatus, with_finalizer: &HashSet<String>) -> bool {
+    let Some(uncounted) = st.uncounted_terminated_pods.as_mut() else {
+        return false;
+    };
+    let before = (uncounted.succeeded.len(), uncounted.failed.len());
+    uncounted.succeeded.retain(|u| with_finalizer.contains(u));
+    uncounted.failed.retain(|u| with_finalizer.contains(u));
+    let moved = (
+        before.0 - uncounted.succeeded.len(),
+        before.1 - uncounted.failed.len(),
+    );
+    st.succeeded += i64::try_from(moved.0).unwrap_or(0);
+    st.failed += i64::try_from(moved.1).unwrap_or(0);
+    moved != (0, 0)
+}
+
+/// With `restartPolicy: OnFailure`, the Job fails once its running or pending pods' containers
+/// have restarted `backoffLimit` times in total (any restart when the limit is 0).
+fn past_backoff_limit_on_failure(spec: &Spec<'_>, pods: &[Value]) -> bool {
+    if spec.restart_policy != "OnFailure" {
+        return false;
+    }
+    let restarts: i64 = pods
+        .iter()
+        .filter(|p| matches!(pod_phase(p), "Running" | "Pending"))
+        .flat_map(|p| {
+            ["/status/initContainerStatuses", "/status/containerStatuses"]
+                .into_iter()
+                .filter_map(|list| p.pointer(list).and_then(Value::as_array))
+                .flatten()
+        })
+        .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+        .sum();
+    if spec.backoff_limit == 0 {
+        restarts > 0
+    } else {
+        restarts >= spec.backoff_limit
+    }
+}
+
+impl Reconciler for JobController {
+    type Key = JobKey;
+    type Nudge = ();
+    type Error = JobError;
+    const NAME: &'static str = "job-controller";
+
+    fn resync(&mut self, store: &Store) -> Vec<JobKey> {
+        self.pods_by_job.clear();
+        self.owner_of.clear();
+        let (pods, _) = store.list("pods", None, &|p| owning_job(p).is_some());
+        for pod in &pods {
+            if let (Some(ns), Some(owner)) = (objects::namespace(pod), owning_job(pod)) {
+                self.index_pod(ns, objects::name(pod), Some(owner));
+            }
+        }
+        let (jobs, _) = store.list("jobs.batch", None, &|_| true);
+        let mut keys: BTreeSet<JobKey> = jobs
+            .iter()
+            .map(|j| {
+                (
+                    objects::namespace(j).unwrap_or_default().to_owned(),
+                    objects::name(j).to_owned(),
+                )
+            })
+            .collect();
+        keys.extend(self.pods_by_job.keys().cloned());
+        keys.into_iter().collect()
+    }
+
+    fn keys_for(&mut self, change: &Change, keys: &mut Vec<JobKey>) {
+        let object = &change.object;
+        let Some(ns) = objects::namespace(object) else {
+            return;
+        };
+        match change.resource.as_str() {
+            "jobs.batch" => keys.push((ns.to_owned(), objects::name(object).to_owned())),
+            "pods" => {
+                let owner = if change.kind == ChangeKind::Deleted {
+                    None
+                } else {
+                    owning_job(object)
+                };
+                let previous = self.index_pod(ns, objects::name(object), owner.clone());
+                if let Some(previous) = previous
+                    && Some(&previous) != owner.as_ref()
+                {
+                    keys.push(previous);
+                }
+                if let Some(owner) = owner {
+                    keys.push(owner);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn reconcile(&mut self, store: &Store, key: &JobKey) -> Result<Option<Duration>, JobError> {
+        let (ns, name) = key;
+        let job = store.get("jobs.batch", Some(ns), name);
+        let job_uid = job.as_ref().map(|j| objects::uid(j).to_owned());
+        let names: Vec<String> = self
+            .pods_by_job
+            .get(key)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut pods = Vec::with_capacity(names.len());
+        for pod_name in names {
+            let Some(pod) = store.get("pods", Some(ns), &pod_name) else {
+                continue;
+            };
+            if job_uid.is_some() && owner_uid(&pod) == job_uid.as_deref() {
+                pods.push(pod);
+            } else if has_tracking_finalizer(&pod) {
+                // An orphan (its Job is gone or was replaced): nobody will count it.
+                self.remove_tracking_finalizer(store, &pod)?;
+            }
+        }
+        let Some(job) = job else {
+            self.backoff.remove(key);
+            return Ok(None);
+        };
+        let stored: JobStatus = match job.get("status").filter(|s| !s.is_null()) {
+            None => JobStatus::default(),
+            Some(s) => serde_json::from_value(s.clone()).map_err(|source| JobError::ReadStatus {
+                job: objects::display(&job),
+                source,
+            })?,
+        };
+        if stored.is_finished() {
+            for pod in pods.iter().filter(|p| has_tracking_finalizer(p)) {
+                self.remove_tracking_finalizer(store, pod)?;
+            }
+            self.backoff.remove(key);
+            self.started.remove(objects::uid(&job));
+            return Ok(None);
+        }
+        if str_at(&job, "/spec/managedBy").is_some_and(|m| m != "kubernetes.io/job-controller") {
+            return Ok(None);
+        }
+        let spec = Spec::read(&job);
+        if spec.indexed && spec.completions.is_none() {
+            tracing::warn!(job = %objects::display(&job), "Indexed job without completions; skipped");
+            return Ok(None);
+        }
+        self.sync(store, key, &job, stored, pods)
+    }
+}

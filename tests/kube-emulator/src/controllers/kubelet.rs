@@ -1,0 +1,923 @@
+//! The emulated node: binds every pod to it (the scheduler's part: `spec.nodeName` and
+//! `PodScheduled`), then runs each container as a timeline chosen by its environment (see
+//! [`super::behaviour`]), writing the pod status the real kubelet writes at each step:
+//!
+//! Pending (ContainerCreating) → Running (ready, `podIP`) → Succeeded (`Completed`, exit 0) or
+//! Failed (`Error`, non-zero exit), with `containerStatuses[].state.{waiting,running,terminated}`,
+//! `startedAt`/`finishedAt`, `containerID`, `imageID`, conditions with their reasons, and the
+//! termination message (`terminationMessagePolicy: FallbackToLogsOnError` uses the log tail).
+//! `restartPolicy: OnFailure`/`Always` restarts a failed container in place after a crash-loop
+//! back-off (`restartCount`, `lastState.terminated`, `waiting.reason: CrashLoopBackOff`). A pod
+//! marked for deletion is stopped (exit 143, reason `Error`, phase Failed); the store removes it
+//! once it is terminal and has no finalizers left. Log lines go to the store (`pods/{name}/log`).
+//!
+//! It owns pod *status* and `spec.nodeName`, nothing else: it never deletes pods, never touches
+//! finalizers and never reads Jobs. What it remembers about a pod (timers, attempts, container
+//! ids) lives in memory only; the status it writes is derived from that memory.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::behaviour::{Behaviour, BehaviourError};
+use super::events::{EventType, SCHEDULER, Source};
+use super::objects::{self, is_deleting, pod_is_terminal, str_at};
+use super::runner::Reconciler;
+use super::{Shared, SimConfig};
+use crate::store::{Change, Store, StoreError, now_timestamp};
+
+/// The real kubelet's limit for one container's termination message.
+const MAX_TERMINATION_MESSAGE_BYTES: usize = 4096;
+/// `FallbackToLogsOnError` takes at most this many lines / bytes of the log tail.
+const FALLBACK_LOG_LINES: usize = 80;
+const FALLBACK_LOG_BYTES: usize = 2048;
+
+type PodKey = (String, String);
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum KubeletError {
+    #[error("binding pod {pod} to the node: {source}")]
+    Bind { pod: String, source: StoreError },
+    #[error("writing the status of pod {pod}: {source}")]
+    WriteStatus { pod: String, source: StoreError },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+#[derive(Debug)]
+enum ContainerState {
+    /// Not started yet (sandbox and image being prepared).
+    Creating,
+    /// `EMULATOR_IMAGE_PULL_ERROR`: stays waiting.
+    PullError,
+    /// A broken `EMULATOR_*` value: stays waiting.
+    ConfigError(String),
+    Running {
+        started_at: String,
+        exit_at: Instant,
+        attempt: u32,
+    },
+    /// Exited and waiting to be restarted in place.
+    BackOff { until: Instant, delay: Duration },
+    /// The `terminated` state object.
+    Terminated(Value),
+}
+
+#[derive(Debug)]
+struct ContainerRun {
+    name: String,
+    image: String,
+    fallback_to_logs: bool,
+    behaviour: Result<Behaviour, BehaviourError>,
+    restart_count: u32,
+    state: ContainerState,
+    last_state: Value,
+    container_id: Option<String>,
+    /// The current instance's log lines (for the `FallbackToLogsOnError` tail).
+    log: Vec<String>,
+}
+
+/// What the kubelet remembers about one pod incarnation.
+#[derive(Debug)]
+struct PodRun {
+    uid: String,
+    name: String,
+    namespace: String,
+    pod_ip: String,
+    start_time: String,
+    pending_until: Instant,
+    started: bool,
+    kill_at: Option<Instant>,
+    restart_policy: RestartPolicy,
+    /// The Job completion index, for `EMULATOR_FAIL_INDEXES` and `{index}`.
+    index: Option<u64>,
+    /// Whose runs `EMULATOR_FAIL_ATTEMPTS` counts: the controlling owner's uid, else the pod's.
+    attempt_owner: String,
+    qos_class: String,
+    containers: Vec<ContainerRun>,
+}
+
+impl PodRun {
+    fn is_terminal(&self) -> bool {
+        self.started_or_killed()
+            && self
+                .containers
+                .iter()
+                .all(|c| matches!(c.state, ContainerState::Terminated(_)))
+    }
+
+    fn started_or_killed(&self) -> bool {
+        self.started || self.kill_at.is_some()
+    }
+
+    fn phase(&self) -> &'static str {
+        if self.is_terminal() {
+            let all_ok = self.containers.iter().all(|c| match &c.state {
+                ContainerState::Terminated(t) => t.get("exitCode").and_then(Value::as_i64) == Some(0),
+                _ => false,
+            });
+            if all_ok { "Succeeded" } else { "Failed" }
+        } else if self.started {
+            "Running"
+        } else {
+            "Pending"
+        }
+    }
+}
+
+pub(crate) struct Kubelet {
+    shared: Arc<Shared>,
+    pods: HashMap<PodKey, PodRun>,
+    /// Runs started per (owner uid, completion index, container name), for `EMULATOR_FAIL_ATTEMPTS`.
+    attempts: HashMap<(String, Option<u64>, String), u32>,
+    /// Pods whose container waits on a closed gate, by gate name.
+    gated: HashMap<String, HashSet<PodKey>>,
+    next_ip: u32,
+}
+
+impl Kubelet {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Kubelet {
+            shared,
+            pods: HashMap::new(),
+            attempts: HashMap::new(),
+            gated: HashMap::new(),
+            next_ip: 0,
+        }
+    }
+
+    fn source(&self) -> Source<'_> {
+        Source {
+            component: "kubelet",
+            host: Some(&self.shared.config.node_name),
+        }
+    }
+
+    fn new_run(&mut self, pod: &Value) -> PodRun {
+        let config = &self.shared.config;
+        let containers: Vec<ContainerRun> = pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| ContainerRun {
+                name: str_at(c, "/name").unwrap_or("main").to_owned(),
+                image: str_at(c, "/image").unwrap_or_default().to_owned(),
+                fallback_to_logs: str_at(c, "/terminationMessagePolicy") == Some("FallbackToLogsOnError"),
+                behaviour: Behaviour::from_container(c, config),
+                restart_count: 0,
+                state: ContainerState::Creating,
+                last_state: json!({}),
+                container_id: None,
+                log: Vec::new(),
+            })
+            .collect();
+        let pending = containers
+            .iter()
+            .filter_map(|c| c.behaviour.as_ref().ok().map(|b| b.pending))
+            .max()
+            .unwrap_or(config.pending);
+        let restart_policy = match str_at(pod, "/spec/restartPolicy") {
+            Some("Never") => RestartPolicy::Never,
+            Some("OnFailure") => RestartPolicy::OnFailure,
+            _ => RestartPolicy::Always,
+        };
+        let index = objects::label(pod, "batch.kubernetes.io/job-completion-index")
+            .or_else(|| objects::annotation(pod, "batch.kubernetes.io/job-completion-index"))
+            .and_then(|i| i.parse().ok());
+        let attempt_owner = objects::controller_ref(pod)
+            .and_then(|r| r.get("uid")?.as_str())
+            .unwrap_or(objects::uid(pod))
+            .to_owned();
+        let has_resources = pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.get("resources")
+                        .and_then(Value::as_object)
+                        .is_some_and(|r| !r.is_empty())
+                })
+            });
+        self.next_ip += 1;
+        let n = self.next_ip;
+        PodRun {
+            uid: objects::uid(pod).to_owned(),
+            name: objects::name(pod).to_owned(),
+            namespace: objects::namespace(pod).unwrap_or("default").to_owned(),
+            pod_ip: format!("10.244.{}.{}", (n / 250) % 256, n % 250 + 2),
+            start_time: now_timestamp(),
+            pending_until: Instant::now() + pending,
+            started: false,
+            kill_at: None,
+            restart_policy,
+            index,
+            attempt_owner,
+            qos_class: str_at(pod, "/status/qosClass")
+                .map(str::to_owned)
+                .unwrap_or_else(|| if has_resources { "Burstable" } else { "BestEffort" }.to_owned()),
+            containers,
+        }
+    }
+
+    fn forget(&mut self, key: &PodKey) {
+        self.pods.remove(key);
+    }
+
+    /// The scheduler's part: binds the pod to the node.
+    fn bind(&self, store: &Store, pod: &Value) -> Result<Option<Value>, KubeletError> {
+        let node = self.shared.config.node_name.clone();
+        let uid = objects::uid(pod).to_owned();
+        let now = now_timestamp();
+        let result = store.modify("pods", objects::namespace(pod), objects::name(pod), &mut |o| {
+            if objects::uid(o) != uid {
+                return Err(StoreError::Conflict("the pod was replaced".into()));
+            }
+            if str_at(o, "/spec/nodeName").is_some_and(|n| !n.is_empty()) {
+                return Ok(());
+            }
+            if let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("nodeName".into(), json!(node));
+            }
+            let mut st = o
+                .get("status")
+                .cloned()
+                .filter(Value::is_object)
+                .unwrap_or_else(|| json!({}));
+            if st.get("phase").is_none() {
+                st["phase"] = json!("Pending");
+            }
+            st["conditions"] = json!([{
+                "type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now,
+            }]);
+            o["status"] = st;
+            Ok(())
+        });
+        match result {
+            Ok(bound) => {
+                self.shared.recorder.record(
+                    store,
+                    &bound,
+                    EventType::Normal,
+                    "Scheduled",
+                    &format!("Successfully assigned {} to {node}", objects::display(&bound)),
+                    SCHEDULER,
+                );
+                Ok(Some(bound))
+            }
+            Err(StoreError::NotFound | StoreError::Conflict(_)) => Ok(None),
+            Err(source) => Err(KubeletError::Bind {
+                pod: objects::display(pod),
+                source,
+            }),
+        }
+    }
+
+    /// Starts (or restarts) container `i`: a new container id, the next attempt number, and its
+    /// log lines written to the store.
+    fn start_container(&mut self, store: &Store, run: &mut PodRun, i: usize, now: Instant) {
+        let owner = run.attempt_owner.clone();
+        let Some(c) = run.containers.get_mut(i) else {
+            return;
+        };
+        let Ok(behaviour) = &c.behaviour else { return };
+        let attempt = self
+            .attempts
+            .entry((owner, run.index, c.name.clone()))
+            .or_insert(0);
+        *attempt += 1;
+        c.container_id = Some(format!("containerd://{}", random_hex(64)));
+        c.state = ContainerState::Running {
+            started_at: now_timestamp(),
+            exit_at: now + behaviour.run,
+            attempt: *attempt,
+        };
+        c.log.clone_from(&behaviour.log);
+        for line in &behaviour.log {
+            store.append_log(&run.namespace, &run.name, line);
+        }
+    }
+
+    fn step(
+        &mut self,
+        store: &Store,
+        key: &PodKey,
+        pod: &Value,
+        run: &mut PodRun,
+    ) -> Result<Option<Duration>, KubeletError> {
+        let now = Instant::now();
+        let config = self.shared.config.clone();
+        if is_deleting(pod) {
+            let kill_at = *run.kill_at.get_or_insert(now + config.termination);
+            if now < kill_at {
+                self.write_status(store, pod, run)?;
+                return Ok(Some(kill_at - now));
+            }
+            let stamp = now_timestamp();
+            let mut stopped = Vec::new();
+            for c in &mut run.containers {
+                let killed = match std::mem::replace(&mut c.state, ContainerState::Creating) {
+                    ContainerState::Running {
+                        started_at,
+                        attempt: _,
+                        exit_at: _,
+                    } => {
+                        stopped.push(c.name.clone());
+                        terminated(c, run.index, &run.name, 143, &started_at, &stamp)
+                    }
+                    ContainerState::Terminated(t) => t,
+                    ContainerState::BackOff { .. } => c
+                        .last_state
+                        .get("terminated")
+                        .cloned()
+                        .unwrap_or_else(|| unknown_terminated(&stamp)),
+                    ContainerState::Creating | ContainerState::PullError | ContainerState::ConfigError(_) => {
+                        unknown_terminated(&stamp)
+                    }
+                };
+                c.state = ContainerState::Terminated(killed);
+            }
+            for name in stopped {
+                self.shared.recorder.record(
+                    store,
+                    pod,
+                    EventType::Normal,
+                    "Killing",
+                    &format!("Stopping container {name}"),
+                    self.source(),
+                );
+            }
+            self.write_status(store, pod, run)?;
+            return Ok(None);
+        }
+
+        if !run.started {
+            let mut failed_to_start = false;
+            for c in &mut run.containers {
+                let was_creating = matches!(c.state, ContainerState::Creating);
+                let problem = match &c.behaviour {
+                    Err(e) => Some(("CreateContainerConfigError", e.to_string())),
+                    Ok(b) if b.image_pull_error => Some((
+                        "ErrImagePull",
+                        format!(
+                            "failed to pull and unpack image \"{}\": emulated pull error ({}=1)",
+                            normalize_image(&c.image),
+                            super::behaviour::IMAGE_PULL_ERROR
+                        ),
+                    )),
+                    Ok(_) => None,
+                };
+                let Some((reason, message)) = problem else {
+                    continue;
+                };
+                failed_to_start = true;
+                if was_creating {
+                    let note = if reason == "ErrImagePull" {
+                        format!("Failed to pull image \"{}\": {message}", c.image)
+                    } else {
+                        format!("Error: {message}")
+                    };
+                    self.shared.recorder.record(
+                        store,
+                        pod,
+                        EventType::Warning,
+                        "Failed",
+                        &note,
+                        Source {
+                            component: "kubelet",
+                            host: Some(&config.node_name),
+                        },
+                    );
+                    c.state = if reason == "ErrImagePull" {
+                        ContainerState::PullError
+                    } else {
+                        ContainerState::ConfigError(message)
+                    };
+                }
+            }
+            if failed_to_start {
+                self.write_status(store, pod, run)?;
+                return Ok(None);
+            }
+            if now < run.pending_until {
+                self.write_status(store, pod, run)?;
+                return Ok(Some(run.pending_until - now));
+            }
+            for i in 0..run.containers.len() {
+                self.start_container(store, run, i, now);
+                let (name, image) = (run.containers[i].name.clone(), run.containers[i].image.clone());
+                for (reason, note) in [
+                    (
+                        "Pulled",
+                        format!("Container image \"{image}\" already present on machine"),
+                    ),
+                    ("Created", format!("Created container: {name}")),
+                    ("Started", format!("Started container {name}")),
+                ] {
+                    self.shared
+                        .recorder
+                        .record(store, pod, EventType::Normal, reason, &note, self.source());
+                }
+            }
+            run.started = true;
+        }
+
+        let mut next: Option<Instant> = None;
+        for i in 0..run.containers.len() {
+            let now = Instant::now();
+            match &run.containers[i].state {
+                ContainerState::Running {
+                    exit_at,
+                    started_at,
+                    attempt,
+                } if now >= *exit_at => {
+                    let gate = run.containers[i]
+                        .behaviour
+                        .as_ref()
+                        .ok()
+                        .and_then(|b| b.gate.clone());
+                    if let Some(gate) = gate
+                        && !self.shared.gate_open(&gate)
+                    {
+                        self.gated.entry(gate).or_default().insert(key.clone());
+                        continue;
+                    }
+                    let (started_at, attempt) = (started_at.clone(), *attempt);
+                    let c = &mut run.containers[i];
+                    let code = c
+                        .behaviour
+                        .as_ref()
+                        .map(|b| b.exit_code_for(run.index, attempt))
+                        .unwrap_or(1);
+                    let t = terminated(c, run.index, &run.name, code, &started_at, &now_timestamp());
+                    let restart = match run.restart_policy {
+                        RestartPolicy::Always => true,
+                        RestartPolicy::OnFailure => code != 0,
+                        RestartPolicy::Never => false,
+                    };
+                    if restart {
+                        c.restart_count += 1;
+                        c.last_state = json!({"terminated": t});
+                        let delay = SimConfig::backoff(
+                            config.crash_loop_backoff,
+                            config.crash_loop_backoff_max,
+                            c.restart_count,
+                        );
+                        c.state = ContainerState::BackOff {
+                            until: now + delay,
+                            delay,
+                        };
+                        if code != 0 {
+                            let note = format!(
+                                "Back-off restarting failed container {} in pod {}",
+                                c.name,
+                                objects::display(pod)
+                            );
+                            self.shared.recorder.record(
+                                store,
+                                pod,
+                                EventType::Warning,
+                                "BackOff",
+                                &note,
+                                self.source(),
+                            );
+                        }
+                    } else {
+                        c.state = ContainerState::Terminated(t);
+                    }
+                }
+                ContainerState::BackOff { until, .. } if now >= *until => {
+                    self.start_container(store, run, i, now);
+                }
+                _ => {}
+            }
+            match &run.containers[i].state {
+                ContainerState::Running { exit_at, .. } if *exit_at > now => {
+                    next = Some(next.map_or(*exit_at, |n| n.min(*exit_at)));
+                }
+                ContainerState::BackOff { until, .. } => next = Some(next.map_or(*until, |n| n.min(*until))),
+                _ => {}
+            }
+        }
+        self.write_status(store, pod, run)?;
+        Ok(next.map(|at| at.saturating_duration_since(Instant::now())))
+    }
+
+    fn write_status(&self, store: &Store, pod: &Value, run: &PodRun) -> Result<(), KubeletError> {
+        let status = build_status(run, pod, &self.shared.config);
+        if pod.get("status") == Some(&status) {
+            return Ok(());
+        }
+        let uid = run.uid.clone();
+        let result = store.modify("pods", Some(&run.namespace), &run.name, &mut |o| {
+            if objects::uid(o) != uid {
+                return Err(StoreError::Conflict("the pod was replaced".into()));
+            }
+            o["status"] = status.clone();
+            Ok(())
+        });
+        match result {
+            Ok(_) | Err(StoreError::NotFound | StoreError::Conflict(_)) => Ok(()),
+            Err(source) => Err(KubeletError::WriteStatus {
+                pod: objects::display(pod),
+                source,
+            }),
+        }
+    }
+}
+
+impl Reconciler for Kubelet {
+    type Key = PodKey;
+    type Nudge = String;
+    type Error = KubeletError;
+    const NAME: &'static str = "kubelet";
+
+    fn resync(&mut self, store: &Store) -> Vec<PodKey> {
+        let (pods, _) = store.list("pods", None, &|_| true);
+        pods.iter()
+            .map(|p| {
+                (
+                    objects::namespace(p).unwrap_or_default().to_owned(),
+                    objects::name(p).to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    fn keys_for(&mut self, change: &Change, keys: &mut Vec<PodKey>) {
+        if change.resource == "pods" {
+            let pod = &change.object;
+            keys.push((
+                objects::namespace(pod).unwrap_or_default().to_owned(),
+                objects::name(pod).to_owned(),
+            ));
+        }
+    }
+
+    fn nudged(&mut self, gate: String, keys: &mut Vec<PodKey>) {
+        if let Some(pods) = self.gated.remove(&gate) {
+            keys.extend(pods);
+        }
+    }
+
+    fn reconcile(&mut self, store: &Store, key: &PodKey) -> Result<Option<Duration>, KubeletError> {
+        let (namespace, name) = key;
+        let Some(mut pod) = store.get("pods", Some(namespace), name) else {
+            self.forget(key);
+            return Ok(None);
+        };
+        if pod_is_terminal(&pod) {
+            self.forget(key);
+            return Ok(None);
+        }
+        if self.pods.get(key).is_some_and(|r| r.uid != objects::uid(&pod)) {
+            self.forget(key);
+        }
+        if str_at(&pod, "/spec/nodeName").is_none_or(str::is_empty) {
+            if is_deleting(&pod) {
+                // Unbound and held by a finalizer: it will never run. The pod GC of a real
+                // cluster marks such pods Failed; do the same so that their owner can count them.
+                let mut run = self.new_run(&pod);
+                run.kill_at = Some(Instant::now());
+                let stamp = now_timestamp();
+                for c in &mut run.containers {
+                    c.state = ContainerState::Terminated(unknown_terminated(&stamp));
+                }
+                return self.write_status(store, &pod, &run).map(|()| None);
+            }
+            match self.bind(store, &pod)? {
+                Some(bound) => pod = bound,
+                None => return Ok(None),
+            }
+        }
+        let mut run = match self.pods.remove(key) {
+            Some(run) => run,
+            None => self.new_run(&pod),
+        };
+        let result = self.step(store, key, &pod, &mut run);
+        if !run.is_terminal() {
+            self.pods.insert(key.clone(), run);
+        }
+        result
+    }
+}
+
+/// The `terminated` state of a container that exited with `code`.
+fn terminated(
+    c: &ContainerRun,
+    index: Option<u64>,
+    pod: &str,
+    code: i32,
+    started_at: &str,
+    finished_at: &str,
+) -> Value {
+    let mut t = json!({
+        "exitCode": code,
+        "reason": if code == 0 { "Completed" } else { "Error" },
+        "startedAt": started_at,
+        "finishedAt": finished_at,
+    });
+    if let Some(id) = &c.container_id {
+        t["containerID"] = json!(id);
+    }
+    if let Some(message) = termination_message(c, index, pod, code) {
+        t["message"] = json!(message);
+    }
+    t
+}
+
+/// What the kubelet reports for a container that never ran when its pod is stopped.
+fn unknown_terminated(finished_at: &str) -> Value {
+    json!({
+        "exitCode": 137,
+        "reason": "ContainerStatusUnknown",
+        "message": "The container could not be located when the pod was terminated",
+        "startedAt": null,
+        "finishedAt": finished_at,
+    })
+}
+
+/// `terminated.message`: the termination message file (here `EMULATOR_TERMINATION_MESSAGE`),
+/// else, with `FallbackToLogsOnError` and a non-zero exit, the tail of the log.
+fn termination_message(c: &ContainerRun, index: Option<u64>, pod: &str, code: i32) -> Option<String> {
+    let written = c
+        .behaviour
+        .as_ref()
+        .ok()
+        .and_then(|b| b.termination_message_for(index, pod));
+    if let Some(message) = written.filter(|m| !m.is_empty()) {
+        return Some(truncate_front(&message, MAX_TERMINATION_MESSAGE_BYTES).to_owned());
+    }
+    if c.fallback_to_logs && code != 0 && !c.log.is_empty() {
+        let start = c.log.len().saturating_sub(FALLBACK_LOG_LINES);
+        let mut tail = String::new();
+        for line in &c.log[start..] {
+            tail.push_str(line);
+            tail.push('\n');
+        }
+        return Some(truncate_back(&tail, FALLBACK_LOG_BYTES).to_owned());
+    }
+    None
+}
+
+/// The first `max` bytes of `s`, cut at a character boundary.
+fn truncate_front(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The last `max` bytes of `s`, cut at a character boundary.
+fn truncate_back(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+fn condition(kind: &str, status: &str, reason: Option<&str>, message: Option<&str>) -> Value {
+    let mut c = json!({"type": kind, "status": status, "lastProbeTime": null});
+    if let Some(reason) = reason {
+        c["reason"] = json!(reason);
+    }
+    if let Some(message) = message {
+        c["message"] = json!(message);
+    }
+    c
+}
+
+/// The whole pod status for the run's current state. Conditions keep their previous
+/// `lastTransitionTime` while their status does not change.
+fn build_status(run: &PodRun, pod: &Value, config: &SimConfig) -> Value {
+    let phase = run.phase();
+    let unready: Vec<&str> = run
+        .containers
+        .iter()
+        .filter(|c| !matches!(c.state, ContainerState::Running { .. }))
+        .map(|c| c.name.as_str())
+        .collect();
+    let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
+    let (ready, ready_reason, ready_message) = match phase {
+        "Succeeded" => ("False", Some("PodCompleted"), None),
+        "Failed" => ("False", Some("PodFailed"), None),
+        _ if unready.is_empty() => ("True", None, None),
+        _ => (
+            "False",
+            Some("ContainersNotReady"),
+            Some(unready_message.as_str()),
+        ),
+    };
+    let sandbox_ready = run.started && !run.is_terminal();
+    let mut conditions = vec![
+        condition(
+            "PodReadyToStartContainers",
+            if sandbox_ready { "True" } else { "False" },
+            None,
+            None,
+        ),
+        condition(
+            "Initialized",
+            "True",
+            (phase == "Succeeded").then_some("PodCompleted"),
+            None,
+        ),
+        condition("Ready", ready, ready_reason, ready_message),
+        condition("ContainersReady", ready, ready_reason, ready_message),
+        condition("PodScheduled", "True", None, None),
+    ];
+    let previous = pod.pointer("/status/conditions").and_then(Value::as_array);
+    let now = now_timestamp();
+    for c in &mut conditions {
+        let same = previous.and_then(|prev| {
+            prev.iter()
+                .find(|p| p.get("type") == c.get("type") && p.get("status") == c.get("status"))
+        });
+        c["lastTransitionTime"] = same
+            .and_then(|p| p.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(now));
+    }
+    let container_statuses: Vec<Value> = run
+        .containers
+        .iter()
+        .map(|c| {
+            let running = matches!(c.state, ContainerState::Running { .. });
+            let pulled = c.container_id.is_some();
+            let image = if pulled { normalize_image(&c.image) } else { c.image.clone() };
+            let state = match &c.state {
+                ContainerState::Creating => json!({"waiting": {"reason": "ContainerCreating"}}),
+                ContainerState::PullError => json!({"waiting": {
+                    "reason": "ErrImagePull",
+                    "message": format!("failed to pull and unpack image \"{}\": emulated pull error", normalize_image(&c.image)),
+                }}),
+                ContainerState::ConfigError(message) => {
+                    json!({"waiting": {"reason": "CreateContainerConfigError", "message": message}})
+                }
+                ContainerState::Running { started_at, .. } => json!({"running": {"startedAt": started_at}}),
+                ContainerState::BackOff { delay, .. } => json!({"waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": format!(
+                        "back-off {} restarting failed container={} pod={}_{}({})",
+                        go_duration(*delay), c.name, run.name, run.namespace, run.uid
+                    ),
+                }}),
+                ContainerState::Terminated(t) => json!({"terminated": t}),
+            };
+            let mut s = json!({
+                "name": c.name,
+                "image": image,
+                "imageID": if pulled { image_id(&c.image) } else { String::new() },
+                "ready": running,
+                "started": running,
+                "restartCount": c.restart_count,
+                "lastState": c.last_state,
+                "state": state,
+            });
+            if let Some(id) = &c.container_id {
+                s["containerID"] = json!(id);
+            }
+            s
+        })
+        .collect();
+    let mut status = json!({
+        "phase": phase,
+        "conditions": conditions,
+        "hostIP": config.host_ip,
+        "hostIPs": [{"ip": config.host_ip}],
+        "startTime": run.start_time,
+        "containerStatuses": container_statuses,
+        "qosClass": run.qos_class,
+    });
+    if run.started {
+        status["podIP"] = json!(run.pod_ip);
+        status["podIPs"] = json!([{"ip": run.pod_ip}]);
+    }
+    status
+}
+
+/// Go's `time.Duration` formatting for the durations the kubelet prints (`10s`, `20ms`, `1m20s`).
+fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        let s = format!("{secs:.3}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        return format!("{s}s");
+    }
+    let whole = d.as_secs();
+    format!("{}m{}s", whole / 60, whole % 60)
+}
+
+/// `busybox:1.36` → `docker.io/library/busybox:1.36`, as container runtimes report images.
+fn normalize_image(image: &str) -> String {
+    if image.is_empty() {
+        return String::new();
+    }
+    let (first, rest) = image.split_once('/').unwrap_or(("", image));
+    let qualified = if first.is_empty() {
+        format!("docker.io/library/{rest}")
+    } else if first.contains('.') || first.contains(':') || first == "localhost" {
+        image.to_owned()
+    } else {
+        format!("docker.io/{image}")
+    };
+    let last = qualified.rsplit('/').next().unwrap_or_default();
+    if qualified.contains('@') || last.contains(':') {
+        qualified
+    } else {
+        format!("{qualified}:latest")
+    }
+}
+
+/// A stable digest-style image id for an image reference.
+fn image_id(image: &str) -> String {
+    let normalized = normalize_image(image);
+    let repo = match normalized.split_once('@') {
+        Some((repo, _)) => repo.to_owned(),
+        None => {
+            let cut = normalized.rfind(':').filter(|&i| !normalized[i..].contains('/'));
+            cut.map_or(normalized.clone(), |i| normalized[..i].to_owned())
+        }
+    };
+    format!("{repo}@sha256:{}", stable_hex(&normalized, 64))
+}
+
+/// `n` hex digits derived from `s` (FNV-1a with varying seeds): the same image always gets the
+/// same id.
+fn stable_hex(s: &str, n: usize) -> String {
+    let mut out = String::with_capacity(n);
+    let mut seed: u64 = 0xcbf2_9ce4_8422_2325;
+    while out.len() < n {
+        let mut h = seed;
+        for b in s.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        out.push_str(&format!("{h:016x}"));
+        seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    }
+    out.truncate(n);
+    out
+}
+
+fn random_hex(n: usize) -> String {
+    let mut out = String::with_capacity(n);
+    while out.len() < n {
+        out.push_str(&uuid::Uuid::new_v4().simple().to_string());
+    }
+    out.truncate(n);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_are_normalized_like_a_runtime_reports_them() {
+        assert_eq!(normalize_image("busybox:1.36"), "docker.io/library/busybox:1.36");
+        assert_eq!(normalize_image("busybox"), "docker.io/library/busybox:latest");
+        assert_eq!(normalize_image("org/app:v1"), "docker.io/org/app:v1");
+        assert_eq!(normalize_image("ghcr.io/o/a"), "ghcr.io/o/a:latest");
+        assert_eq!(normalize_image("localhost:5000/a:1"), "localhost:5000/a:1");
+        let id = image_id("busybox:1.36");
+        assert!(id.starts_with("docker.io/library/busybox@sha256:"), "{id}");
+        assert_eq!(id, image_id("busybox:1.36"));
+        assert_eq!(id.rsplit(':').next().map(str::len), Some(64));
+    }
+
+    #[test]
+    fn durations_print_like_go() {
+        assert_eq!(go_duration(Duration::from_millis(50)), "50ms");
+        assert_eq!(go_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(go_duration(Duration::from_secs(80)), "1m20s");
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate_front("héllo", 2), "h");
+        assert_eq!(truncate_back("héllo", 4), "llo");
+        assert_eq!(truncate_back("abc", 10), "abc");
+    }
+}
