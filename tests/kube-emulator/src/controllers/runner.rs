@@ -186,6 +186,9 @@ async fn run<R: Reconciler>(
         for key in keys.drain(..) {
             queue.add(key);
         }
+        // Timers are also fired here, not only when the loop sleeps: under a steady stream of
+        // changes the select below may never get to its timer branch.
+        queue.fire_due(Instant::now());
         let mut budget = BATCH;
         while budget > 0
             && let Some(key) = queue.pop()
