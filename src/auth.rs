@@ -17,6 +17,16 @@ pub enum Identity {
     TokenHolder,
 }
 
+impl Identity {
+    /// How the identity is recorded as a job's submitter.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Anonymous => "anonymous",
+            Self::TokenHolder => "api-token",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AuthError {
     #[error("missing credentials: send `Authorization: Bearer <token>`")]

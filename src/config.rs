@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::executor::kube::KubeConfig;
+use crate::executor::kube::manifest::ManifestDefaults;
 use crate::executor::local::LocalConfig;
 use crate::graphql::http::HttpOptions;
 use crate::graphql::schema::QueryLimits;
@@ -21,6 +23,8 @@ use crate::store::Durability;
 pub enum ExecutorKind {
     /// Run jobs as processes on this machine.
     Local,
+    /// Run jobs as batch/v1 Jobs in a Kubernetes cluster.
+    Kubernetes,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -54,8 +58,41 @@ pub struct Config {
     pub durability: Durability,
 
     /// Namespace of jobs submitted without one.
-    #[arg(long, env = "JOBGATE_DEFAULT_NAMESPACE", default_value = "default")]
+    #[arg(
+        long,
+        visible_alias = "namespace",
+        env = "JOBGATE_NAMESPACE",
+        default_value = "default"
+    )]
     pub default_namespace: String,
+
+    /// Namespaces jobs may use, comma-separated (the default namespace is always allowed).
+    /// Empty allows any; the Kubernetes executor then watches the whole cluster, which needs
+    /// cluster-wide RBAC, instead of one watcher per kind in each allowed namespace.
+    #[arg(long, env = "JOBGATE_ALLOWED_NAMESPACES", value_delimiter = ',')]
+    pub allowed_namespaces: Vec<String>,
+
+    /// Kubernetes executor: the kubeconfig file to use; otherwise $KUBECONFIG,
+    /// ~/.kube/config or the in-cluster service account.
+    #[arg(long, env = "JOBGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubernetes executor: the kubeconfig context to use; its current one otherwise.
+    #[arg(long, env = "JOBGATE_KUBE_CONTEXT")]
+    pub kube_context: Option<String>,
+
+    /// Kubernetes executor: serviceAccountName values jobs may ask for, comma-separated.
+    #[arg(long, env = "JOBGATE_SERVICE_ACCOUNTS", value_delimiter = ',')]
+    pub service_accounts: Vec<String>,
+
+    /// Kubernetes executor: seconds after a job finishes before Kubernetes deletes its Job
+    /// (jobgate keeps its history, result and log tail), for jobs that set none.
+    #[arg(long, env = "JOBGATE_TTL_SECONDS_AFTER_FINISHED", default_value_t = 3600, value_parser = clap::value_parser!(i32).range(0..))]
+    pub ttl_seconds_after_finished: i32,
+
+    /// Kubernetes executor: lines of a finished job's output kept in jobgate.
+    #[arg(long, env = "JOBGATE_CAPTURED_LOG_LINES", default_value_t = 200)]
+    pub captured_log_lines: usize,
 
     /// Largest `parallelism` a job may ask for.
     #[arg(long, env = "JOBGATE_MAX_PARALLELISM", default_value_t = 64, value_parser = clap::value_parser!(i32).range(1..))]
@@ -161,12 +198,38 @@ pub enum Command {
 }
 
 impl Config {
+    /// The allowed namespaces, the default one included; empty means any.
+    pub fn allowed_namespaces(&self) -> Vec<String> {
+        let mut namespaces = self.allowed_namespaces.clone();
+        namespaces.retain(|ns| !ns.trim().is_empty());
+        if !namespaces.is_empty() && !namespaces.contains(&self.default_namespace) {
+            namespaces.insert(0, self.default_namespace.clone());
+        }
+        namespaces
+    }
+
     pub fn validation_limits(&self) -> ValidationLimits {
         ValidationLimits {
             max_parallelism: self.max_parallelism,
             max_completions: self.max_completions,
             default_namespace: self.default_namespace.clone(),
+            allowed_namespaces: self.allowed_namespaces(),
+            service_accounts: self.service_accounts.clone(),
+            require_image: self.executor == ExecutorKind::Kubernetes,
             ..ValidationLimits::default()
+        }
+    }
+
+    pub fn kube(&self) -> KubeConfig {
+        KubeConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.kube_context.clone(),
+            watch_namespaces: self.allowed_namespaces(),
+            manifest: ManifestDefaults {
+                ttl_seconds_after_finished: Some(self.ttl_seconds_after_finished),
+            },
+            captured_log_lines: self.captured_log_lines,
+            ..KubeConfig::default()
         }
     }
 

@@ -28,6 +28,7 @@ use tokio_util::task::TaskTracker;
 use crate::auth::{Auth, AuthError, Identity};
 use crate::config::{Config, ExecutorKind};
 use crate::executor::Executor;
+use crate::executor::kube::KubeExecutor;
 use crate::executor::local::LocalExecutor;
 use crate::graphql::error::Code;
 use crate::graphql::http::{self as gql_http, HttpOptions, ResponseType};
@@ -189,6 +190,11 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let executor: Arc<dyn Executor> = match config.executor {
         ExecutorKind::Local => Arc::new(
             LocalExecutor::new(config.local(), observations_tx).context("preparing the local executor")?,
+        ),
+        ExecutorKind::Kubernetes => Arc::new(
+            KubeExecutor::connect(config.kube(), observations_tx)
+                .await
+                .context("connecting to Kubernetes")?,
         ),
     };
     let service = JobService::start(store, executor, observations_rx, config.service())

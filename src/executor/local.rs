@@ -32,7 +32,11 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{Executor, ExecutorError, Observation, ObservationSender};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+
+use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender};
 use crate::jobs::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus};
 
 /// Settings of the local executor.
@@ -85,8 +89,31 @@ struct Inner {
     /// Jobs cancelled before their runner started, so that a launch racing a cancel does not
     /// start them.
     cancelled_early: Mutex<HashSet<String>>,
+    /// The log of each job that runs or is followed; shared by the job's runs so that
+    /// followers see every line once.
+    logs: Mutex<HashMap<String, Arc<LogWriter>>>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+}
+
+impl Inner {
+    fn log_writer(&self, job_id: &str) -> Arc<LogWriter> {
+        self.logs
+            .lock()
+            .expect("poisoned")
+            .entry(job_id.to_owned())
+            .or_insert_with(|| {
+                LogWriter::new(log_path(&self.config.data_dir, job_id), self.config.max_log_bytes)
+            })
+            .clone()
+    }
+
+    /// The job will write no more output: followers drain and end.
+    fn close_log(&self, job_id: &str) {
+        if let Some(writer) = self.logs.lock().expect("poisoned").remove(job_id) {
+            writer.closed.cancel();
+        }
+    }
 }
 
 impl LocalExecutor {
@@ -99,6 +126,7 @@ impl LocalExecutor {
                 observations,
                 runners: Mutex::new(HashMap::new()),
                 cancelled_early: Mutex::new(HashSet::new()),
+                logs: Mutex::new(HashMap::new()),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
             }),
@@ -152,6 +180,7 @@ impl LocalExecutor {
                     .lock()
                     .expect("poisoned")
                     .remove(&fallback.job_id);
+                inner_for_panic.close_log(&fallback.job_id);
                 let mut status = fallback.status;
                 let now = Utc::now();
                 for type_ in ["FailureTarget", "Failed"] {
@@ -206,41 +235,84 @@ impl Executor for LocalExecutor {
                     .lock()
                     .expect("poisoned")
                     .insert(job_id.to_owned());
+                self.inner.close_log(job_id);
             }
         }
         Ok(())
     }
 
     async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError> {
-        let path = self.log_path(&job.id);
-        let err = |source| ExecutorError::Logs {
+        read_log_tail(
+            &self.log_path(&job.id),
+            tail_lines,
+            self.inner.config.max_log_bytes,
+        )
+        .await
+        .map_err(|source| ExecutorError::Logs {
             job: job.id.clone(),
             source,
+        })
+    }
+
+    fn log_stream(
+        &self,
+        job: Arc<Job>,
+        tail_lines: usize,
+        follow_until: Option<BoxFuture<'static, ()>>,
+    ) -> BoxStream<'static, Result<LogLine, ExecutorError>> {
+        let line = |text: String| LogLine { source: None, text };
+        let Some(until) = follow_until else {
+            let this = self.clone();
+            return futures::stream::once(async move { this.logs(&job, tail_lines).await })
+                .map(move |r| match r {
+                    Ok(lines) => futures::stream::iter(lines.into_iter().map(line).map(Ok)).boxed(),
+                    Err(e) => futures::stream::once(async { Err(e) }).boxed(),
+                })
+                .flatten()
+                .boxed();
         };
-        let mut lines = match tail(&path, tail_lines, self.inner.config.max_log_bytes).await {
-            Ok(lines) => lines,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(err(e)),
-        };
-        if lines.len() < tail_lines {
-            // Older lines live in the rotated file.
-            let rotated = path.with_extension("log.1");
-            match tail(
-                &rotated,
-                tail_lines - lines.len(),
-                self.inner.config.max_log_bytes,
-            )
-            .await
-            {
-                Ok(mut older) => {
-                    older.append(&mut lines);
-                    lines = older;
+        let writer = self.inner.log_writer(&job.id);
+        let shutdown = self.inner.shutdown.clone();
+        futures::stream::once(async move {
+            let (past, live) = match writer.follow(tail_lines).await {
+                Ok(followed) => followed,
+                Err(source) => {
+                    let e = ExecutorError::Logs { job: job.id.clone(), source };
+                    return futures::stream::once(async { Err(e) }).boxed();
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(err(e)),
-            }
-        }
-        Ok(lines)
+            };
+            // The job finishing ends the stream too (once drained): a job cancelled before it
+            // ran never closes its log.
+            let closed = writer.closed.clone();
+            let finished = closed.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = until => finished.cancel(),
+                    _ = finished.cancelled() => {}
+                }
+            });
+            let live = futures::stream::unfold((live, closed, shutdown), |(mut rx, closed, shutdown)| async move {
+                use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+                let text = tokio::select! {
+                    biased;
+                    received = rx.recv() => match received {
+                        Ok(text) => text.to_string(),
+                        Err(RecvError::Lagged(n)) => format!("[jobgate: {n} lines skipped: this reader fell behind]"),
+                        Err(RecvError::Closed) => return None,
+                    },
+                    _ = closed.cancelled() => match rx.try_recv() {
+                        Ok(text) => text.to_string(),
+                        Err(TryRecvError::Lagged(n)) => format!("[jobgate: {n} lines skipped: this reader fell behind]"),
+                        Err(_) => return None,
+                    },
+                    _ = shutdown.cancelled() => return None,
+                };
+                Some((Ok(LogLine { source: None, text }), (rx, closed, shutdown)))
+            });
+            futures::stream::iter(past.into_iter().map(line).map(Ok)).chain(live).boxed()
+        })
+        .flatten()
+        .boxed()
     }
 
     fn is_ready(&self) -> bool {
@@ -252,6 +324,28 @@ impl Executor for LocalExecutor {
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
     }
+}
+
+/// The last `n` lines of a job's log, reaching into the rotated file when needed; nothing
+/// when the job has written nothing yet.
+async fn read_log_tail(path: &Path, n: usize, max_bytes: u64) -> std::io::Result<Vec<String>> {
+    let mut lines = match tail(path, n, max_bytes).await {
+        Ok(lines) => lines,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    if lines.len() < n {
+        // Older lines live in the rotated file.
+        match tail(&path.with_extension("log.1"), n - lines.len(), max_bytes).await {
+            Ok(mut older) => {
+                older.append(&mut lines);
+                lines = older;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(lines)
 }
 
 /// The last `n` lines of a file, reading at most `max_bytes` from its end.
@@ -299,6 +393,7 @@ impl Runner {
             tracing::info!(job = %id, "local job cancelled; its processes are stopped");
         }
         self.inner.runners.lock().expect("poisoned").remove(&id);
+        self.inner.close_log(&id);
     }
 
     fn state(&self) -> RunnerState {
@@ -558,10 +653,7 @@ impl Runner {
             pgid: pid,
             proc_start: proc_start_time(pid),
         };
-        let log = LogWriter::new(
-            log_path(&self.inner.config.data_dir, &self.job.id),
-            self.inner.config.max_log_bytes,
-        );
+        let log = self.inner.log_writer(&self.job.id);
         runs.spawn(watch_run(
             child_pipes(&mut child),
             child,
@@ -702,7 +794,14 @@ struct LogWriter {
     path: PathBuf,
     max_bytes: u64,
     file: tokio::sync::Mutex<Option<(tokio::fs::File, u64)>>,
+    /// Each line as written, for followers.
+    lines: tokio::sync::broadcast::Sender<Arc<str>>,
+    /// Cancelled when the job will write no more.
+    closed: CancellationToken,
 }
+
+/// Lines a follower may fall behind by before it is told some were skipped.
+const FOLLOW_BUFFER: usize = 1024;
 
 impl LogWriter {
     fn new(path: PathBuf, max_bytes: u64) -> Arc<Self> {
@@ -710,7 +809,22 @@ impl LogWriter {
             path,
             max_bytes,
             file: tokio::sync::Mutex::new(None),
+            lines: tokio::sync::broadcast::channel(FOLLOW_BUFFER).0,
+            closed: CancellationToken::new(),
         })
+    }
+
+    /// The last `n` lines and a receiver of every later one, taken under the write lock so
+    /// that no line is missed or seen twice.
+    async fn follow(
+        &self,
+        n: usize,
+    ) -> std::io::Result<(Vec<String>, tokio::sync::broadcast::Receiver<Arc<str>>)> {
+        let guard = self.file.lock().await;
+        let live = self.lines.subscribe();
+        let past = read_log_tail(&self.path, n, self.max_bytes).await?;
+        drop(guard);
+        Ok((past, live))
     }
 
     async fn append(&self, line: &[u8]) {
@@ -739,6 +853,10 @@ impl LogWriter {
         }
         if file.write_all(line).await.is_ok() {
             *len += line.len() as u64;
+            if self.lines.receiver_count() > 0 {
+                let text = String::from_utf8_lossy(line);
+                let _ = self.lines.send(Arc::from(text.trim_end_matches(['\n', '\r'])));
+            }
         }
     }
 

@@ -5,11 +5,14 @@
 //! [`WorkloadStatus`] from which the job service derives the phase. Executors never write the
 //! store and never decide phases themselves; they observe and report.
 
+pub mod kube;
 pub mod local;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
 use crate::jobs::model::{Job, WorkloadStatus};
@@ -32,6 +35,25 @@ pub enum ExecutorError {
     Logs { job: String, source: std::io::Error },
     #[error("preparing the workload of job {job}: {source}")]
     Prepare { job: String, source: std::io::Error },
+    /// The workload cannot be created for now (the cluster is unreachable, overloaded or
+    /// refuses for a reason an operator can fix); the launcher retries with back-off and the
+    /// job stays PENDING with a condition giving `reason`.
+    #[error("{message}")]
+    Unavailable { reason: &'static str, message: String },
+    /// The workload can never be created as asked; the job fails with `reason`.
+    #[error("{message}")]
+    Rejected { reason: &'static str, message: String },
+    /// The cluster did not answer a read (logs) as asked.
+    #[error("{0}")]
+    Cluster(String),
+}
+
+/// One line of a job's output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// Which run wrote it (a pod name on Kubernetes), when the executor knows.
+    pub source: Option<String>,
+    pub text: String,
 }
 
 #[async_trait]
@@ -53,6 +75,25 @@ pub trait Executor: Send + Sync + 'static {
 
     /// The last `tail_lines` lines of the job's output.
     async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError>;
+
+    /// The job's output as a stream of lines: the last `tail_lines` lines, then, when
+    /// following, every new line until `follow_until` resolves (the job has finished) and
+    /// the output written until then is drained.
+    fn log_stream(
+        &self,
+        job: Arc<Job>,
+        tail_lines: usize,
+        follow_until: Option<BoxFuture<'static, ()>>,
+    ) -> BoxStream<'static, Result<LogLine, ExecutorError>>;
+
+    /// Starts observing, once every job launched before a restart has been adopted.
+    async fn start(&self) {}
+
+    /// Whether the job's workload has already finished by the executor's own observation,
+    /// even if the job service has not recorded it yet (a cancel must not override it).
+    fn has_finished(&self, _job_id: &str) -> bool {
+        false
+    }
 
     /// Whether the executor can take work now.
     fn is_ready(&self) -> bool;

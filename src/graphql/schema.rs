@@ -13,7 +13,7 @@ use crate::graphql::error::{Code, OrApiError, bad_input, error};
 use crate::graphql::limits::AliasLimit;
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
-    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStatusEvent, PageInfo,
+    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStatusEvent, LogLine, PageInfo,
     SubmitJobInput, SubmitJobPayload,
 };
 use crate::jobs::model::{self, JobEvent};
@@ -135,7 +135,8 @@ impl Mutation {
         input: SubmitJobInput,
     ) -> async_graphql::Result<SubmitJobPayload> {
         let service = ctx.data::<JobService>()?;
-        let submitted = service.submit(input.into()).await.api()?;
+        let submitter = crate::server::identity_of(ctx).name().to_owned();
+        let submitted = service.submit(input.into(), Some(submitter)).await.api()?;
         Ok(SubmitJobPayload {
             job: JobObject(submitted.job),
             created: submitted.created,
@@ -240,5 +241,34 @@ impl SubscriptionRoot {
             })
             .map(|r| r.map(|event| JobStatusEvent { event }).api());
         Ok(until_inclusive(events.boxed(), |r| r.is_err()).boxed())
+    }
+
+    /// The job's output, a line at a time: its last `tailLines` lines, then with `follow`
+    /// every new line as it is written, until the job has finished and its output is
+    /// drained; then the subscription completes.
+    async fn job_logs(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(default = true)] follow: bool,
+        #[graphql(default = 100, validator(minimum = 0, maximum = 10000))] tail_lines: i32,
+    ) -> async_graphql::Result<std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<LogLine>> + Send>>>
+    {
+        let service = ctx.data::<JobService>()?;
+        let Some(lines) = service
+            .log_stream(&id, tail_lines.max(0) as usize, follow)
+            .await
+            .api()?
+        else {
+            return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
+        };
+        let lines = lines.map(|r| {
+            r.map(|l| LogLine {
+                text: l.text,
+                source: l.source,
+            })
+            .api()
+        });
+        Ok(until_inclusive(lines.boxed(), |r| r.is_err()).boxed())
     }
 }

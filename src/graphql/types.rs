@@ -79,6 +79,49 @@ pub struct SubmitJobInput {
     pub parameters: Option<Json<serde_json::Value>>,
     /// Retrying with the same key and the same input returns the same job.
     pub idempotency_key: Option<String>,
+    /// CPU and memory for each run's container (Kubernetes executor).
+    pub resources: Option<ResourcesInput>,
+    /// The Kubernetes service account the job's pods run as; one of those the server allows.
+    pub service_account_name: Option<String>,
+    /// Seconds after the job finishes before Kubernetes deletes its Job (jobgate keeps the
+    /// history); the server's default when omitted.
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+/// Kubernetes quantities, e.g. cpu `500m` or `2`, memory `256Mi` or `1G`.
+#[derive(InputObject, Clone, Debug, Default)]
+pub struct ResourceListInput {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+}
+
+/// What each run requests (for scheduling) and may use at most.
+#[derive(InputObject, Clone, Debug, Default)]
+pub struct ResourcesInput {
+    pub requests: Option<ResourceListInput>,
+    pub limits: Option<ResourceListInput>,
+}
+
+impl From<ResourceListInput> for model::ResourceList {
+    fn from(r: ResourceListInput) -> Self {
+        Self {
+            cpu: r.cpu,
+            memory: r.memory,
+        }
+    }
+}
+
+/// CPU and memory of each run.
+#[derive(SimpleObject, Clone, Debug)]
+pub struct ResourceList {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+}
+
+#[derive(SimpleObject, Clone, Debug)]
+pub struct Resources {
+    pub requests: ResourceList,
+    pub limits: ResourceList,
 }
 
 impl From<SubmitJobInput> for model::SubmitRequest {
@@ -104,6 +147,12 @@ impl From<SubmitJobInput> for model::SubmitRequest {
             active_deadline_seconds: i.active_deadline_seconds,
             parameters: i.parameters.map(|j| j.0),
             idempotency_key: i.idempotency_key,
+            resources: i.resources.map(|r| model::ResourceRequirements {
+                requests: r.requests.map(Into::into).unwrap_or_default(),
+                limits: r.limits.map(Into::into).unwrap_or_default(),
+            }),
+            service_account_name: i.service_account_name,
+            ttl_seconds_after_finished: i.ttl_seconds_after_finished,
         }
     }
 }
@@ -155,6 +204,8 @@ pub struct JobProgress {
     pub succeeded: i32,
     pub failed: i32,
     pub active: i32,
+    /// Active runs that are ready (pods whose Ready condition is true).
+    pub ready: i32,
     pub total: Option<i32>,
 }
 
@@ -206,6 +257,22 @@ impl JobSpec {
     }
     async fn idempotency_key(&self) -> Option<&str> {
         self.0.idempotency_key.as_deref()
+    }
+    async fn resources(&self) -> Option<Resources> {
+        let list = |l: &model::ResourceList| ResourceList {
+            cpu: l.cpu.clone(),
+            memory: l.memory.clone(),
+        };
+        self.0.spec.resources.as_ref().map(|r| Resources {
+            requests: list(&r.requests),
+            limits: list(&r.limits),
+        })
+    }
+    async fn service_account_name(&self) -> Option<&str> {
+        self.0.spec.service_account_name.as_deref()
+    }
+    async fn ttl_seconds_after_finished(&self) -> Option<i32> {
+        self.0.spec.ttl_seconds_after_finished
     }
 }
 
@@ -260,6 +327,7 @@ impl JobObject {
             succeeded: p.succeeded,
             failed: p.failed,
             active: p.active,
+            ready: p.ready,
             total: p.total,
         })
     }
@@ -285,10 +353,22 @@ impl JobObject {
             .api()?;
         Ok(lines.join("\n"))
     }
+    /// Who submitted the job, as authenticated: `anonymous` or `api-token`.
+    async fn submitter(&self) -> Option<&str> {
+        self.0.submitter.as_deref()
+    }
     /// The submitted specification, with defaults applied.
     async fn spec(&self) -> JobSpec {
         JobSpec(self.0.clone())
     }
+}
+
+/// One line of a job's output.
+#[derive(SimpleObject, Clone, Debug)]
+pub struct LogLine {
+    pub text: String,
+    /// Which run wrote it: the pod's name on Kubernetes; null on the local executor.
+    pub source: Option<String>,
 }
 
 /// One recorded status change of a job.

@@ -106,6 +106,9 @@ pub struct Progress {
     pub succeeded: i32,
     pub failed: i32,
     pub active: i32,
+    /// Active runs that are ready (Kubernetes: pods whose Ready condition is true).
+    #[serde(default)]
+    pub ready: i32,
     pub total: Option<i32>,
 }
 
@@ -122,6 +125,8 @@ pub struct WorkloadStatus {
     pub completion_time: Option<DateTime<Utc>>,
     #[serde(default)]
     pub active: i32,
+    #[serde(default)]
+    pub ready: i32,
     #[serde(default)]
     pub succeeded: i32,
     #[serde(default)]
@@ -215,6 +220,79 @@ pub struct SubmitRequest {
     pub active_deadline_seconds: Option<i32>,
     pub parameters: Option<serde_json::Value>,
     pub idempotency_key: Option<String>,
+    pub resources: Option<ResourceRequirements>,
+    pub service_account_name: Option<String>,
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+/// CPU and memory quantities in Kubernetes notation (`500m`, `2`, `256Mi`, `1G`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceList {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+}
+
+impl ResourceList {
+    fn is_empty(&self) -> bool {
+        self.cpu.is_none() && self.memory.is_none()
+    }
+}
+
+/// What a job's containers request and may use at most (Kubernetes executor).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceRequirements {
+    #[serde(default)]
+    pub requests: ResourceList,
+    #[serde(default)]
+    pub limits: ResourceList,
+}
+
+/// The value of a Kubernetes quantity (`100m`, `1.5`, `64Mi`, `1e3`) in base units, or `None`
+/// when `s` is not one. Negative quantities are refused: no resource is negative.
+pub fn parse_quantity(s: &str) -> Option<f64> {
+    if s.is_empty() || s.len() > 64 {
+        return None;
+    }
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(split);
+    let number = number.strip_prefix('+').unwrap_or(number);
+    if number.is_empty() || number.matches('.').count() > 1 || number == "." {
+        return None;
+    }
+    let value: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        exp if exp.starts_with(['e', 'E']) => {
+            let digits = &exp[1..];
+            let unsigned = digits.strip_prefix(['+', '-']).unwrap_or(digits);
+            if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            10f64.powi(digits.parse::<i32>().ok()?)
+        }
+        _ => return None,
+    };
+    let v = value * scale;
+    v.is_finite().then_some(v)
 }
 
 /// A validated job specification: what will run.
@@ -233,6 +311,14 @@ pub struct JobSpec {
     pub backoff_limit: i32,
     pub active_deadline_seconds: Option<i32>,
     pub parameters: Option<serde_json::Value>,
+    // Fields added after the first release are skipped when empty, so that the fingerprint
+    // of a spec that does not use them is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
 }
 
 impl JobSpec {
@@ -253,6 +339,12 @@ pub struct ValidationLimits {
     pub max_backoff_limit: i32,
     pub default_namespace: String,
     pub templates: Vec<String>,
+    /// Namespaces jobs may use; empty means any.
+    pub allowed_namespaces: Vec<String>,
+    /// `serviceAccountName` values jobs may ask for; empty means none may be asked for.
+    pub service_accounts: Vec<String>,
+    /// Whether `image` is required (it is where jobs run in containers).
+    pub require_image: bool,
 }
 
 impl Default for ValidationLimits {
@@ -263,6 +355,9 @@ impl Default for ValidationLimits {
             max_backoff_limit: 100,
             default_namespace: "default".into(),
             templates: vec!["container".into()],
+            allowed_namespaces: Vec::new(),
+            service_accounts: Vec::new(),
+            require_image: false,
         }
     }
 }
@@ -335,6 +430,15 @@ impl SubmitRequest {
             Some(ns) => ns.clone(),
             None => limits.default_namespace.clone(),
         };
+        if !limits.allowed_namespaces.is_empty() && !limits.allowed_namespaces.contains(&namespace) {
+            return Err(invalid(
+                "input.namespace",
+                format!(
+                    "jobgate may not run jobs in namespace {namespace:?}; allowed: {}",
+                    limits.allowed_namespaces.join(", ")
+                ),
+            ));
+        }
         let template = self.template.clone().unwrap_or_else(|| "container".into());
         if !limits.templates.contains(&template) {
             return Err(invalid(
@@ -351,6 +455,12 @@ impl SubmitRequest {
             return Err(invalid(
                 "input.image",
                 "must be a non-empty image reference without spaces",
+            ));
+        }
+        if limits.require_image && self.image.is_none() {
+            return Err(invalid(
+                "input.image",
+                "is required: jobs run as containers on this server",
             ));
         }
         let command = self.command.clone().unwrap_or_default();
@@ -447,6 +557,33 @@ impl SubmitRequest {
                 format!("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes"),
             ));
         }
+        let resources = match &self.resources {
+            Some(r) => validate_resources(r)?,
+            None => None,
+        };
+        if let Some(sa) = &self.service_account_name
+            && !limits.service_accounts.contains(sa)
+        {
+            return Err(invalid(
+                "input.serviceAccountName",
+                if limits.service_accounts.is_empty() {
+                    "this server allows no serviceAccountName; omit it".to_owned()
+                } else {
+                    format!(
+                        "{sa:?} is not allowed; allowed: {}",
+                        limits.service_accounts.join(", ")
+                    )
+                },
+            ));
+        }
+        if let Some(ttl) = self.ttl_seconds_after_finished
+            && ttl < 0
+        {
+            return Err(invalid(
+                "input.ttlSecondsAfterFinished",
+                format!("must not be negative, got {ttl}"),
+            ));
+        }
         Ok(JobSpec {
             name: self.name.clone(),
             namespace,
@@ -460,8 +597,50 @@ impl SubmitRequest {
             backoff_limit,
             active_deadline_seconds,
             parameters: self.parameters.clone(),
+            resources,
+            service_account_name: self.service_account_name.clone(),
+            ttl_seconds_after_finished: self.ttl_seconds_after_finished,
         })
     }
+}
+
+/// Checks each quantity and that no request exceeds its limit, as the API server would.
+fn validate_resources(r: &ResourceRequirements) -> Result<Option<ResourceRequirements>, ValidationError> {
+    let mut values = [[None; 2]; 2];
+    for (i, (kind, list)) in [("requests", &r.requests), ("limits", &r.limits)]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, (resource, quantity)) in [("cpu", &list.cpu), ("memory", &list.memory)]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(q) = quantity {
+                let field = format!("input.resources.{kind}.{resource}");
+                let v = parse_quantity(q).ok_or_else(|| {
+                    invalid(
+                        &field,
+                        format!("{q:?} is not a quantity (e.g. 500m, 2, 256Mi, 1G)"),
+                    )
+                })?;
+                if v <= 0.0 {
+                    return Err(invalid(field, "must be greater than zero"));
+                }
+                values[i][j] = Some(v);
+            }
+        }
+    }
+    for (j, resource) in ["cpu", "memory"].into_iter().enumerate() {
+        if let (Some(request), Some(limit)) = (values[0][j], values[1][j])
+            && request > limit
+        {
+            return Err(invalid(
+                format!("input.resources.requests.{resource}"),
+                format!("must not exceed limits.{resource}"),
+            ));
+        }
+    }
+    Ok((!r.requests.is_empty() || !r.limits.is_empty()).then(|| r.clone()))
 }
 
 /// A job as jobgate knows it: its spec plus its observed state.
@@ -480,6 +659,9 @@ pub struct Job {
     pub message: Option<String>,
     pub result: Option<String>,
     pub idempotency_key: Option<String>,
+    /// Who submitted the job (the authenticated identity), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitter: Option<String>,
     /// The last status the executor observed.
     pub workload: WorkloadStatus,
     /// The cursor of the last event recorded for this job.
@@ -519,6 +701,7 @@ impl Job {
             message: None,
             result: None,
             idempotency_key,
+            submitter: None,
             workload: WorkloadStatus::default(),
             last_event_seq: 0,
         }
@@ -536,6 +719,7 @@ impl Job {
             succeeded: status.succeeded,
             failed: status.failed,
             active: status.active,
+            ready: status.ready,
             total: Some(self.spec.completions),
         };
         let before = (self.progress, self.result.clone(), self.message.clone());
@@ -589,6 +773,83 @@ impl Job {
                 None
             },
         })
+    }
+
+    /// Records that creating the job's workload failed for a reason that may pass (the
+    /// cluster is unreachable, overloaded or forbids it for now): the job stays PENDING with a
+    /// `WorkloadCreated=False` condition saying why. Returns a transition only when the reason
+    /// changes, so that retries do not flood the history.
+    pub fn launch_delayed(&mut self, reason: &str, message: &str, now: DateTime<Utc>) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let unchanged = self.conditions.iter().any(|c| {
+            c.type_ == WORKLOAD_CREATED && c.status == "False" && c.reason.as_deref() == Some(reason)
+        });
+        if unchanged {
+            return None;
+        }
+        self.set_workload_created("False", reason, message, now);
+        self.message = Some(message.to_owned());
+        Some(Transition {
+            previous_phase: Some(self.phase),
+            phase: self.phase,
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+        })
+    }
+
+    /// Records that the workload exists after earlier failed attempts; nothing to record when
+    /// the first attempt succeeded.
+    pub fn launch_succeeded(&mut self, now: DateTime<Utc>) -> Option<Transition> {
+        let delayed = self
+            .conditions
+            .iter()
+            .any(|c| c.type_ == WORKLOAD_CREATED && c.status == "False");
+        if self.phase.is_terminal() || !delayed {
+            return None;
+        }
+        let message = "the workload was created";
+        self.set_workload_created("True", "Created", message, now);
+        self.message = None;
+        Some(Transition {
+            previous_phase: Some(self.phase),
+            phase: self.phase,
+            reason: Some("WorkloadCreated".into()),
+            message: Some(message.into()),
+        })
+    }
+
+    /// Fails a job whose workload cannot be created (the cluster rejected it for good).
+    pub fn launch_failed(&mut self, reason: &str, message: &str, now: DateTime<Utc>) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let previous = self.phase;
+        self.set_workload_created("False", reason, message, now);
+        self.enter(
+            JobPhase::Failed,
+            Some(reason.to_owned()),
+            Some(message.to_owned()),
+            now,
+        );
+        Some(Transition {
+            previous_phase: Some(previous),
+            phase: JobPhase::Failed,
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+        })
+    }
+
+    fn set_workload_created(&mut self, status: &str, reason: &str, message: &str, now: DateTime<Utc>) {
+        self.conditions.retain(|c| c.type_ != WORKLOAD_CREATED);
+        self.conditions.push(Condition {
+            type_: WORKLOAD_CREATED.to_owned(),
+            status: status.to_owned(),
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            last_transition_time: Some(now),
+        });
     }
 
     /// Cancels the job, if it has not finished.
@@ -647,6 +908,9 @@ impl Job {
         });
     }
 }
+
+/// The condition that says whether a job's workload could be created.
+pub const WORKLOAD_CREATED: &str = "WorkloadCreated";
 
 /// One recorded status change of a job; `seq` is its cursor.
 #[derive(Clone, Debug, PartialEq)]

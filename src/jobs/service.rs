@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use chrono::Utc;
 use dashmap::DashMap;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::executor::{Executor, Observation};
+use crate::executor::{Executor, ExecutorError, LogLine, Observation};
 use crate::jobs::bus::EventBus;
 use crate::jobs::model::{
     Job, JobEvent, JobFilter, JobSpec, SubmitRequest, Transition, ValidationError, ValidationLimits,
@@ -86,9 +86,9 @@ enum Command {
         reply: oneshot::Sender<Result<Arc<Job>, ServiceError>>,
     },
     Observe(Observation),
-    /// Marks jobs as handed to the executor; answered once committed.
-    MarkLaunched {
-        ids: Vec<String>,
+    /// Records what became of launch attempts; answered once committed.
+    Launched {
+        outcome: LaunchOutcome,
         reply: oneshot::Sender<()>,
     },
 }
@@ -158,18 +158,24 @@ impl JobService {
                 tracing::error!(job = %id, error = %e, "could not adopt job after restart");
             }
         }
+        inner.executor.start().await;
         inner.tasks.spawn(launcher(inner.clone()));
         Ok(Self { inner })
     }
 
     /// Validates and durably accepts a job; answers once it is committed, PENDING.
     #[tracing::instrument(skip_all, fields(job))]
-    pub async fn submit(&self, request: SubmitRequest) -> Result<Submitted, ServiceError> {
+    pub async fn submit(
+        &self,
+        request: SubmitRequest,
+        submitter: Option<String>,
+    ) -> Result<Submitted, ServiceError> {
         let spec: JobSpec = request.validate(&self.inner.limits)?;
         let fingerprint = spec.fingerprint();
         let id = uuid::Uuid::now_v7().to_string();
         tracing::Span::current().record("job", id.as_str());
-        let job = Job::accepted(id, spec, request.idempotency_key, Utc::now());
+        let mut job = Job::accepted(id, spec, request.idempotency_key, Utc::now());
+        job.submitter = submitter;
         let (reply, answer) = oneshot::channel();
         self.command(Command::Submit {
             job: Box::new(job),
@@ -183,6 +189,13 @@ impl JobService {
     /// Cancels a PENDING or RUNNING job: records CANCELLED, then stops its workload.
     #[tracing::instrument(skip_all, fields(job = %id))]
     pub async fn cancel(&self, id: &str) -> Result<Arc<Job>, ServiceError> {
+        // A workload that finished before the cancel keeps its true outcome, which the
+        // executor is about to report.
+        if self.inner.executor.has_finished(id) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "job {id} has already finished; its outcome is being recorded"
+            )));
+        }
         let (reply, answer) = oneshot::channel();
         self.command(Command::Cancel {
             id: id.to_owned(),
@@ -224,6 +237,44 @@ impl JobService {
             tracing::error!(job = %job.id, error = %e, "reading logs failed");
             ServiceError::FailedPrecondition("logs are not available right now".into())
         })
+    }
+
+    /// The job's output: the last `tail_lines` lines, then with `follow` every new line until
+    /// the job has finished. `None` for an unknown job.
+    pub async fn log_stream(
+        &self,
+        id: &str,
+        tail_lines: usize,
+        follow: bool,
+    ) -> Result<Option<impl Stream<Item = Result<LogLine, ServiceError>> + Send + 'static>, ServiceError>
+    {
+        let Some((job, events)) = self.watch_job(id).await? else {
+            return Ok(None);
+        };
+        let until = (follow && !job.phase.is_terminal()).then(|| {
+            async move {
+                let mut events = std::pin::pin!(events);
+                // Ends at the terminal event, or when the service stops.
+                while let Some(Ok(event)) = events.next().await {
+                    if event.phase.is_terminal() {
+                        break;
+                    }
+                }
+            }
+            .boxed()
+        });
+        let id = job.id.clone();
+        let lines = self
+            .inner
+            .executor
+            .log_stream(job, tail_lines, until)
+            .map(move |r| {
+                r.map_err(|e| {
+                    tracing::warn!(job = %id, error = %e, "streaming logs failed");
+                    ServiceError::FailedPrecondition("logs are not available right now".into())
+                })
+            });
+        Ok(Some(lines))
     }
 
     /// Every event after `after` (the present when `None`), then live ones.
@@ -293,9 +344,36 @@ impl JobService {
 /// How many jobs the launcher reads from the outbox at a time.
 const LAUNCH_BATCH: i64 = 64;
 
-/// Hands accepted jobs to the executor, oldest first, and marks them launched.
+/// How many launches run at once (each is one API request on Kubernetes).
+const LAUNCH_CONCURRENCY: usize = 16;
+
+/// Retry delays while workloads cannot be created: exponential, capped, with jitter, so that
+/// many jobgates waiting for the same API server do not knock in step.
+fn launch_backoff() -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(30))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// What became of one launch attempt.
+#[derive(Debug, Default)]
+struct LaunchOutcome {
+    /// Handed to the executor: marked launched.
+    launched: Vec<String>,
+    /// Not created for now; (id, reason, message). Stay in the outbox.
+    delayed: Vec<(String, &'static str, String)>,
+    /// Never creatable; (id, reason, message). Failed and marked launched.
+    rejected: Vec<(String, &'static str, String)>,
+}
+
+/// Hands accepted jobs to the executor, oldest first, and records what became of them.
 async fn launcher(inner: Arc<Inner>) {
-    let mut delay = Duration::from_millis(100);
+    let mut backoff = launch_backoff();
     loop {
         let batch = match inner.store.unlaunched_jobs(LAUNCH_BATCH).await {
             Ok(batch) => batch,
@@ -304,31 +382,51 @@ async fn launcher(inner: Arc<Inner>) {
                 Vec::new()
             }
         };
-        let mut failed = false;
-        let mut handed = Vec::with_capacity(batch.len());
-        for stored in &batch {
-            if inner.shutdown.is_cancelled() {
-                return;
+        let full = batch.len() == LAUNCH_BATCH as usize;
+        let attempts = futures::stream::iter(batch)
+            .map(|stored| {
+                let inner = inner.clone();
+                async move {
+                    // The cache holds the job as last committed (it may have been cancelled
+                    // since the outbox was read); a finished job is only marked.
+                    let job = inner.active.get(&stored.id).map(|j| j.clone());
+                    let result = match job.filter(|j| !j.phase.is_terminal()) {
+                        Some(job) => inner.executor.launch(job).await,
+                        None => Ok(()),
+                    };
+                    (stored.id, result)
+                }
+            })
+            .buffer_unordered(LAUNCH_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await;
+        let mut outcome = LaunchOutcome::default();
+        for (id, result) in attempts {
+            match result {
+                Ok(()) => outcome.launched.push(id),
+                Err(ExecutorError::ShuttingDown) => return,
+                Err(ExecutorError::Rejected { reason, message }) => {
+                    tracing::warn!(job = %id, reason, %message, "workload rejected; the job fails");
+                    outcome.rejected.push((id, reason, message));
+                }
+                Err(ExecutorError::Unavailable { reason, message }) => {
+                    tracing::warn!(job = %id, reason, %message, "workload not created yet; will retry");
+                    outcome.delayed.push((id, reason, message));
+                }
+                Err(e) => {
+                    tracing::warn!(job = %id, error = %e, "launch failed; will retry");
+                    outcome.delayed.push((id, "LaunchFailed", e.to_string()));
+                }
             }
-            // The cache holds the job as last committed (it may have been cancelled since
-            // the outbox was read); a finished job is only marked.
-            let job = inner.active.get(&stored.id).map(|j| j.clone());
-            if let Some(job) = job.filter(|j| !j.phase.is_terminal())
-                && let Err(e) = inner.executor.launch(job).await
-            {
-                tracing::warn!(job = %stored.id, error = %e, "launch failed; will retry");
-                failed = true;
-                continue;
-            }
-            handed.push(stored.id.clone());
         }
-        if !handed.is_empty() {
+        let retry = !outcome.delayed.is_empty();
+        if !outcome.launched.is_empty() || !outcome.rejected.is_empty() || retry {
             // Wait for the marks to be committed, so the next read of the outbox cannot
             // hand the same job over twice.
             let (reply, committed) = oneshot::channel();
             if inner
                 .commands
-                .send(Command::MarkLaunched { ids: handed, reply })
+                .send(Command::Launched { outcome, reply })
                 .await
                 .is_err()
                 || committed.await.is_err()
@@ -336,18 +434,17 @@ async fn launcher(inner: Arc<Inner>) {
                 return;
             }
         }
-        if failed {
-            delay = (delay * 2).min(Duration::from_secs(30));
-        } else {
-            delay = Duration::from_millis(100);
+        if !retry {
+            backoff = launch_backoff();
+            if full {
+                continue; // more may be waiting
+            }
         }
-        if batch.len() == LAUNCH_BATCH as usize && !failed {
-            continue; // more may be waiting
-        }
+        let delay = backoff.next().unwrap_or(Duration::from_secs(30));
         tokio::select! {
             _ = inner.shutdown.cancelled() => return,
-            _ = inner.launch_wanted.notified() => {}
-            _ = tokio::time::sleep(delay), if failed => {}
+            _ = inner.launch_wanted.notified(), if !retry => {}
+            _ = tokio::time::sleep(delay), if retry => {}
         }
     }
 }
@@ -433,7 +530,7 @@ impl Writer {
                                 ))));
                             }
                             Command::Observe(o) => tracing::error!(job = %o.job_id, "observation lost"),
-                            Command::MarkLaunched { .. } => {}
+                            Command::Launched { .. } => {}
                         }
                     }
                     return;
@@ -567,10 +664,34 @@ impl Writer {
                         touched.insert(job.id.clone(), job);
                     }
                 }
-                Command::MarkLaunched { ids, .. } => {
+                Command::Launched { outcome, .. } => {
                     answers.push(Answer::None);
-                    for id in ids {
+                    let now = Utc::now();
+                    for id in &outcome.launched {
                         tx.mark_launched(id).await?;
+                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                            && let Some(transition) = job.launch_succeeded(now)
+                        {
+                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            touched.insert(job.id.clone(), job);
+                        }
+                    }
+                    for (id, reason, message) in &outcome.rejected {
+                        tx.mark_launched(id).await?;
+                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                            && let Some(transition) = job.launch_failed(reason, message, now)
+                        {
+                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            touched.insert(job.id.clone(), job);
+                        }
+                    }
+                    for (id, reason, message) in &outcome.delayed {
+                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                            && let Some(transition) = job.launch_delayed(reason, message, now)
+                        {
+                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            touched.insert(job.id.clone(), job);
+                        }
                     }
                 }
             }
@@ -622,7 +743,7 @@ impl Writer {
                 (Command::Cancel { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
                 }
-                (Command::MarkLaunched { reply, .. }, _) => {
+                (Command::Launched { reply, .. }, _) => {
                     let _ = reply.send(());
                 }
                 _ => {}

@@ -1,0 +1,304 @@
+//! The batch/v1 Job that runs a jobgate job: names, labels and the mapping from [`JobSpec`].
+//!
+//! This module owns what jobgate writes into the cluster and how it recognises its objects
+//! again (the `jobgate.io/job-id` label). It must not talk to the API server.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job as K8sJob, JobSpec as K8sJobSpec};
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::jobs::model::{Job, ResourceList};
+
+/// The label every object jobgate creates carries, and the one its watchers select on.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "jobgate";
+/// The label selector of every watcher.
+pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=jobgate";
+/// The label naming the jobgate job an object belongs to.
+pub const JOB_ID_LABEL: &str = "jobgate.io/job-id";
+/// The label carrying the job's own name, when it has one.
+pub const JOB_NAME_LABEL: &str = "jobgate.io/job-name";
+pub const SUBMITTER_ANNOTATION: &str = "jobgate.io/submitter";
+pub const IDEMPOTENCY_KEY_ANNOTATION: &str = "jobgate.io/idempotency-key";
+pub const TEMPLATE_ANNOTATION: &str = "jobgate.io/template";
+/// The container that runs the job's command.
+pub const CONTAINER_NAME: &str = "job";
+/// Where a run writes its result: the termination message file, so that `$JOBGATE_RESULT_FILE`
+/// means the same on every executor.
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
+/// The name of the Kubernetes Job of a jobgate job. Derived from the id alone, so that a
+/// retried create meets the same name (`AlreadyExists`) instead of making a second Job.
+/// 8 + 36 characters: within the 63 allowed, leaving room for pod-name suffixes.
+pub fn workload_name(job_id: &str) -> String {
+    format!("jobgate-{job_id}")
+}
+
+/// The settings that shape every Job, from configuration.
+#[derive(Clone, Debug, Default)]
+pub struct ManifestDefaults {
+    /// `ttlSecondsAfterFinished` for jobs that set none.
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+/// The batch/v1 Job for `job`.
+pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
+    let spec = &job.spec;
+    let mut labels = BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (JOB_ID_LABEL.to_owned(), job.id.clone()),
+    ]);
+    if let Some(name) = &spec.name {
+        labels.insert(JOB_NAME_LABEL.to_owned(), name.clone());
+    }
+    let mut annotations = BTreeMap::from([(TEMPLATE_ANNOTATION.to_owned(), spec.template.clone())]);
+    if let Some(submitter) = &job.submitter {
+        annotations.insert(SUBMITTER_ANNOTATION.to_owned(), submitter.clone());
+    }
+    if let Some(key) = &job.idempotency_key {
+        annotations.insert(IDEMPOTENCY_KEY_ANNOTATION.to_owned(), key.clone());
+    }
+    let mut env: Vec<EnvVar> = spec
+        .env
+        .iter()
+        .map(|v| EnvVar {
+            name: v.name.clone(),
+            value: Some(v.value.clone()),
+            ..EnvVar::default()
+        })
+        .collect();
+    env.push(EnvVar {
+        name: "JOBGATE_JOB_ID".into(),
+        value: Some(job.id.clone()),
+        ..EnvVar::default()
+    });
+    env.push(EnvVar {
+        name: "JOBGATE_RESULT_FILE".into(),
+        value: Some(TERMINATION_MESSAGE_PATH.into()),
+        ..EnvVar::default()
+    });
+    if spec.completions == 1 {
+        // Indexed Jobs get JOB_COMPLETION_INDEX from the controller; a single run is index
+        // 0, as on the local executor.
+        env.push(EnvVar {
+            name: "JOB_COMPLETION_INDEX".into(),
+            value: Some("0".into()),
+            ..EnvVar::default()
+        });
+    }
+    let container = Container {
+        name: CONTAINER_NAME.into(),
+        image: spec.image.clone(),
+        command: Some(spec.command.clone()),
+        args: (!spec.args.is_empty()).then(|| spec.args.clone()),
+        env: Some(env),
+        resources: spec.resources.as_ref().map(|r| ResourceRequirements {
+            requests: quantities(&r.requests),
+            limits: quantities(&r.limits),
+            ..ResourceRequirements::default()
+        }),
+        termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
+        // A failed run without a result still explains itself with its last lines.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Container::default()
+    };
+    K8sJob {
+        metadata: ObjectMeta {
+            name: Some(workload_name(&job.id)),
+            namespace: Some(spec.namespace.clone()),
+            labels: Some(labels.clone()),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(K8sJobSpec {
+            parallelism: Some(spec.parallelism),
+            completions: Some(spec.completions),
+            completion_mode: Some(
+                if spec.completions > 1 {
+                    "Indexed"
+                } else {
+                    "NonIndexed"
+                }
+                .into(),
+            ),
+            backoff_limit: Some(spec.backoff_limit),
+            active_deadline_seconds: spec.active_deadline_seconds.map(i64::from),
+            ttl_seconds_after_finished: spec
+                .ttl_seconds_after_finished
+                .or(defaults.ttl_seconds_after_finished),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    // Failed runs are new pods, counted against backoffLimit, as on the
+                    // local executor.
+                    restart_policy: Some("Never".into()),
+                    service_account_name: spec.service_account_name.clone(),
+                    ..PodSpec::default()
+                }),
+            },
+            ..K8sJobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn quantities(list: &ResourceList) -> Option<BTreeMap<String, Quantity>> {
+    let map: BTreeMap<String, Quantity> = [("cpu", &list.cpu), ("memory", &list.memory)]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_owned(), Quantity(v.clone()))))
+        .collect();
+    (!map.is_empty()).then_some(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::model::{
+        EnvVar as ModelEnv, ResourceRequirements as ModelResources, SubmitRequest, ValidationLimits,
+    };
+
+    fn job(request: SubmitRequest) -> Job {
+        let spec = request.validate(&ValidationLimits::default()).expect("valid");
+        let mut job = Job::accepted(
+            "0190a6d2-0000-7000-8000-000000000001".into(),
+            spec,
+            Some("k-1".into()),
+            chrono::Utc::now(),
+        );
+        job.submitter = Some("api-token".into());
+        job
+    }
+
+    #[test]
+    fn maps_every_field_of_the_spec() {
+        let j = job(SubmitRequest {
+            name: Some("train".into()),
+            namespace: Some("ml".into()),
+            image: Some("busybox:1.36".into()),
+            command: Some(vec!["sh".into(), "-c".into()]),
+            args: Some(vec!["echo hi".into()]),
+            env: Some(vec![ModelEnv {
+                name: "A".into(),
+                value: "1".into(),
+            }]),
+            parallelism: Some(2),
+            completions: Some(4),
+            backoff_limit: Some(3),
+            active_deadline_seconds: Some(60),
+            resources: Some(ModelResources {
+                requests: ResourceList {
+                    cpu: Some("250m".into()),
+                    memory: Some("64Mi".into()),
+                },
+                limits: ResourceList {
+                    cpu: Some("1".into()),
+                    memory: None,
+                },
+            }),
+            ttl_seconds_after_finished: Some(30),
+            ..SubmitRequest::default()
+        });
+        let k = build(
+            &j,
+            &ManifestDefaults {
+                ttl_seconds_after_finished: Some(3600),
+            },
+        );
+        let meta = &k.metadata;
+        assert_eq!(
+            meta.name.as_deref(),
+            Some("jobgate-0190a6d2-0000-7000-8000-000000000001")
+        );
+        assert_eq!(meta.namespace.as_deref(), Some("ml"));
+        let labels = meta.labels.as_ref().unwrap();
+        assert_eq!(labels[MANAGED_BY_LABEL], "jobgate");
+        assert_eq!(labels[JOB_ID_LABEL], j.id);
+        assert_eq!(labels[JOB_NAME_LABEL], "train");
+        let annotations = meta.annotations.as_ref().unwrap();
+        assert_eq!(annotations[SUBMITTER_ANNOTATION], "api-token");
+        assert_eq!(annotations[IDEMPOTENCY_KEY_ANNOTATION], "k-1");
+        let spec = k.spec.unwrap();
+        assert_eq!(spec.parallelism, Some(2));
+        assert_eq!(spec.completions, Some(4));
+        assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+        assert_eq!(spec.backoff_limit, Some(3));
+        assert_eq!(spec.active_deadline_seconds, Some(60));
+        assert_eq!(
+            spec.ttl_seconds_after_finished,
+            Some(30),
+            "the job's own TTL wins"
+        );
+        let template_labels = spec.template.metadata.unwrap().labels.unwrap();
+        assert_eq!(
+            template_labels[JOB_ID_LABEL], j.id,
+            "pods are found by the same label"
+        );
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some("busybox:1.36"));
+        assert_eq!(
+            c.command.as_deref(),
+            Some(&["sh".to_owned(), "-c".to_owned()][..])
+        );
+        assert_eq!(c.args.as_deref(), Some(&["echo hi".to_owned()][..]));
+        assert_eq!(
+            c.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
+        let env = c.env.as_ref().unwrap();
+        assert!(
+            env.iter()
+                .any(|e| e.name == "A" && e.value.as_deref() == Some("1"))
+        );
+        assert!(
+            env.iter()
+                .any(|e| e.name == "JOBGATE_RESULT_FILE"
+                    && e.value.as_deref() == Some(TERMINATION_MESSAGE_PATH))
+        );
+        assert!(
+            !env.iter().any(|e| e.name == "JOB_COMPLETION_INDEX"),
+            "Indexed pods get it from the controller"
+        );
+        let r = c.resources.as_ref().unwrap();
+        assert_eq!(r.requests.as_ref().unwrap()["cpu"], Quantity("250m".into()));
+        assert_eq!(r.requests.as_ref().unwrap()["memory"], Quantity("64Mi".into()));
+        assert_eq!(r.limits.as_ref().unwrap()["cpu"], Quantity("1".into()));
+        assert!(!r.limits.as_ref().unwrap().contains_key("memory"));
+    }
+
+    #[test]
+    fn single_runs_are_non_indexed_with_the_default_ttl() {
+        let j = job(SubmitRequest {
+            image: Some("busybox".into()),
+            command: Some(vec!["true".into()]),
+            ..SubmitRequest::default()
+        });
+        let k = build(
+            &j,
+            &ManifestDefaults {
+                ttl_seconds_after_finished: Some(3600),
+            },
+        );
+        let spec = k.spec.unwrap();
+        assert_eq!(spec.completion_mode.as_deref(), Some("NonIndexed"));
+        assert_eq!(spec.ttl_seconds_after_finished, Some(3600));
+        let c = &spec.template.spec.unwrap().containers[0];
+        assert!(c.args.is_none());
+        assert!(c.resources.is_none());
+        assert!(
+            c.env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|e| e.name == "JOB_COMPLETION_INDEX" && e.value.as_deref() == Some("0"))
+        );
+    }
+}

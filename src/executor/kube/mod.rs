@@ -1,0 +1,838 @@
+//! The Kubernetes executor: each job runs as a batch/v1 Job, observed through watches.
+//!
+//! It owns the Kubernetes client, one label-selected watcher per kind and scope (Jobs, and
+//! the Pods of managed Jobs), the small per-job state needed to map what they see to
+//! observations, and the capture of a finished job's result and log tail. Nothing polls:
+//! after the first list, the API server pushes every change, whatever the number of jobs
+//! or clients. After every list or re-list, a tracked job whose Job vanished unobserved is
+//! reported with its true outcome where its pods prove it, else failed `WorkloadDeleted`.
+//!
+//! It must not write the store or decide phases: it reports [`WorkloadStatus`]es shaped by
+//! the Job's own conditions, and the job model derives the phase.
+
+pub mod manifest;
+pub mod status;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use dashmap::DashMap;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{AsyncBufReadExt, FutureExt, StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job as K8sJob;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, LogParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use self::manifest::{CONTAINER_NAME, JOB_ID_LABEL, MANAGED_SELECTOR, ManifestDefaults, workload_name};
+use self::status::PodInfo;
+use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender};
+use crate::jobs::model::{Job, WorkloadStatus};
+
+/// Settings of the Kubernetes executor.
+#[derive(Clone, Debug)]
+pub struct KubeConfig {
+    /// A kubeconfig file; otherwise `$KUBECONFIG`, `~/.kube/config` or the in-cluster
+    /// service account, as kubectl would.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use; its current context otherwise.
+    pub context: Option<String>,
+    /// Namespaces to watch, one watcher per kind in each; empty watches the whole cluster
+    /// (which needs cluster-wide RBAC).
+    pub watch_namespaces: Vec<String>,
+    pub manifest: ManifestDefaults,
+    /// How long a finished Job's pods may take to be seen terminal before its result and
+    /// log tail are captured anyway.
+    pub finish_grace: Duration,
+    /// Lines of output kept in jobgate when a job finishes (its pods may be deleted later).
+    pub captured_log_lines: usize,
+}
+
+impl Default for KubeConfig {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            context: None,
+            watch_namespaces: Vec::new(),
+            manifest: ManifestDefaults::default(),
+            finish_grace: Duration::from_secs(5),
+            captured_log_lines: 200,
+        }
+    }
+}
+
+/// Why the executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeSetupError {
+    #[error("reading the kubeconfig: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    #[error("finding a Kubernetes configuration (kubeconfig or in-cluster): {0}")]
+    Infer(#[from] kube::config::InferConfigError),
+    #[error("creating the Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+#[derive(Clone)]
+pub struct KubeExecutor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: kube::Client,
+    config: KubeConfig,
+    observations: ObservationSender,
+    /// Unfinished jobs this executor is responsible for.
+    tracked: DashMap<String, Tracked>,
+    /// What the pod watcher saw of each tracked job's pods, by pod name.
+    pods: DashMap<String, BTreeMap<String, PodInfo>>,
+    /// Bumped on every pod change, so that waiters for pods need no polling.
+    pods_version: tokio::sync::watch::Sender<u64>,
+    /// Bumped at the start of every (re-)list of Jobs: a job confirmed before a list began
+    /// must appear in it, or it vanished.
+    list_epoch: AtomicU64,
+    watchers: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
+    started: AtomicBool,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+/// What the executor keeps per unfinished job (a few hundred bytes).
+struct Tracked {
+    namespace: String,
+    completions: i32,
+    /// The list epoch when the Job was known to exist; `None` while it is being created.
+    confirmed_epoch: Option<u64>,
+    /// The newest resourceVersion applied: older events are stale and ignored.
+    last_rv: u64,
+    /// The outcome is decided; its result and logs are being captured.
+    finishing: bool,
+    /// The last status reported, to report only changes.
+    last_sent: Option<WorkloadStatus>,
+}
+
+/// The health of one watcher, for `/readyz`.
+struct WatcherHealth {
+    name: String,
+    /// Its first full list is done.
+    listed: AtomicBool,
+    /// Its last item was not an error.
+    healthy: AtomicBool,
+}
+
+impl WatcherHealth {
+    fn new(name: String) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            listed: AtomicBool::new(false),
+            healthy: AtomicBool::new(true),
+        })
+    }
+
+    fn ok(&self) {
+        if !self.healthy.swap(true, Ordering::Relaxed) {
+            tracing::info!(watcher = %self.name, "watch recovered");
+        }
+    }
+
+    fn failed(&self, error: &watcher::Error) {
+        self.healthy.store(false, Ordering::Relaxed);
+        tracing::warn!(watcher = %self.name, %error, "watch failed; retrying with back-off");
+    }
+}
+
+fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn resource_version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+/// How a failed API call is reported to the launcher.
+fn launch_error(action: &str, e: kube::Error) -> ExecutorError {
+    match e {
+        kube::Error::Api(s) => {
+            let message = format!("{action}: {} ({} {})", s.message, s.code, s.reason);
+            match s.code {
+                429 => ExecutorError::Unavailable {
+                    reason: "ApiServerThrottling",
+                    message,
+                },
+                401 => ExecutorError::Unavailable {
+                    reason: "Unauthorized",
+                    message,
+                },
+                // RBAC can be fixed by an operator; the job waits for it.
+                403 => ExecutorError::Unavailable {
+                    reason: "Forbidden",
+                    message,
+                },
+                404 => ExecutorError::Rejected {
+                    reason: "NamespaceNotFound",
+                    message,
+                },
+                400 | 422 => ExecutorError::Rejected {
+                    reason: "InvalidWorkload",
+                    message,
+                },
+                _ => ExecutorError::Unavailable {
+                    reason: "ApiServerUnavailable",
+                    message,
+                },
+            }
+        }
+        other => ExecutorError::Unavailable {
+            reason: "ApiServerUnreachable",
+            message: format!("{action}: {other}"),
+        },
+    }
+}
+
+impl KubeExecutor {
+    /// Connects to the cluster. Watchers start with [`Executor::start`], once jobs launched
+    /// before a restart have been adopted.
+    pub async fn connect(
+        config: KubeConfig,
+        observations: ObservationSender,
+    ) -> Result<Self, KubeSetupError> {
+        let options = KubeConfigOptions {
+            context: config.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let client_config = match &config.kubeconfig {
+            Some(path) => {
+                kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(path)?, &options).await?
+            }
+            None if config.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+            None => kube::Config::infer().await?,
+        };
+        let client = kube::Client::try_from(client_config)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                observations,
+                tracked: DashMap::new(),
+                pods: DashMap::new(),
+                pods_version: tokio::sync::watch::Sender::new(0),
+                list_epoch: AtomicU64::new(0),
+                watchers: std::sync::Mutex::new(Vec::new()),
+                started: AtomicBool::new(false),
+                shutdown: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+            }),
+        })
+    }
+
+    fn track(&self, job: &Job, confirmed_epoch: Option<u64>) {
+        self.inner
+            .tracked
+            .entry(job.id.clone())
+            .or_insert_with(|| Tracked {
+                namespace: job.spec.namespace.clone(),
+                completions: job.spec.completions,
+                confirmed_epoch,
+                last_rv: 0,
+                finishing: false,
+                last_sent: None,
+            });
+    }
+}
+
+impl Inner {
+    fn jobs_api(&self, namespace: &str) -> Api<K8sJob> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn pods_api(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn send(&self, job_id: String, status: WorkloadStatus) {
+        let observation = Observation { job_id, status };
+        if self.observations.send(observation).await.is_err() {
+            tracing::debug!("job service is gone; observation dropped");
+        }
+    }
+
+    /// A Job was added or changed.
+    async fn on_job(self: &Arc<Self>, job: K8sJob) {
+        let Some(id) = label(&job.metadata, JOB_ID_LABEL).map(str::to_owned) else {
+            return;
+        };
+        let status = status::workload_status(&job);
+        let decided = status::is_decided(&status);
+        {
+            let Some(mut t) = self.tracked.get_mut(&id) else {
+                return; // not ours, or already finished
+            };
+            if t.finishing {
+                return;
+            }
+            if let Some(rv) = resource_version(&job.metadata) {
+                if rv <= t.last_rv {
+                    return; // stale: never move backward
+                }
+                t.last_rv = rv;
+            }
+            if decided {
+                t.finishing = true;
+            } else if t.last_sent.as_ref() == Some(&status) {
+                return;
+            } else {
+                t.last_sent = Some(status.clone());
+            }
+        }
+        if decided {
+            self.spawn_finish(id, status);
+        } else {
+            self.send(id, status).await;
+        }
+    }
+
+    /// A Job was deleted. Ours are deleted by their TTL after jobgate saw them finish (and
+    /// untracked them), or by a cancel (untracked first); any other deletion of an
+    /// unfinished job is reported.
+    fn on_job_deleted(self: &Arc<Self>, job: K8sJob) {
+        let Some(id) = label(&job.metadata, JOB_ID_LABEL).map(str::to_owned) else {
+            return;
+        };
+        let status = status::workload_status(&job);
+        {
+            let Some(mut t) = self.tracked.get_mut(&id) else {
+                return;
+            };
+            if t.finishing {
+                return;
+            }
+            t.finishing = true;
+        }
+        if status::is_decided(&status) {
+            self.spawn_finish(id, status);
+        } else {
+            self.spawn_vanished(id);
+        }
+    }
+
+    /// After a full list of `namespace` (all namespaces when `None`): every job known to
+    /// exist before the list began and missing from it vanished while nobody watched.
+    fn reconcile(self: &Arc<Self>, namespace: Option<&str>, list_epoch: u64, seen: &HashSet<String>) {
+        let vanished: Vec<String> = self
+            .tracked
+            .iter_mut()
+            .filter_map(|mut t| {
+                let eligible = namespace.is_none_or(|ns| t.namespace == ns)
+                    && !t.finishing
+                    && t.confirmed_epoch.is_some_and(|e| e < list_epoch)
+                    && !seen.contains(t.key());
+                eligible.then(|| {
+                    t.finishing = true;
+                    t.key().clone()
+                })
+            })
+            .collect();
+        for id in vanished {
+            tracing::warn!(job = %id, "its Kubernetes Job is gone though it never finished");
+            self.spawn_vanished(id);
+        }
+    }
+
+    fn spawn_vanished(self: &Arc<Self>, id: String) {
+        let inner = self.clone();
+        self.tasks.spawn(async move {
+            let Some(completions) = inner.tracked.get(&id).map(|t| t.completions) else {
+                return;
+            };
+            // Pods deleted with the Job may still be on their way through the pod watch.
+            inner.wait_for_pods(&id, None).await;
+            let pods: Vec<PodInfo> = inner
+                .pods
+                .get(&id)
+                .map(|p| p.values().cloned().collect())
+                .unwrap_or_default();
+            let status = status::vanished(completions, &pods, Utc::now());
+            inner.send(id.clone(), status).await;
+            inner.untrack(&id);
+        });
+    }
+
+    /// Captures a decided job's result, failure cause and log tail, then reports it.
+    fn spawn_finish(self: &Arc<Self>, id: String, mut status: WorkloadStatus) {
+        let inner = self.clone();
+        self.tasks.spawn(async move {
+            let counted = status.succeeded + status.failed;
+            if !inner.wait_for_pods(&id, Some(counted)).await {
+                return; // shutting down: the next start re-lists and finishes it
+            }
+            let Some(namespace) = inner.tracked.get(&id).map(|t| t.namespace.clone()) else {
+                return;
+            };
+            let pods: Vec<PodInfo> = inner
+                .pods
+                .get(&id)
+                .map(|p| p.values().cloned().collect())
+                .unwrap_or_default();
+            if status::is_success(&status) {
+                status.result = status::result_of(&pods);
+            } else {
+                status.message = status::failure_of(&pods);
+            }
+            let lines = inner.capture_logs(&namespace, &pods).await;
+            status.executor_state = serde_json::json!({ "logTail": lines });
+            inner.send(id.clone(), status).await;
+            inner.untrack(&id);
+        });
+    }
+
+    /// Waits until the pod watch shows every pod of the job terminal (and at least
+    /// `counted` of them), or the finish grace passes. False when shutting down.
+    async fn wait_for_pods(&self, id: &str, counted: Option<i32>) -> bool {
+        let deadline = tokio::time::Instant::now() + self.config.finish_grace;
+        let mut changes = self.pods_version.subscribe();
+        loop {
+            let settled = self.pods.get(id).is_some_and(|pods| {
+                let terminal = pods.values().filter(|p| p.phase.is_terminal()).count() as i32;
+                terminal == pods.len() as i32 && counted.is_none_or(|c| terminal >= c)
+            });
+            if settled || counted == Some(0) {
+                return true;
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => return true,
+                _ = self.shutdown.cancelled() => return false,
+            }
+        }
+    }
+
+    fn untrack(&self, id: &str) {
+        self.tracked.remove(id);
+        self.pods.remove(id);
+    }
+
+    /// The last lines of the job's most recent runs, kept in jobgate once it has finished.
+    async fn capture_logs(&self, namespace: &str, pods: &[PodInfo]) -> Vec<String> {
+        let limit = self.config.captured_log_lines;
+        let mut started: Vec<&PodInfo> = pods.iter().filter(|p| p.started).collect();
+        started.sort_by_key(|p| (p.index, p.finished_at, p.created_at));
+        let recent = &started[started.len().saturating_sub(5)..];
+        let mut lines = Vec::new();
+        for pod in recent {
+            match self.pod_log(namespace, &pod.name, limit).await {
+                Ok(mut more) => lines.append(&mut more),
+                Err(e) => tracing::debug!(pod = %pod.name, error = %e, "no log to capture"),
+            }
+        }
+        let cut = lines.len().saturating_sub(limit);
+        lines.split_off(cut)
+    }
+
+    async fn pod_log(&self, namespace: &str, pod: &str, tail: usize) -> Result<Vec<String>, kube::Error> {
+        let params = LogParams {
+            container: Some(CONTAINER_NAME.into()),
+            tail_lines: Some(tail as i64),
+            ..LogParams::default()
+        };
+        let text = self.pods_api(namespace).logs(pod, &params).await?;
+        Ok(text.lines().map(str::to_owned).collect())
+    }
+
+    /// A pod was added or changed.
+    fn on_pod(&self, pod: &Pod) {
+        let Some(id) = label(&pod.metadata, JOB_ID_LABEL) else {
+            return;
+        };
+        if !self.tracked.contains_key(id) {
+            return;
+        }
+        let Some(info) = status::pod_info(pod) else {
+            return;
+        };
+        let mut pods = self.pods.entry(id.to_owned()).or_default();
+        if pods.get(&info.name) != Some(&info) {
+            pods.insert(info.name.clone(), info);
+            drop(pods);
+            self.pods_version.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// Follows the Jobs in one namespace (or all): the only source of job observations.
+    async fn watch_jobs(
+        self: Arc<Self>,
+        api: Api<K8sJob>,
+        namespace: Option<String>,
+        health: Arc<WatcherHealth>,
+    ) {
+        let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        let mut list_epoch = 0;
+        let mut seen = HashSet::new();
+        loop {
+            let item = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                item = events.next() => item,
+            };
+            let Some(item) = item else { return };
+            match item {
+                Ok(event) => {
+                    health.ok();
+                    match event {
+                        watcher::Event::Init => {
+                            list_epoch = self.list_epoch.fetch_add(1, Ordering::SeqCst) + 1;
+                            seen.clear();
+                        }
+                        watcher::Event::InitApply(job) => {
+                            if let Some(id) = label(&job.metadata, JOB_ID_LABEL) {
+                                seen.insert(id.to_owned());
+                            }
+                            self.on_job(job).await;
+                        }
+                        watcher::Event::InitDone => {
+                            self.reconcile(namespace.as_deref(), list_epoch, &seen);
+                            seen = HashSet::new();
+                            if !health.listed.swap(true, Ordering::Relaxed) {
+                                tracing::info!(watcher = %health.name, "first list done");
+                            }
+                        }
+                        watcher::Event::Apply(job) => self.on_job(job).await,
+                        watcher::Event::Delete(job) => self.on_job_deleted(job),
+                    }
+                }
+                Err(e) => health.failed(&e),
+            }
+        }
+    }
+
+    /// Follows the pods of managed Jobs: results, failure causes and where logs are.
+    async fn watch_pods(self: Arc<Self>, api: Api<Pod>, health: Arc<WatcherHealth>) {
+        let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        loop {
+            let item = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                item = events.next() => item,
+            };
+            let Some(item) = item else { return };
+            match item {
+                Ok(event) => {
+                    health.ok();
+                    match event {
+                        watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => self.on_pod(&pod),
+                        watcher::Event::InitDone => {
+                            if !health.listed.swap(true, Ordering::Relaxed) {
+                                tracing::info!(watcher = %health.name, "first list done");
+                            }
+                        }
+                        // A deleted pod's last state stays known: it may prove the outcome
+                        // of a Job deleted with it.
+                        watcher::Event::Delete(_) | watcher::Event::Init => {}
+                    }
+                }
+                Err(e) => health.failed(&e),
+            }
+        }
+    }
+
+    /// The job's pods whose container has started, in index then creation order.
+    fn started_pods(&self, id: &str) -> Vec<PodInfo> {
+        let mut pods: Vec<PodInfo> = self
+            .pods
+            .get(id)
+            .map(|p| p.values().filter(|p| p.started).cloned().collect())
+            .unwrap_or_default();
+        pods.sort_by_key(|p| (p.index, p.created_at));
+        pods
+    }
+
+    /// Streams every line of the job's pods as they come, pod after pod as the controller
+    /// creates them, until `until` resolves and every pod stream has ended.
+    async fn follow_logs(
+        self: Arc<Self>,
+        job: Arc<Job>,
+        tail_lines: usize,
+        until: BoxFuture<'static, ()>,
+        lines: mpsc::Sender<Result<LogLine, ExecutorError>>,
+    ) {
+        let namespace = job.spec.namespace.clone();
+        let mut streamed = HashSet::new();
+        let mut streams = tokio::task::JoinSet::new();
+        let mut changes = self.pods_version.subscribe();
+        let mut until = std::pin::pin!(until.fuse());
+        let mut finished = false;
+        loop {
+            for pod in self.started_pods(&job.id) {
+                if streamed.insert(pod.name.clone()) {
+                    streams.spawn(stream_pod_log(
+                        self.pods_api(&namespace),
+                        pod.name,
+                        tail_lines,
+                        lines.clone(),
+                    ));
+                }
+            }
+            if finished && streams.is_empty() {
+                return;
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = &mut until, if !finished => finished = true,
+                Some(_) = streams.join_next() => {}
+                _ = lines.closed() => return,
+                _ = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// Streams one pod's log until the pod ends (the API server closes a followed log then).
+async fn stream_pod_log(
+    api: Api<Pod>,
+    pod: String,
+    tail_lines: usize,
+    lines: mpsc::Sender<Result<LogLine, ExecutorError>>,
+) {
+    let params = LogParams {
+        container: Some(CONTAINER_NAME.into()),
+        follow: true,
+        tail_lines: Some(tail_lines as i64),
+        ..LogParams::default()
+    };
+    let reader = match api.log_stream(&pod, &params).await {
+        Ok(reader) => reader,
+        Err(e) => {
+            tracing::debug!(%pod, error = %e, "cannot follow the pod's log");
+            return;
+        }
+    };
+    let mut reader = std::pin::pin!(reader.lines());
+    while let Some(line) = reader.next().await {
+        let item = line
+            .map(|text| LogLine {
+                source: Some(pod.clone()),
+                text,
+            })
+            .map_err(|e| ExecutorError::Cluster(format!("reading the log of pod {pod}: {e}")));
+        let failed = item.is_err();
+        if lines.send(item).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// The log tail kept when the job finished.
+fn captured_lines(workload: &WorkloadStatus, tail_lines: usize) -> Vec<String> {
+    let lines: Vec<String> = workload
+        .executor_state
+        .get("logTail")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    let cut = lines.len().saturating_sub(tail_lines);
+    lines[cut..].to_vec()
+}
+
+#[async_trait]
+impl Executor for KubeExecutor {
+    fn kind(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    async fn launch(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
+        let inner = &self.inner;
+        if inner.shutdown.is_cancelled() {
+            return Err(ExecutorError::ShuttingDown);
+        }
+        let name = workload_name(&job.id);
+        let namespace = &job.spec.namespace;
+        self.track(&job, None);
+        let api = inner.jobs_api(namespace);
+        let manifest = manifest::build(&job, &inner.config.manifest);
+        let created = match api.create(&PostParams::default(), &manifest).await {
+            Ok(created) => Ok(created),
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                // A create retried after a crash or a lost answer: the Job is ours if it
+                // carries our id; anything else under that name is a conflict.
+                match api.get(&name).await {
+                    Ok(existing) if label(&existing.metadata, JOB_ID_LABEL) == Some(job.id.as_str()) => {
+                        tracing::info!(job = %job.id, %name, "Job already exists; adopting it");
+                        Ok(existing)
+                    }
+                    Ok(_) => Err(ExecutorError::Rejected {
+                        reason: "WorkloadConflict",
+                        message: format!(
+                            "a Job named {name} already exists in namespace {namespace} and does not belong to this job"
+                        ),
+                    }),
+                    Err(e) => Err(launch_error("reading the existing Job", e)),
+                }
+            }
+            Err(e) => Err(launch_error("creating the Job", e)),
+        };
+        match created {
+            Ok(created) => {
+                let epoch = inner.list_epoch.load(Ordering::SeqCst);
+                if let Some(mut t) = inner.tracked.get_mut(&job.id) {
+                    t.confirmed_epoch = Some(epoch);
+                }
+                // The watch reports it too; this only saves waiting for it.
+                inner.on_job(created).await;
+                Ok(())
+            }
+            Err(e) => {
+                inner.tracked.remove(&job.id);
+                Err(e)
+            }
+        }
+    }
+
+    async fn adopt(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
+        // Known to exist before any list: the first list shows it, or it vanished.
+        self.track(&job, Some(0));
+        Ok(())
+    }
+
+    async fn start(&self) {
+        let inner = &self.inner;
+        if inner.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let scopes: Vec<Option<String>> = if inner.config.watch_namespaces.is_empty() {
+            vec![None]
+        } else {
+            inner.config.watch_namespaces.iter().cloned().map(Some).collect()
+        };
+        let mut watchers = inner.watchers.lock().expect("poisoned");
+        for scope in scopes {
+            let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
+            let (jobs, pods): (Api<K8sJob>, Api<Pod>) = match &scope {
+                Some(ns) => (inner.jobs_api(ns), inner.pods_api(ns)),
+                None => (Api::all(inner.client.clone()), Api::all(inner.client.clone())),
+            };
+            let jobs_health = WatcherHealth::new(format!("jobs in {where_}"));
+            let pods_health = WatcherHealth::new(format!("pods in {where_}"));
+            watchers.push(jobs_health.clone());
+            watchers.push(pods_health.clone());
+            inner
+                .tasks
+                .spawn(inner.clone().watch_jobs(jobs, scope.clone(), jobs_health));
+            inner.tasks.spawn(inner.clone().watch_pods(pods, pods_health));
+        }
+    }
+
+    async fn cancel(&self, job_id: &str) -> Result<(), ExecutorError> {
+        let inner = &self.inner;
+        let namespace = match inner.tracked.remove(job_id) {
+            Some((_, t)) => t.namespace,
+            None => return Ok(()), // not launched, or already finished
+        };
+        inner.pods.remove(job_id);
+        let api = inner.jobs_api(&namespace);
+        let name = workload_name(job_id);
+        // Retried until it lands: a cancelled job must not keep running in the cluster.
+        let mut delays = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(30))
+                .with_jitter()
+                .without_max_times(),
+        );
+        loop {
+            match api.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(job = %job_id, error = %e, "deleting the cancelled job's Job failed; retrying");
+                    let delay = delays.next().unwrap_or(Duration::from_secs(30));
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = inner.shutdown.cancelled() => return Err(ExecutorError::ShuttingDown),
+                    }
+                }
+            }
+        }
+    }
+
+    fn has_finished(&self, job_id: &str) -> bool {
+        self.inner.tracked.get(job_id).is_some_and(|t| t.finishing)
+    }
+
+    async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError> {
+        if job.phase.is_terminal() {
+            return Ok(captured_lines(&job.workload, tail_lines));
+        }
+        let mut lines = Vec::new();
+        for pod in self.inner.started_pods(&job.id) {
+            match self
+                .inner
+                .pod_log(&job.spec.namespace, &pod.name, tail_lines)
+                .await
+            {
+                Ok(mut more) => lines.append(&mut more),
+                // Gone or not yet readable: nothing to show from it.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 400 => {}
+                Err(e) => {
+                    return Err(ExecutorError::Cluster(format!(
+                        "reading the log of pod {}: {e}",
+                        pod.name
+                    )));
+                }
+            }
+        }
+        let cut = lines.len().saturating_sub(tail_lines);
+        Ok(lines.split_off(cut))
+    }
+
+    fn log_stream(
+        &self,
+        job: Arc<Job>,
+        tail_lines: usize,
+        follow_until: Option<BoxFuture<'static, ()>>,
+    ) -> BoxStream<'static, Result<LogLine, ExecutorError>> {
+        match follow_until {
+            Some(until) if !job.phase.is_terminal() => {
+                let (tx, rx) = mpsc::channel(256);
+                self.inner
+                    .tasks
+                    .spawn(self.inner.clone().follow_logs(job, tail_lines, until, tx));
+                tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+            }
+            _ => {
+                let this = self.clone();
+                futures::stream::once(async move { this.logs(&job, tail_lines).await })
+                    .map_ok(|lines| {
+                        futures::stream::iter(
+                            lines.into_iter().map(|text| Ok(LogLine { source: None, text })),
+                        )
+                    })
+                    .try_flatten()
+                    .boxed()
+            }
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        let inner = &self.inner;
+        let watchers = inner.watchers.lock().expect("poisoned");
+        !inner.shutdown.is_cancelled()
+            && inner.started.load(Ordering::SeqCst)
+            && watchers
+                .iter()
+                .all(|w| w.listed.load(Ordering::Relaxed) && w.healthy.load(Ordering::Relaxed))
+    }
+
+    async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}
