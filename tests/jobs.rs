@@ -743,3 +743,90 @@ async fn sigterm_drains_and_exits_cleanly_and_jobs_resume_after_restart() {
     let events = history(&server, &id).await;
     assert_eq!(events.last().unwrap().phase, "SUCCEEDED");
 }
+
+/// Reads `jobLogs` lines until the subscription completes; panics on an error.
+async fn log_lines_until_complete(ws: &mut GqlWs, id: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        let msg = ws.recv().await;
+        match msg["type"].as_str() {
+            Some("next") => {
+                assert_eq!(msg["id"], id);
+                let line = &msg["payload"]["data"]["jobLogs"];
+                assert!(line.is_object(), "not a log line: {msg}");
+                lines.push(line["text"].as_str().unwrap().to_owned());
+            }
+            Some("complete") => return lines,
+            _ => panic!("unexpected message: {msg}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn job_logs_streams_lines_as_they_are_written_then_completes() {
+    let server = Server::start(&[]).await;
+    let gate = tempfile::tempdir().unwrap();
+    let go = gate.path().join("go");
+    let script = format!(
+        "echo first; while [ ! -e {go} ]; do sleep 0.02; done; echo second; echo third >&2",
+        go = go.display()
+    );
+    let id = server.submit(json!({"command": sh(&script)})).await;
+    let mut ws = GqlWs::connect(&server).await;
+    ws.subscribe(
+        "logs",
+        "subscription($id: ID!) { jobLogs(id: $id, follow: true) { text source } }",
+        json!({"id": id}),
+    )
+    .await;
+    // The first line arrives while the job is still waiting for the gate.
+    let msg = ws.recv().await;
+    assert_eq!(msg["payload"]["data"]["jobLogs"]["text"], "first", "{msg}");
+    let phase = server.job(&id).await["phase"].clone();
+    assert!(phase == "PENDING" || phase == "RUNNING", "{phase}");
+    std::fs::write(&go, "").unwrap();
+    let rest = log_lines_until_complete(&mut ws, "logs").await;
+    assert_eq!(rest, ["second", "third"], "later lines, once each, then complete");
+    assert_eq!(server.job(&id).await["phase"], "SUCCEEDED");
+
+    // Without follow, or once finished: the tail, then complete.
+    ws.subscribe(
+        "tail",
+        "subscription($id: ID!) { jobLogs(id: $id, follow: true, tailLines: 2) { text } }",
+        json!({"id": id}),
+    )
+    .await;
+    assert_eq!(log_lines_until_complete(&mut ws, "tail").await, ["second", "third"]);
+
+    ws.subscribe(
+        "missing",
+        r#"subscription { jobLogs(id: "no-such-job") { text } }"#,
+        json!({}),
+    )
+    .await;
+    let msg = ws.recv().await;
+    assert_eq!(msg["type"], "next", "{msg}");
+    assert_eq!(msg["payload"]["errors"][0]["extensions"]["code"], "NOT_FOUND");
+}
+
+#[tokio::test]
+async fn job_logs_of_a_job_cancelled_before_it_ran_completes() {
+    // A job that cannot start for now (parallelism is per job, so block the launcher by
+    // cancelling at once): its follower must not hang.
+    let server = Server::start(&[]).await;
+    let id = server.submit(json!({"command": ["sleep", "300"]})).await;
+    let mut ws = GqlWs::connect(&server).await;
+    ws.subscribe(
+        "logs",
+        "subscription($id: ID!) { jobLogs(id: $id) { text } }",
+        json!({"id": id}),
+    )
+    .await;
+    server
+        .gql_ok(
+            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(log_lines_until_complete(&mut ws, "logs").await, Vec::<String>::new());
+}

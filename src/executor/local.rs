@@ -108,11 +108,10 @@ impl Inner {
             .clone()
     }
 
-    /// The job will write no more output: followers drain and end.
+    /// The job will write no more output. Its followers end once the job's terminal phase
+    /// is recorded, so that a client sees the last line and the outcome together.
     fn close_log(&self, job_id: &str) {
-        if let Some(writer) = self.logs.lock().expect("poisoned").remove(job_id) {
-            writer.closed.cancel();
-        }
+        self.logs.lock().expect("poisoned").remove(job_id);
     }
 }
 
@@ -281,17 +280,17 @@ impl Executor for LocalExecutor {
                     return futures::stream::once(async { Err(e) }).boxed();
                 }
             };
-            // The job finishing ends the stream too (once drained): a job cancelled before it
-            // ran never closes its log.
-            let closed = writer.closed.clone();
+            // The stream ends, once drained, when the job's terminal phase is recorded.
+            let closed = CancellationToken::new();
             let finished = closed.clone();
             tokio::spawn(async move {
-                tokio::select! {
-                    _ = until => finished.cancel(),
-                    _ = finished.cancelled() => {}
-                }
+                until.await;
+                finished.cancel();
             });
-            let live = futures::stream::unfold((live, closed, shutdown), |(mut rx, closed, shutdown)| async move {
+            // The follower holds the writer, so the channel stays open until the job's end is
+            // recorded, even after the runner has let go of it.
+            let state = (live, closed, shutdown, writer);
+            let live = futures::stream::unfold(state, |(mut rx, closed, shutdown, writer)| async move {
                 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
                 let text = tokio::select! {
                     biased;
@@ -307,7 +306,7 @@ impl Executor for LocalExecutor {
                     },
                     _ = shutdown.cancelled() => return None,
                 };
-                Some((Ok(LogLine { source: None, text }), (rx, closed, shutdown)))
+                Some((Ok(LogLine { source: None, text }), (rx, closed, shutdown, writer)))
             });
             futures::stream::iter(past.into_iter().map(line).map(Ok)).chain(live).boxed()
         })
@@ -796,8 +795,6 @@ struct LogWriter {
     file: tokio::sync::Mutex<Option<(tokio::fs::File, u64)>>,
     /// Each line as written, for followers.
     lines: tokio::sync::broadcast::Sender<Arc<str>>,
-    /// Cancelled when the job will write no more.
-    closed: CancellationToken,
 }
 
 /// Lines a follower may fall behind by before it is told some were skipped.
@@ -810,7 +807,6 @@ impl LogWriter {
             max_bytes,
             file: tokio::sync::Mutex::new(None),
             lines: tokio::sync::broadcast::channel(FOLLOW_BUFFER).0,
-            closed: CancellationToken::new(),
         })
     }
 
