@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 use crate::executor::{Executor, ExecutorError, LogLine, Observation};
 use crate::jobs::bus::EventBus;
 use crate::jobs::model::{
-    Job, JobEvent, JobFilter, JobSpec, SubmitRequest, Transition, ValidationError, ValidationLimits,
+    Job, JobEvent, JobFilter, JobPhase, JobSpec, SubmitRequest, Transition, ValidationError, ValidationLimits,
 };
 use crate::store::{JobPage, Store, StoreError, StoreTx};
 
@@ -394,6 +394,16 @@ async fn launcher(inner: Arc<Inner>) {
                         Some(job) => inner.executor.launch(job).await,
                         None => Ok(()),
                     };
+                    if result.is_ok() && !inner.active.contains_key(&stored.id) {
+                        // Cancelled while it was being launched: the cancel may have run
+                        // before the workload existed, so stop it again now that it does.
+                        if let Ok(Some(job)) = inner.store.get_job(&stored.id).await
+                            && job.phase == JobPhase::Cancelled
+                            && let Err(e) = inner.executor.cancel(&stored.id).await
+                        {
+                            tracing::error!(job = %stored.id, error = %e, "stopping a job cancelled during its launch failed");
+                        }
+                    }
                     (stored.id, result)
                 }
             })

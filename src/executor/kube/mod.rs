@@ -681,8 +681,17 @@ impl Executor for KubeExecutor {
         match created {
             Ok(created) => {
                 let epoch = inner.list_epoch.load(Ordering::SeqCst);
-                if let Some(mut t) = inner.tracked.get_mut(&job.id) {
-                    t.confirmed_epoch = Some(epoch);
+                let still_wanted = match inner.tracked.get_mut(&job.id) {
+                    Some(mut t) => {
+                        t.confirmed_epoch = Some(epoch);
+                        true
+                    }
+                    None => false,
+                };
+                if !still_wanted {
+                    // Cancelled while being created: the cancel found nothing to delete yet.
+                    self.track(&job, Some(epoch));
+                    return self.cancel(&job.id).await;
                 }
                 // The watch reports it too; this only saves waiting for it.
                 inner.on_job(created).await;
