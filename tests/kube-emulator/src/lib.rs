@@ -1,4 +1,234 @@
-//! An emulator of the Kubernetes API server for jobgate's tests.
+//! An emulator of the Kubernetes API server (plus a simulated Job controller, kubelet, TTL
+//! controller and garbage collector) for jobgate's tests. kube-rs and kubectl talk to it over real
+//! HTTP exactly as to a cluster; tests start one with [`Emulator::start`] and steer it through the
+//! handle: the store, the simulation, injected faults, and request counts.
+//!
+//! # Layout
+//! - [`store`]: every object, the store-wide resourceVersion, the change history that watches
+//!   replay, pod logs. The single source of truth; API and controllers both write through it.
+//! - [`api`]: the HTTP API server (discovery, CRUD, patch, watch, logs, Status errors). Reads and
+//!   writes the store; subscribes to its change channel for watches.
+//! - [`controllers`]: the simulated cluster components; they follow the store's change channel and
+//!   write back through the store.
+//! - [`faults`]: injected failures, dropped watches, request counters; shared by `api` and
+//!   [`Emulator`].
+//!
+//! Channels: the store's `broadcast` of committed changes feeds every watch stream and every
+//! controller; a `watch` channel in `faults` ends all watch streams at once.
 
+pub mod api;
 pub mod controllers;
+pub mod faults;
 pub mod store;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use controllers::SimConfig;
+pub use faults::RequestCounts;
+
+use api::{ApiConfig, ApiState};
+use controllers::Simulation;
+use store::{Store, StoreOptions};
+
+/// How to start an [`Emulator`]. `Default` is test-friendly: an ephemeral port on 127.0.0.1,
+/// bookmarks every 500 ms, 10,000 changes of history, fast controller timings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where to listen; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Interval of BOOKMARK events on idle watches that asked for them.
+    pub bookmark_interval: Duration,
+    /// Changes retained for watches; a watch from an older resourceVersion gets `410 Expired`.
+    pub history: usize,
+    /// Timings of the simulated controllers.
+    pub simulation: SimConfig,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            bookmark_interval: Duration::from_millis(500),
+            history: store::DEFAULT_HISTORY,
+            simulation: SimConfig::default(),
+        }
+    }
+}
+
+/// A running emulator: API server, store and simulated controllers.
+pub struct Emulator {
+    addr: SocketAddr,
+    store: Store,
+    api: Arc<ApiState>,
+    simulation: Arc<Simulation>,
+    /// The accept loop while the server is up. A std mutex: only swapped, never held across an
+    /// `.await`.
+    server: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emulator")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Emulator {
+    /// Starts an emulator with [`Options::default`].
+    pub async fn start() -> anyhow::Result<Emulator> {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> anyhow::Result<Emulator> {
+        let store = Store::with_options(StoreOptions {
+            history: options.history,
+            ..StoreOptions::default()
+        });
+        let listener = TcpListener::bind(options.listen)
+            .await
+            .with_context(|| format!("binding {}", options.listen))?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        let api = ApiState::new(
+            store.clone(),
+            Arc::new(faults::Faults::default()),
+            ApiConfig {
+                bookmark_interval: options.bookmark_interval,
+            },
+        );
+        *api.advertise.lock().unwrap_or_else(|p| p.into_inner()) = addr.to_string();
+        let simulation = controllers::start(store.clone(), options.simulation);
+        let server = tokio::spawn(api::server::serve(listener, api::app(api.clone())));
+        tracing::info!(%addr, "kube emulator listening");
+        Ok(Emulator {
+            addr,
+            store,
+            api,
+            simulation,
+            server: Mutex::new(Some(server)),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A kubeconfig (cluster `emulator`, plain HTTP, no credentials) whose context uses
+    /// `namespace`.
+    pub fn kubeconfig_yaml(&self, namespace: &str) -> String {
+        kubeconfig_yaml(&self.url(), namespace)
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path, namespace: &str) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml(namespace))
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn simulation(&self) -> &Simulation {
+        &self.simulation
+    }
+
+    /// Registers the CustomResourceDefinitions in `yaml` (one or more documents) through the
+    /// API's create path, so their kinds are served at once.
+    pub fn register_crd_yaml(&self, yaml: &str) -> anyhow::Result<()> {
+        for document in serde_yaml_ng::Deserializer::from_str(yaml) {
+            let value = <Value as serde::Deserialize>::deserialize(document).context("parsing CRD YAML")?;
+            if value.is_null() {
+                continue;
+            }
+            api::resources::create_from_value(&self.api, value, None)
+                .map_err(|e| anyhow::anyhow!("registering a CRD: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Ends every open watch stream now; clients re-watch from their last resourceVersion.
+    pub fn drop_watches(&self) {
+        self.api.faults.drop_watches();
+    }
+
+    /// The next `n` API requests (discovery excluded) are answered with a `status` Status (500,
+    /// 429 with `Retry-After: 1`, 503, …).
+    pub fn fail_next(&self, n: usize, status: u16) {
+        self.api.faults.fail_next(n, status);
+    }
+
+    /// Makes the server unreachable: the listener is closed and live connections are cut.
+    pub async fn go_down(&self) {
+        let handle = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(handle) = handle {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+
+    /// Serves again on the same address after [`Emulator::go_down`].
+    pub async fn come_up(&self) -> anyhow::Result<()> {
+        if self.server.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return Ok(());
+        }
+        let listener = TcpListener::bind(self.addr)
+            .await
+            .with_context(|| format!("re-binding {}", self.addr))?;
+        let handle = tokio::spawn(api::server::serve(listener, api::app(self.api.clone())));
+        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        Ok(())
+    }
+
+    /// A restart that forgot history: watches are dropped, every older resourceVersion and every
+    /// outstanding `continue` token expires (clients relist).
+    pub fn restart_compacted(&self) {
+        self.store.compact();
+        self.api.forget_snapshots();
+        self.api.faults.drop_watches();
+    }
+
+    pub fn requests(&self) -> RequestCounts {
+        self.api.faults.counts()
+    }
+
+    pub fn reset_requests(&self) {
+        self.api.faults.reset_counts();
+    }
+
+    /// Stops the server and the simulated controllers and waits for them.
+    pub async fn shutdown(self) {
+        self.go_down().await;
+        self.simulation.shutdown();
+        self.simulation.stopped().await;
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        if let Some(handle) = self.server.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            handle.abort();
+        }
+        self.simulation.shutdown();
+    }
+}
+
+/// A kubeconfig for an API server at `url` (used by [`Emulator::kubeconfig_yaml`] and the binary).
+pub fn kubeconfig_yaml(url: &str, namespace: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n\
+         contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: {namespace}\n\
+         current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\npreferences: {{}}\n"
+    )
+}

@@ -1,0 +1,72 @@
+//! The standalone emulator: serves the emulated API server and simulated controllers, writes a
+//! kubeconfig for kubectl or jobgate, and runs until SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use kube_emulator::{Emulator, Options};
+
+/// An emulated Kubernetes API server with a simulated Job controller and kubelet.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, env = "KUBE_EMULATOR_LISTEN", default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Where to write a kubeconfig pointing at the emulator.
+    #[arg(long, env = "KUBE_EMULATOR_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The namespace of the kubeconfig's context.
+    #[arg(long, env = "KUBE_EMULATOR_NAMESPACE", default_value = "default")]
+    namespace: String,
+    /// Milliseconds between BOOKMARK events on idle watches.
+    #[arg(long, env = "KUBE_EMULATOR_BOOKMARK_MS", default_value_t = 5000)]
+    bookmark_ms: u64,
+    /// Changes retained for watches (older resourceVersions expire).
+    #[arg(long, env = "KUBE_EMULATOR_HISTORY", default_value_t = 10_000)]
+    history: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let options = Options {
+        listen: args.listen,
+        bookmark_interval: Duration::from_millis(args.bookmark_ms),
+        history: args.history,
+        ..Options::default()
+    };
+    let emulator = Emulator::start_with(options).await?;
+    if let Some(path) = &args.kubeconfig {
+        emulator.write_kubeconfig(path, &args.namespace)?;
+        tracing::info!(path = %path.display(), "kubeconfig written");
+    }
+    tracing::info!(url = %emulator.url(), "kube emulator ready");
+    shutdown_signal().await;
+    emulator.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let terminate = async {
+        match term.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
