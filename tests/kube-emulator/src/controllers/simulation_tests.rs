@@ -773,3 +773,63 @@ async fn image_pull_errors_and_bad_variables_keep_the_pod_pending() {
             .is_some_and(|m| m.contains("EMULATOR_RUN_MS"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_jobs_at_once_all_finish_with_the_right_outcome() {
+    let store = Store::new();
+    let sim = sim(&store);
+    let n = 150;
+    for i in 0..n {
+        let env: &[(&str, &str)] = if i % 3 == 0 {
+            &[("EMULATOR_EXIT_CODE", "1")]
+        } else {
+            &[]
+        };
+        let spec = json!({"backoffLimit": 0, "parallelism": 2, "completions": 2});
+        store
+            .create(
+                "jobs.batch",
+                Some("default"),
+                job(&format!("many-{i}"), spec, env),
+            )
+            .expect("create");
+    }
+    let all_finished = |s: &Store| {
+        s.list("jobs.batch", Some("default"), &|j| !finished(j))
+            .0
+            .is_empty()
+    };
+    until(&store, "every job to finish", all_finished).await;
+    let (jobs, _) = store.list("jobs.batch", Some("default"), &|_| true);
+    for j in &jobs {
+        let i: usize = j["metadata"]["name"]
+            .as_str()
+            .and_then(|n| n.strip_prefix("many-"))
+            .and_then(|n| n.parse().ok())
+            .expect("index");
+        let expected = if i % 3 == 0 {
+            ["FailureTarget", "Failed"]
+        } else {
+            ["SuccessCriteriaMet", "Complete"]
+        };
+        assert_eq!(condition_types(j), expected, "{}", j["metadata"]["name"]);
+        if i % 3 != 0 {
+            assert_eq!(j["status"]["succeeded"], 2);
+        }
+    }
+    // Never more pods than needed: 2 per successful job; a failing job stops at its first failure
+    // (its sibling, if already created, is stopped and counted too).
+    let created = sim.pods_created();
+    assert!(created <= 2 * n as u64, "{created} pods for {n} jobs");
+    // Every pod was released by the Job controller.
+    let (held, _) = store.list("pods", Some("default"), &|p: &Value| {
+        p["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+    });
+    assert!(
+        held.is_empty(),
+        "{} pods still carry the tracking finalizer",
+        held.len()
+    );
+}
