@@ -29,6 +29,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use controllers::SimConfig;
@@ -63,15 +64,29 @@ impl Default for Options {
     }
 }
 
+/// The running accept loop.
+struct Server {
+    task: JoinHandle<()>,
+    stop: oneshot::Sender<()>,
+}
+
+impl Server {
+    fn spawn(listener: TcpListener, api: &Arc<ApiState>) -> Server {
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(api::server::serve(listener, api::app(api.clone()), stopped));
+        Server { task, stop }
+    }
+}
+
 /// A running emulator: API server, store and simulated controllers.
 pub struct Emulator {
     addr: SocketAddr,
     store: Store,
     api: Arc<ApiState>,
     simulation: Arc<Simulation>,
-    /// The accept loop while the server is up. A std mutex: only swapped, never held across an
-    /// `.await`.
-    server: Mutex<Option<JoinHandle<()>>>,
+    /// The accept loop and its stop signal while the server is up. A std mutex: only swapped,
+    /// never held across an `.await`.
+    server: Mutex<Option<Server>>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -106,7 +121,7 @@ impl Emulator {
         );
         *api.advertise.lock().unwrap_or_else(|p| p.into_inner()) = addr.to_string();
         let simulation = controllers::start(store.clone(), options.simulation);
-        let server = tokio::spawn(api::server::serve(listener, api::app(api.clone())));
+        let server = Server::spawn(listener, &api);
         tracing::info!(%addr, "kube emulator listening");
         Ok(Emulator {
             addr,
@@ -169,12 +184,17 @@ impl Emulator {
         self.api.faults.fail_next(n, status);
     }
 
-    /// Makes the server unreachable: the listener is closed and live connections are cut.
+    /// Makes the server unreachable: the listener is closed and live connections are cut before
+    /// this returns.
     pub async fn go_down(&self) {
-        let handle = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(handle) = handle {
-            handle.abort();
-            let _ = handle.await;
+        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(server) = server {
+            let _ = server.stop.send(());
+            if let Err(e) = server.task.await
+                && e.is_panic()
+            {
+                tracing::error!(error = %e, "the accept loop panicked");
+            }
         }
     }
 
@@ -186,8 +206,7 @@ impl Emulator {
         let listener = TcpListener::bind(self.addr)
             .await
             .with_context(|| format!("re-binding {}", self.addr))?;
-        let handle = tokio::spawn(api::server::serve(listener, api::app(self.api.clone())));
-        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(Server::spawn(listener, &self.api));
         Ok(())
     }
 
@@ -217,8 +236,8 @@ impl Emulator {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
-        if let Some(handle) = self.server.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            handle.abort();
+        if let Some(server) = self.server.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            server.task.abort();
         }
         self.simulation.shutdown();
     }

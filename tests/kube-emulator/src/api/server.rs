@@ -1,8 +1,8 @@
 //! The accept loop. Each connection is served by hyper (HTTP/1.1, keep-alive, chunked watch
-//! bodies) in a task owned by the loop's `JoinSet`, so aborting the loop's task closes the
-//! listener *and* cuts every live connection at once — what "the API server went down" looks like
-//! to a client. (axum's `serve` drains connections gracefully instead, which is the opposite of
-//! the fault we want.)
+//! bodies) in a task owned by the loop's `JoinSet`, so stopping the loop closes the listener *and*
+//! cuts every live connection at once — what "the API server went down" looks like to a client.
+//! (axum's `serve` drains connections gracefully instead, which is the opposite of the fault we
+//! want.)
 //!
 //! Must not know about routes or state beyond the `Router` it is given.
 
@@ -12,13 +12,16 @@ use axum::Router;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-/// Serves `app` on `listener` until the returned future is dropped (then every connection ends).
-pub async fn serve(listener: TcpListener, app: Router) {
+/// Serves `app` on `listener` until `stop` fires (or is dropped); then closes the listener, cuts
+/// every connection and returns once all connection tasks are gone.
+pub async fn serve(listener: TcpListener, app: Router, mut stop: oneshot::Receiver<()>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
+            _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     // Watch events are small writes that must not wait for Nagle.
@@ -42,4 +45,6 @@ pub async fn serve(listener: TcpListener, app: Router) {
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+    drop(listener);
+    connections.shutdown().await;
 }
