@@ -62,8 +62,8 @@ pub(crate) fn selectors(t: &Target, q: &Query) -> Result<(LabelSelector, FieldSe
     let labels =
         LabelSelector::parse(q.get("labelSelector").unwrap_or_default()).map_err(ApiError::bad_request)?;
     // kubectl prefixes this with "Unable to find … that match label selector …" itself.
-    let fields =
-        FieldSelector::parse(q.get("fieldSelector").unwrap_or_default(), &t.storage).map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or_default(), &t.storage)
+        .map_err(ApiError::bad_request)?;
     Ok((labels, fields))
 }
 
