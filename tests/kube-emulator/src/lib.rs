@@ -147,8 +147,13 @@ impl Emulator {
         kubeconfig_yaml(&self.url(), namespace)
     }
 
+    /// Writes [`Emulator::kubeconfig_yaml`] to `path` atomically (a temporary file renamed into
+    /// place), so a process polling for the file never reads half of it.
     pub fn write_kubeconfig(&self, path: &Path, namespace: &str) -> std::io::Result<()> {
-        std::fs::write(path, self.kubeconfig_yaml(namespace))
+        let mut temporary = path.as_os_str().to_owned();
+        temporary.push(".tmp");
+        std::fs::write(&temporary, self.kubeconfig_yaml(namespace))?;
+        std::fs::rename(&temporary, path)
     }
 
     pub fn store(&self) -> &Store {

@@ -1,0 +1,191 @@
+//! kubectl against the standalone emulator binary: create a Job from YAML, list it, read it as
+//! JSON, follow `get -w`, delete it. Skipped (loudly) where /usr/bin/kubectl is absent.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const KUBECTL: &str = "/usr/bin/kubectl";
+/// Generous: only reached when something is broken.
+const WAIT: Duration = Duration::from_secs(60);
+
+const JOB_YAML: &str = "apiVersion: batch/v1
+kind: Job
+metadata:
+  name: NAME
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: busybox:1.36
+        command: [echo, hello]
+        env:
+        - {name: EMULATOR_GATE, value: hold}
+";
+
+/// Kills the child process when dropped, so a failing test leaves nothing running.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+impl Kubectl {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(KUBECTL);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args);
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("kubectl runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn create(&self, dir: &Path, name: &str) -> String {
+        let file = dir.join(format!("{name}.yaml"));
+        std::fs::write(&file, JOB_YAML.replace("NAME", name)).expect("write job yaml");
+        // The emulator declines OpenAPI, so client-side validation must be off (as documented).
+        self.ok(&[
+            "create",
+            "-f",
+            file.to_str().expect("utf-8 path"),
+            "--validate=false",
+        ])
+    }
+}
+
+fn scratch_dir() -> PathBuf {
+    let unique = format!(
+        "kube-emulator-kubectl-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let dir = std::env::temp_dir().join(unique);
+    std::fs::create_dir_all(dir.join("cache")).expect("scratch dir");
+    dir
+}
+
+#[test]
+fn kubectl_creates_lists_watches_and_deletes_jobs() {
+    if !Path::new(KUBECTL).exists() {
+        eprintln!(
+            "\n!!! SKIPPED kubectl_creates_lists_watches_and_deletes_jobs: {KUBECTL} is not installed !!!\n"
+        );
+        return;
+    }
+    let dir = scratch_dir();
+    let kubeconfig = dir.join("emulator.kubeconfig");
+    let _emulator = Killed(
+        Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
+            .args(["--listen", "127.0.0.1:0", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the emulator binary starts"),
+    );
+    let started = Instant::now();
+    while !kubeconfig.exists() {
+        assert!(
+            started.elapsed() < WAIT,
+            "the emulator never wrote its kubeconfig"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let kubectl = Kubectl {
+        kubeconfig,
+        cache: dir.join("cache"),
+    };
+
+    assert!(kubectl.create(&dir, "pi").contains("job.batch/pi created"));
+    let listed = kubectl.ok(&["get", "jobs"]);
+    assert!(
+        listed.lines().any(|l| l.split_whitespace().next() == Some("pi")),
+        "{listed}"
+    );
+
+    let json: Value = serde_json::from_str(&kubectl.ok(&["get", "job", "pi", "-o", "json"])).expect("JSON");
+    assert_eq!(json["kind"], "Job");
+    assert_eq!(json["metadata"]["name"], "pi");
+    assert!(json["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"].is_string());
+
+    // `get -w`: the current Job first, then a Job created while watching.
+    let mut watch = Killed(
+        kubectl
+            .command(&["get", "jobs", "-w"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("watch"),
+    );
+    let stdout = watch.0.stdout.take().expect("piped stdout");
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |name: &str| loop {
+        let line = received
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("no watch line for {name}: {seen:?}"));
+        let first = line.split_whitespace().next().map(str::to_owned);
+        seen.push(line);
+        if first.as_deref() == Some(name) {
+            break;
+        }
+    };
+    wait_for("pi");
+    assert!(
+        kubectl
+            .create(&dir, "second")
+            .contains("job.batch/second created")
+    );
+    wait_for("second");
+    drop(watch);
+
+    let deleted = kubectl.ok(&["delete", "job", "pi"]);
+    assert!(deleted.contains("job.batch \"pi\" deleted"), "{deleted}");
+    let gone = kubectl.run(&["get", "job", "pi"]);
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
