@@ -311,6 +311,14 @@ fn wants_metadata_only(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
 }
 
+/// Body formats the emulator reads for create, update and delete.
+fn body_media_type_supported(content_type: &str) -> bool {
+    matches!(
+        content_type.split(';').next().unwrap_or_default().trim(),
+        "" | "application/json" | "application/yaml" | "*/*"
+    )
+}
+
 async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
@@ -358,6 +366,17 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
+    if matches!(
+        verb,
+        Verb::Create | Verb::Update | Verb::Delete | Verb::DeleteCollection
+    ) && !body.is_empty()
+        && !body_media_type_supported(content_type)
+    {
+        // Protobuf (what kubectl's imperative `create namespace|job …` send) is not decoded: the
+        // emulator speaks JSON and YAML only. `kubectl create -f`/`apply` send JSON.
+        return ApiError::unsupported_media_type(content_type, &["application/json", "application/yaml"])
+            .into_response();
+    }
     let result = match verb {
         Verb::Get => resources::get(&api, &target, &query, metadata_only).await,
         Verb::List => resources::list(&api, &target, &query, metadata_only).await,

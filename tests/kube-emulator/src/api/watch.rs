@@ -308,3 +308,108 @@ impl WatchStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ApiConfig;
+    use crate::faults::Faults;
+    use crate::store::{Store, StoreOptions};
+
+    fn pods_target(store: &Store) -> Target {
+        Target {
+            rt: store.resource("pods").expect("pods"),
+            storage: "pods".into(),
+            namespace: Some("default".into()),
+            name: None,
+            sub: None,
+            legacy_watch: false,
+        }
+    }
+
+    async fn body_lines(response: Response) -> Vec<Value> {
+        let body = tokio::time::timeout(
+            Duration::from_secs(30),
+            axum::body::to_bytes(response.into_body(), usize::MAX),
+        )
+        .await
+        .expect("the stream ends")
+        .expect("a body");
+        body.split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("one JSON event per line"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_falls_behind_the_store_ends() {
+        let store = Store::with_options(StoreOptions {
+            history: 100,
+            broadcast_capacity: 4,
+        });
+        let api = ApiState::new(store.clone(), Arc::new(Faults::default()), ApiConfig::default());
+        let from = store.current_rv();
+        let q = Query::parse(Some(&format!("watch=true&resourceVersion={from}"))).expect("query");
+        let response = start(&api, &pods_target(&store), &q, false).expect("watch");
+        for i in 0..20 {
+            store
+                .create(
+                    "pods",
+                    Some("default"),
+                    json!({"metadata": {"name": format!("p{i}")}}),
+                )
+                .expect("pod");
+        }
+        let events = body_lines(response).await;
+        assert!(
+            events.len() < 20,
+            "a lagging watch ends instead of skipping changes: {}",
+            events.len()
+        );
+        assert_eq!(api.faults.counts().open_watches, 0);
+    }
+
+    #[tokio::test]
+    async fn an_expired_start_is_one_error_event() {
+        let store = Store::new();
+        let api = ApiState::new(store.clone(), Arc::new(Faults::default()), ApiConfig::default());
+        let old = store.current_rv();
+        store
+            .create("pods", Some("default"), json!({"metadata": {"name": "p"}}))
+            .expect("pod");
+        store.compact();
+        let q = Query::parse(Some(&format!("watch=true&resourceVersion={old}"))).expect("query");
+        let events = body_lines(start(&api, &pods_target(&store), &q, false).expect("watch")).await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0]["type"], "ERROR");
+        assert_eq!(events[0]["object"]["code"], 410);
+        assert_eq!(events[0]["object"]["reason"], "Expired");
+    }
+
+    #[tokio::test]
+    async fn streaming_lists_end_their_initial_events_with_a_bookmark() {
+        let store = Store::new();
+        let api = ApiState::new(store.clone(), Arc::new(Faults::default()), ApiConfig::default());
+        store
+            .create("pods", Some("default"), json!({"metadata": {"name": "p"}}))
+            .expect("pod");
+        let q = Query::parse(Some(
+            "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1",
+        ))
+        .expect("query");
+        let events = body_lines(start(&api, &pods_target(&store), &q, false).expect("watch")).await;
+        assert_eq!(events[0]["type"], "ADDED");
+        assert_eq!(events[1]["type"], "BOOKMARK");
+        assert_eq!(
+            events[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
+        let bad = Query::parse(Some("watch=true&sendInitialEvents=true")).expect("query");
+        assert_eq!(
+            start(&api, &pods_target(&store), &bad, false)
+                .map(|_| ())
+                .map_err(|e| e.code),
+            Err(422)
+        );
+    }
+}
