@@ -976,6 +976,57 @@ async fn status_errors_surface_as_kube_rs_api_errors() {
     );
     assert_eq!(status.code, 422, "apply needs a fieldManager");
 
+    // Wrongly typed fields are a 400, whatever the kind.
+    for (path, body) in [
+        (
+            "/apis/batch/v1/namespaces/default/jobs",
+            r#"{"metadata": {"name": "x", "labels": "oops"}}"#,
+        ),
+        ("/apis/batch/v1/namespaces/default/jobs", r#"{"metadata": 5}"#),
+        (
+            "/apis/batch/v1/namespaces/default/jobs",
+            r#"{"metadata": {"name": "x"}, "spec": {"template": 1}}"#,
+        ),
+        (
+            "/api/v1/namespaces",
+            r#"{"metadata": {"name": "x", "labels": ["a"]}}"#,
+        ),
+        ("/api/v1/namespaces/default/pods", r#"[1, 2]"#),
+    ] {
+        let status = api_error(raw(&client, "POST", path, "application/json", body).await);
+        assert_eq!(status.code, 400, "{body}: {}", status.message);
+    }
+    let status = api_error(
+        raw(
+            &client,
+            "PUT",
+            "/apis/batch/v1/namespaces/default/jobs/dup",
+            "application/json",
+            r#"{"metadata": {"name": "dup"}, "spec": "x"}"#,
+        )
+        .await,
+    );
+    assert_eq!(status.code, 400);
+    let status = api_error(
+        raw(
+            &client,
+            "PATCH",
+            "/apis/batch/v1/namespaces/default/jobs/dup",
+            "application/merge-patch+json",
+            r#"{"metadata": {"annotations": {"a": 1}}}"#,
+        )
+        .await,
+    );
+    assert_eq!(status.code, 400);
+    let shadow = WIDGET_CRD
+        .replace("widgets.example.com", "jobs.batch")
+        .replace("group: example.com", "group: batch")
+        .replace("plural: widgets", "plural: jobs");
+    assert!(
+        emulator.register_crd_yaml(&shadow).is_err(),
+        "a CRD cannot shadow a built-in kind"
+    );
+
     // Injected 500s surface (never retried); the next request is fine.
     emulator.fail_next(1, 500);
     let status = api_error(jobs.get("dup").await);

@@ -177,6 +177,72 @@ fn validate_pod_spec(spec: &Value, path: &str, errs: &mut FieldErrors) {
     }
 }
 
+/// Rejects objects whose well-known fields have the wrong JSON type (what the real server's
+/// decoder answers with a 400), so that later steps can rely on the shape: `metadata` an object,
+/// `labels`/`annotations` maps of strings, `finalizers` a list of strings, `ownerReferences` a
+/// list, and for built-in kinds `spec`/`status` objects.
+pub fn check_shape(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+    let wrong = |field: &str, want: &str| {
+        Err(ApiError::bad_request(format!(
+            "json: cannot unmarshal {field} into Go struct field of type {want} (decoding {})",
+            rt.kind
+        )))
+    };
+    let Some(map) = object.as_object() else {
+        return wrong("object", "an object");
+    };
+    let meta = match map.get("metadata") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(m)) => m,
+        Some(_) => return wrong("metadata", "ObjectMeta"),
+    };
+    for field in ["labels", "annotations"] {
+        match meta.get(field) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) if m.values().all(Value::is_string) => {}
+            Some(_) => return wrong(&format!("metadata.{field}"), "map[string]string"),
+        }
+    }
+    match meta.get("finalizers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
+        Some(_) => return wrong("metadata.finalizers", "[]string"),
+    }
+    match meta.get("ownerReferences") {
+        None | Some(Value::Null) | Some(Value::Array(_)) => {}
+        Some(_) => return wrong("metadata.ownerReferences", "[]OwnerReference"),
+    }
+    for field in ["name", "namespace", "generateName", "resourceVersion", "uid"] {
+        match meta.get(field) {
+            None | Some(Value::Null) | Some(Value::String(_)) => {}
+            Some(_) => return wrong(&format!("metadata.{field}"), "string"),
+        }
+    }
+    let builtin = ResourceType::builtins().iter().any(|b| b.key() == rt.key());
+    if builtin {
+        for field in ["spec", "status"] {
+            match map.get(field) {
+                None | Some(Value::Null) | Some(Value::Object(_)) => {}
+                Some(_) => return wrong(field, "an object"),
+            }
+        }
+        if storage_key(rt) == "jobs.batch" {
+            for pointer in [
+                "/spec/template",
+                "/spec/template/spec",
+                "/spec/template/metadata",
+                "/spec/selector",
+            ] {
+                match object.pointer(pointer) {
+                    None | Some(Value::Null) | Some(Value::Object(_)) => {}
+                    Some(_) => return wrong(&pointer[1..].replace('/', "."), "an object"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Create-time handling of a kind: defaults, validation, and discarding a submitted status for
 /// kinds with a status subresource. `object` has its final name and uid already.
 pub fn prepare_create(rt: &ResourceType, object: &mut Value) -> Result<(), ApiError> {
@@ -610,6 +676,16 @@ fn validate_crd(crd: &Value, errs: &mut FieldErrors) {
     }
     if plural.is_empty() {
         errs.required("spec.names.plural", "");
+    }
+    if ResourceType::builtins()
+        .iter()
+        .any(|b| b.group == group && b.plural == plural)
+    {
+        errs.invalid(
+            "spec.names.plural",
+            &json!(plural),
+            "a built-in resource already has this name",
+        );
     }
     if str_at(crd, "/spec/names/kind").unwrap_or_default().is_empty() {
         errs.required("spec.names.kind", "");

@@ -126,7 +126,17 @@ impl ApiState {
 /// The router: every path goes through [`dispatch`], which parses the Kubernetes URL layout
 /// itself (it is too irregular for route patterns: `namespaces/{ns}/…` vs `namespaces/{name}`).
 pub fn app(state: Arc<ApiState>) -> Router {
-    Router::new().fallback(dispatch).with_state(state)
+    Router::new()
+        .fallback(dispatch)
+        .with_state(state)
+        // Defence in depth: a bug that panics answers a 500 Status instead of cutting the
+        // connection (handlers validate input shapes so that no request can reach one).
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                tracing::error!("an API handler panicked");
+                ApiError::internal("the emulator failed to handle the request").into_response()
+            },
+        ))
 }
 
 /// Query parameters, decoded (`+` as space), empty pairs from a leading `?&` skipped.

@@ -336,15 +336,16 @@ fn create_object(api: &ApiState, t: &Target, q: &Query, body: Value) -> Result<V
     check_type(&t.rt, &body)?;
     check_namespace(t, &body)?;
     let mut object = kinds::from_wire(&t.rt, body);
+    kinds::check_shape(&t.rt, &object)?;
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = json!({});
+    }
     if t.rt.namespaced {
         let ns = t.ns().unwrap_or_default();
         if api.store.get("namespaces", None, ns).is_none() {
             return Err(ApiError::namespace_not_found(ns));
         }
         object["metadata"]["namespace"] = json!(ns);
-    }
-    if !object.get("metadata").is_some_and(Value::is_object) {
-        object["metadata"] = json!({});
     }
     let meta = object["metadata"]
         .as_object_mut()
@@ -533,7 +534,11 @@ pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
             }],
         ));
     }
-    let incoming = kinds::from_wire(&t.rt, body);
+    let mut incoming = kinds::from_wire(&t.rt, body);
+    kinds::check_shape(&t.rt, &incoming)?;
+    if !incoming.get("metadata").is_some_and(Value::is_object) {
+        incoming["metadata"] = json!({});
+    }
     let status_only = t.sub.as_deref() == Some("status");
     let updated = modify_object(api, t, q.dry_run(), &mut |current| {
         let mut next = merge_write(t, current, incoming.clone(), status_only)?;
@@ -595,8 +600,9 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
     let status_only = t.sub.as_deref() == Some("status");
     if kind == PatchType::Apply && !status_only && api.store.get(&t.storage, t.ns(), t.name()).is_none() {
         let mut object = patch_body;
-        if !object.is_object() {
-            return Err(ApiError::bad_request("an apply patch must be an object"));
+        kinds::check_shape(&t.rt, &kinds::from_wire(&t.rt, object.clone()))?;
+        if !object.get("metadata").is_some_and(Value::is_object) {
+            object["metadata"] = json!({});
         }
         if str_at(&object, "/metadata/name").is_some_and(|n| n != t.name()) {
             return Err(ApiError::bad_request(format!(
@@ -623,10 +629,11 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
                 }],
             ),
         })?;
-        if !wire.is_object() {
-            return Err(ApiError::bad_request("the patched object is not an object"));
+        let mut patched = kinds::from_wire(&t.rt, wire);
+        kinds::check_shape(&t.rt, &patched)?;
+        if !patched.get("metadata").is_some_and(Value::is_object) {
+            patched["metadata"] = json!({});
         }
-        let patched = kinds::from_wire(&t.rt, wire);
         *current = merge_write(t, current, patched, status_only)?;
         Ok(())
     })?;
