@@ -248,6 +248,23 @@ impl Drop for Emulator {
     }
 }
 
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM: when the standalone emulator should stop.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let terminate = async {
+        match term.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
+
 /// A kubeconfig for an API server at `url` (used by [`Emulator::kubeconfig_yaml`] and the binary).
 pub fn kubeconfig_yaml(url: &str, namespace: &str) -> String {
     format!(

@@ -50,23 +50,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(path = %path.display(), "kubeconfig written");
     }
     tracing::info!(url = %emulator.url(), "kube emulator ready");
-    shutdown_signal().await;
+    kube_emulator::shutdown_signal().await;
     emulator.shutdown().await;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let terminate = async {
-        match term.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
 }
