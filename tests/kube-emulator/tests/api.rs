@@ -1457,3 +1457,50 @@ async fn dry_run_and_cluster_wide_lists() {
     assert_eq!(names, ["here", "there"], "sorted by namespace, then name");
     emulator.shutdown().await;
 }
+
+#[tokio::test]
+async fn metadata_only_lists_and_watches_and_the_legacy_watch_path() {
+    let (emulator, client) = start().await;
+    let api = widgets(&client, "default");
+    api.create(&PostParams::default(), &widget("meta", json!({"a": "b"})))
+        .await
+        .expect("create");
+    let list = api
+        .list_metadata(&ListParams::default())
+        .await
+        .expect("list_metadata");
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(
+        list.items[0]
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("a"))
+            .map(String::as_str),
+        Some("b")
+    );
+    let stream = api
+        .watch_metadata(&WatchParams::default().timeout(1), "0")
+        .await
+        .expect("watch_metadata");
+    let events = collect_until_end(stream).await;
+    assert!(
+        matches!(&events[..], [WatchEvent::Added(o)] if o.metadata.name.as_deref() == Some("meta")),
+        "one ADDED with the object's metadata"
+    );
+
+    let request =
+        http::Request::get("/apis/example.com/v1/watch/namespaces/default/widgets?timeoutSeconds=1")
+            .body(Vec::new())
+            .expect("request");
+    let legacy = client
+        .request_events::<DynamicObject>(request)
+        .await
+        .expect("legacy watch");
+    let events = collect_until_end(legacy).await;
+    assert_eq!(
+        events.iter().map(name_of).collect::<Vec<_>>(),
+        [("ADDED".into(), "meta".into())]
+    );
+    emulator.shutdown().await;
+}
