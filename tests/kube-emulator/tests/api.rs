@@ -1504,3 +1504,35 @@ async fn metadata_only_lists_and_watches_and_the_legacy_watch_path() {
     );
     emulator.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_watcher_in_streaming_list_mode_gets_its_initial_state() {
+    let (emulator, client) = start().await;
+    let api = widgets(&client, "default");
+    api.create(&PostParams::default(), &widget("first", json!({})))
+        .await
+        .expect("create");
+    let mut events = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut initial = Vec::new();
+    loop {
+        match next(&mut events).await.expect("watcher event") {
+            watcher::Event::InitApply(o) => initial.push(o.metadata.name.unwrap_or_default()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(initial, ["first"]);
+    api.create(&PostParams::default(), &widget("second", json!({})))
+        .await
+        .expect("create");
+    match next(&mut events).await.expect("watcher event") {
+        watcher::Event::Apply(o) => assert_eq!(o.metadata.name.as_deref(), Some("second")),
+        other => panic!("expected the new widget, got {other:?}"),
+    }
+    assert_eq!(
+        emulator.requests().of("widgets.example.com", "list"),
+        0,
+        "no list in streaming mode"
+    );
+    emulator.shutdown().await;
+}
