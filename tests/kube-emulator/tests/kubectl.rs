@@ -135,6 +135,18 @@ fn kubectl_creates_lists_watches_and_deletes_jobs() {
         listed.lines().any(|l| l.split_whitespace().next() == Some("pi")),
         "{listed}"
     );
+    // Server-side printing: the real Job columns.
+    let header: Vec<&str> = listed
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"],
+        "{listed}"
+    );
 
     let json: Value = serde_json::from_str(&kubectl.ok(&["get", "job", "pi", "-o", "json"])).expect("JSON");
     assert_eq!(json["kind"], "Job");

@@ -15,6 +15,7 @@
 //! - [`resources`]: get, list (+ pagination), create, update, patch, delete, deletecollection.
 //! - [`watch`]: watch streams (initial events, resume from a resourceVersion, bookmarks, expiry).
 //! - [`logs`]: the `pods/{name}/log` subresource.
+//! - [`table`]: server-side printing (`as=Table`) for kubectl's human output.
 //! - [`kinds`], [`patch`], [`selector`], [`status`]: the rules those apply.
 //!
 
@@ -26,6 +27,7 @@ pub mod resources;
 pub mod selector;
 pub mod server;
 pub mod status;
+pub mod table;
 pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -313,12 +315,29 @@ fn verb_of(method: &Method, target: &Target, query: &Query) -> Result<Verb, ApiE
     Ok(verb)
 }
 
-/// Whether the client asked for metadata-only objects (kube-rs `list_metadata`/`watch_metadata`).
-fn wants_metadata_only(headers: &HeaderMap) -> bool {
-    headers
+/// The shape a client asked objects to come back in (the `Accept` header's first choice).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// The objects themselves.
+    Full,
+    /// `PartialObjectMetadata` (kube-rs `list_metadata`/`watch_metadata`).
+    Metadata,
+    /// A `Table` (kubectl's human output); the value is `includeObject`.
+    Table(String),
+}
+
+fn form_of(headers: &HeaderMap, query: &Query) -> Form {
+    let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
+        .unwrap_or_default();
+    if table::wanted(accept) {
+        Form::Table(query.value("includeObject").unwrap_or("Metadata").to_owned())
+    } else if accept.contains("as=PartialObjectMetadata") {
+        Form::Metadata
+    } else {
+        Form::Full
+    }
 }
 
 /// Body formats the emulator reads for create, update and delete.
@@ -370,7 +389,7 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
             return ApiError::bad_request(format!("unable to read the request body: {e}")).into_response();
         }
     };
-    let metadata_only = wants_metadata_only(&parts.headers);
+    let form = form_of(&parts.headers, &query);
     let content_type = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -388,9 +407,9 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
             .into_response();
     }
     let result = match verb {
-        Verb::Get => resources::get(&api, &target, &query, metadata_only).await,
-        Verb::List => resources::list(&api, &target, &query, metadata_only).await,
-        Verb::Watch => watch::start(&api, &target, &query, metadata_only),
+        Verb::Get => resources::get(&api, &target, &query, &form).await,
+        Verb::List => resources::list(&api, &target, &query, &form).await,
+        Verb::Watch => watch::start(&api, &target, &query, form),
         Verb::Create => resources::create(&api, &target, &query, &body),
         Verb::Update => resources::update(&api, &target, &query, &body),
         Verb::Patch => resources::patch(&api, &target, &query, content_type, &body),

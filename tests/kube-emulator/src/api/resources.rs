@@ -17,7 +17,7 @@ use super::kinds;
 use super::patch::{self, PatchType};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Cause, delete_success, json_response};
-use super::{ApiState, Query, Snapshot, Target};
+use super::{ApiState, Form, Query, Snapshot, Target, table};
 use crate::store::{ChangeKind, ResourceType, Store, StoreError, now_timestamp, random_suffix};
 
 type ApiResult = Result<Response, ApiError>;
@@ -34,12 +34,18 @@ fn ok(body: &Value) -> ApiResult {
 }
 
 /// The object as a client sees it (wire shape, metadata-only if asked).
-fn present(t: &Target, object: &Value, metadata_only: bool) -> Value {
+fn present(t: &Target, object: &Value, form: &Form) -> Value {
     let wire = kinds::to_wire(&t.rt, object);
-    if metadata_only {
-        kinds::partial_metadata(&wire)
-    } else {
-        wire
+    match form {
+        Form::Full => wire,
+        Form::Metadata => kinds::partial_metadata(&wire),
+        // A single object as a one-row Table.
+        Form::Table(include) => table::table(
+            &t.rt,
+            std::slice::from_ref(object),
+            include,
+            json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)}),
+        ),
     }
 }
 
@@ -98,7 +104,7 @@ fn parse_rv(s: &str) -> Result<u64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))
 }
 
-pub async fn get(api: &ApiState, t: &Target, q: &Query, metadata_only: bool) -> ApiResult {
+pub async fn get(api: &ApiState, t: &Target, q: &Query, form: &Form) -> ApiResult {
     if let Some(rv) = q.value("resourceVersion")
         && rv != "0"
         && !wait_for_rv(&api.store, parse_rv(rv)?).await
@@ -109,7 +115,7 @@ pub async fn get(api: &ApiState, t: &Target, q: &Query, metadata_only: bool) -> 
         .store
         .get(&t.storage, t.ns(), t.name())
         .ok_or_else(|| ApiError::not_found(&t.rt, t.name()))?;
-    ok(&present(t, &object, metadata_only))
+    ok(&present(t, &object, form))
 }
 
 /// The objects of `t` at exactly `rv`, rebuilt from the store's history (each object touched
@@ -163,7 +169,7 @@ fn decode_token(s: &str) -> Option<ContinueToken> {
     serde_json::from_slice(&raw).ok()
 }
 
-pub async fn list(api: &ApiState, t: &Target, q: &Query, metadata_only: bool) -> ApiResult {
+pub async fn list(api: &ApiState, t: &Target, q: &Query, form: &Form) -> ApiResult {
     let (labels, fields) = selectors(t, q)?;
     let filtered = !labels.is_empty() || !fields.is_empty();
     let filter = |o: &Value| labels.matches(o) && fields.matches(&t.storage, o);
@@ -264,10 +270,7 @@ pub async fn list(api: &ApiState, t: &Target, q: &Query, metadata_only: bool) ->
     };
 
     let end = limit.map_or(items.len(), |l| (offset + l).min(items.len()));
-    let page: Vec<Value> = items[offset.min(end)..end]
-        .iter()
-        .map(|o| present(t, o, metadata_only))
-        .collect();
+    let stored_page = &items[offset.min(end)..end];
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if end < items.len() {
         let id = if offset == 0 {
@@ -283,14 +286,15 @@ pub async fn list(api: &ApiState, t: &Target, q: &Query, metadata_only: bool) ->
             metadata["remainingItemCount"] = json!(items.len() - end);
         }
     }
-    let (kind, api_version) = if metadata_only {
-        (
+    let (kind, api_version) = match form {
+        Form::Table(include) => return ok(&table::table(&t.rt, stored_page, include, metadata)),
+        Form::Metadata => (
             "PartialObjectMetadataList".to_owned(),
             "meta.k8s.io/v1".to_owned(),
-        )
-    } else {
-        (format!("{}List", t.rt.kind), t.rt.api_version())
+        ),
+        Form::Full => (format!("{}List", t.rt.kind), t.rt.api_version()),
     };
+    let page: Vec<Value> = stored_page.iter().map(|o| present(t, o, form)).collect();
     ok(&json!({"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": page}))
 }
 
@@ -433,7 +437,10 @@ fn register_crd(api: &ApiState, crd: &Value) {
 pub fn create(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
     let body = parse_object(body)?;
     let created = create_object(api, t, q, body)?;
-    Ok(json_response(StatusCode::CREATED, &present(t, &created, false)))
+    Ok(json_response(
+        StatusCode::CREATED,
+        &present(t, &created, &Form::Full),
+    ))
 }
 
 /// Runs `f` on the stored object in one store transaction, carrying an [`ApiError`] out of it.
@@ -551,7 +558,7 @@ pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
     if t.storage == "customresourcedefinitions.apiextensions.k8s.io" && !q.dry_run() && !status_only {
         register_crd(api, &updated);
     }
-    ok(&present(t, &updated, false))
+    ok(&present(t, &updated, &Form::Full))
 }
 
 fn patch_options_invalid(field: &str, message: &str) -> ApiError {
@@ -613,7 +620,10 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
         }
         object["metadata"]["name"] = json!(t.name());
         let created = create_object(api, t, q, object)?;
-        return Ok(json_response(StatusCode::CREATED, &present(t, &created, false)));
+        return Ok(json_response(
+            StatusCode::CREATED,
+            &present(t, &created, &Form::Full),
+        ));
     }
     let updated = modify_object(api, t, q.dry_run(), &mut |current| {
         let mut wire = kinds::to_wire(&t.rt, current);
@@ -640,7 +650,7 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
     if t.storage == "customresourcedefinitions.apiextensions.k8s.io" && !q.dry_run() && !status_only {
         register_crd(api, &updated);
     }
-    ok(&present(t, &updated, false))
+    ok(&present(t, &updated, &Form::Full))
 }
 
 /// `DeleteOptions` from the body and the query string.
@@ -922,10 +932,10 @@ fn unregister_crd(api: &ApiState, crd: &Value) {
 pub fn delete(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
     let options = delete_options(q, body)?;
     match delete_one(api, t, t.name(), &options)? {
-        Deleted::Deferred(object) => ok(&present(t, &object, false)),
+        Deleted::Deferred(object) => ok(&present(t, &object, &Form::Full)),
         // Pods answer with the deleted object; most kinds with a Status.
         Deleted::Removed(object) if t.storage == "pods" || t.storage == "namespaces" => {
-            ok(&present(t, &object, false))
+            ok(&present(t, &object, &Form::Full))
         }
         Deleted::Removed(object) => ok(&delete_success(&t.rt, t.name(), str_at(&object, "/metadata/uid"))),
     }
@@ -948,7 +958,7 @@ pub fn delete_collection(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> 
             ..t.clone()
         };
         match delete_one(api, &target, &name, &options) {
-            Ok(Deleted::Removed(o) | Deleted::Deferred(o)) => deleted.push(present(t, &o, false)),
+            Ok(Deleted::Removed(o) | Deleted::Deferred(o)) => deleted.push(present(t, &o, &Form::Full)),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }

@@ -31,7 +31,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use super::resources::selectors;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Cause};
-use super::{ApiState, Query, Target, kinds};
+use super::{ApiState, Form, Query, Target, kinds, table};
 use crate::faults::WatchGuard;
 use crate::store::{Change, ChangeKind, StoreError};
 
@@ -40,7 +40,7 @@ struct WatchStream {
     target: Target,
     labels: LabelSelector,
     fields: FieldSelector,
-    metadata_only: bool,
+    form: Form,
     bookmarks: bool,
     pending: VecDeque<Bytes>,
     rx: Option<broadcast::Receiver<Arc<Change>>>,
@@ -78,7 +78,7 @@ fn forbidden_option(field: &str, message: &str) -> ApiError {
 }
 
 /// Starts a watch and answers with its stream.
-pub fn start(api: &Arc<ApiState>, t: &Target, q: &Query, metadata_only: bool) -> Result<Response, ApiError> {
+pub fn start(api: &Arc<ApiState>, t: &Target, q: &Query, form: Form) -> Result<Response, ApiError> {
     let (labels, mut fields) = selectors(t, q)?;
     if let Some(name) = &t.name {
         // Legacy `/watch/…/{name}`: a watch of one object.
@@ -127,7 +127,7 @@ pub fn start(api: &Arc<ApiState>, t: &Target, q: &Query, metadata_only: bool) ->
         target: t.clone(),
         labels,
         fields,
-        metadata_only,
+        form,
         bookmarks,
         pending: VecDeque::new(),
         rx: None,
@@ -175,10 +175,13 @@ impl WatchStream {
 
     fn present(&self, object: &Value) -> Value {
         let wire = kinds::to_wire(&self.target.rt, object);
-        if self.metadata_only {
-            kinds::partial_metadata(&wire)
-        } else {
-            wire
+        match &self.form {
+            Form::Full => wire,
+            Form::Metadata => kinds::partial_metadata(&wire),
+            // kubectl `get -w`: every event carries a one-row Table.
+            Form::Table(include) => {
+                table::table(&self.target.rt, std::slice::from_ref(object), include, json!({}))
+            }
         }
     }
 
@@ -350,7 +353,7 @@ mod tests {
         let api = ApiState::new(store.clone(), Arc::new(Faults::default()), ApiConfig::default());
         let from = store.current_rv();
         let q = Query::parse(Some(&format!("watch=true&resourceVersion={from}"))).expect("query");
-        let response = start(&api, &pods_target(&store), &q, false).expect("watch");
+        let response = start(&api, &pods_target(&store), &q, Form::Full).expect("watch");
         for i in 0..20 {
             store
                 .create(
@@ -379,7 +382,7 @@ mod tests {
             .expect("pod");
         store.compact();
         let q = Query::parse(Some(&format!("watch=true&resourceVersion={old}"))).expect("query");
-        let events = body_lines(start(&api, &pods_target(&store), &q, false).expect("watch")).await;
+        let events = body_lines(start(&api, &pods_target(&store), &q, Form::Full).expect("watch")).await;
         assert_eq!(events.len(), 1);
         assert_eq!(events[0]["type"], "ERROR");
         assert_eq!(events[0]["object"]["code"], 410);
@@ -397,7 +400,7 @@ mod tests {
             "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1",
         ))
         .expect("query");
-        let events = body_lines(start(&api, &pods_target(&store), &q, false).expect("watch")).await;
+        let events = body_lines(start(&api, &pods_target(&store), &q, Form::Full).expect("watch")).await;
         assert_eq!(events[0]["type"], "ADDED");
         assert_eq!(events[1]["type"], "BOOKMARK");
         assert_eq!(
@@ -406,7 +409,7 @@ mod tests {
         );
         let bad = Query::parse(Some("watch=true&sendInitialEvents=true")).expect("query");
         assert_eq!(
-            start(&api, &pods_target(&store), &bad, false)
+            start(&api, &pods_target(&store), &bad, Form::Full)
                 .map(|_| ())
                 .map_err(|e| e.code),
             Err(422)
