@@ -83,8 +83,9 @@ pub struct SubmitJobInput {
     pub resources: Option<ResourcesInput>,
     /// The Kubernetes service account the job's pods run as; one of those the server allows.
     pub service_account_name: Option<String>,
-    /// Seconds after the job finishes before Kubernetes deletes its Job (jobgate keeps the
-    /// history); the server's default when omitted.
+    /// Seconds after the job finishes before Kubernetes deletes its Job; jobgate keeps the
+    /// history, the result and the log tail it captured as each pod ended (with 0 the pods may
+    /// be gone before their logs can be read). The server's default when omitted.
     pub ttl_seconds_after_finished: Option<i32>,
 }
 

@@ -1094,21 +1094,40 @@ mod tests {
         let spec = request().validate(&ValidationLimits::default()).unwrap();
         let mut job = Job::accepted("j".into(), spec, None, Utc::now());
         let now = Utc::now();
-        assert!(job.launch_succeeded(now).is_none(), "a first-time launch records nothing");
-        let t = job.launch_delayed("ApiServerUnreachable", "connection refused", now).unwrap();
+        assert!(
+            job.launch_succeeded(now).is_none(),
+            "a first-time launch records nothing"
+        );
+        let t = job
+            .launch_delayed("ApiServerUnreachable", "connection refused", now)
+            .unwrap();
         assert_eq!(t.phase, JobPhase::Pending);
         assert_eq!(t.reason.as_deref(), Some("ApiServerUnreachable"));
         assert!(job.launch_delayed("ApiServerUnreachable", "again", now).is_none());
         assert!(job.launch_delayed("ApiServerThrottling", "429", now).is_some());
-        let c = job.conditions.iter().find(|c| c.type_ == WORKLOAD_CREATED).unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", Some("ApiServerThrottling")));
+        let c = job
+            .conditions
+            .iter()
+            .find(|c| c.type_ == WORKLOAD_CREATED)
+            .unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("False", Some("ApiServerThrottling"))
+        );
         assert!(job.launch_succeeded(now).is_some());
-        let c = job.conditions.iter().find(|c| c.type_ == WORKLOAD_CREATED).unwrap();
+        let c = job
+            .conditions
+            .iter()
+            .find(|c| c.type_ == WORKLOAD_CREATED)
+            .unwrap();
         assert_eq!(c.status, "True");
         assert_eq!(job.phase, JobPhase::Pending);
         let t = job.launch_failed("InvalidWorkload", "422", now).unwrap();
         assert_eq!(t.phase, JobPhase::Failed);
-        assert!(job.launch_delayed("X", "y", now).is_none(), "a finished job never changes");
+        assert!(
+            job.launch_delayed("X", "y", now).is_none(),
+            "a finished job never changes"
+        );
     }
 
     #[test]

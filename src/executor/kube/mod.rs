@@ -94,10 +94,14 @@ struct Inner {
     observations: ObservationSender,
     /// Unfinished jobs this executor is responsible for.
     tracked: DashMap<String, Tracked>,
-    /// What the pod watcher saw of each tracked job's pods, by pod name.
-    pods: DashMap<String, BTreeMap<String, PodInfo>>,
+    /// Jobs cancelled while their Job was being created (at most the launches in flight).
+    cancelled_while_creating: DashMap<String, ()>,
+    /// What the pod watcher saw of each tracked job's pods.
+    pods: DashMap<String, JobPods>,
     /// Bumped on every pod change, so that waiters for pods need no polling.
     pods_version: tokio::sync::watch::Sender<u64>,
+    /// Bumped when a finishing job's status changes.
+    jobs_version: tokio::sync::watch::Sender<u64>,
     /// Bumped at the start of every (re-)list of Jobs: a job confirmed before a list began
     /// must appear in it, or it vanished.
     list_epoch: AtomicU64,
@@ -117,8 +121,49 @@ struct Tracked {
     last_rv: u64,
     /// The outcome is decided; its result and logs are being captured.
     finishing: bool,
+    /// While finishing: the newest status, whose counts settle once the controller writes
+    /// its final condition (Complete or Failed) after the interim one.
+    settled: Option<WorkloadStatus>,
     /// The last status reported, to report only changes.
     last_sent: Option<WorkloadStatus>,
+}
+
+/// The pods of one tracked job, and the log tails captured as they ended: a Job removed by
+/// its TTL right after finishing takes its pods' logs with it.
+#[derive(Default)]
+struct JobPods {
+    pods: BTreeMap<String, PodInfo>,
+    /// Log tails of the most recently ended pods, by pod name.
+    logs: BTreeMap<String, Vec<String>>,
+    /// Log captures in flight.
+    capturing: usize,
+}
+
+/// How many ended pods' log tails are kept per job.
+const CAPTURED_PODS: usize = 5;
+
+impl JobPods {
+    fn infos(&self) -> Vec<PodInfo> {
+        self.pods.values().cloned().collect()
+    }
+
+    /// Keeps the log tails of the [`CAPTURED_PODS`] latest runs.
+    fn keep_recent_logs(&mut self) {
+        while self.logs.len() > CAPTURED_PODS {
+            let oldest = self
+                .logs
+                .keys()
+                .min_by_key(|name| {
+                    let info = self.pods.get(*name);
+                    (info.and_then(|p| p.index), info.and_then(|p| p.finished_at))
+                })
+                .cloned();
+            match oldest {
+                Some(name) => self.logs.remove(&name),
+                None => break,
+            };
+        }
+    }
 }
 
 /// The health of one watcher, for `/readyz`.
@@ -224,8 +269,10 @@ impl KubeExecutor {
                 config,
                 observations,
                 tracked: DashMap::new(),
+                cancelled_while_creating: DashMap::new(),
                 pods: DashMap::new(),
                 pods_version: tokio::sync::watch::Sender::new(0),
+                jobs_version: tokio::sync::watch::Sender::new(0),
                 list_epoch: AtomicU64::new(0),
                 watchers: std::sync::Mutex::new(Vec::new()),
                 started: AtomicBool::new(false),
@@ -245,6 +292,7 @@ impl KubeExecutor {
                 confirmed_epoch,
                 last_rv: 0,
                 finishing: false,
+                settled: None,
                 last_sent: None,
             });
     }
@@ -277,17 +325,23 @@ impl Inner {
             let Some(mut t) = self.tracked.get_mut(&id) else {
                 return; // not ours, or already finished
             };
-            if t.finishing {
-                return;
-            }
             if let Some(rv) = resource_version(&job.metadata) {
                 if rv <= t.last_rv {
                     return; // stale: never move backward
                 }
                 t.last_rv = rv;
             }
+            if t.finishing {
+                if decided {
+                    t.settled = Some(status);
+                    drop(t);
+                    self.jobs_version.send_modify(|v| *v += 1);
+                }
+                return;
+            }
             if decided {
                 t.finishing = true;
+                t.settled = Some(status.clone());
             } else if t.last_sent.as_ref() == Some(&status) {
                 return;
             } else {
@@ -295,7 +349,7 @@ impl Inner {
             }
         }
         if decided {
-            self.spawn_finish(id, status);
+            self.spawn_finish(id);
         } else {
             self.send(id, status).await;
         }
@@ -317,9 +371,12 @@ impl Inner {
                 return;
             }
             t.finishing = true;
+            if status::is_decided(&status) {
+                t.settled = Some(status.clone());
+            }
         }
         if status::is_decided(&status) {
-            self.spawn_finish(id, status);
+            self.spawn_finish(id);
         } else {
             self.spawn_vanished(id);
         }
@@ -356,11 +413,7 @@ impl Inner {
             };
             // Pods deleted with the Job may still be on their way through the pod watch.
             inner.wait_for_pods(&id, None).await;
-            let pods: Vec<PodInfo> = inner
-                .pods
-                .get(&id)
-                .map(|p| p.values().cloned().collect())
-                .unwrap_or_default();
+            let pods: Vec<PodInfo> = inner.pods.get(&id).map(|p| p.infos()).unwrap_or_default();
             let status = status::vanished(completions, &pods, Utc::now());
             inner.send(id.clone(), status).await;
             inner.untrack(&id);
@@ -368,31 +421,54 @@ impl Inner {
     }
 
     /// Captures a decided job's result, failure cause and log tail, then reports it.
-    fn spawn_finish(self: &Arc<Self>, id: String, mut status: WorkloadStatus) {
+    fn spawn_finish(self: &Arc<Self>, id: String) {
         let inner = self.clone();
         self.tasks.spawn(async move {
+            let Some(mut status) = inner.wait_for_final_status(&id).await else {
+                return; // shutting down: the next start re-lists and finishes it
+            };
             let counted = status.succeeded + status.failed;
             if !inner.wait_for_pods(&id, Some(counted)).await {
-                return; // shutting down: the next start re-lists and finishes it
+                return;
             }
             let Some(namespace) = inner.tracked.get(&id).map(|t| t.namespace.clone()) else {
                 return;
             };
-            let pods: Vec<PodInfo> = inner
-                .pods
-                .get(&id)
-                .map(|p| p.values().cloned().collect())
-                .unwrap_or_default();
+            let pods: Vec<PodInfo> = inner.pods.get(&id).map(|p| p.infos()).unwrap_or_default();
             if status::is_success(&status) {
                 status.result = status::result_of(&pods);
             } else {
                 status.message = status::failure_of(&pods);
             }
-            let lines = inner.capture_logs(&namespace, &pods).await;
+            let lines = inner.capture_logs(&id, &namespace, &pods).await;
             status.executor_state = serde_json::json!({ "logTail": lines });
             inner.send(id.clone(), status).await;
             inner.untrack(&id);
         });
+    }
+
+    /// The job's decided status once the controller has written its final condition
+    /// (counts settle then), or the newest one when the finish grace passes first (the Job
+    /// was deleted, or the controller predates the interim conditions). `None` when shutting
+    /// down.
+    async fn wait_for_final_status(&self, id: &str) -> Option<WorkloadStatus> {
+        let deadline = tokio::time::Instant::now() + self.config.finish_grace;
+        let mut changes = self.jobs_version.subscribe();
+        loop {
+            let settled = self.tracked.get(id)?.settled.clone()?;
+            let is_final = settled
+                .conditions
+                .iter()
+                .any(|c| c.is_true() && (c.type_ == "Complete" || c.type_ == "Failed"));
+            if is_final {
+                return Some(settled);
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => return Some(settled),
+                _ = self.shutdown.cancelled() => return None,
+            }
+        }
     }
 
     /// Waits until the pod watch shows every pod of the job terminal (and at least
@@ -401,9 +477,11 @@ impl Inner {
         let deadline = tokio::time::Instant::now() + self.config.finish_grace;
         let mut changes = self.pods_version.subscribe();
         loop {
-            let settled = self.pods.get(id).is_some_and(|pods| {
-                let terminal = pods.values().filter(|p| p.phase.is_terminal()).count() as i32;
-                terminal == pods.len() as i32 && counted.is_none_or(|c| terminal >= c)
+            let settled = self.pods.get(id).is_some_and(|job| {
+                let terminal = job.pods.values().filter(|p| p.phase.is_terminal()).count() as i32;
+                terminal == job.pods.len() as i32
+                    && counted.is_none_or(|c| terminal >= c)
+                    && job.capturing == 0
             });
             if settled || counted == Some(0) {
                 return true;
@@ -421,17 +499,22 @@ impl Inner {
         self.pods.remove(id);
     }
 
-    /// The last lines of the job's most recent runs, kept in jobgate once it has finished.
-    async fn capture_logs(&self, namespace: &str, pods: &[PodInfo]) -> Vec<String> {
+    /// The last lines of the job's most recent runs, kept in jobgate once it has finished:
+    /// those captured as each pod ended, else read now.
+    async fn capture_logs(&self, id: &str, namespace: &str, pods: &[PodInfo]) -> Vec<String> {
         let limit = self.config.captured_log_lines;
         let mut started: Vec<&PodInfo> = pods.iter().filter(|p| p.started).collect();
         started.sort_by_key(|p| (p.index, p.finished_at, p.created_at));
-        let recent = &started[started.len().saturating_sub(5)..];
+        let recent = &started[started.len().saturating_sub(CAPTURED_PODS)..];
         let mut lines = Vec::new();
         for pod in recent {
-            match self.pod_log(namespace, &pod.name, limit).await {
-                Ok(mut more) => lines.append(&mut more),
-                Err(e) => tracing::debug!(pod = %pod.name, error = %e, "no log to capture"),
+            let captured = self.pods.get(id).and_then(|p| p.logs.get(&pod.name).cloned());
+            match captured {
+                Some(mut more) => lines.append(&mut more),
+                None => match self.pod_log(namespace, &pod.name, limit).await {
+                    Ok(mut more) => lines.append(&mut more),
+                    Err(e) => tracing::debug!(pod = %pod.name, error = %e, "no log to capture"),
+                },
             }
         }
         let cut = lines.len().saturating_sub(limit);
@@ -448,8 +531,9 @@ impl Inner {
         Ok(text.lines().map(str::to_owned).collect())
     }
 
-    /// A pod was added or changed.
-    fn on_pod(&self, pod: &Pod) {
+    /// A pod was added or changed. A pod that has just ended gets its log tail captured at
+    /// once, before a TTL or a clean-up can delete it.
+    fn on_pod(self: &Arc<Self>, pod: &Pod) {
         let Some(id) = label(&pod.metadata, JOB_ID_LABEL) else {
             return;
         };
@@ -459,11 +543,41 @@ impl Inner {
         let Some(info) = status::pod_info(pod) else {
             return;
         };
-        let mut pods = self.pods.entry(id.to_owned()).or_default();
-        if pods.get(&info.name) != Some(&info) {
-            pods.insert(info.name.clone(), info);
-            drop(pods);
-            self.pods_version.send_modify(|v| *v += 1);
+        let mut job = self.pods.entry(id.to_owned()).or_default();
+        let previous = job.pods.get(&info.name);
+        if previous == Some(&info) {
+            return;
+        }
+        let ended = info.phase.is_terminal()
+            && info.started
+            && !previous.is_some_and(|p| p.phase.is_terminal())
+            && pod.metadata.namespace.is_some();
+        let name = info.name.clone();
+        job.pods.insert(info.name.clone(), info);
+        if ended {
+            job.capturing += 1;
+        }
+        drop(job);
+        self.pods_version.send_modify(|v| *v += 1);
+        if let (true, Some(namespace)) = (ended, pod.metadata.namespace.clone()) {
+            let inner = self.clone();
+            let id = id.to_owned();
+            self.tasks.spawn(async move {
+                let lines = inner
+                    .pod_log(&namespace, &name, inner.config.captured_log_lines)
+                    .await;
+                if let Some(mut job) = inner.pods.get_mut(&id) {
+                    job.capturing -= 1;
+                    match lines {
+                        Ok(lines) => {
+                            job.logs.insert(name, lines);
+                            job.keep_recent_logs();
+                        }
+                        Err(e) => tracing::debug!(pod = %name, error = %e, "no log to capture"),
+                    }
+                }
+                inner.pods_version.send_modify(|v| *v += 1);
+            });
         }
     }
 
@@ -486,7 +600,10 @@ impl Inner {
             let Some(item) = item else { return };
             match item {
                 Ok(event) => {
-                    health.ok();
+                    // Init comes before the list request: no proof that the server answers.
+                    if !matches!(event, watcher::Event::Init) {
+                        health.ok();
+                    }
                     match event {
                         watcher::Event::Init => {
                             list_epoch = self.list_epoch.fetch_add(1, Ordering::SeqCst) + 1;
@@ -526,7 +643,10 @@ impl Inner {
             let Some(item) = item else { return };
             match item {
                 Ok(event) => {
-                    health.ok();
+                    // Init comes before the list request: no proof that the server answers.
+                    if !matches!(event, watcher::Event::Init) {
+                        health.ok();
+                    }
                     match event {
                         watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => self.on_pod(&pod),
                         watcher::Event::InitDone => {
@@ -549,7 +669,7 @@ impl Inner {
         let mut pods: Vec<PodInfo> = self
             .pods
             .get(id)
-            .map(|p| p.values().filter(|p| p.started).cloned().collect())
+            .map(|p| p.pods.values().filter(|p| p.started).cloned().collect())
             .unwrap_or_default();
         pods.sort_by_key(|p| (p.index, p.created_at));
         pods
@@ -681,14 +801,10 @@ impl Executor for KubeExecutor {
         match created {
             Ok(created) => {
                 let epoch = inner.list_epoch.load(Ordering::SeqCst);
-                let still_wanted = match inner.tracked.get_mut(&job.id) {
-                    Some(mut t) => {
-                        t.confirmed_epoch = Some(epoch);
-                        true
-                    }
-                    None => false,
-                };
-                if !still_wanted {
+                if let Some(mut t) = inner.tracked.get_mut(&job.id) {
+                    t.confirmed_epoch = Some(epoch);
+                }
+                if inner.cancelled_while_creating.remove(&job.id).is_some() {
                     // Cancelled while being created: the cancel found nothing to delete yet.
                     self.track(&job, Some(epoch));
                     return self.cancel(&job.id).await;
@@ -698,7 +814,10 @@ impl Executor for KubeExecutor {
                 Ok(())
             }
             Err(e) => {
-                inner.tracked.remove(&job.id);
+                inner
+                    .tracked
+                    .remove_if(&job.id, |_, t| t.confirmed_epoch.is_none());
+                inner.cancelled_while_creating.remove(&job.id);
                 Err(e)
             }
         }
@@ -741,7 +860,13 @@ impl Executor for KubeExecutor {
     async fn cancel(&self, job_id: &str) -> Result<(), ExecutorError> {
         let inner = &self.inner;
         let namespace = match inner.tracked.remove(job_id) {
-            Some((_, t)) => t.namespace,
+            Some((_, t)) => {
+                if t.confirmed_epoch.is_none() {
+                    // Its create is in flight: the launch deletes the Job once it exists.
+                    inner.cancelled_while_creating.insert(job_id.to_owned(), ());
+                }
+                t.namespace
+            }
             None => return Ok(()), // not launched, or already finished
         };
         inner.pods.remove(job_id);
