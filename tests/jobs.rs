@@ -796,7 +796,10 @@ async fn job_logs_streams_lines_as_they_are_written_then_completes() {
         json!({"id": id}),
     )
     .await;
-    assert_eq!(log_lines_until_complete(&mut ws, "tail").await, ["second", "third"]);
+    assert_eq!(
+        log_lines_until_complete(&mut ws, "tail").await,
+        ["second", "third"]
+    );
 
     ws.subscribe(
         "missing",
@@ -828,5 +831,8 @@ async fn job_logs_of_a_job_cancelled_before_it_ran_completes() {
             json!({"id": id}),
         )
         .await;
-    assert_eq!(log_lines_until_complete(&mut ws, "logs").await, Vec::<String>::new());
+    assert_eq!(
+        log_lines_until_complete(&mut ws, "logs").await,
+        Vec::<String>::new()
+    );
 }
