@@ -125,7 +125,7 @@ impl ApiState {
     }
 }
 
-/// The router: every path goes through [`dispatch`], which parses the Kubernetes URL layout
+/// The router: every path goes through one dispatcher, which parses the Kubernetes URL layout
 /// itself (it is too irregular for route patterns: `namespaces/{ns}/…` vs `namespaces/{name}`).
 pub fn app(state: Arc<ApiState>) -> Router {
     Router::new()
