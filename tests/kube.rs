@@ -947,3 +947,85 @@ async fn a_job_for_a_missing_namespace_fails_with_the_clusters_answer() {
     let j = job(&server, &id).await;
     assert!(j["message"].as_str().unwrap().contains("nowhere"), "{j}");
 }
+
+#[tokio::test]
+async fn a_foreign_job_under_our_name_fails_the_job_loudly() {
+    let cluster = Cluster::start().await;
+    let server = cluster.jobgate(&[]).await;
+    wait_ready(&server, true).await;
+    cluster.emu.go_down().await;
+    let id = server.submit(input(&[], json!({}))).await;
+    // While jobgate cannot reach the cluster, someone else takes the Job's name.
+    cluster
+        .emu
+        .store()
+        .create(
+            "jobs.batch",
+            Some("default"),
+            json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": format!("jobgate-{id}"), "labels": {"team": "other"}},
+                "spec": {"template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox", "env": [{"name": "EMULATOR_GATE", "value": "x"}]}]}}},
+            }),
+        )
+        .unwrap();
+    cluster.emu.come_up().await.unwrap();
+    let events = status_events(&server, &id).await;
+    assert_eq!(
+        events.last().unwrap(),
+        &("FAILED".to_owned(), Some("WorkloadConflict".to_owned())),
+        "{events:?}"
+    );
+    let j = job(&server, &id).await;
+    assert!(
+        j["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not belong to this job"),
+        "{j}"
+    );
+    // The other Job is left alone.
+    let other = cluster.jobs().get(&format!("jobgate-{id}")).await.unwrap();
+    assert_eq!(other.metadata.labels.unwrap()["team"], "other");
+}
+
+#[tokio::test]
+async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
+    let cluster = Cluster::start().await;
+    let server = cluster.jobgate(&[]).await;
+    let id = server
+        .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
+        .await;
+    let mut ws = GqlWs::connect(&server).await;
+    ws.subscribe(
+        "s",
+        "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
+        json!({"id": id}),
+    )
+    .await;
+    while ws.recv().await["payload"]["data"]["jobStatus"]["phase"] != "RUNNING" {}
+    server
+        .gql_ok(
+            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
+            json!({"id": id}),
+        )
+        .await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), "default");
+    let name = format!("jobgate-{id}");
+    cluster
+        .until("jobgate records why it deleted the Job", || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(|e| {
+                    e.involved_object.name.as_deref() == Some(name.as_str())
+                        && e.reason.as_deref() == Some("Cancelled")
+                        && e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("jobgate")
+                })
+        })
+        .await;
+}

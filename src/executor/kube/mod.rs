@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{AsyncBufReadExt, FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job as K8sJob;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -531,6 +531,49 @@ impl Inner {
         Ok(text.lines().map(str::to_owned).collect())
     }
 
+    /// Records a Kubernetes Event on `job`, so that `kubectl describe` tells what jobgate did
+    /// to it. Best effort: an Event that cannot be written is only logged.
+    async fn record_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<String>,
+        reason: &str,
+        message: &str,
+    ) {
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}.")),
+                namespace: Some(namespace.to_owned()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("batch/v1".into()),
+                kind: Some("Job".into()),
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                uid,
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some("Normal".into()),
+            source: Some(EventSource {
+                component: Some("jobgate".into()),
+                ..EventSource::default()
+            }),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            count: Some(1),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        if let Err(e) = events.create(&PostParams::default(), &event).await {
+            tracing::warn!(error = %e, "could not record a Kubernetes Event");
+        }
+    }
+
     /// A pod was added or changed. A pod that has just ended gets its log tail captured at
     /// once, before a TTL or a clean-up can delete it.
     fn on_pod(self: &Arc<Self>, pod: &Pod) {
@@ -882,7 +925,15 @@ impl Executor for KubeExecutor {
         );
         loop {
             match api.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => return Ok(()),
+                Ok(deleted) => {
+                    // The API answers with the object, or a Status once it is gone already.
+                    let uid = deleted.left().and_then(|job| job.metadata.uid);
+                    let message = format!("jobgate job {job_id} was cancelled; its Job is deleted");
+                    inner
+                        .record_event(&namespace, &name, uid, "Cancelled", &message)
+                        .await;
+                    return Ok(());
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
                 Err(e) => {
                     tracing::warn!(job = %job_id, error = %e, "deleting the cancelled job's Job failed; retrying");

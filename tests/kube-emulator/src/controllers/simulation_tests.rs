@@ -807,13 +807,13 @@ async fn many_jobs_at_once_all_finish_with_the_right_outcome() {
             .and_then(|n| n.strip_prefix("many-"))
             .and_then(|n| n.parse().ok())
             .expect("index");
-        let expected = if i % 3 == 0 {
+        let expected = if i.is_multiple_of(3) {
             ["FailureTarget", "Failed"]
         } else {
             ["SuccessCriteriaMet", "Complete"]
         };
         assert_eq!(condition_types(j), expected, "{}", j["metadata"]["name"]);
-        if i % 3 != 0 {
+        if !i.is_multiple_of(3) {
             assert_eq!(j["status"]["succeeded"], 2);
         }
     }
