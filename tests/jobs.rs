@@ -229,23 +229,6 @@ async fn wait_gone(pid: i32) {
 }
 
 /// Waits (through jobStatus) until the job reaches `phase`.
-async fn wait_phase(server: &Server, id: &str, phase: &str) {
-    let mut ws = GqlWs::connect(server).await;
-    ws.subscribe(
-        "s",
-        "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
-        json!({"id": id}),
-    )
-    .await;
-    loop {
-        let msg = ws.recv().await;
-        assert_eq!(msg["type"], "next", "jobStatus ended before {phase}: {msg}");
-        if msg["payload"]["data"]["jobStatus"]["phase"] == phase {
-            return;
-        }
-    }
-}
-
 /// Waits until a file exists (written by a job once it has started its children).
 async fn wait_file(path: &std::path::Path) {
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -268,7 +251,7 @@ async fn cancel_stops_the_whole_process_group() {
             "command": sh("sh -c 'trap \"\" TERM; sleep 300' & echo $! > child.pid; echo $$ > leader.pid; wait"),
         }))
         .await;
-    wait_phase(&server, &id, "RUNNING").await;
+    server.wait_phase(&id, "RUNNING").await;
     wait_file(&server.data_dir.join("work").join(&id).join("child.pid")).await;
     let (leader, child) = (
         read_pid(&server, &id, "leader.pid"),
@@ -613,7 +596,7 @@ async fn a_run_in_progress_at_a_crash_counts_as_failed_with_gateway_restarted() 
     let id = server
         .submit(json!({"command": sh("echo $$ > leader.pid; sleep 300"), "backoffLimit": 0}))
         .await;
-    wait_phase(&server, &id, "RUNNING").await;
+    server.wait_phase(&id, "RUNNING").await;
     wait_file(&server.data_dir.join("work").join(&id).join("leader.pid")).await;
     let orphan = read_pid(&server, &id, "leader.pid");
     server.kill9();
@@ -736,7 +719,7 @@ async fn sigterm_drains_and_exits_cleanly_and_jobs_resume_after_restart() {
     let id = server
         .submit(json!({"command": sh("if [ -e attempted ]; then exit 0; fi; touch attempted; sleep 300"), "backoffLimit": 1}))
         .await;
-    wait_phase(&server, &id, "RUNNING").await;
+    server.wait_phase(&id, "RUNNING").await;
     let status = server.terminate().await;
     assert!(status.success(), "jobgate exited with {status}");
     let server = server.start_again(&[]).await;

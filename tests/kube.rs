@@ -402,19 +402,7 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
     let id = server
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
         .await;
-    let mut ws = GqlWs::connect(&server).await;
-    ws.subscribe(
-        "s",
-        "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
-        json!({"id": id}),
-    )
-    .await;
-    loop {
-        let msg = ws.recv().await;
-        if msg["payload"]["data"]["jobStatus"]["phase"] == "RUNNING" {
-            break;
-        }
-    }
+    server.wait_phase(&id, "RUNNING").await;
     let data = server
         .gql_ok(
             "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
@@ -560,14 +548,7 @@ async fn dropped_watches_and_expired_versions_miss_no_transition() {
         ids.push(server.submit(input(&[("EMULATOR_GATE", &gate)], json!({}))).await);
     }
     for id in &ids {
-        let mut ws = GqlWs::connect(&server).await;
-        ws.subscribe(
-            "s",
-            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
-            json!({"id": id}),
-        )
-        .await;
-        while ws.recv().await["payload"]["data"]["jobStatus"]["phase"] != "RUNNING" {}
+        server.wait_phase(id, "RUNNING").await;
     }
     // Dropped watches: jobgate re-watches from the last version it saw.
     cluster.emu.drop_watches();
@@ -636,14 +617,7 @@ async fn jobs_that_finish_or_vanish_while_jobgate_is_down_get_their_true_outcome
         .submit(input(&[("EMULATOR_GATE", "still")], json!({})))
         .await;
     for id in [&ok, &bad, &gone, &still] {
-        let mut ws = GqlWs::connect(&server).await;
-        ws.subscribe(
-            "s",
-            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
-            json!({"id": id}),
-        )
-        .await;
-        while ws.recv().await["payload"]["data"]["jobStatus"]["phase"] != "RUNNING" {}
+        server.wait_phase(id, "RUNNING").await;
     }
     server.kill9();
     // Meanwhile in the cluster: two jobs finish, one Job is deleted by someone, one runs on.
@@ -997,14 +971,7 @@ async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
     let id = server
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
         .await;
-    let mut ws = GqlWs::connect(&server).await;
-    ws.subscribe(
-        "s",
-        "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
-        json!({"id": id}),
-    )
-    .await;
-    while ws.recv().await["payload"]["data"]["jobStatus"]["phase"] != "RUNNING" {}
+    server.wait_phase(&id, "RUNNING").await;
     server
         .gql_ok(
             "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",

@@ -36,7 +36,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender};
+use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, clip};
 use crate::jobs::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus};
 
 /// Settings of the local executor.
@@ -262,13 +262,7 @@ impl Executor for LocalExecutor {
         let line = |text: String| LogLine { source: None, text };
         let Some(until) = follow_until else {
             let this = self.clone();
-            return futures::stream::once(async move { this.logs(&job, tail_lines).await })
-                .map(move |r| match r {
-                    Ok(lines) => futures::stream::iter(lines.into_iter().map(line).map(Ok)).boxed(),
-                    Err(e) => futures::stream::once(async { Err(e) }).boxed(),
-                })
-                .flatten()
-                .boxed();
+            return super::lines_once(async move { this.logs(&job, tail_lines).await });
         };
         let writer = self.inner.log_writer(&job.id);
         let shutdown = self.inner.shutdown.clone();
@@ -750,17 +744,6 @@ async fn read_result(path: &Path) -> Option<String> {
         .await
         .ok()?;
     Some(clip(String::from_utf8_lossy(&buf).into_owned(), MAX_RESULT_BYTES))
-}
-
-fn clip(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
 }
 
 /// Longest line kept in a log; longer ones are cut.

@@ -8,6 +8,7 @@
 pub mod kube;
 pub mod local;
 
+use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -46,6 +47,32 @@ pub enum ExecutorError {
     /// The cluster did not answer a read (logs) as asked.
     #[error("{0}")]
     Cluster(String),
+}
+
+/// The lines `read` returns, as a log stream that then ends (a job's tail, not followed).
+pub(crate) fn lines_once(
+    read: impl Future<Output = Result<Vec<String>, ExecutorError>> + Send + 'static,
+) -> BoxStream<'static, Result<LogLine, ExecutorError>> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::once(read)
+        .map_ok(|lines| {
+            futures::stream::iter(lines.into_iter().map(|text| Ok(LogLine { source: None, text })))
+        })
+        .try_flatten()
+        .boxed()
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary (results and termination
+/// messages are bounded like Kubernetes').
+pub(crate) fn clip(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
 }
 
 /// One line of a job's output.

@@ -204,6 +204,24 @@ impl Server {
         }
     }
 
+    /// Waits (through jobStatus) until the job reaches `phase`; panics if it ends first.
+    pub async fn wait_phase(&self, id: &str, phase: &str) {
+        let mut ws = GqlWs::connect(self).await;
+        ws.subscribe(
+            "s",
+            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
+            json!({"id": id}),
+        )
+        .await;
+        loop {
+            let msg = ws.recv().await;
+            assert_eq!(msg["type"], "next", "jobStatus ended before {phase}: {msg}");
+            if msg["payload"]["data"]["jobStatus"]["phase"] == phase {
+                return;
+            }
+        }
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
     }

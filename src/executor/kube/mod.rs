@@ -24,7 +24,7 @@ use chrono::Utc;
 use dashmap::DashMap;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{AsyncBufReadExt, FutureExt, StreamExt, TryStreamExt};
+use futures::{AsyncBufReadExt, FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job as K8sJob;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -993,14 +993,7 @@ impl Executor for KubeExecutor {
             }
             _ => {
                 let this = self.clone();
-                futures::stream::once(async move { this.logs(&job, tail_lines).await })
-                    .map_ok(|lines| {
-                        futures::stream::iter(
-                            lines.into_iter().map(|text| Ok(LogLine { source: None, text })),
-                        )
-                    })
-                    .try_flatten()
-                    .boxed()
+                super::lines_once(async move { this.logs(&job, tail_lines).await })
             }
         }
     }

@@ -12,6 +12,7 @@ use k8s_openapi::api::batch::v1::Job as K8sJob;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::executor::clip;
 use crate::jobs::model::{Condition, MAX_RESULT_BYTES, WorkloadStatus};
 
 /// A Kubernetes timestamp as jobgate's.
@@ -264,17 +265,6 @@ pub fn vanished<'a>(
         status.message = failure_of(pods);
     }
     status
-}
-
-fn clip(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
 }
 
 #[cfg(test)]
