@@ -1,0 +1,1655 @@
+//! Benchmark of the Kubernetes executor: the real `jobgate` binary (`--executor kubernetes`)
+//! against the Kubernetes API emulator (`tests/kube-emulator`) started in this process, both
+//! on 127.0.0.1 only.
+//!
+//! `cargo bench --bench kube` builds `jobgate` with the bench profile (optimised, as
+//! `--release`) and hands its path to this program as `CARGO_BIN_EXE_jobgate`. It measures:
+//!
+//! 1. **Watch event → subscriber frame latency.** `--subs` (1000) `jobEvents` subscriptions on
+//!    `--sockets` (10) WebSockets; `--latency-jobs` (200) jobs submitted at `--rate` (10)
+//!    jobs/s, each running `--run-ms` (500) in the emulated kubelet. Every Job write is
+//!    timestamped in this process as the emulator's store publishes it (`store().watch`, read
+//!    by a dedicated thread), every frame as a subscriber reads it: the SUCCEEDED frame is
+//!    matched with the Job's `Complete` write, the first RUNNING frame with the first write
+//!    that gave the Job a `startTime` or an active pod. Then the design's point:
+//!    `--design-subs` (100) subscriptions at `--design-events` (200) events/s.
+//! 2. **API requests per minute in steady state**: with `--steady-jobs` (1000) jobs held
+//!    running by a closed gate and the subscribers connected, the emulator counts jobgate's
+//!    requests for `--steady-secs` (60). Against it, a polling design: `--poll-clients`
+//!    (1000) clients each GET one of those Jobs once a second for `--poll-secs` (10), counted
+//!    by the same emulator. Both are scaled to requests per minute.
+//! 3. **Memory per tracked job**: on a fresh emulator and server, jobgate's VmRSS and the size
+//!    of its data directory with 0, 10,000 and `--jobs` (100,000) unfinished jobs (held
+//!    running by a gate never opened): (RSS(N) - RSS(0)) / N.
+//! 4. **Recovery**: kill -9 with those jobs tracked, start again over the same data directory,
+//!    and time until it listens, until `/readyz` answers 200, and until a job submitted after
+//!    the restart has SUCCEEDED.
+//!
+//! Options (`cargo bench --bench kube -- --jobs 10000 --parts 1,2`): see [`Args`]. Every wait
+//! is bounded; part 3 stops adding jobs once `--fill-minutes` (15) have passed and reports the
+//! count it reached. Without `--bench` (as under `cargo test --benches`) the program does
+//! nothing. BENCHMARKS.md has the figures.
+#![allow(clippy::print_stdout)] // A benchmark's whole job is to print its figures.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use kube_emulator::{Emulator, Options, SimConfig};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
+const SUBSCRIBE: &str = "subscription { jobEvents { cursor phase at job { id } } }";
+/// The label the Kubernetes executor puts on every object of a job.
+const JOB_ID_LABEL: &str = "jobgate.io/job-id";
+
+/// The longest any single wait may take; a bench must end even against a stuck server.
+const WAIT: Duration = Duration::from_secs(60);
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+/// Command-line options, `--name value` (after `--` on cargo's command line).
+struct Args {
+    /// Which parts to run, e.g. `1,2,3,4` (3 and 4 share a server: 4 needs 3).
+    parts: Vec<u8>,
+    /// Part 1: subscriptions and the sockets that carry them.
+    subs: usize,
+    sockets: usize,
+    /// Part 1: jobs measured, their submission rate (jobs/s) and their run time in the kubelet.
+    latency_jobs: usize,
+    rate: f64,
+    run_ms: u64,
+    /// Part 1, the design's point: subscriptions kept and events/s.
+    design_subs: usize,
+    design_events: f64,
+    /// Part 2: jobs held running, the counting window; the polling design's clients and window.
+    steady_jobs: usize,
+    steady_secs: u64,
+    poll_clients: usize,
+    poll_secs: u64,
+    /// Part 3: the largest number of unfinished jobs, and the time allowed to get there.
+    jobs: usize,
+    fill_minutes: u64,
+    /// Concurrent `submitJob` clients when filling.
+    clients: usize,
+    /// jobgate's `--durability`.
+    durability: String,
+    /// The emulator's change history (watches may resume within it).
+    history: usize,
+}
+
+impl Args {
+    fn parse() -> Args {
+        let mut map: HashMap<String, String> = HashMap::new();
+        let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+        while let Some(name) = args.next() {
+            let Some(key) = name.strip_prefix("--") else {
+                panic!("unexpected argument {name:?}; options are --name value");
+            };
+            let value = args.next().unwrap_or_else(|| panic!("--{key} needs a value"));
+            map.insert(key.to_owned(), value);
+        }
+        fn get<T: FromStr>(map: &mut HashMap<String, String>, key: &str, default: T) -> T {
+            match map.remove(key) {
+                Some(v) => v.parse().unwrap_or_else(|_| panic!("--{key} {v:?} is not valid")),
+                None => default,
+            }
+        }
+        let parts: String = get(&mut map, "parts", "1,2,3,4".to_owned());
+        let args = Args {
+            parts: parts
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.trim().parse().expect("--parts: numbers 1 to 4"))
+                .collect(),
+            subs: get(&mut map, "subs", 1000usize).max(1),
+            sockets: get(&mut map, "sockets", 10usize).max(1),
+            latency_jobs: get(&mut map, "latency-jobs", 200usize).max(1),
+            rate: get(&mut map, "rate", 10.0f64),
+            run_ms: get(&mut map, "run-ms", 500),
+            design_subs: get(&mut map, "design-subs", 100),
+            design_events: get(&mut map, "design-events", 200.0),
+            steady_jobs: get(&mut map, "steady-jobs", 1000usize).max(1),
+            steady_secs: get(&mut map, "steady-secs", 60u64).max(1),
+            poll_clients: get(&mut map, "poll-clients", 1000usize).max(1),
+            poll_secs: get(&mut map, "poll-secs", 10u64).max(1),
+            jobs: get(&mut map, "jobs", 100_000usize).max(1),
+            fill_minutes: get(&mut map, "fill-minutes", 15),
+            clients: get(&mut map, "clients", 32usize).max(1),
+            durability: get(&mut map, "durability", "full".to_owned()),
+            history: get(&mut map, "history", 200_000usize),
+        };
+        assert!(
+            map.is_empty(),
+            "unknown options: {:?}",
+            map.keys().collect::<Vec<_>>()
+        );
+        assert!(args.rate > 0.0, "--rate must be positive");
+        args
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The emulated cluster
+
+/// An emulator sized for a benchmark: no core/v1 Events from the simulated controllers, a
+/// long change history, and a kubeconfig that points at it.
+struct Cluster {
+    emu: Emulator,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(history: usize) -> Cluster {
+        let options = Options {
+            history,
+            simulation: SimConfig {
+                events: false,
+                ..SimConfig::default()
+            },
+            ..Options::default()
+        };
+        let emu = Emulator::start_with(options)
+            .await
+            .expect("starting the emulator");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let kubeconfig = dir.path().join("kubeconfig");
+        emu.write_kubeconfig(&kubeconfig, "default")
+            .expect("writing the kubeconfig");
+        Cluster {
+            emu,
+            kubeconfig,
+            _dir: dir,
+        }
+    }
+
+    /// Names of the Jobs in `default` that have not finished.
+    fn running_job_names(&self) -> Vec<String> {
+        let (items, _) = self
+            .emu
+            .store()
+            .list("jobs.batch", Some("default"), &|job| !job_complete(job));
+        items
+            .iter()
+            .filter_map(|j| j.pointer("/metadata/name")?.as_str().map(str::to_owned))
+            .collect()
+    }
+}
+
+fn job_complete(job: &Value) -> bool {
+    job.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Complete" && c["status"] == "True")
+        })
+}
+
+fn job_started(job: &Value) -> bool {
+    job.pointer("/status/startTime").is_some_and(|v| !v.is_null())
+        || job.pointer("/status/active").and_then(Value::as_i64).unwrap_or(0) > 0
+}
+
+/// A jobgate job id (a UUID) as a number, cheap to key by.
+fn job_key(id: &str) -> Option<u128> {
+    let hex: String = id.chars().filter(|c| *c != '-').collect();
+    (hex.len() == 32).then(|| u128::from_str_radix(&hex, 16).ok())?
+}
+
+fn now_us() -> i64 {
+    Utc::now().timestamp_micros()
+}
+
+/// When the emulator's store published the writes that matter for one Job (µs since the
+/// epoch, this machine's wall clock).
+#[derive(Clone, Copy, Default)]
+struct JobMarks {
+    started_us: Option<i64>,
+    complete_us: Option<i64>,
+}
+
+/// Timestamps every Job write as the store publishes it, on a thread of its own so that it
+/// is never queued behind the runtime's other work.
+struct WriteClock {
+    marks: Arc<Mutex<HashMap<u128, JobMarks>>>,
+    lagged: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl WriteClock {
+    fn start(cluster: &Cluster) -> WriteClock {
+        let (_, mut changes) = cluster.emu.store().watch(None).expect("watching the store");
+        let marks: Arc<Mutex<HashMap<u128, JobMarks>>> = Arc::default();
+        let lagged = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (m, l, s) = (marks.clone(), lagged.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let change = match changes.blocking_recv() {
+                    Ok(change) => change,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        l.fetch_add(n, Ordering::Relaxed);
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let at = now_us();
+                if change.resource != "jobs.batch" {
+                    continue;
+                }
+                let object = &change.object;
+                let Some(key) = object
+                    .pointer("/metadata/labels")
+                    .and_then(|l| l.get(JOB_ID_LABEL))
+                    .and_then(Value::as_str)
+                    .and_then(job_key)
+                else {
+                    continue;
+                };
+                let mut marks = m.lock().unwrap();
+                let entry = marks.entry(key).or_default();
+                if entry.started_us.is_none() && job_started(object) {
+                    entry.started_us = Some(at);
+                }
+                if entry.complete_us.is_none() && job_complete(object) {
+                    entry.complete_us = Some(at);
+                }
+            }
+        });
+        WriteClock { marks, lagged, stop }
+    }
+}
+
+impl Drop for WriteClock {
+    fn drop(&mut self) {
+        // The thread ends at the store's next change, or when the store goes away.
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server under test
+
+struct Gateway {
+    child: Option<Child>,
+    addr: SocketAddr,
+    /// When the process was spawned, and how long until it logged "listening on".
+    spawned: Instant,
+    listening_after: Duration,
+    /// Log lines that mark progress (the watchers' first lists), with their arrival time.
+    marks: Arc<Mutex<Vec<(Instant, String)>>>,
+    /// Lines logged at WARN or ERROR, but for the expected "no --api-token" notice and the
+    /// ERROR lines of /readyz answering 503.
+    problems: Arc<Mutex<Vec<String>>>,
+    /// ERROR lines that tower-http logged for 503 answers (the bench's /readyz probes).
+    not_ready: Arc<AtomicU64>,
+    http: reqwest::Client,
+}
+
+impl Gateway {
+    /// Starts jobgate over `data_dir`; returns once it listens (or panics after `limit`).
+    fn start(data_dir: &Path, kubeconfig: &Path, durability: &str, limit: Duration) -> Gateway {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_jobgate"));
+        command
+            .args(["--listen", "127.0.0.1:0", "--durability", durability])
+            .args(["--executor", "kubernetes", "--kubeconfig"])
+            .arg(kubeconfig)
+            .arg("--data-dir")
+            .arg(data_dir)
+            // WARN and up, plus the "listening on" and "first list done" lines.
+            .args(["--log", "warn,jobgate::server=info,jobgate::executor::kube=info"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // Only the flags above configure it, whatever this shell exports.
+        for (name, _) in std::env::vars() {
+            if name.starts_with("JOBGATE_") || name == "KUBECONFIG" {
+                command.env_remove(name);
+            }
+        }
+        let spawned = Instant::now();
+        let mut child = command.spawn().expect("starting jobgate");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let problems = Arc::new(Mutex::new(Vec::new()));
+        let marks = Arc::new(Mutex::new(Vec::new()));
+        let not_ready = Arc::new(AtomicU64::new(0));
+        let (sink, mark_sink, not_ready_sink) = (problems.clone(), marks.clone(), not_ready.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on http://").nth(1)
+                    && let Some(tx) = tx.take()
+                {
+                    let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                    let _ = tx.send((addr, Instant::now()));
+                } else if line.contains("first list done") {
+                    mark_sink.lock().unwrap().push((Instant::now(), line));
+                } else if line.contains("tower_http::trace::on_failure") && line.contains("503") {
+                    // The bench's own /readyz probes while the watchers list: counted apart.
+                    not_ready_sink.fetch_add(1, Ordering::Relaxed);
+                } else if (line.contains(" WARN ") || line.contains("ERROR "))
+                    && !line.contains("no --api-token set")
+                {
+                    sink.lock().unwrap().push(line);
+                }
+            }
+        });
+        let (addr, at) = match rx.recv_timeout(limit) {
+            Ok(found) => found,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("jobgate did not start: {:?}", problems.lock().unwrap());
+            }
+        };
+        Gateway {
+            child: Some(child),
+            addr: addr.parse().expect("the address in the log line"),
+            spawned,
+            listening_after: at - spawned,
+            marks,
+            problems,
+            not_ready,
+            http: reqwest::Client::builder()
+                .timeout(WAIT)
+                .build()
+                .expect("an HTTP client"),
+        }
+    }
+
+    async fn start_async(data_dir: &Path, kubeconfig: &Path, durability: &str, limit: Duration) -> Gateway {
+        let (d, k, durability) = (data_dir.to_owned(), kubeconfig.to_owned(), durability.to_owned());
+        tokio::task::spawn_blocking(move || Gateway::start(&d, &k, &durability, limit))
+            .await
+            .expect("starting jobgate")
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/graphql", self.addr)
+    }
+
+    fn ws_url(&self) -> String {
+        format!("ws://{}/graphql", self.addr)
+    }
+
+    /// Fields of /proc/PID/status, in KiB: (VmRSS, RssAnon, RssFile).
+    fn memory_kib(&self) -> (u64, u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or(0)
+        };
+        (field("VmRSS:"), field("RssAnon:"), field("RssFile:"))
+    }
+
+    async fn query(&self, query: &str, variables: Value) -> Value {
+        let body: Value = self
+            .http
+            .post(self.url())
+            .json(&json!({ "query": query, "variables": variables }))
+            .send()
+            .await
+            .expect("POST /graphql")
+            .json()
+            .await
+            .expect("a JSON body");
+        assert!(body.get("errors").is_none(), "query failed: {body}");
+        body["data"].clone()
+    }
+
+    /// How many jobs are in these phases (e.g. `RUNNING` or `FAILED, CANCELLED`).
+    async fn count(&self, phases: &str) -> i64 {
+        let query = format!("{{ jobs(first: 1, filter: {{ phases: [{phases}] }}) {{ totalCount }} }}");
+        self.query(&query, json!({})).await["jobs"]["totalCount"]
+            .as_i64()
+            .expect("totalCount")
+    }
+
+    async fn phase(&self, id: &str) -> String {
+        let data = self
+            .query("query($id: ID!) { job(id: $id) { phase } }", json!({ "id": id }))
+            .await;
+        data["job"]["phase"].as_str().unwrap_or("?").to_owned()
+    }
+
+    /// Polls /readyz until it answers 200; returns when, or `None` after `limit`.
+    async fn ready_within(&self, limit: Duration) -> Option<Instant> {
+        let url = format!("http://{}/readyz", self.addr);
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(r) = self.http.get(&url).send().await
+                && r.status() == reqwest::StatusCode::OK
+            {
+                return Some(Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    }
+
+    /// kill -9: no chance to clean up.
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait (bounded) for the exit; kill -9 after the limit.
+    async fn stop(&mut self) -> String {
+        let Some(mut child) = self.child.take() else {
+            return "not running".into();
+        };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let started = Instant::now();
+        while started.elapsed() < WAIT {
+            if let Ok(Some(status)) = child.try_wait() {
+                return format!("{status} after {:.1} s", started.elapsed().as_secs_f64());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        "did not exit within 60 s of SIGTERM; killed".into()
+    }
+
+    fn problems(&self) -> Vec<String> {
+        self.problems.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Bytes of the files in a directory (the store: database, WAL, shared memory).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Prints the size of every file in the data directory.
+fn print_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let files: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| Some((e.file_name(), e.metadata().ok()?.len())))
+        .map(|(name, len)| format!("{} {:.1} MiB", name.to_string_lossy(), len as f64 / 1048576.0))
+        .collect();
+    println!("  data directory: {}", files.join(", "));
+}
+
+/// CPU seconds used so far by a process (`self` or a pid), user + system.
+fn cpu_secs(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // After "(comm)": state is field 3, so utime (14) is index 11, stime index 12.
+    (tick(11) + tick(12)) / 100.0
+}
+
+/// The whole machine's busy CPU time so far, in seconds of one core.
+fn machine_busy() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
+    (v.iter().sum::<f64>() - idle) / 100.0
+}
+
+/// CPU use between two points, as % of one core: jobgate, this process (bench clients and
+/// the emulator), and every other process on the (shared) machine.
+struct CpuMark {
+    at: Instant,
+    server: f64,
+    bench: f64,
+    machine: f64,
+    pid: String,
+}
+
+impl CpuMark {
+    fn new(gateway: &Gateway) -> CpuMark {
+        let pid = gateway.pid().to_string();
+        CpuMark {
+            at: Instant::now(),
+            server: cpu_secs(&pid),
+            bench: cpu_secs("self"),
+            machine: machine_busy(),
+            pid,
+        }
+    }
+
+    fn since(&self) -> String {
+        let wall = self.at.elapsed().as_secs_f64().max(1e-9);
+        let server = cpu_secs(&self.pid) - self.server;
+        let bench = cpu_secs("self") - self.bench;
+        let others = (machine_busy() - self.machine - server - bench).max(0.0);
+        format!(
+            "jobgate {:.0}%, bench+emulator {:.0}%, other processes {:.0}% (of one core, over {wall:.1} s)",
+            100.0 * server / wall,
+            100.0 * bench / wall,
+            100.0 * others / wall
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// submitJob
+
+/// A job for the emulated kubelet: `run_ms` of running, then held by `gate` if one is named.
+fn job_input(run_ms: u64, gate: Option<&str>) -> Value {
+    let mut env = vec![json!({ "name": "EMULATOR_RUN_MS", "value": run_ms.to_string() })];
+    if let Some(gate) = gate {
+        env.push(json!({ "name": "EMULATOR_GATE", "value": gate }));
+    }
+    json!({ "image": "busybox:1.36", "command": ["echo", "hello"], "env": env })
+}
+
+fn submit_body(input: &Value) -> Arc<String> {
+    Arc::new(json!({ "query": SUBMIT, "variables": { "input": input } }).to_string())
+}
+
+/// Submits one job; returns its id.
+async fn submit(http: &reqwest::Client, url: &str, body: &str) -> Result<String, String> {
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = response.status();
+    let answer: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("{status}, body: {e}"))?;
+    if let Some(errors) = answer.get("errors") {
+        return Err(format!("{status}: {errors}"));
+    }
+    let job = &answer["data"]["submitJob"]["job"];
+    match (job["phase"].as_str(), job["id"].as_str()) {
+        (Some("PENDING"), Some(id)) => Ok(id.to_owned()),
+        _ => Err(format!("{status}: unexpected answer {answer}")),
+    }
+}
+
+/// What a batch of submissions gave.
+#[derive(Default)]
+struct Submitted {
+    ids: Vec<String>,
+    errors: Vec<String>,
+    elapsed: Duration,
+}
+
+/// `n` submissions from `clients` concurrent clients, each waiting for its answer.
+async fn submit_many(gateway: &Gateway, n: usize, clients: usize, body: Arc<String>) -> Submitted {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for _ in 0..clients.min(n.max(1)) {
+        let (next, http, url, body) = (next.clone(), gateway.http.clone(), gateway.url(), body.clone());
+        tasks.spawn(async move {
+            let (mut ids, mut errors) = (Vec::new(), Vec::new());
+            while next.fetch_add(1, Ordering::Relaxed) < n {
+                match submit(&http, &url, &body).await {
+                    Ok(id) => ids.push(id),
+                    Err(e) => errors.push(e),
+                }
+            }
+            (ids, errors)
+        });
+    }
+    let mut all = Submitted::default();
+    while let Some(joined) = tasks.join_next().await {
+        let (ids, errors) = joined.expect("a submit task");
+        all.ids.extend(ids);
+        all.errors.extend(errors);
+    }
+    all.elapsed = started.elapsed();
+    all
+}
+
+/// `n` submissions paced at `rate` per second, at most 256 in flight.
+async fn submit_paced(gateway: &Gateway, rate: f64, n: usize, body: Arc<String>) -> Submitted {
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let in_flight = Arc::new(Semaphore::new(256));
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for _ in 0..n {
+        ticks.tick().await;
+        let permit = in_flight.clone().acquire_owned().await.expect("semaphore");
+        let (http, url, body) = (gateway.http.clone(), gateway.url(), body.clone());
+        tasks.spawn(async move {
+            let result = submit(&http, &url, &body).await;
+            drop(permit);
+            result
+        });
+    }
+    let mut all = Submitted::default();
+    while let Some(joined) = tasks.join_next().await {
+        match joined.expect("a submit task") {
+            Ok(id) => all.ids.push(id),
+            Err(e) => all.errors.push(e),
+        }
+    }
+    all.elapsed = started.elapsed();
+    all
+}
+
+/// Nearest-rank percentile of sorted values.
+fn pct<T: Copy>(sorted: &[T], p: f64) -> T {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// "p50 / p99 / max" of µs values, in ms.
+fn summary_ms(values: &mut [i64]) -> String {
+    if values.is_empty() {
+        return "no samples".into();
+    }
+    values.sort_unstable();
+    let ms = |v: i64| v as f64 / 1e3;
+    format!(
+        "{:.2} / {:.2} / {:.2} ms",
+        ms(pct(values, 50.0)),
+        ms(pct(values, 99.0)),
+        ms(*values.last().unwrap())
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subscribers
+
+const PHASES: [&str; 5] = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
+const RUNNING: u8 = 1;
+const SUCCEEDED: u8 = 2;
+
+/// One received `next` frame.
+struct Sample {
+    /// Receive time and the event's `at`, µs since the epoch.
+    recv_us: i64,
+    at_us: i64,
+    job: u128,
+    seq: i64,
+    /// The subscription's number on its socket.
+    sub: u32,
+    phase: u8,
+}
+
+/// Shared by every reader task.
+#[derive(Default)]
+struct Hub {
+    frames: AtomicU64,
+    succeeded: AtomicU64,
+    bad: AtomicU64,
+    bad_examples: Mutex<Vec<String>>,
+    /// Record samples only while set (the measured windows).
+    recording: AtomicU8,
+}
+
+impl Hub {
+    fn bad(&self, what: String) {
+        self.bad.fetch_add(1, Ordering::Relaxed);
+        let mut examples = self.bad_examples.lock().unwrap();
+        if examples.len() < 5 {
+            examples.push(what);
+        }
+    }
+
+    fn record(&self, text: &str, recv_us: i64, samples: &Mutex<Vec<Sample>>) {
+        if !text.contains(r#""type":"next""#) || text.contains(r#""errors""#) {
+            return self.bad(format!("unexpected frame: {text}"));
+        }
+        let parsed = (|| {
+            let at = DateTime::parse_from_rfc3339(string_field(text, "at")?).ok()?;
+            let seq = string_field(text, "cursor")?.parse().ok()?;
+            let phase = PHASES
+                .iter()
+                .position(|p| Some(*p) == string_field(text, "phase"))?;
+            let job = job_key(string_field(text.split(r#""job":"#).nth(1)?, "id")?)?;
+            let sub = text.split(r#""id":"s"#).nth(1)?;
+            let sub = sub[..sub.find('"')?].parse().ok()?;
+            Some((at.timestamp_micros(), seq, phase as u8, job, sub))
+        })();
+        let Some((at_us, seq, phase, job, sub)) = parsed else {
+            return self.bad(format!("no at, cursor, phase, job id or subscription in: {text}"));
+        };
+        self.frames.fetch_add(1, Ordering::Relaxed);
+        if phase == SUCCEEDED {
+            self.succeeded.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.recording.load(Ordering::Relaxed) == 1 {
+            samples.lock().unwrap().push(Sample {
+                recv_us,
+                at_us,
+                job,
+                seq,
+                sub,
+                phase,
+            });
+        }
+    }
+}
+
+/// A string field of the frame, found without parsing the whole frame (the reader must keep
+/// up). Good enough for the fields selected here, whose values hold no escaped quote.
+fn string_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!("\"{name}\":\"");
+    let rest = &text[text.find(&key)? + key.len()..];
+    Some(&rest[..rest.find('"')?])
+}
+
+struct Socket {
+    sink: SplitSink<Ws, Message>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Opens a graphql-transport-ws socket, waits for the ack, and starts its reader.
+async fn open_socket(url: String, hub: Arc<Hub>) -> Result<Socket, String> {
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "graphql-transport-ws".parse().unwrap());
+    let (mut ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| format!("connect: {e}"))?;
+    ws.send(Message::text(r#"{"type":"connection_init","payload":{}}"#))
+        .await
+        .map_err(|e| format!("send init: {e}"))?;
+    loop {
+        let frame = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .map_err(|_| "no connection_ack in time".to_owned())?;
+        match frame {
+            Some(Ok(Message::Text(t))) if t.as_str().contains("connection_ack") => break,
+            Some(Ok(Message::Text(t))) => return Err(format!("expected connection_ack, got {t}")),
+            Some(Ok(Message::Close(c))) => return Err(format!("closed before ack: {c:?}")),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(format!("before ack: {e}")),
+            None => return Err("socket ended before ack".into()),
+        }
+    }
+    let (sink, stream) = ws.split();
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let reader = tokio::spawn(read_loop(stream, hub, samples.clone()));
+    Ok(Socket {
+        sink,
+        samples,
+        reader,
+    })
+}
+
+async fn read_loop(mut stream: SplitStream<Ws>, hub: Arc<Hub>, samples: Arc<Mutex<Vec<Sample>>>) {
+    // Reading also answers the server's keepalive pings (tungstenite queues the pong).
+    while let Some(frame) = stream.next().await {
+        let recv_us = now_us();
+        match frame {
+            Ok(Message::Text(t)) => hub.record(t.as_str(), recv_us, &samples),
+            Ok(Message::Close(c)) => return hub.bad(format!("socket closed by the server: {c:?}")),
+            Ok(_) => {}
+            Err(e) => return hub.bad(format!("socket error: {e}")),
+        }
+    }
+    hub.bad("socket ended".into());
+}
+
+/// Opens `n_sockets` sockets carrying `per_socket` subscriptions each, named `s0`, `s1`, ….
+async fn open_subscribers(
+    gateway: &Gateway,
+    hub: &Arc<Hub>,
+    n_sockets: usize,
+    per_socket: usize,
+) -> Vec<Socket> {
+    let mut sockets = Vec::with_capacity(n_sockets);
+    for _ in 0..n_sockets {
+        let mut socket = open_socket(gateway.ws_url(), hub.clone())
+            .await
+            .expect("opening a subscriber socket");
+        for i in 0..per_socket {
+            let message =
+                json!({ "id": format!("s{i}"), "type": "subscribe", "payload": { "query": SUBSCRIBE } });
+            socket
+                .sink
+                .send(Message::text(message.to_string()))
+                .await
+                .expect("send subscribe");
+        }
+        sockets.push(socket);
+    }
+    sockets
+}
+
+/// Waits until `counter` reaches `target`; false after `limit`.
+async fn reach(counter: &AtomicU64, target: u64, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while counter.load(Ordering::Relaxed) < target {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+/// Takes every socket's samples.
+fn take_samples(sockets: &[Socket]) -> Vec<Vec<Sample>> {
+    sockets
+        .iter()
+        .map(|s| std::mem::take(&mut *s.samples.lock().unwrap()))
+        .collect()
+}
+
+/// Latency figures of one measured run.
+struct Latency {
+    /// Frames of the measured jobs, and SUCCEEDED frames missing (jobs × subscriptions - seen).
+    frames: usize,
+    missing_succeeded: usize,
+    /// Events per job (frames per subscription and job, averaged).
+    events_per_job: f64,
+    /// Job Complete write → SUCCEEDED frame, µs, one per subscription and job.
+    succeeded: Vec<i64>,
+    /// First write with a start → first RUNNING frame, µs, one per subscription and job.
+    running: Vec<i64>,
+    /// Per event (once, not per subscriber): the Job write → the event's `at` (jobgate's
+    /// record time), for SUCCEEDED and RUNNING.
+    write_to_at: Vec<i64>,
+    /// Per frame: the event's `at` → frame received.
+    at_to_frame: Vec<i64>,
+    /// Jobs without a Complete or a start write seen by the write clock.
+    unmatched: usize,
+    frames_per_sec: f64,
+}
+
+fn latency(
+    samples: &[Vec<Sample>],
+    jobs: &HashSet<u128>,
+    marks: &HashMap<u128, JobMarks>,
+    subs: usize,
+) -> Latency {
+    let mut out = Latency {
+        frames: 0,
+        missing_succeeded: 0,
+        events_per_job: 0.0,
+        succeeded: Vec::new(),
+        running: Vec::new(),
+        write_to_at: Vec::new(),
+        at_to_frame: Vec::new(),
+        unmatched: 0,
+        frames_per_sec: 0.0,
+    };
+    let mut per_event: BTreeMap<i64, (u128, u8, i64)> = BTreeMap::new();
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    let mut seen_succeeded = 0;
+    for socket in samples {
+        let mut first_running: HashMap<(u32, u128), i64> = HashMap::new();
+        for s in socket.iter().filter(|s| jobs.contains(&s.job)) {
+            out.frames += 1;
+            first = first.min(s.recv_us);
+            last = last.max(s.recv_us);
+            out.at_to_frame.push(s.recv_us - s.at_us);
+            per_event.entry(s.seq).or_insert((s.job, s.phase, s.at_us));
+            let mark = marks.get(&s.job).copied().unwrap_or_default();
+            match s.phase {
+                SUCCEEDED => {
+                    seen_succeeded += 1;
+                    if let Some(w) = mark.complete_us {
+                        out.succeeded.push(s.recv_us - w);
+                    }
+                }
+                RUNNING => {
+                    let entry = first_running.entry((s.sub, s.job)).or_insert(s.recv_us);
+                    *entry = (*entry).min(s.recv_us);
+                }
+                _ => {}
+            }
+        }
+        for ((_, job), recv) in first_running {
+            if let Some(w) = marks.get(&job).and_then(|m| m.started_us) {
+                out.running.push(recv - w);
+            }
+        }
+    }
+    // Per event: the first RUNNING event of each job and its SUCCEEDED event.
+    let mut running_done = HashSet::new();
+    for (job, phase, at_us) in per_event.values() {
+        let mark = marks.get(job).copied().unwrap_or_default();
+        match *phase {
+            SUCCEEDED => {
+                if let Some(w) = mark.complete_us {
+                    out.write_to_at.push(at_us - w);
+                }
+            }
+            RUNNING if running_done.insert(*job) => {
+                if let Some(w) = mark.started_us {
+                    out.write_to_at.push(at_us - w);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.unmatched = jobs
+        .iter()
+        .filter(|j| {
+            marks
+                .get(j)
+                .is_none_or(|m| m.complete_us.is_none() || m.started_us.is_none())
+        })
+        .count();
+    out.missing_succeeded = (jobs.len() * subs).saturating_sub(seen_succeeded);
+    out.events_per_job = out.frames as f64 / (jobs.len() * subs).max(1) as f64;
+    out.frames_per_sec = out.frames as f64 / ((last - first) as f64 / 1e6).max(1e-6);
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("kube: skipped; run it with `cargo bench --bench kube`");
+        return;
+    }
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(run(args));
+}
+
+/// Rows of the final table: (part, figure, value).
+type Table = Vec<(String, String, String)>;
+
+async fn run(args: Args) {
+    println!(
+        "jobgate Kubernetes bench; server binary: {}",
+        env!("CARGO_BIN_EXE_jobgate")
+    );
+    let mut table: Table = Vec::new();
+    if args.parts.iter().any(|p| *p == 1 || *p == 2) {
+        latency_and_requests(&args, &mut table).await;
+    }
+    if args.parts.iter().any(|p| *p == 3 || *p == 4) {
+        memory_and_recovery(&args, &mut table).await;
+    }
+    println!();
+    println!("{:<40} {:<52} {:>24}", "part", "figure", "value");
+    println!("{}", "-".repeat(118));
+    let mut previous = String::new();
+    for (what, figure, value) in &table {
+        let label = if *what == previous { "" } else { what.as_str() };
+        println!("{label:<40} {figure:<52} {value:>24}");
+        previous.clone_from(what);
+    }
+}
+
+fn push(table: &mut Table, what: &str, figure: &str, value: String) {
+    println!("  {figure}: {value}");
+    table.push((what.to_owned(), figure.to_owned(), value));
+}
+
+/// Parts 1 and 2, on one emulator and one server.
+async fn latency_and_requests(args: &Args, table: &mut Table) {
+    let cluster = Cluster::start(args.history).await;
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let mut gateway = Gateway::start_async(data.path(), &cluster.kubeconfig, &args.durability, WAIT).await;
+    gateway
+        .ready_within(WAIT)
+        .await
+        .expect("jobgate ready within 60 s");
+    let clock = WriteClock::start(&cluster);
+    let hub = Arc::new(Hub::default());
+    let per_socket = args.subs.div_ceil(args.sockets);
+    let subs = per_socket * args.sockets;
+    let rss_before = gateway.memory_kib().0;
+    let mut sockets = open_subscribers(&gateway, &hub, args.sockets, per_socket).await;
+    println!(
+        "\n== 1. watch event → frame: {subs} jobEvents subscriptions on {} sockets; jobgate VmRSS {rss_before} KiB before",
+        args.sockets
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Warm-up: every subscription must see these jobs finish.
+    let body = submit_body(&job_input(args.run_ms.min(100), None));
+    let warm = submit_many(&gateway, 5, 5, body).await;
+    assert!(warm.errors.is_empty(), "warm-up failed: {:?}", warm.errors);
+    let target = 5 * subs as u64;
+    assert!(
+        reach(&hub.succeeded, target, WAIT).await,
+        "warm-up: {} of {target} SUCCEEDED frames",
+        hub.succeeded.load(Ordering::Relaxed)
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!("  warm-up: 5 jobs reached all {subs} subscriptions");
+
+    let what = format!(
+        "1. {subs} subs, {} jobs at {} jobs/s",
+        args.latency_jobs, args.rate
+    );
+    let events_per_job = measure_latency(
+        &cluster,
+        &gateway,
+        &hub,
+        &sockets,
+        &clock,
+        subs,
+        (args.latency_jobs, args.rate, args.run_ms),
+        &what,
+        table,
+    )
+    .await;
+    println!("  jobgate VmRSS: {} KiB", gateway.memory_kib().0);
+
+    if args.parts.contains(&2) {
+        steady_requests(args, &cluster, &gateway, &hub, subs, table).await;
+    }
+
+    // The design's point: fewer subscribers, a higher event rate.
+    if args.parts.contains(&1) && args.design_subs > 0 && args.design_events > 0.0 {
+        let keep = args.design_subs.div_ceil(per_socket).clamp(1, sockets.len());
+        sockets.truncate(keep);
+        let small = keep * per_socket;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let rate = args.design_events / events_per_job.max(1.0);
+        let n = ((rate * 10.0).round() as usize).max(args.latency_jobs);
+        let what = format!("1. {small} subs, {} ev/s ({rate:.1} jobs/s)", args.design_events);
+        measure_latency(
+            &cluster,
+            &gateway,
+            &hub,
+            &sockets,
+            &clock,
+            small,
+            (n, rate, args.run_ms),
+            &what,
+            table,
+        )
+        .await;
+    }
+
+    let bad = hub.bad.load(Ordering::Relaxed);
+    for example in hub.bad_examples.lock().unwrap().iter() {
+        println!("    unexpected: {example}");
+    }
+    let what = "1-2. all runs";
+    push(table, what, "unexpected frames or socket ends", bad.to_string());
+    push(
+        table,
+        what,
+        "write-clock changes lost (lagged)",
+        clock.lagged.load(Ordering::Relaxed).to_string(),
+    );
+    report_problems(&gateway, table, what);
+    drop(sockets);
+    println!("  jobgate stopped: {}", gateway.stop().await);
+    drop(clock);
+    cluster.emu.shutdown().await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure_latency(
+    cluster: &Cluster,
+    gateway: &Gateway,
+    hub: &Hub,
+    sockets: &[Socket],
+    clock: &WriteClock,
+    subs: usize,
+    (jobs, rate, run_ms): (usize, f64, u64),
+    what: &str,
+    table: &mut Table,
+) -> f64 {
+    println!("\n-- {what} (each runs {run_ms} ms)");
+    take_samples(sockets);
+    cluster.emu.reset_requests();
+    let watches = cluster.emu.requests().open_watches;
+    let succeeded_before = hub.succeeded.load(Ordering::Relaxed);
+    hub.recording.store(1, Ordering::Relaxed);
+    let cpu = CpuMark::new(gateway);
+    let submitted = submit_paced(gateway, rate, jobs, submit_body(&job_input(run_ms, None))).await;
+    let achieved = submitted.ids.len() as f64 / submitted.elapsed.as_secs_f64();
+    let target = succeeded_before + (submitted.ids.len() * subs) as u64;
+    let complete = reach(&hub.succeeded, target, WAIT).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    hub.recording.store(0, Ordering::Relaxed);
+    let cpu = cpu.since();
+    let requests = cluster.emu.requests();
+    println!(
+        "  submitted {} jobs at {achieved:.1} jobs/s ({} errors){}; cpu: {cpu}",
+        submitted.ids.len(),
+        submitted.errors.len(),
+        if complete {
+            ""
+        } else {
+            "; NOT every SUCCEEDED frame arrived within 60 s"
+        }
+    );
+    for e in submitted.errors.iter().take(3) {
+        println!("  error: {e}");
+    }
+    let ids: HashSet<u128> = submitted.ids.iter().filter_map(|id| job_key(id)).collect();
+    let samples = take_samples(sockets);
+    let marks = clock.marks.lock().unwrap().clone();
+    let mut l = latency(&samples, &ids, &marks, subs);
+    push(
+        table,
+        what,
+        "Complete write → SUCCEEDED frame p50 / p99 / max",
+        summary_ms(&mut l.succeeded),
+    );
+    push(
+        table,
+        what,
+        "start write → first RUNNING frame p50 / p99 / max",
+        summary_ms(&mut l.running),
+    );
+    push(
+        table,
+        what,
+        "  of which: Job write → event recorded (at)",
+        summary_ms(&mut l.write_to_at),
+    );
+    push(
+        table,
+        what,
+        "  of which: event at → frame (all frames)",
+        summary_ms(&mut l.at_to_frame),
+    );
+    push(
+        table,
+        what,
+        "frames; SUCCEEDED frames missing; events per job",
+        format!("{}; {}; {:.2}", l.frames, l.missing_succeeded, l.events_per_job),
+    );
+    push(
+        table,
+        what,
+        "frames/s while delivering",
+        format!("{:.0}", l.frames_per_sec),
+    );
+    if l.unmatched > 0 {
+        push(
+            table,
+            what,
+            "jobs with a write not seen by the clock",
+            l.unmatched.to_string(),
+        );
+    }
+    let n = submitted.ids.len().max(1) as f64;
+    let verbs: Vec<String> = requests
+        .by_verb
+        .iter()
+        .map(|(verb, count)| format!("{verb} {count}"))
+        .collect();
+    push(
+        table,
+        what,
+        "API requests per job (by verb, total)",
+        format!("{:.2} ({})", requests.total as f64 / n, verbs.join(", ")),
+    );
+    push(
+        table,
+        what,
+        "open API watches before / after",
+        format!("{watches} / {}", requests.open_watches),
+    );
+    l.events_per_job
+}
+
+/// Part 2: jobgate's API requests in steady state, against a polling design.
+async fn steady_requests(
+    args: &Args,
+    cluster: &Cluster,
+    gateway: &Gateway,
+    hub: &Hub,
+    subs: usize,
+    table: &mut Table,
+) {
+    let what = format!("2. {} jobs running, {subs} subs", args.steady_jobs);
+    println!("\n== {what}");
+    let gate = "bench-steady";
+    let running_before = gateway.count("RUNNING").await;
+    let submitted = submit_many(
+        gateway,
+        args.steady_jobs,
+        args.clients,
+        submit_body(&job_input(0, Some(gate))),
+    )
+    .await;
+    assert!(
+        submitted.errors.is_empty(),
+        "steady jobs: {:?}",
+        &submitted.errors[..1]
+    );
+    let target = running_before + submitted.ids.len() as i64;
+    let deadline = Instant::now() + WAIT;
+    while gateway.count("RUNNING").await < target && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let running = gateway.count("RUNNING").await;
+    println!("  {running} jobs RUNNING in jobgate; letting it settle 3 s");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // jobgate alone.
+    let frames_before = hub.frames.load(Ordering::Relaxed);
+    cluster.emu.reset_requests();
+    let watches_before = cluster.emu.requests().open_watches;
+    let cpu = CpuMark::new(gateway);
+    tokio::time::sleep(Duration::from_secs(args.steady_secs)).await;
+    let counted = cluster.emu.requests();
+    println!("  cpu: {}", cpu.since());
+    let per_minute = counted.total as f64 * 60.0 / args.steady_secs as f64;
+    push(
+        table,
+        &what,
+        &format!("jobgate: API requests/min (counted over {} s)", args.steady_secs),
+        format!("{per_minute:.1} ({} requests)", counted.total),
+    );
+    push(
+        table,
+        &what,
+        "jobgate: open API watches (start / end of window)",
+        format!("{watches_before} / {}", counted.open_watches),
+    );
+    push(
+        table,
+        &what,
+        "frames sent to subscribers in the window",
+        (hub.frames.load(Ordering::Relaxed) - frames_before).to_string(),
+    );
+
+    // The polling design: each client GETs one running Job once a second.
+    let names = cluster.running_job_names();
+    assert!(!names.is_empty(), "no running Job to poll");
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.poll_clients)
+        .timeout(WAIT)
+        .build()
+        .expect("an HTTP client");
+    let base = format!("{}/apis/batch/v1/namespaces/default/jobs", cluster.emu.url());
+    cluster.emu.reset_requests();
+    let window = Duration::from_secs(args.poll_secs);
+    let started = tokio::time::Instant::now();
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut tasks = JoinSet::new();
+    for i in 0..args.poll_clients {
+        let url = format!("{base}/{}", names[i % names.len()]);
+        let (http, ok, failed) = (http.clone(), ok.clone(), failed.clone());
+        // Spread over the second, as independent clients would be.
+        let first = started + Duration::from_secs_f64(i as f64 / args.poll_clients as f64);
+        tasks.spawn(async move {
+            let mut ticks = tokio::time::interval_at(first, Duration::from_secs(1));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                if started.elapsed() >= window {
+                    return;
+                }
+                match http.get(&url).send().await {
+                    Ok(r) if r.status().is_success() => {
+                        let _ = r.bytes().await;
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let polled = cluster.emu.requests();
+    let per_minute = polled.total as f64 * 60.0 / args.poll_secs as f64;
+    push(
+        table,
+        &what,
+        &format!(
+            "polling: {} clients × 1 Hz, API requests/min (over {} s)",
+            args.poll_clients, args.poll_secs
+        ),
+        format!("{per_minute:.0} ({} requests)", polled.total),
+    );
+    push(
+        table,
+        &what,
+        "polling: GETs answered 2xx / failed",
+        format!(
+            "{} / {}",
+            ok.load(Ordering::Relaxed),
+            failed.load(Ordering::Relaxed)
+        ),
+    );
+
+    // Let them finish; every subscriber must see it.
+    let succeeded_before = hub.succeeded.load(Ordering::Relaxed);
+    cluster.emu.simulation().open_gate(gate);
+    let target = succeeded_before + (submitted.ids.len() * subs) as u64;
+    let done = reach(&hub.succeeded, target, WAIT * 2).await;
+    println!(
+        "  gate opened: {} of {} SUCCEEDED frames arrived",
+        hub.succeeded.load(Ordering::Relaxed) - succeeded_before,
+        target - succeeded_before
+    );
+    if !done {
+        push(table, &what, "SUCCEEDED frames missing after the gate opened", {
+            (target - hub.succeeded.load(Ordering::Relaxed)).to_string()
+        });
+    }
+}
+
+fn report_problems(gateway: &Gateway, table: &mut Table, what: &str) {
+    let problems = gateway.problems();
+    for line in problems.iter().take(5) {
+        println!("  jobgate logged: {line}");
+    }
+    push(
+        table,
+        what,
+        "jobgate WARN/ERROR log lines (+ ERROR lines for /readyz 503)",
+        format!(
+            "{} (+ {})",
+            problems.len(),
+            gateway.not_ready.load(Ordering::Relaxed)
+        ),
+    );
+}
+
+/// Parts 3 and 4 on a fresh emulator and server.
+async fn memory_and_recovery(args: &Args, table: &mut Table) {
+    let cluster = Cluster::start(args.history).await;
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let mut gateway = Gateway::start_async(data.path(), &cluster.kubeconfig, &args.durability, WAIT).await;
+    gateway
+        .ready_within(WAIT)
+        .await
+        .expect("jobgate ready within 60 s");
+    println!(
+        "\n== 3. memory per tracked job (data directory {})",
+        data.path().display()
+    );
+
+    // Warm-up: a few jobs through the whole path.
+    let warm = submit_many(&gateway, 20, 8, submit_body(&job_input(50, None))).await;
+    assert!(warm.errors.is_empty(), "warm-up failed: {:?}", warm.errors);
+    let deadline = Instant::now() + WAIT;
+    while gateway.count("PENDING, RUNNING").await > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (rss0, anon0, file0) = gateway.memory_kib();
+    let disk0 = dir_bytes(data.path());
+    let what = "3. memory per tracked job";
+    push(
+        table,
+        what,
+        "0 unfinished: VmRSS (RssAnon, RssFile); store on disk",
+        format!(
+            "{rss0} KiB ({anon0}, {file0}); {:.1} MiB",
+            disk0 as f64 / 1048576.0
+        ),
+    );
+
+    let mut steps = vec![args.jobs.min(10_000)];
+    if args.jobs > 10_000 {
+        steps.push(args.jobs);
+    }
+    let gate = "bench-hold";
+    let body = submit_body(&job_input(0, Some(gate)));
+    let fill_deadline = Instant::now() + Duration::from_secs(args.fill_minutes * 60);
+    let fill_started = Instant::now();
+    let mut tracked = 0usize;
+    let mut submitted_total = 0usize;
+    for step in steps {
+        // Submit in slices, so that the fill can stop at its deadline.
+        while submitted_total < step && Instant::now() < fill_deadline {
+            let n = (step - submitted_total).min(5_000);
+            let cpu = CpuMark::new(&gateway);
+            let s = submit_many(&gateway, n, args.clients, body.clone()).await;
+            submitted_total += s.ids.len();
+            let running = gateway.count("RUNNING").await;
+            println!(
+                "  +{} jobs in {:.1} s ({:.0}/s, {} errors); {submitted_total} submitted, {running} RUNNING, \
+                 VmRSS {} KiB, {:.0} s since the fill began; cpu: {}",
+                s.ids.len(),
+                s.elapsed.as_secs_f64(),
+                s.ids.len() as f64 / s.elapsed.as_secs_f64(),
+                s.errors.len(),
+                gateway.memory_kib().0,
+                fill_started.elapsed().as_secs_f64(),
+                cpu.since()
+            );
+            if let Some(e) = s.errors.first() {
+                println!("  error: {e}");
+            }
+        }
+        // Every submitted job observed running (bounded by the fill deadline, at least 60 s).
+        let deadline = fill_deadline.max(Instant::now() + WAIT);
+        let mut running = gateway.count("RUNNING").await;
+        while (running as usize) < submitted_total && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            running = gateway.count("RUNNING").await;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        running = gateway.count("RUNNING").await;
+        tracked = running as usize;
+        let (rss, anon, file) = gateway.memory_kib();
+        let disk = dir_bytes(data.path());
+        let label = if tracked < step {
+            format!("{tracked} unfinished (of {step} wanted; fill time limit)")
+        } else {
+            format!("{tracked} unfinished")
+        };
+        println!(
+            "  {label} after {:.0} s: pending {}, failed {}",
+            fill_started.elapsed().as_secs_f64(),
+            gateway.count("PENDING").await,
+            gateway.count("FAILED, CANCELLED").await
+        );
+        push(
+            table,
+            what,
+            &format!("{label}: VmRSS (RssAnon, RssFile); store"),
+            format!("{rss} KiB ({anon}, {file}); {:.1} MiB", disk as f64 / 1048576.0),
+        );
+        let per = |a: u64, b: u64| (b as f64 - a as f64) / tracked.max(1) as f64;
+        push(
+            table,
+            what,
+            &format!("{tracked}: (RSS(N) - RSS(0)) / N; RssAnon; store"),
+            format!(
+                "{:.2}; {:.2}; {:.2} KiB",
+                per(rss0, rss),
+                per(anon0, anon),
+                per(disk0, disk) / 1024.0
+            ),
+        );
+        print_files(data.path());
+        let requests = cluster.emu.requests();
+        println!(
+            "  emulator: {} API requests so far ({:?}); {} open watches; {} pods created",
+            requests.total,
+            requests.by_verb,
+            requests.open_watches,
+            cluster.emu.simulation().pods_created()
+        );
+        if tracked < step {
+            break;
+        }
+    }
+    report_problems(&gateway, table, what);
+
+    if args.parts.contains(&4) {
+        recovery(
+            args,
+            &cluster,
+            &mut gateway,
+            data.path(),
+            tracked,
+            (rss0, anon0),
+            table,
+        )
+        .await;
+    }
+    println!("  jobgate stopped: {}", gateway.stop().await);
+    cluster.emu.shutdown().await;
+}
+
+/// Part 4: kill -9 with `tracked` unfinished jobs, start again, time the recovery.
+async fn recovery(
+    args: &Args,
+    cluster: &Cluster,
+    gateway: &mut Gateway,
+    data_dir: &Path,
+    tracked: usize,
+    (rss0, anon0): (u64, u64),
+    table: &mut Table,
+) {
+    let what = format!("4. restart with {tracked} unfinished");
+    println!("\n== {what}");
+    gateway.kill9();
+    cluster.emu.reset_requests();
+    let limit = Duration::from_secs(600);
+    let restarted = Gateway::start_async(data_dir, &cluster.kubeconfig, &args.durability, limit).await;
+    let spawned = restarted.spawned;
+    push(
+        table,
+        &what,
+        "spawn → listening (store opened, jobs adopted)",
+        format!("{:.2} s", restarted.listening_after.as_secs_f64()),
+    );
+    // A job submitted at once: it can only finish once the launcher and watchers run.
+    let id = submit(
+        &restarted.http,
+        &restarted.url(),
+        &submit_body(&job_input(50, None)),
+    )
+    .await
+    .expect("submitting after the restart");
+    let ready = restarted.ready_within(limit).await;
+    push(
+        table,
+        &what,
+        "spawn → /readyz 200 (both watchers listed)",
+        ready.map_or("not within 600 s".into(), |t| {
+            format!("{:.2} s", (t - spawned).as_secs_f64())
+        }),
+    );
+    let deadline = Instant::now() + limit;
+    let mut phase = restarted.phase(&id).await;
+    while phase != "SUCCEEDED" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        phase = restarted.phase(&id).await;
+    }
+    push(
+        table,
+        &what,
+        "spawn → new job SUCCEEDED",
+        if phase == "SUCCEEDED" {
+            format!("{:.2} s", spawned.elapsed().as_secs_f64())
+        } else {
+            format!("{phase} after 600 s")
+        },
+    );
+    for (at, line) in restarted.marks.lock().unwrap().iter() {
+        let watcher = line.split("watcher=").nth(1).unwrap_or(line);
+        println!(
+            "  {:.2} s: first list done: {watcher}",
+            (*at - spawned).as_secs_f64()
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let running = restarted.count("RUNNING").await;
+    let failed = restarted.count("FAILED, CANCELLED").await;
+    push(
+        table,
+        &what,
+        "after: RUNNING; FAILED or CANCELLED",
+        format!("{running}; {failed}"),
+    );
+    let requests = cluster.emu.requests();
+    let verbs: Vec<String> = requests
+        .by_verb
+        .iter()
+        .map(|(verb, count)| format!("{verb} {count}"))
+        .collect();
+    push(
+        table,
+        &what,
+        "API requests during recovery",
+        format!("{} ({})", requests.total, verbs.join(", ")),
+    );
+    let (rss, anon, _) = restarted.memory_kib();
+    let per = |a: u64, b: u64| (b as f64 - a as f64) / tracked.max(1) as f64;
+    push(
+        table,
+        &what,
+        "after: VmRSS (RssAnon); (RSS - RSS(0)) / N; RssAnon",
+        format!(
+            "{rss} KiB ({anon}); {:.2}; {:.2} KiB",
+            per(rss0, rss),
+            per(anon0, anon)
+        ),
+    );
+    report_problems(&restarted, table, &what);
+    *gateway = restarted;
+}
