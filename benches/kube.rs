@@ -94,6 +94,9 @@ struct Args {
     durability: String,
     /// The emulator's change history (watches may resume within it).
     history: usize,
+    /// Extra environment of the jobgate process, `NAME=value;NAME=value` (e.g. a profiler's
+    /// `LD_PRELOAD`); this process keeps its own.
+    server_env: Vec<(String, String)>,
 }
 
 impl Args {
@@ -136,6 +139,14 @@ impl Args {
             clients: get(&mut map, "clients", 32usize).max(1),
             durability: get(&mut map, "durability", "full".to_owned()),
             history: get(&mut map, "history", 200_000usize),
+            server_env: get(&mut map, "server-env", String::new())
+                .split(';')
+                .filter(|s| !s.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').expect("--server-env: NAME=value;NAME=value");
+                    (k.to_owned(), v.to_owned())
+                })
+                .collect(),
         };
         assert!(
             map.is_empty(),
@@ -303,11 +314,13 @@ struct Gateway {
     /// ERROR lines that tower-http logged for 503 answers (the bench's /readyz probes).
     not_ready: Arc<AtomicU64>,
     http: reqwest::Client,
+    data_dir: PathBuf,
 }
 
 impl Gateway {
     /// Starts jobgate over `data_dir`; returns once it listens (or panics after `limit`).
-    fn start(data_dir: &Path, kubeconfig: &Path, durability: &str, limit: Duration) -> Gateway {
+    fn start(data_dir: &Path, kubeconfig: &Path, args: &Args, limit: Duration) -> Gateway {
+        let durability = args.durability.as_str();
         let mut command = Command::new(env!("CARGO_BIN_EXE_jobgate"));
         command
             .args(["--listen", "127.0.0.1:0", "--durability", durability])
@@ -326,6 +339,7 @@ impl Gateway {
                 command.env_remove(name);
             }
         }
+        command.envs(args.server_env.iter().map(|(k, v)| (k, v)));
         let spawned = Instant::now();
         let mut child = command.spawn().expect("starting jobgate");
         let stderr = child.stderr.take().expect("piped stderr");
@@ -371,6 +385,7 @@ impl Gateway {
             marks,
             problems,
             not_ready,
+            data_dir: data_dir.to_owned(),
             http: reqwest::Client::builder()
                 .timeout(WAIT)
                 .build()
@@ -378,11 +393,9 @@ impl Gateway {
         }
     }
 
-    async fn start_async(data_dir: &Path, kubeconfig: &Path, durability: &str, limit: Duration) -> Gateway {
-        let (d, k, durability) = (data_dir.to_owned(), kubeconfig.to_owned(), durability.to_owned());
-        tokio::task::spawn_blocking(move || Gateway::start(&d, &k, &durability, limit))
-            .await
-            .expect("starting jobgate")
+    /// [`Gateway::start`] without holding up the runtime's other tasks (the emulator's).
+    fn start_blocking(data_dir: &Path, kubeconfig: &Path, args: &Args, limit: Duration) -> Gateway {
+        tokio::task::block_in_place(|| Gateway::start(data_dir, kubeconfig, args, limit))
     }
 
     fn pid(&self) -> u32 {
@@ -532,6 +545,34 @@ fn cpu_secs(pid: &str) -> f64 {
     let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
     // After "(comm)": state is field 3, so utime (14) is index 11, stime index 12.
     (tick(11) + tick(12)) / 100.0
+}
+
+/// CPU seconds per kind of thread of a process (tokio workers, SQLite, …), by thread name
+/// without its trailing digits.
+fn thread_cpu(pid: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let name = name
+            .trim()
+            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '-');
+        let tid = task.file_name().to_string_lossy().into_owned();
+        *out.entry(name.to_owned()).or_insert(0.0) += cpu_secs(&format!("{pid}/task/{tid}"));
+    }
+    out
+}
+
+/// Bytes a process has caused to be written to storage (`/proc/PID/io`).
+fn io_write_bytes(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The whole machine's busy CPU time so far, in seconds of one core.
@@ -892,6 +933,25 @@ async fn reach(counter: &AtomicU64, target: u64, limit: Duration) -> bool {
     true
 }
 
+/// Waits until no frame arrived for `quiet` (at most `limit`); returns how long until the last
+/// frame.
+async fn settle(hub: &Hub, quiet: Duration, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut last = hub.frames.load(Ordering::Relaxed);
+    let mut last_change = Instant::now();
+    while started.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = hub.frames.load(Ordering::Relaxed);
+        if now != last {
+            last = now;
+            last_change = Instant::now();
+        } else if last_change.elapsed() > quiet {
+            break;
+        }
+    }
+    last_change - started
+}
+
 /// Takes every socket's samples.
 fn take_samples(sockets: &[Socket]) -> Vec<Vec<Sample>> {
     sockets
@@ -1053,7 +1113,7 @@ fn push(table: &mut Table, what: &str, figure: &str, value: String) {
 async fn latency_and_requests(args: &Args, table: &mut Table) {
     let cluster = Cluster::start(args.history).await;
     let data = tempfile::tempdir().expect("a temporary directory");
-    let mut gateway = Gateway::start_async(data.path(), &cluster.kubeconfig, &args.durability, WAIT).await;
+    let mut gateway = Gateway::start_blocking(data.path(), &cluster.kubeconfig, args, WAIT);
     gateway
         .ready_within(WAIT)
         .await
@@ -1187,6 +1247,9 @@ async fn measure_latency(
     for e in submitted.errors.iter().take(3) {
         println!("  error: {e}");
     }
+    if !complete {
+        stuck_jobs(cluster, gateway, hub_missing(&submitted.ids, sockets)).await;
+    }
     let ids: HashSet<u128> = submitted.ids.iter().filter_map(|id| job_key(id)).collect();
     let samples = take_samples(sockets);
     let marks = clock.marks.lock().unwrap().clone();
@@ -1256,6 +1319,68 @@ async fn measure_latency(
     l.events_per_job
 }
 
+/// The submitted jobs of which some subscription has seen no SUCCEEDED frame yet.
+fn hub_missing(ids: &[String], sockets: &[Socket]) -> Vec<String> {
+    let done: HashSet<u128> = sockets
+        .iter()
+        .flat_map(|s| {
+            let samples = s.samples.lock().unwrap();
+            samples
+                .iter()
+                .filter(|x| x.phase == SUCCEEDED)
+                .map(|x| x.job)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    ids.iter()
+        .filter(|id| job_key(id).is_some_and(|k| !done.contains(&k)))
+        .cloned()
+        .collect()
+}
+
+/// Says where jobs that never finished are stuck: their phase and conditions in jobgate, and
+/// whether their Kubernetes Job exists.
+async fn stuck_jobs(cluster: &Cluster, gateway: &Gateway, ids: Vec<String>) {
+    for id in ids.iter().take(5) {
+        let job = gateway
+            .query(
+                "query($id: ID!) { job(id: $id) { phase submittedAt conditions { type status reason } } }",
+                json!({ "id": id }),
+            )
+            .await;
+        let exists = cluster
+            .emu
+            .store()
+            .get("jobs.batch", Some("default"), &format!("jobgate-{id}"))
+            .is_some();
+        println!(
+            "  unfinished job {id}: {}; its Kubernetes Job exists: {exists}; marked launched in the \
+             store: {}",
+            job["job"],
+            launched_flag(&gateway.data_dir, id).await
+        );
+    }
+}
+
+/// The job's `launched` column (the launch outbox), read from jobgate's store read-only.
+async fn launched_flag(data_dir: &Path, id: &str) -> String {
+    let url = format!("sqlite://{}?mode=ro", data_dir.join("jobgate.db").display());
+    let result = async {
+        let pool = sqlx::SqlitePool::connect(&url).await?;
+        let flag: i64 = sqlx::query_scalar("SELECT launched FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&pool)
+            .await?;
+        pool.close().await;
+        Ok::<_, sqlx::Error>(flag)
+    }
+    .await;
+    match result {
+        Ok(flag) => flag.to_string(),
+        Err(e) => format!("unreadable ({e})"),
+    }
+}
+
 /// Part 2: jobgate's API requests in steady state, against a polling design.
 async fn steady_requests(
     args: &Args,
@@ -1287,8 +1412,15 @@ async fn steady_requests(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let running = gateway.count("RUNNING").await;
-    println!("  {running} jobs RUNNING in jobgate; letting it settle 3 s");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The subscribers are still being sent the backlog of those jobs' events: steady state
+    // begins once no frame came for 3 s.
+    let settled = settle(hub, Duration::from_secs(3), Duration::from_secs(300)).await;
+    println!(
+        "  {running} jobs RUNNING in jobgate ({:.1} s after the first submission); the subscribers' \
+         backlog drained {:.1} s later",
+        submitted.elapsed.as_secs_f64(),
+        settled.as_secs_f64()
+    );
 
     // jobgate alone.
     let frames_before = hub.frames.load(Ordering::Relaxed);
@@ -1418,7 +1550,7 @@ fn report_problems(gateway: &Gateway, table: &mut Table, what: &str) {
 async fn memory_and_recovery(args: &Args, table: &mut Table) {
     let cluster = Cluster::start(args.history).await;
     let data = tempfile::tempdir().expect("a temporary directory");
-    let mut gateway = Gateway::start_async(data.path(), &cluster.kubeconfig, &args.durability, WAIT).await;
+    let mut gateway = Gateway::start_blocking(data.path(), &cluster.kubeconfig, args, WAIT);
     gateway
         .ready_within(WAIT)
         .await
@@ -1569,8 +1701,10 @@ async fn recovery(
     gateway.kill9();
     cluster.emu.reset_requests();
     let limit = Duration::from_secs(600);
-    let restarted = Gateway::start_async(data_dir, &cluster.kubeconfig, &args.durability, limit).await;
+    let (bench_cpu, machine_cpu) = (cpu_secs("self"), machine_busy());
+    let restarted = Gateway::start_blocking(data_dir, &cluster.kubeconfig, args, limit);
     let spawned = restarted.spawned;
+    let pid = restarted.pid().to_string();
     push(
         table,
         &what,
@@ -1593,6 +1727,22 @@ async fn recovery(
         ready.map_or("not within 600 s".into(), |t| {
             format!("{:.2} s", (t - spawned).as_secs_f64())
         }),
+    );
+    // Where the time went until ready: jobgate's threads, this process (the emulator), others.
+    let wall = spawned.elapsed().as_secs_f64();
+    let server = cpu_secs(&pid);
+    let bench = cpu_secs("self") - bench_cpu;
+    let others = (machine_busy() - machine_cpu - server - bench).max(0.0);
+    let threads: Vec<String> = thread_cpu(&pid)
+        .into_iter()
+        .filter(|(_, secs)| *secs >= 0.05)
+        .map(|(name, secs)| format!("{name} {secs:.1}"))
+        .collect();
+    println!(
+        "  until ready: {wall:.1} s; CPU seconds: jobgate {server:.1} [{}], bench+emulator {bench:.1}, \
+         other processes {others:.1}; jobgate wrote {:.1} MiB to disk",
+        threads.join(", "),
+        io_write_bytes(&pid) as f64 / 1048576.0
     );
     let deadline = Instant::now() + limit;
     let mut phase = restarted.phase(&id).await;
