@@ -2,7 +2,7 @@
 //! shutdown.
 //!
 //! Routes: `/graphql` (POST and GET over HTTP, WebSocket upgrade on GET), `/graphiql`,
-//! `/healthz`, `/readyz`, and `/` (to GraphiQL until the dashboard lands). Shutdown, on
+//! `/healthz`, `/readyz`, and `/`, the dashboard (see `web`). Shutdown, on
 //! SIGTERM or SIGINT: stop accepting, close every WebSocket with 1001 so clients reconnect
 //! and resume, let HTTP requests finish, stop local work, drain store writes, exit.
 
@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::ListenerExt;
 use axum::{Json, Router};
@@ -60,7 +60,7 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         // Browsers ask for it on every page; answer without a 404 in their console.
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/readyz", get(readyz))
-        .route("/", get(|| async { Redirect::temporary("/graphiql") }))
+        .route("/", get(crate::web::dashboard_page))
         .merge(crate::web::routes())
         .layer(DefaultBodyLimit::max(max_body_bytes))
         // A bug must cost one request a generic 500, never the connection or the process.

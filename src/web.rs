@@ -1,8 +1,9 @@
-//! Browser assets served by jobgate itself: GraphiQL (and its React), embedded in the binary
-//! at build time by `build.rs`, so that nothing is fetched from the internet at run time.
+//! Browser assets served by jobgate itself: the dashboard (bundled from `web/src`) and
+//! GraphiQL (with its React), embedded in the binary at build time by `build.rs`, so that
+//! nothing is fetched from the internet at run time.
 //!
-//! It owns the asset routes under `/assets/` and the GraphiQL page. It must not talk to the
-//! job service: pages use the public GraphQL API like any client.
+//! It owns the asset routes under `/assets/`, the dashboard page and the GraphiQL page. It must
+//! not talk to the job service: pages use the public GraphQL API like any client.
 
 use axum::Router;
 use axum::extract::Path;
@@ -17,7 +18,17 @@ macro_rules! asset {
 }
 
 /// (name, content type, bytes)
-const ASSETS: [(&str, &str, &[u8]); 4] = [
+const ASSETS: [(&str, &str, &[u8]); 6] = [
+    (
+        "dashboard.js",
+        "text/javascript; charset=utf-8",
+        asset!("dashboard.js"),
+    ),
+    (
+        "dashboard.css",
+        "text/css; charset=utf-8",
+        asset!("dashboard.css"),
+    ),
     (
         "graphiql.min.js",
         "text/javascript; charset=utf-8",
@@ -62,6 +73,33 @@ async fn asset(Path(name): Path<String>) -> Response {
         None => (StatusCode::NOT_FOUND, "no such asset").into_response(),
     }
 }
+
+/// The dashboard's page. Its scripts and styles are versioned in their URLs, so the page
+/// itself is revalidated on every visit and the assets may be cached.
+pub async fn dashboard_page() -> Response {
+    (
+        [
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            // Everything comes from jobgate itself; nothing inline, no frames.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(
+                    "default-src 'self'; connect-src 'self'; img-src 'self' data:; \
+                     object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+                ),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+        ],
+        Html(DASHBOARD_HTML),
+    )
+        .into_response()
+}
+
+const DASHBOARD_HTML: &str = include_str!(concat!(env!("OUT_DIR"), "/assets/dashboard.html"));
 
 /// The GraphiQL page, with subscriptions over graphql-transport-ws on the same URL.
 pub fn graphiql_page() -> Html<&'static str> {

@@ -547,7 +547,6 @@ async fn browsers_get_graphiql() {
             .http()
             .get(server.url("/graphiql"))
             .header(header::ACCEPT, browser_accept),
-        server.http().get(server.url("/")),
     ] {
         let reply = send(&server, request).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
@@ -633,6 +632,52 @@ async fn graphiql_loads_everything_from_jobgate_itself() {
         .await
         .unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_dashboard_is_served_by_jobgate_itself() {
+    let server = Server::start(&[]).await;
+    let response = server.http().get(server.url("/")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let headers = response.headers().clone();
+    assert!(
+        headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    // Revalidated on every visit, so a new binary's page is never mixed with old scripts.
+    assert_eq!(headers[header::CACHE_CONTROL], "no-cache");
+    let csp = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    let page = response.text().await.unwrap();
+    assert!(page.contains("<title>jobgate</title>"), "{page}");
+    assert!(
+        !page.contains("https://") && !page.contains("http://"),
+        "external URL in:\n{page}"
+    );
+    let assets: Vec<&str> = page
+        .split(['"', '\''])
+        .filter(|s| s.starts_with("/assets/dashboard."))
+        .collect();
+    assert_eq!(assets.len(), 2, "{page}");
+    for asset in assets {
+        // Versioned by content, so the same URL always means the same bytes.
+        assert!(asset.contains("?v="), "{asset}");
+        let response = server.http().get(server.url(asset)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{asset}");
+        let body = response.text().await.unwrap();
+        assert!(body.len() > 1_000, "{asset} is suspiciously small");
+        // No script or style is fetched from anywhere else at run time.
+        assert!(!body.contains("//cdn") && !body.contains("googleapis"), "{asset}");
+        if asset.contains(".js") {
+            // It uses the public API: the GraphQL endpoint and its subscriptions.
+            assert!(body.contains("/graphql") && body.contains("jobEvents"), "{asset}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -1238,4 +1283,28 @@ async fn health_and_readiness() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.content_type(), JSON);
     assert_eq!(reply.json()["status"], "ready", "{}", reply.text);
+}
+
+#[tokio::test]
+async fn every_refusal_of_a_request_carries_a_code() {
+    // Syntax, validation, limits and argument validators are async-graphql's own refusals;
+    // they reach the client as BAD_USER_INPUT like ours, never without a code.
+    let server = Server::start(&[]).await;
+    let id = server.submit(json!({ "command": ["true"] })).await;
+    let validator = format!("{{ job(id: \"{id}\") {{ logs(tailLines: 0) }} }}");
+    for query in [
+        "{ jobs(first: \"x\") { totalCount } }",
+        "{ jobs { nope } }",
+        "{ jobs(first: 1 { totalCount } }",
+        validator.as_str(),
+    ] {
+        let body = server.gql(query, json!({})).await;
+        let errors = body["errors"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{query}: {body}"));
+        assert!(!errors.is_empty(), "{query}: {body}");
+        for e in errors {
+            assert_eq!(e["extensions"]["code"], "BAD_USER_INPUT", "{query}: {body}");
+        }
+    }
 }

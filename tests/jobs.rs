@@ -127,6 +127,57 @@ async fn a_succeeding_job_goes_pending_running_succeeded_with_result_and_logs() 
         "logs: {all:?}"
     );
     assert_eq!(logs["job"]["last"].as_str().unwrap().lines().count(), 1);
+
+    // The job's recorded history is the events jobEvents delivered, in order; `last` keeps
+    // the newest.
+    let recorded = server
+        .gql_ok(
+            "query($id: ID!) { job(id: $id) { \
+               all: events { cursor phase previousPhase reason } \
+               newest: events(last: 2) { cursor } } }",
+            json!({"id": id}),
+        )
+        .await;
+    let all: Vec<(i64, String, Option<String>)> = recorded["job"]["all"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["cursor"].as_str().unwrap().parse().unwrap(),
+                e["phase"].as_str().unwrap().to_owned(),
+                e["previousPhase"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    let delivered: Vec<(i64, String, Option<String>)> = events
+        .iter()
+        .map(|e| (e.cursor, e.phase.clone(), e.previous.clone()))
+        .collect();
+    assert_eq!(all, delivered);
+    let newest: Vec<i64> = recorded["job"]["newest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["cursor"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        newest,
+        delivered[delivered.len() - 2..]
+            .iter()
+            .map(|e| e.0)
+            .collect::<Vec<_>>()
+    );
+    let too_many = server
+        .gql(
+            "query($id: ID!) { job(id: $id) { events(last: 1001) { cursor } } }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(
+        too_many["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
+        "{too_many}"
+    );
 }
 
 #[tokio::test]

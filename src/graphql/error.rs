@@ -3,7 +3,12 @@
 //! Every error a client can see is mapped here to exactly one code. Internal causes (SQL,
 //! I/O, paths) are logged with their detail and answered with a generic message.
 
-use async_graphql::ErrorExtensions;
+use std::sync::Arc;
+
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextRequest, NextSubscribe};
+use async_graphql::{ErrorExtensions, Response, ServerError};
+use futures::StreamExt;
+use futures::stream::BoxStream;
 
 use crate::jobs::service::ServiceError;
 
@@ -81,5 +86,55 @@ pub trait OrApiError<T> {
 impl<T> OrApiError<T> for Result<T, ServiceError> {
     fn api(self) -> async_graphql::Result<T> {
         self.map_err(|e| ApiError::from(e).into())
+    }
+}
+
+/// A schema extension that gives every error without a code `BAD_USER_INPUT`.
+///
+/// Our resolvers code every error they raise (above), so an uncoded error is async-graphql
+/// refusing the request itself: its syntax, its validation (unknown fields, wrong argument
+/// types), a limit (depth, complexity, aliases) or an argument validator (`tailLines: 0`).
+/// Those are the client's input; without this they would reach the client with no code.
+pub struct ErrorCodes;
+
+impl ExtensionFactory for ErrorCodes {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(ErrorCodesExtension)
+    }
+}
+
+struct ErrorCodesExtension;
+
+/// Gives each error without a code `BAD_USER_INPUT` (see [`ErrorCodes`]); the transports call
+/// it too for the refusals they make before a request reaches the schema.
+pub fn fill_codes(errors: &mut [ServerError]) {
+    for error in errors {
+        let extensions = error.extensions.get_or_insert_with(Default::default);
+        if extensions.get("code").is_none() {
+            extensions.set("code", Code::BadUserInput.as_str());
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Extension for ErrorCodesExtension {
+    async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> Response {
+        let mut response = next.run(ctx).await;
+        fill_codes(&mut response.errors);
+        response
+    }
+
+    fn subscribe<'s>(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        stream: BoxStream<'s, Response>,
+        next: NextSubscribe<'_>,
+    ) -> BoxStream<'s, Response> {
+        next.run(ctx, stream)
+            .map(|mut response| {
+                fill_codes(&mut response.errors);
+                response
+            })
+            .boxed()
     }
 }

@@ -15,6 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use serde_json::Value;
 
+use crate::graphql::error::fill_codes;
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind};
 
 pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
@@ -96,7 +97,8 @@ pub fn wants_html(headers: &HeaderMap) -> bool {
 }
 
 /// A response carrying GraphQL errors only (the request never executed).
-pub fn request_error(status: StatusCode, kind: ResponseType, errors: Vec<ServerError>) -> HttpResponse {
+pub fn request_error(status: StatusCode, kind: ResponseType, mut errors: Vec<ServerError>) -> HttpResponse {
+    fill_codes(&mut errors);
     // With application/json, a well-formed request is answered 200 even when it failed;
     // a malformed one keeps its 4xx.
     let body = serde_json::json!({ "errors": errors });
@@ -314,6 +316,9 @@ pub async fn execute<E: Executor>(
     } else {
         StatusCode::OK
     };
+    for (response, _) in &mut responses {
+        fill_codes(&mut response.errors);
+    }
     let body = responses
         .iter()
         .map(|(response, request_error)| response_json(response, *request_error))

@@ -9,7 +9,7 @@ use async_graphql::{Context, ID, Object, Schema, Subscription};
 use chrono::Utc;
 use futures::{Stream, StreamExt, stream};
 
-use crate::graphql::error::{Code, OrApiError, bad_input, error};
+use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error};
 use crate::graphql::limits::AliasLimit;
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
@@ -46,6 +46,7 @@ pub fn build(service: JobService, limits: &QueryLimits) -> JobgateSchema {
     let mut builder = Schema::build(Query, Mutation, SubscriptionRoot)
         .data(service)
         .extension(PreExecutionFlag)
+        .extension(ErrorCodes)
         .extension(AliasLimit::new(limits.max_aliases))
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)

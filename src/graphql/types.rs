@@ -354,6 +354,24 @@ impl JobObject {
             .api()?;
         Ok(lines.join("\n"))
     }
+    /// The job's recorded status events, oldest first: the newest `last` of them (its whole
+    /// history when it has fewer). Each phase change and progress update, as `jobEvents`
+    /// delivered it.
+    async fn events(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 100, validator(minimum = 1, maximum = 1000))] last: i32,
+    ) -> async_graphql::Result<Vec<JobStatusEvent>> {
+        let service = ctx.data::<JobService>()?;
+        let events = service
+            .history(&self.0.id, last.clamp(1, 1000) as usize)
+            .await
+            .api()?;
+        Ok(events
+            .into_iter()
+            .map(|e| JobStatusEvent { event: Arc::new(e) })
+            .collect())
+    }
     /// Who submitted the job, as authenticated: `anonymous` or `api-token`.
     async fn submitter(&self) -> Option<&str> {
         self.0.submitter.as_deref()

@@ -461,7 +461,9 @@ impl<E: Executor> Connection<E> {
             Ok(kind) => kind,
             Err(e) => {
                 debug!(id, error = %e.message, "operation refused before execution");
-                return self.send_control(Out::Text(error_frame(&id, std::slice::from_ref(&e))));
+                let mut errors = [e];
+                super::error::fill_codes(&mut errors);
+                return self.send_control(Out::Text(error_frame(&id, &errors)));
             }
         };
         let flag = Arc::new(PreExecFailed::default());

@@ -232,6 +232,11 @@ impl JobService {
         Ok(self.inner.store.list_jobs(filter, first, after).await?)
     }
 
+    /// The job's newest `last` status events, oldest first: its recorded history.
+    pub async fn history(&self, id: &str, last: usize) -> Result<Vec<JobEvent>, ServiceError> {
+        Ok(self.inner.store.job_history(id, last as i64).await?)
+    }
+
     pub async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ServiceError> {
         self.inner.executor.logs(job, tail_lines).await.map_err(|e| {
             tracing::error!(job = %job.id, error = %e, "reading logs failed");

@@ -208,6 +208,19 @@ impl Store {
         rows.into_iter().map(decode_event).collect()
     }
 
+    /// The newest `limit` events of one job, oldest first.
+    pub async fn job_history(&self, job_id: &str, limit: i64) -> Result<Vec<JobEvent>> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT seq, job_id, phase, previous_phase, at, reason, message, job \
+             FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+        )
+        .bind(job_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(decode_event).collect()
+    }
+
     /// The newest event's cursor, 0 when there is none.
     pub async fn last_event_seq(&self) -> Result<i64> {
         Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")

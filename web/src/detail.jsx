@@ -1,0 +1,412 @@
+// One job: its state, conditions, event timeline, result, logs streamed live, Cancel and
+// Resubmit.
+//
+// The job and its history are read once; then `jobStatus` pushes its phase changes and the
+// live model's `jobEvents` its progress updates. Both may carry the same event: it is applied
+// once, by cursor. `jobLogs` streams the output until the job has finished.
+
+import { useEffect, useRef, useState } from 'preact/hooks';
+
+import { ApiError } from './api.js';
+import { TERMINAL, duration, fullTime, jobTitle, phaseWord, runTime, when } from './format.js';
+import { PhaseBadge, ProgressBar, useNow } from './jobs.jsx';
+import { JOB_ROW_FIELDS } from './live.js';
+import { navigate } from './nav.js';
+
+const JOB_FIELDS = `${JOB_ROW_FIELDS}
+  result submitter
+  conditions { type status reason message lastTransitionTime }`;
+
+const JOB_QUERY = `query Job($id: ID!) {
+  job(id: $id) {
+    ${JOB_FIELDS}
+    spec {
+      image command args env { name value } parallelism completions backoffLimit
+      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished
+      resources { requests { cpu memory } limits { cpu memory } }
+    }
+    events(last: 200) { cursor phase previousPhase at reason message }
+  }
+}`;
+
+const STATUS_SUBSCRIPTION = `subscription Status($id: ID!) {
+  jobStatus(id: $id) { cursor phase previousPhase at reason message job { ${JOB_FIELDS} } }
+}`;
+
+const LOGS_SUBSCRIPTION = `subscription Logs($id: ID!, $tailLines: Int!) {
+  jobLogs(id: $id, follow: true, tailLines: $tailLines) { text source }
+}`;
+
+const CANCEL_MUTATION = `mutation Cancel($id: ID!) { cancelJob(id: $id) { job { ${JOB_FIELDS} } } }`;
+
+const MAX_TIMELINE = 500;
+
+export function JobDetail({ id, api, live }) {
+  const [job, setJob] = useState(null);
+  const [spec, setSpec] = useState(null);
+  const [timeline, setTimeline] = useState([]);
+  const [error, setError] = useState(null);
+  const [cancelState, setCancelState] = useState({ confirming: false, busy: false, error: null });
+  const jobRef = useRef(null);
+  const seen = useRef(new Set());
+
+  // The cursor up to which conditions and result (which only jobStatus carries) are current.
+  const fullCursor = useRef(0);
+
+  // Takes in an event from either source: the job's fields if it is newer than what is shown
+  // (a jobStatus event also when the live model's copy of the same event came first: it
+  // carries more fields), the timeline entry once.
+  const takeEvent = (event, full) => {
+    const cursor = Number(event.cursor);
+    const current = jobRef.current;
+    const have = Number(current?.lastEventCursor || 0);
+    if (current && (cursor > have || (full && cursor >= have && cursor > fullCursor.current))) {
+      const next = { ...current, ...event.job, lastEventCursor: String(Math.max(cursor, have)) };
+      if (full) fullCursor.current = cursor;
+      jobRef.current = next;
+      setJob(next);
+    }
+    if (seen.current.has(event.cursor)) return;
+    seen.current.add(event.cursor);
+    setTimeline((t) => {
+      const entry = { cursor: event.cursor, phase: event.phase, previousPhase: event.previousPhase, at: event.at, reason: event.reason, message: event.message };
+      const last = t[t.length - 1];
+      // Consecutive progress updates collapse into the newest: the timeline stays readable
+      // for a job with thousands of completions.
+      const isProgress = entry.previousPhase === entry.phase;
+      const lastIsProgress = last && last.previousPhase === last.phase;
+      const next = isProgress && lastIsProgress ? [...t.slice(0, -1), { ...entry, merged: (last.merged || 1) + 1 }] : [...t, entry];
+      return next.slice(-MAX_TIMELINE);
+    });
+  };
+
+  useEffect(() => {
+    let stop = null;
+    let stopEvents = null;
+    let cancelled = false;
+    api
+      .request(JOB_QUERY, { id })
+      .then((data) => {
+        if (cancelled) return;
+        if (!data.job) {
+          setError(new ApiError(`There is no job with id ${id}.`, { code: 'NOT_FOUND' }));
+          return;
+        }
+        const { spec: s, events, ...j } = data.job;
+        jobRef.current = j;
+        fullCursor.current = Number(j.lastEventCursor || 0);
+        setJob(j);
+        setSpec(s);
+        const entries = [];
+        for (const e of events) {
+          seen.current.add(e.cursor);
+          const last = entries[entries.length - 1];
+          if (e.previousPhase === e.phase && last && last.previousPhase === last.phase) {
+            entries[entries.length - 1] = { ...e, merged: (last.merged || 1) + 1 };
+          } else entries.push(e);
+        }
+        setTimeline(entries);
+        stopEvents = live.onEvent((event) => event.job.id === id && takeEvent(event, false));
+        if (!TERMINAL.has(j.phase)) {
+          stop = api.subscribe(STATUS_SUBSCRIPTION, { id }, { onNext: (d) => takeEvent(d.jobStatus, true), onError: setError });
+        }
+      })
+      .catch((e) => !cancelled && setError(e));
+    return () => {
+      cancelled = true;
+      stop?.();
+      stopEvents?.();
+    };
+  }, [id]);
+
+  const running = job && !TERMINAL.has(job.phase);
+  const now = useNow(running && job.startedAt);
+
+  if (error && !job) {
+    return (
+      <section>
+        <h1 tabIndex={-1}>Job {id}</h1>
+        <p class="error" role="alert">
+          {error.code === 'NOT_FOUND' ? error.message : `Could not load the job: ${error.message}`}
+        </p>
+        <a href="#/">Back to jobs</a>
+      </section>
+    );
+  }
+  if (!job) {
+    return (
+      <section aria-busy="true">
+        <h1 tabIndex={-1}>Loading job…</h1>
+      </section>
+    );
+  }
+
+  const cancel = async () => {
+    setCancelState({ confirming: true, busy: true, error: null });
+    try {
+      const data = await api.request(CANCEL_MUTATION, { id });
+      const next = { ...jobRef.current, ...data.cancelJob.job };
+      if (Number(next.lastEventCursor) >= Number(jobRef.current.lastEventCursor || 0)) {
+        jobRef.current = next;
+        setJob(next);
+      }
+      setCancelState({ confirming: false, busy: false, error: null });
+    } catch (e) {
+      setCancelState({ confirming: true, busy: false, error: e.message });
+    }
+  };
+
+  return (
+    <article class="detail" aria-labelledby="job-heading">
+      <nav class="crumbs" aria-label="Breadcrumb">
+        <a href="#/">Jobs</a> <span aria-hidden="true">/</span> <span>{jobTitle(job)}</span>
+      </nav>
+      <div class="view-head">
+        <h1 id="job-heading" tabIndex={-1}>
+          {jobTitle(job)}
+        </h1>
+        <PhaseBadge phase={job.phase} testId="job-phase" />
+        <div class="actions">
+          {running && !cancelState.confirming && (
+            <button type="button" class="danger" onClick={() => setCancelState({ confirming: true, busy: false, error: null })}>
+              Cancel job
+            </button>
+          )}
+          <button type="button" onClick={() => navigate(`/submit?from=${encodeURIComponent(id)}`)}>
+            Resubmit
+          </button>
+        </div>
+      </div>
+      {cancelState.confirming && running && (
+        <div class="confirm" role="alertdialog" aria-labelledby="confirm-text">
+          <p id="confirm-text">Cancel this job? Its work is stopped and it ends Cancelled.</p>
+          <button type="button" class="danger" disabled={cancelState.busy} onClick={cancel} ref={(b) => b && !cancelState.busy && b.focus()}>
+            Yes, cancel
+          </button>
+          <button type="button" disabled={cancelState.busy} onClick={() => setCancelState({ confirming: false, busy: false, error: null })}>
+            Keep running
+          </button>
+          {cancelState.error && (
+            <p class="error" role="alert">
+              {cancelState.error}
+            </p>
+          )}
+        </div>
+      )}
+      {error && (
+        <p class="error" role="alert">
+          {error.message}
+        </p>
+      )}
+
+      <div class="detail-grid">
+        <section aria-labelledby="state-heading" class="card">
+          <h2 id="state-heading">State</h2>
+          <dl class="facts">
+            <dt>Id</dt>
+            <dd>
+              <code>{job.id}</code>
+            </dd>
+            <dt>Namespace</dt>
+            <dd>{job.namespace}</dd>
+            <dt>Template</dt>
+            <dd>{job.template}</dd>
+            <dt>Submitted</dt>
+            <dd>
+              <time datetime={job.submittedAt}>{fullTime(job.submittedAt)}</time>
+              {job.submitter && <span class="muted"> by {job.submitter}</span>}
+            </dd>
+            <dt>Started</dt>
+            <dd>{job.startedAt ? <time datetime={job.startedAt}>{fullTime(job.startedAt)}</time> : '–'}</dd>
+            <dt>Finished</dt>
+            <dd>{job.finishedAt ? <time datetime={job.finishedAt}>{fullTime(job.finishedAt)}</time> : '–'}</dd>
+            <dt>Duration</dt>
+            <dd>{duration(runTime(job, now)) || '–'}</dd>
+            <dt>Progress</dt>
+            <dd>
+              <ProgressBar job={job} />
+            </dd>
+          </dl>
+          {job.message && (
+            <div class={job.phase === 'FAILED' ? 'failure' : 'message'}>
+              <h3>{job.phase === 'FAILED' ? 'Failure reason' : 'Message'}</h3>
+              <p data-testid="job-message">{job.message}</p>
+            </div>
+          )}
+          <h3>Result</h3>
+          {job.result != null ? (
+            <pre class="result" data-testid="job-result">
+              {job.result}
+            </pre>
+          ) : (
+            <p class="muted">{TERMINAL.has(job.phase) ? 'The job wrote no result.' : 'Not yet: the job writes it to $JOBGATE_RESULT_FILE.'}</p>
+          )}
+        </section>
+
+        <section aria-labelledby="timeline-heading" class="card">
+          <h2 id="timeline-heading">Timeline</h2>
+          <ol class="timeline">
+            {timeline.map((e) => (
+              <li key={e.cursor} class={`timeline-${e.phase}`}>
+                <time datetime={e.at} title={fullTime(e.at)}>
+                  {when(e.at)}
+                </time>{' '}
+                {e.previousPhase === e.phase ? (
+                  <span>
+                    Progress update{e.merged > 1 ? ` (${e.merged})` : ''}
+                  </span>
+                ) : (
+                  <strong>{phaseWord(e.phase)}</strong>
+                )}
+                {e.reason && <span class="reason"> · {e.reason}</span>}
+                {e.message && <div class="timeline-message">{e.message}</div>}
+              </li>
+            ))}
+          </ol>
+          <h2>Conditions</h2>
+          <div class="table-wrap">
+            <table class="conditions" aria-label="Conditions">
+              <thead>
+                <tr>
+                  <th scope="col">Type</th>
+                  <th scope="col">Status</th>
+                  <th scope="col">Reason</th>
+                  <th scope="col">Since</th>
+                </tr>
+              </thead>
+              <tbody>
+                {job.conditions.map((c) => (
+                  <tr key={c.type}>
+                    <th scope="row" title={c.message || ''}>
+                      {c.type}
+                    </th>
+                    <td>{c.status}</td>
+                    <td>
+                      {c.reason}
+                      {c.message && <div class="muted small">{c.message}</div>}
+                    </td>
+                    <td>{c.lastTransitionTime ? when(c.lastTransitionTime) : ''}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        </section>
+      </div>
+
+      <Logs api={api} id={id} finished={TERMINAL.has(job.phase)} />
+      {spec && <Spec spec={spec} />}
+    </article>
+  );
+}
+
+const MAX_LOG_LINES = 5000;
+
+function Logs({ api, id }) {
+  const [lines, setLines] = useState([]);
+  const [state, setState] = useState('streaming');
+  const buffer = useRef([]);
+  const frame = useRef(0);
+  const box = useRef(null);
+  const stick = useRef(true);
+
+  useEffect(() => {
+    buffer.current = [];
+    const flush = () => {
+      frame.current = 0;
+      setLines(buffer.current.slice());
+    };
+    const schedule = () => {
+      if (!frame.current) frame.current = requestAnimationFrame(flush);
+    };
+    // After a reconnect the subscription starts again from the tail: start the view afresh.
+    const stopReconnect = api.onReconnect?.(() => {
+      buffer.current = [];
+      setState('streaming');
+      schedule();
+    });
+    const stop = api.subscribe(LOGS_SUBSCRIPTION, { id, tailLines: 1000 }, {
+      onNext: (data) => {
+        buffer.current.push(data.jobLogs);
+        if (buffer.current.length > MAX_LOG_LINES) buffer.current.splice(0, buffer.current.length - MAX_LOG_LINES);
+        schedule();
+      },
+      onError: (e) => setState(`error: ${e.message}`),
+      onComplete: () => setState('complete'),
+    });
+    return () => {
+      stop();
+      stopReconnect?.();
+      cancelAnimationFrame(frame.current);
+    };
+  }, [id]);
+
+  useEffect(() => {
+    if (stick.current && box.current) box.current.scrollTop = box.current.scrollHeight;
+  }, [lines]);
+
+  const sources = new Set(lines.map((l) => l.source).filter(Boolean));
+  return (
+    <section class="card logs-card" aria-labelledby="logs-heading">
+      <div class="view-head">
+        <h2 id="logs-heading">Logs</h2>
+        <span class="muted small">
+          {state === 'streaming' ? 'streaming live' : state === 'complete' ? 'the job has finished; this is all its output' : state}
+          {lines.length >= MAX_LOG_LINES && ` · last ${MAX_LOG_LINES} lines`}
+        </span>
+      </div>
+      <div
+        class="logs"
+        role="log"
+        aria-label="Logs"
+        aria-live="off"
+        tabIndex={0}
+        ref={box}
+        onScroll={(e) => {
+          const el = e.currentTarget;
+          stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+        }}
+      >
+        {lines.length === 0 ? (
+          <span class="muted">No output yet.</span>
+        ) : (
+          lines.map((l, i) => (
+            <div class="log-line" key={i}>
+              {sources.size > 1 && <span class="log-source">{l.source}</span>}
+              <span class="log-text">{l.text}</span>
+            </div>
+          ))
+        )}
+      </div>
+    </section>
+  );
+}
+
+function Spec({ spec }) {
+  const rows = [];
+  if (spec.image) rows.push(['Image', <code>{spec.image}</code>]);
+  rows.push(['Command', <code>{[...spec.command, ...spec.args].map(quote).join(' ') || '(the image’s own)'}</code>]);
+  if (spec.env.length) rows.push(['Environment', <code>{spec.env.map((e) => `${e.name}=${e.value}`).join('\n')}</code>]);
+  rows.push(['Parallelism', spec.parallelism], ['Completions', spec.completions], ['Backoff limit', spec.backoffLimit]);
+  if (spec.activeDeadlineSeconds != null) rows.push(['Deadline', `${spec.activeDeadlineSeconds} s`]);
+  const r = spec.resources;
+  if (r) {
+    const list = (l) => [l.cpu && `cpu ${l.cpu}`, l.memory && `memory ${l.memory}`].filter(Boolean).join(', ') || '–';
+    rows.push(['Requests', list(r.requests)], ['Limits', list(r.limits)]);
+  }
+  if (spec.serviceAccountName) rows.push(['Service account', spec.serviceAccountName]);
+  if (spec.ttlSecondsAfterFinished != null) rows.push(['Kept after finishing', `${spec.ttlSecondsAfterFinished} s`]);
+  if (spec.parameters != null) rows.push(['Parameters', <code>{JSON.stringify(spec.parameters, null, 2)}</code>]);
+  return (
+    <section class="card" aria-labelledby="spec-heading">
+      <h2 id="spec-heading">Specification</h2>
+      <dl class="facts spec">
+        {rows.map(([k, v]) => [<dt key={`${k}-t`}>{k}</dt>, <dd key={`${k}-d`}>{v}</dd>])}
+      </dl>
+    </section>
+  );
+}
+
+function quote(arg) {
+  return /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
+}

@@ -1,0 +1,383 @@
+// The jobs table: one page of `jobs`, filtered, kept current by the live model's events.
+//
+// The page is loaded once per filter or page change; afterwards each `jobEvents` event updates
+// its row in place (only if it is newer than what the row shows, by cursor), adds a new job at
+// the top of the first page, or removes a job that no longer matches the filter.
+
+import { useEffect, useRef, useState } from 'preact/hooks';
+
+import { PHASES, TERMINAL, duration, fullTime, jobTitle, phaseWord, progressShare, progressText, runTime, when } from './format.js';
+import { JOB_ROW_FIELDS } from './live.js';
+import { navigate } from './nav.js';
+
+const PAGE_SIZE = 25;
+
+const JOBS_QUERY = `query Jobs($first: Int!, $after: String, $filter: JobFilter) {
+  jobs(first: $first, after: $after, filter: $filter) {
+    totalCount
+    pageInfo { hasNextPage endCursor }
+    edges { node { ${JOB_ROW_FIELDS} } }
+  }
+}`;
+
+const NAMESPACES_QUERY = `query { namespaces }`;
+
+function filterFrom(params) {
+  return {
+    phase: params.get('phase') || '',
+    namespace: params.get('namespace') || '',
+    name: params.get('name') || '',
+  };
+}
+
+function hashFor(filter) {
+  const params = new URLSearchParams();
+  if (filter.phase) params.set('phase', filter.phase);
+  if (filter.namespace) params.set('namespace', filter.namespace);
+  if (filter.name) params.set('name', filter.name);
+  const query = params.toString();
+  return query ? `/?${query}` : '/';
+}
+
+function apiFilter(filter) {
+  const f = {};
+  if (filter.phase) f.phases = [filter.phase];
+  if (filter.namespace) f.namespace = filter.namespace;
+  if (filter.name) f.nameContains = filter.name;
+  return f;
+}
+
+/** The same rule as the server's JobFilter, for jobs that change while shown. */
+function matches(filter, job) {
+  if (filter.phase && job.phase !== filter.phase) return false;
+  if (filter.namespace && job.namespace !== filter.namespace) return false;
+  if (filter.name && !(job.name || '').includes(filter.name)) return false;
+  return true;
+}
+
+function newestFirst(a, b) {
+  const d = Date.parse(b.submittedAt) - Date.parse(a.submittedAt);
+  return d !== 0 ? d : a.id < b.id ? 1 : -1;
+}
+
+export function useNow(active, every = 1000) {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    if (!active) return undefined;
+    const timer = setInterval(() => setNow(Date.now()), every);
+    return () => clearInterval(timer);
+  }, [active, every]);
+  return now;
+}
+
+export function PhaseBadge({ phase, testId = 'phase' }) {
+  return (
+    <span class={`badge phase-${phase}`} data-testid={testId}>
+      {phaseWord(phase)}
+    </span>
+  );
+}
+
+export function ProgressBar({ job }) {
+  const share = progressShare(job);
+  const text = progressText(job);
+  if (share == null && !text) return <span class="muted">–</span>;
+  return (
+    <div class="progress" title={text}>
+      {share != null && (
+        <progress max="1" value={share} aria-label={`Progress: ${text || `${Math.round(share * 100)} %`}`} />
+      )}
+      <span class="progress-text">{text}</span>
+    </div>
+  );
+}
+
+export function JobsView({ api, live, params }) {
+  const filter = filterFrom(params);
+  const filterKey = JSON.stringify(filter);
+  // Cursors of the pages before this one; [] on the first page.
+  const [pages, setPages] = useState([]);
+  const [state, setState] = useState({ rows: [], total: 0, hasNext: false, endCursor: null, loading: true, error: null });
+  const [newJobs, setNewJobs] = useState(0);
+  const [namespaces, setNamespaces] = useState([]);
+  const rowsRef = useRef(state);
+  const after = pages.length ? pages[pages.length - 1] : null;
+
+  useEffect(() => setPages([]), [filterKey]);
+
+  useEffect(() => {
+    let cancelled = false;
+    buffered.current = [];
+    rowsRef.current = { ...rowsRef.current, loading: true };
+    setState(rowsRef.current);
+    setNewJobs(0);
+    api
+      .request(JOBS_QUERY, { first: PAGE_SIZE, after, filter: apiFilter(filter) })
+      .then((data) => {
+        if (cancelled) return;
+        const c = data.jobs;
+        let loaded = {
+          rows: c.edges.map((e) => e.node),
+          total: c.totalCount,
+          hasNext: c.pageInfo.hasNextPage,
+          endCursor: c.pageInfo.endCursor,
+          loading: false,
+          error: null,
+        };
+        for (const event of buffered.current.splice(0)) loaded = applyEvent(loaded, event);
+        rowsRef.current = loaded;
+        setState(loaded);
+      })
+      .catch((error) => {
+        if (cancelled) return;
+        rowsRef.current = { ...rowsRef.current, loading: false, error };
+        setState(rowsRef.current);
+      });
+    return () => {
+      cancelled = true;
+    };
+    // The page reloads when the filter or the page changes, and when the live model has
+    // (re)loaded (a first load that failed while the server was away).
+  }, [filterKey, after, live.loaded]);
+
+  useEffect(() => {
+    api
+      .request(NAMESPACES_QUERY)
+      .then((data) => setNamespaces(data.namespaces))
+      .catch(() => {});
+  }, [live.loaded]);
+
+  // Events that arrive while a page loads wait for it, then apply like any other: the
+  // cursor check drops those the loaded page already shows.
+  const buffered = useRef([]);
+  const applyEvent = (current, event) => {
+    const job = { ...event.job, lastEventCursor: event.cursor };
+    const at = current.rows.findIndex((r) => r.id === job.id);
+    if (at >= 0) {
+      if (Number(event.cursor) <= Number(current.rows[at].lastEventCursor)) return current;
+      const rows = current.rows.slice();
+      if (matches(filter, job)) {
+        rows[at] = job;
+        return { ...current, rows };
+      }
+      rows.splice(at, 1);
+      return { ...current, rows, total: current.total - 1 };
+    }
+    // A job enters the view when it is new, or when it changes into the filtered phase.
+    if (!matches(filter, job) || event.previousPhase === event.phase) return current;
+    if (pages.length > 0) {
+      if (event.previousPhase == null) setNewJobs((n) => n + 1);
+      return current;
+    }
+    const rows = [...current.rows, job].sort(newestFirst);
+    const hasNext = current.hasNext || rows.length > PAGE_SIZE;
+    return { ...current, rows: rows.slice(0, PAGE_SIZE), total: current.total + 1, hasNext };
+  };
+
+  useEffect(
+    () =>
+      live.onEvent((event) => {
+        const current = rowsRef.current;
+        if (current.loading) {
+          buffered.current.push(event);
+          return;
+        }
+        const next = applyEvent(current, event);
+        if (next !== current) {
+          rowsRef.current = next;
+          setState(next);
+        }
+      }),
+    [live, filterKey, pages.length],
+  );
+
+  const anyRunning = state.rows.some((r) => !TERMINAL.has(r.phase) && r.startedAt);
+  const now = useNow(anyRunning);
+
+  const setFilter = (change) => navigate(hashFor({ ...filter, ...change }));
+  const tableRef = useRef(null);
+
+  // Keyboard: "/" focuses the name filter; j/k move between rows.
+  useEffect(() => {
+    const onKey = (e) => {
+      if (e.target.closest('input, textarea, select, [contenteditable]') || e.metaKey || e.ctrlKey || e.altKey) return;
+      if (e.key === '/') {
+        e.preventDefault();
+        document.getElementById('filter-name')?.focus();
+      } else if (e.key === 'j' || e.key === 'k') {
+        const links = Array.from(tableRef.current?.querySelectorAll('tbody a.job-link') || []);
+        if (!links.length) return;
+        const i = links.indexOf(document.activeElement);
+        const next = e.key === 'j' ? Math.min(links.length - 1, i + 1) : Math.max(0, i < 0 ? 0 : i - 1);
+        links[next].focus();
+        e.preventDefault();
+      }
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, []);
+
+  const first = pages.length * PAGE_SIZE + (state.rows.length ? 1 : 0);
+  const last = pages.length * PAGE_SIZE + state.rows.length;
+
+  return (
+    <section aria-labelledby="jobs-heading">
+      <div class="view-head">
+        <h1 id="jobs-heading" tabIndex={-1}>
+          Jobs
+        </h1>
+        <a class="button primary" href="#/submit">
+          Submit job
+        </a>
+      </div>
+      <form class="filters" role="search" aria-label="Filter jobs" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          <span>Phase</span>
+          <select id="filter-phase" value={filter.phase} onChange={(e) => setFilter({ phase: e.currentTarget.value })}>
+            <option value="">Any</option>
+            {PHASES.map((p) => (
+              <option key={p} value={p}>
+                {phaseWord(p)}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          <span>Namespace</span>
+          <input
+            id="filter-namespace"
+            list="namespace-list"
+            value={filter.namespace}
+            placeholder="any"
+            autocomplete="off"
+            onChange={(e) => setFilter({ namespace: e.currentTarget.value.trim() })}
+          />
+          <datalist id="namespace-list">
+            {namespaces.map((n) => (
+              <option key={n} value={n} />
+            ))}
+          </datalist>
+        </label>
+        <label>
+          <span>Name contains</span>
+          <NameFilter value={filter.name} onChange={(name) => setFilter({ name })} />
+        </label>
+        {(filter.phase || filter.namespace || filter.name) && (
+          <button type="button" class="link" onClick={() => navigate('/')}>
+            Clear filters
+          </button>
+        )}
+      </form>
+
+      {newJobs > 0 && (
+        <p class="notice" role="status">
+          {newJobs} new {newJobs === 1 ? 'job' : 'jobs'} since this page was loaded.{' '}
+          <button type="button" class="link" onClick={() => setPages([])}>
+            Show newest
+          </button>
+        </p>
+      )}
+      {state.error && (
+        <p class="error" role="alert">
+          Could not load jobs: {state.error.message}
+        </p>
+      )}
+
+      <div class="table-wrap">
+        <table ref={tableRef} aria-labelledby="jobs-heading" aria-describedby="jobs-count" aria-busy={state.loading ? 'true' : 'false'}>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col" class="col-namespace">Namespace</th>
+              <th scope="col" class="col-template">Template</th>
+              <th scope="col">Phase</th>
+              <th scope="col" class="col-progress">Progress</th>
+              <th scope="col" class="col-submitted">Submitted</th>
+              <th scope="col" class="col-started">Started</th>
+              <th scope="col" class="col-duration">Duration</th>
+            </tr>
+          </thead>
+          <tbody>
+            {state.rows.map((job) => (
+              <tr key={job.id} data-job-id={job.id} class={`row-${job.phase}`}>
+                <th scope="row">
+                  <a class="job-link" href={`#/jobs/${encodeURIComponent(job.id)}`}>
+                    {jobTitle(job)}
+                  </a>
+                  {job.phase === 'FAILED' && job.message && <div class="row-message">{job.message}</div>}
+                </th>
+                <td class="col-namespace">{job.namespace}</td>
+                <td class="col-template">{job.template}</td>
+                <td>
+                  <PhaseBadge phase={job.phase} />
+                </td>
+                <td class="col-progress">
+                  <ProgressBar job={job} />
+                </td>
+                <td class="col-submitted">
+                  <time datetime={job.submittedAt} title={fullTime(job.submittedAt)}>
+                    {when(job.submittedAt)}
+                  </time>
+                </td>
+                <td class="col-started">
+                  {job.startedAt ? (
+                    <time datetime={job.startedAt} title={fullTime(job.startedAt)}>
+                      {when(job.startedAt)}
+                    </time>
+                  ) : (
+                    <span class="muted">–</span>
+                  )}
+                </td>
+                <td class="col-duration">{duration(runTime(job, now)) || <span class="muted">–</span>}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        {!state.loading && !state.error && state.rows.length === 0 && (
+          <p class="empty">
+            {filter.phase || filter.namespace || filter.name ? 'No job matches these filters.' : 'No jobs yet. '}
+            {!(filter.phase || filter.namespace || filter.name) && <a href="#/submit">Submit the first one.</a>}
+          </p>
+        )}
+      </div>
+
+      <nav class="pager" aria-label="Pages">
+        <span id="jobs-count" class="muted">
+          {state.total === 0 ? 'No jobs' : `${first}–${last} of ${state.total}`}
+        </span>
+        <button type="button" disabled={pages.length === 0} onClick={() => setPages([])}>
+          Newest
+        </button>
+        <button type="button" disabled={pages.length === 0} onClick={() => setPages(pages.slice(0, -1))}>
+          Newer
+        </button>
+        <button type="button" disabled={!state.hasNext} onClick={() => setPages([...pages, state.endCursor])}>
+          Older
+        </button>
+      </nav>
+    </section>
+  );
+}
+
+/** The name filter applies a moment after typing stops, not on every key. */
+function NameFilter({ value, onChange }) {
+  const [text, setText] = useState(value);
+  const timer = useRef(null);
+  useEffect(() => setText(value), [value]);
+  useEffect(() => () => clearTimeout(timer.current), []);
+  return (
+    <input
+      id="filter-name"
+      type="search"
+      value={text}
+      placeholder="press / to search"
+      autocomplete="off"
+      onInput={(e) => {
+        const next = e.currentTarget.value;
+        setText(next);
+        clearTimeout(timer.current);
+        timer.current = setTimeout(() => onChange(next), 250);
+      }}
+    />
+  );
+}

@@ -1,0 +1,104 @@
+// The dashboard's entry point: the connection, the live model, the router and the page frame.
+// Routes live in the URL's hash (#/, #/jobs/<id>, #/submit) so that jobgate serves one page
+// and every view can be bookmarked and reloaded.
+
+import { render } from 'preact';
+import { useEffect, useRef, useState } from 'preact/hooks';
+
+import { Api } from './api.js';
+import { LiveModel } from './live.js';
+import { Header } from './header.jsx';
+import { JobsView } from './jobs.jsx';
+import { JobDetail } from './detail.jsx';
+import { SubmitForm } from './submit.jsx';
+import { TokenDialog } from './token.jsx';
+
+function parseRoute(hash) {
+  const raw = hash.replace(/^#/, '') || '/';
+  const [path, query = ''] = raw.split('?');
+  const params = new URLSearchParams(query);
+  const job = path.match(/^\/jobs\/([^/]+)$/);
+  if (job) return { view: 'job', id: decodeURIComponent(job[1]), params };
+  if (path === '/submit') return { view: 'submit', params };
+  return { view: 'jobs', params };
+}
+
+function useRoute() {
+  const [route, setRoute] = useState(() => parseRoute(window.location.hash));
+  useEffect(() => {
+    const onChange = () => setRoute(parseRoute(window.location.hash));
+    window.addEventListener('hashchange', onChange);
+    return () => window.removeEventListener('hashchange', onChange);
+  }, []);
+  return route;
+}
+
+function App() {
+  const [connection, setConnection] = useState('connecting');
+  const [authMessage, setAuthMessage] = useState(null);
+  const [, setTick] = useState(0);
+  const services = useRef(null);
+  if (!services.current) {
+    const reconnectListeners = new Set();
+    const api = new Api({
+      onState: (state, wasRetry) => {
+        setConnection(state);
+        if (state === 'live') {
+          // A first load that failed while the server was away is retried now that it answers.
+          services.current?.live.start();
+          if (wasRetry) for (const listener of reconnectListeners) listener();
+        }
+      },
+      onAuthRequired: (message) => setAuthMessage(message),
+    });
+    api.onReconnect = (listener) => {
+      reconnectListeners.add(listener);
+      return () => reconnectListeners.delete(listener);
+    };
+    services.current = { api, live: new LiveModel(api) };
+  }
+  const { api, live } = services.current;
+  const route = useRoute();
+
+  useEffect(() => {
+    live.start();
+    return live.onChange(() => setTick((t) => t + 1));
+  }, [live]);
+
+  // Move focus to the new view's heading so keyboard and screen-reader users land on it.
+  const main = useRef(null);
+  const firstRoute = useRef(true);
+  useEffect(() => {
+    if (firstRoute.current) {
+      firstRoute.current = false;
+      return;
+    }
+    main.current?.querySelector('h1')?.focus();
+  }, [route.view, route.id]);
+
+  let view;
+  if (route.view === 'job') view = <JobDetail key={route.id} id={route.id} api={api} live={live} />;
+  else if (route.view === 'submit') view = <SubmitForm key={route.params.get('from') || 'new'} api={api} from={route.params.get('from')} />;
+  else view = <JobsView api={api} live={live} params={route.params} />;
+
+  return (
+    <>
+      <a class="skip" href="#main" onClick={(e) => { e.preventDefault(); main.current?.querySelector('h1')?.focus(); }}>
+        Skip to content
+      </a>
+      <Header route={route} connection={connection} live={live} />
+      <main id="main" ref={main}>
+        {view}
+      </main>
+      {authMessage && (
+        <TokenDialog
+          message={authMessage}
+          onSave={(token) => api.setToken(token)}
+          onClose={() => setAuthMessage(null)}
+        />
+      )}
+    </>
+  );
+}
+
+render(<App />, document.getElementById('app'));
