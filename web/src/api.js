@@ -114,7 +114,11 @@ export class Api {
   openWs() {
     const url = new URL('/graphql', window.location.href);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-    let attempt = 0;
+    // Failed attempts since the connection was last up: after a few, say Offline rather
+    // than Reconnecting…, but keep trying.
+    let failures = 0;
+    let everConnected = false;
+    const down = () => (failures >= 3 ? 'offline' : 'reconnecting');
     this.ws = createClient({
       url: url.href,
       // Connect at once and stay connected, so that the state shown is the real one.
@@ -124,32 +128,34 @@ export class Api {
       // Retry after any drop except a refusal of our credentials.
       shouldRetry: (event) => event?.code !== 4403 && event?.code !== 4401,
       retryWait: async (retries) => {
-        attempt = retries;
         // 0.5 s, 1 s, 2 s, capped at 5 s, each with up to 50 % jitter so that many
         // dashboards do not all come back at the same instant after a restart.
         const base = Math.min(500 * 2 ** retries, 5000);
         await new Promise((r) => setTimeout(r, base + Math.random() * base * 0.5));
       },
       keepAlive: 15_000,
-      onNonLazyError: (error) => this.closedFor(error),
+      onNonLazyError: (error) => this.refused(error),
       on: {
-        connecting: (isRetry) => this.onState(isRetry || attempt > 0 ? 'reconnecting' : 'connecting'),
+        connecting: () => this.onState(everConnected || failures > 0 ? down() : 'connecting'),
         connected: (_socket, _payload, wasRetry) => {
-          attempt = 0;
+          failures = 0;
+          everConnected = true;
           this.onState('live', wasRetry);
         },
-        closed: (event) => this.closedFor(event),
+        closed: (event) => {
+          failures += 1;
+          if (!this.refused(event)) this.onState(down());
+        },
       },
     });
   }
 
-  closedFor(event) {
-    if (event?.code === 4403 || event?.code === 4401) {
-      this.onState('unauthenticated');
-      this.onAuthRequired?.(event.reason || 'the server refused the credentials');
-    } else {
-      this.onState('offline');
-    }
+  /** Whether the server refused our credentials (close 4401/4403); asks for new ones if so. */
+  refused(event) {
+    if (event?.code !== 4403 && event?.code !== 4401) return false;
+    this.onState('unauthenticated');
+    this.onAuthRequired?.(event.reason || 'the server refused the credentials');
+    return true;
   }
 
   /**

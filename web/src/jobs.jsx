@@ -95,15 +95,15 @@ export function ProgressBar({ job }) {
 export function JobsView({ api, live, params }) {
   const filter = filterFrom(params);
   const filterKey = JSON.stringify(filter);
-  // Cursors of the pages before this one; [] on the first page.
-  const [pages, setPages] = useState([]);
+  // Cursors of the pages before this one ([] on the first page), for the current filter.
+  const [pager, setPager] = useState({ key: filterKey, pages: [] });
+  const pages = pager.key === filterKey ? pager.pages : [];
+  const setPages = (next) => setPager({ key: filterKey, pages: next });
   const [state, setState] = useState({ rows: [], total: 0, hasNext: false, endCursor: null, loading: true, error: null });
   const [newJobs, setNewJobs] = useState(0);
   const [namespaces, setNamespaces] = useState([]);
   const rowsRef = useRef(state);
   const after = pages.length ? pages[pages.length - 1] : null;
-
-  useEffect(() => setPages([]), [filterKey]);
 
   useEffect(() => {
     let cancelled = false;
