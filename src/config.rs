@@ -17,6 +17,7 @@ use crate::graphql::schema::QueryLimits;
 use crate::graphql::ws::WsConfig;
 use crate::jobs::model::ValidationLimits;
 use crate::jobs::service::ServiceConfig;
+use crate::jobs::template::{self, Runtime};
 use crate::store::Durability;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -234,8 +235,16 @@ impl Config {
     }
 
     pub fn service(&self) -> ServiceConfig {
+        let limits = self.validation_limits();
+        let runtime = match self.executor {
+            ExecutorKind::Local => Runtime::Local,
+            ExecutorKind::Kubernetes => Runtime::Kubernetes {
+                ttl_seconds_after_finished: self.ttl_seconds_after_finished,
+            },
+        };
         ServiceConfig {
-            limits: self.validation_limits(),
+            templates: template::builtin(&limits, runtime),
+            limits,
             broadcast_capacity: self.broadcast_capacity as usize,
             ..ServiceConfig::default()
         }

@@ -903,6 +903,32 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
     }
     assert!(cluster.managed_jobs().await.is_empty(), "nothing was created");
     assert_eq!(cluster.emu.requests().of("jobs.batch", "create"), 0);
+    // The form a client builds from `templates` says the same: the image is required, the
+    // namespaces and service accounts are the allowed ones, the TTL defaults to the server's.
+    let templates = server
+        .gql_ok(
+            "{ templates { name kind fields { name required choices default } } namespaces }",
+            json!({}),
+        )
+        .await;
+    let container = &templates["templates"][0];
+    assert_eq!(container["name"], "container");
+    assert_eq!(container["kind"], "batch/v1 Job");
+    let field = |name: &str| {
+        container["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("no field {name} in {container}"))
+            .clone()
+    };
+    assert_eq!(field("image")["required"], true);
+    assert_eq!(field("namespace")["choices"], json!(["default", "ml"]));
+    assert_eq!(field("serviceAccountName")["choices"], json!(["trainer"]));
+    assert_eq!(field("ttlSecondsAfterFinished")["default"], 3600);
+    field("resources");
+    assert_eq!(templates["namespaces"], json!(["default", "ml"]));
     // Watched per allowed namespace: one Jobs and one Pods watch in each.
     wait_ready(&server, true).await;
     assert_eq!(cluster.emu.requests().open_watches, 4);

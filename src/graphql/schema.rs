@@ -13,8 +13,8 @@ use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error};
 use crate::graphql::limits::AliasLimit;
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
-    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStatusEvent, LogLine, PageInfo,
-    SubmitJobInput, SubmitJobPayload,
+    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
+    PageInfo, SubmitJobInput, SubmitJobPayload, TemplateObject,
 };
 use crate::jobs::model::{self, JobEvent};
 use crate::jobs::service::JobService;
@@ -123,7 +123,57 @@ impl Query {
             total_count: page.total_count.try_into().unwrap_or(i32::MAX),
         })
     }
+
+    /// Counts by phase and recent activity, as one consistent snapshot.
+    async fn job_stats(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 60, desc = "How far back the activity goes: 1 to 1440 minutes.")] window_minutes: i32,
+        #[graphql(default = 60, desc = "The width of one activity bucket: 10 to 3600 seconds.")]
+        bucket_seconds: i32,
+    ) -> async_graphql::Result<JobStats> {
+        if !(1..=1440).contains(&window_minutes) {
+            return Err(bad_input(
+                "windowMinutes",
+                format!("must be between 1 and 1440, got {window_minutes}"),
+            ));
+        }
+        if !(10..=3600).contains(&bucket_seconds) {
+            return Err(bad_input(
+                "bucketSeconds",
+                format!("must be between 10 and 3600, got {bucket_seconds}"),
+            ));
+        }
+        let buckets = (window_minutes * 60 + bucket_seconds - 1) / bucket_seconds;
+        if buckets > MAX_BUCKETS {
+            return Err(bad_input(
+                "bucketSeconds",
+                format!("makes {buckets} buckets; at most {MAX_BUCKETS} are allowed, so use wider buckets"),
+            ));
+        }
+        let service = ctx.data::<JobService>()?;
+        Ok(service
+            .stats(buckets.into(), bucket_seconds.into())
+            .await
+            .api()?
+            .into())
+    }
+
+    /// The workload templates jobs may name, with the fields each takes.
+    async fn templates(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<TemplateObject>> {
+        let service = ctx.data::<JobService>()?;
+        Ok(service.templates().iter().cloned().map(TemplateObject).collect())
+    }
+
+    /// Namespaces a job may be submitted to when the server limits them; otherwise those
+    /// jobs use, with the default namespace, sorted (at most 1,000).
+    async fn namespaces(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<String>> {
+        let service = ctx.data::<JobService>()?;
+        service.namespaces(1_000).await.api()
+    }
 }
+
+const MAX_BUCKETS: i32 = 1440;
 
 pub struct Mutation;
 

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use crate::graphql::error::OrApiError;
 use crate::jobs::model::{self, Job, JobEvent};
 use crate::jobs::service::JobService;
+use crate::jobs::template::{FieldType, Template, TemplateField};
 
 /// Where a job is in its life; phases only move forward.
 #[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,6 +290,11 @@ impl JobObject {
     async fn id(&self) -> ID {
         ID(self.0.id.clone())
     }
+    /// The cursor of the job's latest event: a `jobEvents` event whose cursor is at or below
+    /// it is already reflected in this job.
+    async fn last_event_cursor(&self) -> String {
+        self.0.last_event_seq.to_string()
+    }
     async fn name(&self) -> Option<&str> {
         self.0.spec.name.as_deref()
     }
@@ -456,4 +462,161 @@ pub struct SubmitJobPayload {
 #[derive(SimpleObject)]
 pub struct CancelJobPayload {
     pub job: JobObject,
+}
+
+/// Counts by phase and recent activity, as one consistent snapshot.
+#[derive(SimpleObject)]
+pub struct JobStats {
+    /// The cursor of the newest event the snapshot includes ("0" when there is none):
+    /// subscribe to `jobEvents(after: cursor)` to keep the figures current with no gap and
+    /// no double count.
+    pub cursor: String,
+    pub counts: PhaseCounts,
+    /// Submissions and completions per bucket, oldest first, covering the window up to now.
+    /// Buckets are aligned to multiples of `bucketSeconds` since the Unix epoch, so a client
+    /// places a live event in its bucket with floor(epochSeconds / bucketSeconds) *
+    /// bucketSeconds; the last bucket is the current one.
+    pub activity: Vec<ActivityBucket>,
+}
+
+/// How many jobs are in each phase.
+#[derive(SimpleObject)]
+pub struct PhaseCounts {
+    pub pending: i64,
+    pub running: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+    pub total: i64,
+}
+
+#[derive(SimpleObject)]
+pub struct ActivityBucket {
+    pub start: DateTime<Utc>,
+    /// Jobs whose `submittedAt` falls in the bucket.
+    pub submitted: i64,
+    /// Jobs that entered the phase in the bucket (the `at` of that event).
+    pub succeeded: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+impl From<crate::jobs::service::Stats> for JobStats {
+    fn from(stats: crate::jobs::service::Stats) -> Self {
+        let count = |p| stats.counts.get(&p).copied().unwrap_or(0);
+        Self {
+            cursor: stats.cursor.to_string(),
+            counts: PhaseCounts {
+                pending: count(model::JobPhase::Pending),
+                running: count(model::JobPhase::Running),
+                succeeded: count(model::JobPhase::Succeeded),
+                failed: count(model::JobPhase::Failed),
+                cancelled: count(model::JobPhase::Cancelled),
+                total: stats.counts.values().sum(),
+            },
+            activity: stats
+                .activity
+                .into_iter()
+                .map(|b| ActivityBucket {
+                    start: DateTime::from_timestamp(b.start, 0).unwrap_or(DateTime::UNIX_EPOCH),
+                    submitted: b.submitted,
+                    succeeded: b.succeeded,
+                    failed: b.failed,
+                    cancelled: b.cancelled,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What kind of value a template field takes.
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateFieldType {
+    String,
+    /// A list of strings, e.g. `command`.
+    StringList,
+    Int,
+    /// A list of `{name, value}`.
+    Env,
+    /// `{requests, limits}` of cpu and memory.
+    Resources,
+}
+
+/// A named recipe a job may use (`SubmitJobInput.template`).
+pub struct TemplateObject(pub Template);
+
+#[Object(name = "Template")]
+impl TemplateObject {
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    async fn description(&self) -> &str {
+        &self.0.description
+    }
+    /// What a job of this template becomes: `batch/v1 Job` on Kubernetes, `local process` on
+    /// the local executor.
+    async fn kind(&self) -> &str {
+        &self.0.kind
+    }
+    /// Whether jobs can use it now.
+    async fn available(&self) -> bool {
+        self.0.available
+    }
+    /// The `SubmitJobInput` fields this template uses, in the order a form shows them.
+    async fn fields(&self) -> Vec<TemplateFieldObject> {
+        self.0.fields.iter().cloned().map(TemplateFieldObject).collect()
+    }
+    /// JSON Schema (draft 2020-12) of `parameters`; null when the template takes none.
+    async fn parameter_schema(&self) -> Option<Json<serde_json::Value>> {
+        self.0.parameter_schema.clone().map(Json)
+    }
+}
+
+/// One `SubmitJobInput` field of a template, described for a form.
+pub struct TemplateFieldObject(pub TemplateField);
+
+#[Object(name = "TemplateField")]
+impl TemplateFieldObject {
+    /// The `SubmitJobInput` field it fills, e.g. `image`, `command`, `resources`.
+    async fn name(&self) -> &str {
+        self.0.name
+    }
+    async fn label(&self) -> &str {
+        self.0.label
+    }
+    async fn description(&self) -> &str {
+        &self.0.description
+    }
+    #[graphql(name = "type")]
+    async fn field_type(&self) -> TemplateFieldType {
+        match self.0.field_type {
+            FieldType::String => TemplateFieldType::String,
+            FieldType::StringList => TemplateFieldType::StringList,
+            FieldType::Int => TemplateFieldType::Int,
+            FieldType::Env => TemplateFieldType::Env,
+            FieldType::Resources => TemplateFieldType::Resources,
+        }
+    }
+    async fn required(&self) -> bool {
+        self.0.required
+    }
+    /// The value the server uses when the field is omitted, as JSON; null when none.
+    async fn default(&self) -> Option<Json<serde_json::Value>> {
+        self.0.default.clone().map(Json)
+    }
+    /// The only values the server accepts, when it limits them (namespaces, service
+    /// accounts).
+    async fn choices(&self) -> Option<&[String]> {
+        self.0.choices.as_deref()
+    }
+    async fn minimum(&self) -> Option<i64> {
+        self.0.minimum
+    }
+    async fn maximum(&self) -> Option<i64> {
+        self.0.maximum
+    }
+    /// An example value for a form's placeholder.
+    async fn placeholder(&self) -> Option<&str> {
+        self.0.placeholder
+    }
 }

@@ -28,6 +28,7 @@ use crate::jobs::bus::EventBus;
 use crate::jobs::model::{
     Job, JobEvent, JobFilter, JobPhase, JobSpec, SubmitRequest, Transition, ValidationError, ValidationLimits,
 };
+use crate::jobs::template::{self, Runtime, Template};
 use crate::store::{JobPage, Store, StoreError, StoreTx};
 
 /// What a client can be told went wrong. Internal causes are logged, never shown.
@@ -56,6 +57,8 @@ pub struct ServiceConfig {
     pub broadcast_capacity: usize,
     /// The most commands the writer applies in one transaction.
     pub max_batch: usize,
+    /// The templates clients may name, as `templates` describes them.
+    pub templates: Vec<Template>,
 }
 
 impl Default for ServiceConfig {
@@ -64,8 +67,29 @@ impl Default for ServiceConfig {
             limits: ValidationLimits::default(),
             broadcast_capacity: 4096,
             max_batch: 256,
+            templates: template::builtin(&ValidationLimits::default(), Runtime::Local),
         }
     }
+}
+
+/// Counts by phase and recent activity, consistent with `cursor` (see [`JobService::stats`]).
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// The newest event the snapshot includes; 0 when there is none.
+    pub cursor: i64,
+    pub counts: HashMap<JobPhase, i64>,
+    pub activity: Vec<ActivityBucket>,
+}
+
+/// Submissions and completions in one bucket.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActivityBucket {
+    /// Unix seconds.
+    pub start: i64,
+    pub submitted: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub cancelled: i64,
 }
 
 /// The result of a submit: the job, and whether this call created it.
@@ -104,6 +128,7 @@ struct Inner {
     bus: Arc<EventBus>,
     executor: Arc<dyn Executor>,
     limits: ValidationLimits,
+    templates: Vec<Template>,
     commands: mpsc::Sender<Command>,
     /// Jobs not yet finished, as last committed. Written by the writer task only; read by
     /// anyone. Finished jobs are read from the store.
@@ -138,6 +163,7 @@ impl JobService {
             bus,
             executor,
             limits: config.limits,
+            templates: config.templates,
             commands,
             active,
             launch_wanted: Notify::new(),
@@ -230,6 +256,64 @@ impl JobService {
         after: Option<i64>,
     ) -> Result<JobPage, ServiceError> {
         Ok(self.inner.store.list_jobs(filter, first, after).await?)
+    }
+
+    /// The templates jobs may name.
+    pub fn templates(&self) -> &[Template] {
+        &self.inner.templates
+    }
+
+    /// Namespaces a job may be submitted to when the server limits them; otherwise those in
+    /// use (at most `limit`) with the default one, sorted.
+    pub async fn namespaces(&self, limit: i64) -> Result<Vec<String>, ServiceError> {
+        let limits = &self.inner.limits;
+        if !limits.allowed_namespaces.is_empty() {
+            let mut allowed = limits.allowed_namespaces.clone();
+            allowed.sort();
+            return Ok(allowed);
+        }
+        let mut used = self.inner.store.namespaces(limit).await?;
+        if !used.contains(&limits.default_namespace) {
+            used.push(limits.default_namespace.clone());
+            used.sort();
+        }
+        Ok(used)
+    }
+
+    /// Counts by phase, submissions and completions per bucket of `bucket_seconds` over the
+    /// last `buckets` buckets (the last is the current one, buckets aligned to the Unix
+    /// epoch), and the cursor of the newest event included: one consistent snapshot.
+    pub async fn stats(&self, buckets: i64, bucket_seconds: i64) -> Result<Stats, ServiceError> {
+        let now = Utc::now().timestamp();
+        let last = now.div_euclid(bucket_seconds) * bucket_seconds;
+        let first = last - (buckets - 1) * bucket_seconds;
+        let snapshot = self.inner.store.stats(first, bucket_seconds).await?;
+        let mut activity: Vec<ActivityBucket> = (0..buckets)
+            .map(|i| ActivityBucket {
+                start: first + i * bucket_seconds,
+                ..ActivityBucket::default()
+            })
+            .collect();
+        for (bucket, count) in snapshot.submitted {
+            if let Some(b) = usize::try_from(bucket).ok().and_then(|i| activity.get_mut(i)) {
+                b.submitted += count;
+            }
+        }
+        for (bucket, phase, count) in snapshot.finished {
+            if let Some(b) = usize::try_from(bucket).ok().and_then(|i| activity.get_mut(i)) {
+                match phase {
+                    JobPhase::Succeeded => b.succeeded += count,
+                    JobPhase::Failed => b.failed += count,
+                    JobPhase::Cancelled => b.cancelled += count,
+                    JobPhase::Pending | JobPhase::Running => {}
+                }
+            }
+        }
+        Ok(Stats {
+            cursor: snapshot.cursor,
+            counts: snapshot.counts,
+            activity,
+        })
     }
 
     /// The job's newest `last` status events, oldest first: its recorded history.

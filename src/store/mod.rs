@@ -64,6 +64,17 @@ pub struct JobPage {
     pub total_count: i64,
 }
 
+/// What [`Store::stats`] read, in one transaction. Buckets are indexes from its `since`.
+#[derive(Debug)]
+pub struct StatsSnapshot {
+    pub cursor: i64,
+    pub counts: std::collections::HashMap<JobPhase, i64>,
+    /// (bucket, jobs submitted in it)
+    pub submitted: Vec<(i64, i64)>,
+    /// (bucket, terminal phase, jobs that entered it in the bucket)
+    pub finished: Vec<(i64, JobPhase, i64)>,
+}
+
 /// A job waiting to be handed to the executor, or already handed over.
 #[derive(Debug)]
 pub struct Recoverable {
@@ -206,6 +217,70 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(decode_event).collect()
+    }
+
+    /// Distinct namespaces of jobs, sorted, at most `limit`.
+    pub async fn namespaces(&self, limit: i64) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT DISTINCT namespace FROM jobs ORDER BY namespace LIMIT ?")
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Counts by phase, and submissions and completions per bucket of `bucket_seconds` from
+    /// `since` (Unix seconds), with the newest event's cursor: all read in one transaction,
+    /// so they are one snapshot. A job's row and its events are committed together, so the
+    /// snapshot holds each job's events up to the cursor and none after.
+    pub async fn stats(&self, since: i64, bucket_seconds: i64) -> Result<StatsSnapshot> {
+        let since_text = DateTime::from_timestamp(since, 0)
+            .unwrap_or(DateTime::UNIX_EPOCH)
+            .to_rfc3339();
+        let mut tx = self.pool.begin().await?;
+        let cursor: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
+            .fetch_one(&mut *tx)
+            .await?;
+        let counts = sqlx::query("SELECT phase, count(*) AS n FROM jobs GROUP BY phase")
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
+            .collect();
+        // unixepoch() reads the stored RFC 3339 text (fraction and offset included).
+        let submitted = sqlx::query(
+            "SELECT (unixepoch(submitted_at) - ?1) / ?2 AS bucket, count(*) AS n FROM jobs \
+             WHERE submitted_at >= ?3 GROUP BY bucket",
+        )
+        .bind(since)
+        .bind(bucket_seconds)
+        .bind(&since_text)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|r| (r.get("bucket"), r.get("n")))
+        .collect();
+        // The event that entered a terminal phase; the WHERE repeats the partial index's.
+        let finished = sqlx::query(
+            "SELECT (unixepoch(at) - ?1) / ?2 AS bucket, phase, count(*) AS n FROM events \
+             WHERE phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND at >= ?3 \
+             AND (previous_phase IS NULL OR previous_phase <> phase) GROUP BY bucket, phase",
+        )
+        .bind(since)
+        .bind(bucket_seconds)
+        .bind(&since_text)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .filter_map(|r| Some((r.get("bucket"), JobPhase::parse(r.get("phase"))?, r.get("n"))))
+        .collect();
+        tx.commit().await?;
+        Ok(StatsSnapshot {
+            cursor,
+            counts,
+            submitted,
+            finished,
+        })
     }
 
     /// The newest `limit` events of one job, oldest first.

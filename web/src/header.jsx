@@ -82,7 +82,7 @@ function ActivityChart({ buckets }) {
   const n = Math.max(buckets.length, 1);
   const max = Math.max(1, ...buckets.map((b) => Math.max(b.submitted, b.succeeded + b.failed + b.cancelled)));
   const slot = width / n;
-  const bar = Math.max(1, slot / 2 - 0.5);
+  const bar = Math.max(1, slot / 2 - 0.3);
   const y = (v) => (v / max) * (height - 4);
   const submitted = buckets.reduce((a, b) => a + b.submitted, 0);
   const completed = buckets.reduce((a, b) => a + b.succeeded + b.failed + b.cancelled, 0);
@@ -109,6 +109,10 @@ function ActivityChart({ buckets }) {
           );
         })}
       </svg>
+      <div class="activity-axis" aria-hidden="true">
+        <span>{WINDOW_MINUTES} min ago</span>
+        <span>now</span>
+      </div>
       <figcaption>
         <span class="key key-submitted">{submitted} submitted</span>
         <span class="key key-succeeded">{completed} finished</span>

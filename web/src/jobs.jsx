@@ -85,7 +85,16 @@ export function ProgressBar({ job }) {
   return (
     <div class="progress" title={text}>
       {share != null && (
-        <progress max="1" value={share} aria-label={`Progress: ${text || `${Math.round(share * 100)} %`}`} />
+        <div
+          class="meter"
+          role="progressbar"
+          aria-valuemin="0"
+          aria-valuemax="100"
+          aria-valuenow={Math.round(share * 100)}
+          aria-label={`Progress: ${text || `${Math.round(share * 100)} %`}`}
+        >
+          <div class={`meter-fill${share >= 1 ? ' done' : ''}`} style={{ width: `${share * 100}%` }} />
+        </div>
       )}
       <span class="progress-text">{text}</span>
     </div>

@@ -285,7 +285,7 @@ function Help({ field }) {
   if (field.minimum != null && field.maximum != null) limits.push(`${field.minimum} to ${field.maximum}`);
   else if (field.minimum != null) limits.push(`at least ${field.minimum}`);
   else if (field.maximum != null) limits.push(`at most ${field.maximum}`);
-  if (field.default != null && field.type !== 'ENV' && field.type !== 'RESOURCES') limits.push(`default ${field.default}`);
+  if (field.default != null && field.type !== 'ENV' && field.type !== 'RESOURCES') limits.push(`default: ${field.default}`);
   return (
     <p class="help" id={`help-${field.name}`}>
       {field.description}
@@ -315,7 +315,7 @@ function Field({ field, value, error, onChange }) {
       control = (
         <textarea
           {...common}
-          rows={Math.min(8, Math.max(2, (value || '').split('\n').length))}
+          rows={Math.min(10, Math.max(3, (value || '').split('\n').length + 1))}
           placeholder={field.placeholder || 'one argument per line'}
           value={value}
           spellcheck={false}
