@@ -614,6 +614,13 @@ impl Runner {
         let attempt = self.status.failed + self.status.succeeded + 1;
         let result_file = self.work_dir.join(format!("result-{index}-{attempt}"));
         let _ = std::fs::remove_file(&result_file);
+        // One pipe for stdout and stderr, as `2>&1` does, so that the log keeps the order in
+        // which the program wrote its lines; two pipes read concurrently would not.
+        let (output, output_writer) =
+            std::io::pipe().map_err(|e| format!("run {attempt} (index {index}): creating a pipe: {e}"))?;
+        let error_writer = output_writer
+            .try_clone()
+            .map_err(|e| format!("run {attempt} (index {index}): duplicating a pipe: {e}"))?;
         let mut command = Command::new(resolve_program(&spec.command[0], &self.inner.config.path));
         command
             .args(&spec.command[1..])
@@ -630,16 +637,21 @@ impl Runner {
             .env("JOBGATE_JOB_ID", &self.job.id)
             .env("JOBGATE_RESULT_FILE", &result_file)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(output_writer)
+            .stderr(error_writer)
             .process_group(0)
             .kill_on_drop(false);
-        let mut child = command.spawn().map_err(|e| {
+        let spawned = command.spawn();
+        // Our copies of the write ends must close, or the pipe never reaches end of file.
+        drop(command);
+        let child = spawned.map_err(|e| {
             format!(
                 "run {attempt} (index {index}) could not start {:?}: {e}",
                 spec.command[0]
             )
         })?;
+        let output = tokio::net::unix::pipe::Receiver::from_owned_fd(output.into())
+            .map_err(|e| format!("run {attempt} (index {index}): reading its output: {e}"));
         let pid = child.id().ok_or("process exited before it could be tracked")? as i32;
         let record = RunRecord {
             index,
@@ -648,7 +660,9 @@ impl Runner {
         };
         let log = self.inner.log_writer(&self.job.id);
         runs.spawn(watch_run(
-            child_pipes(&mut child),
+            output
+                .map_err(|e| tracing::warn!(job = %self.job.id, error = %e, "output not captured"))
+                .ok(),
             child,
             index,
             attempt,
@@ -680,29 +694,19 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
 }
 
-type Pipes = (
-    Option<tokio::process::ChildStdout>,
-    Option<tokio::process::ChildStderr>,
-);
-
-fn child_pipes(child: &mut Child) -> Pipes {
-    (child.stdout.take(), child.stderr.take())
-}
-
 /// Waits for one run: copies its output into the job's log and reads its result file.
 async fn watch_run(
-    (stdout, stderr): Pipes,
+    output: Option<tokio::net::unix::pipe::Receiver>,
     mut child: Child,
     index: i32,
     attempt: i32,
     result_file: PathBuf,
     log: Arc<LogWriter>,
 ) -> (i32, RunOutcome) {
-    let copy_out = stdout.map(|s| tokio::spawn(copy_lines(s, log.clone())));
-    let copy_err = stderr.map(|s| tokio::spawn(copy_lines(s, log.clone())));
+    let copy = output.map(|s| tokio::spawn(copy_lines(s, log.clone())));
     let status = child.wait().await;
     // Output written by children still holding the pipe ends when the group is killed.
-    for copy in [copy_out, copy_err].into_iter().flatten() {
+    if let Some(copy) = copy {
         let _ = tokio::time::timeout(Duration::from_secs(2), copy).await;
     }
     let result = read_result(&result_file).await;

@@ -1624,7 +1624,7 @@ mod tests {
         };
         assert_eq!(
             message["payload"],
-            json!([{"message": "Unknown operation named \"Z\""}])
+            json!([{"message": "Unknown operation named \"Z\"", "extensions": {"code": "BAD_USER_INPUT"}}])
         );
     }
 

@@ -49,6 +49,11 @@ export function JobDetail({ id, api, live }) {
   const [cancelState, setCancelState] = useState({ confirming: false, busy: false, error: null });
   const jobRef = useRef(null);
   const seen = useRef(new Set());
+  const confirmButton = useRef(null);
+  // The confirm step takes the focus when it opens, so Enter confirms and Tab reaches "Keep running".
+  useEffect(() => {
+    if (cancelState.confirming && !cancelState.busy) confirmButton.current?.focus();
+  }, [cancelState.confirming]);
 
   // The cursor up to which conditions and result (which only jobStatus carries) are current.
   const fullCursor = useRef(0);
@@ -180,7 +185,7 @@ export function JobDetail({ id, api, live }) {
       {cancelState.confirming && running && (
         <div class="confirm" role="alertdialog" aria-labelledby="confirm-text">
           <p id="confirm-text">Cancel this job? Its work is stopped and it ends Cancelled.</p>
-          <button type="button" class="danger" disabled={cancelState.busy} onClick={cancel} ref={(b) => b && !cancelState.busy && b.focus()}>
+          <button type="button" class="danger" disabled={cancelState.busy} onClick={cancel} ref={confirmButton}>
             Yes, cancel
           </button>
           <button type="button" disabled={cancelState.busy} onClick={() => setCancelState({ confirming: false, busy: false, error: null })}>
@@ -264,7 +269,7 @@ export function JobDetail({ id, api, live }) {
             ))}
           </ol>
           <h2>Conditions</h2>
-          <div class="table-wrap">
+          <div class="table-wrap" role="region" aria-label="Conditions" tabIndex={0}>
             <table class="conditions" aria-label="Conditions">
               <thead>
                 <tr>

@@ -60,11 +60,11 @@ export function Header({ route, connection, live }) {
 function Counts({ live }) {
   const counts = live.counts;
   return (
-    <ul class="counts" role="group" aria-label="Jobs by phase">
+    <ul class="counts" aria-label="Jobs by phase">
       {PHASES.map((phase) => (
         <li key={phase}>
-          <a href={`#/?phase=${phase}`} class={`count phase-${phase}`} aria-label={`${phaseWord(phase)}: ${counts ? counts[phase] : 'loading'}`}>
-            <span class="count-label">{phaseWord(phase)}</span>
+          <a href={`#/?phase=${phase}`} class={`count phase-${phase}`} title={`Show ${phaseWord(phase).toLowerCase()} jobs`}>
+            <span class="count-label">{phaseWord(phase)}</span>{' '}
             <span class="count-value" data-testid={`count-${phase}`}>
               {counts ? counts[phase] : '–'}
             </span>

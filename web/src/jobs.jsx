@@ -292,7 +292,7 @@ export function JobsView({ api, live, params }) {
         </p>
       )}
 
-      <div class="table-wrap">
+      <div class="table-wrap" role="region" aria-label="Jobs table" tabIndex={0}>
         <table ref={tableRef} aria-labelledby="jobs-heading" aria-describedby="jobs-count" aria-busy={state.loading ? 'true' : 'false'}>
           <thead>
             <tr>

@@ -65,16 +65,31 @@ function App() {
     return live.onChange(() => setTick((t) => t + 1));
   }, [live]);
 
-  // Move focus to the new view's heading so keyboard and screen-reader users land on it.
+  // Move focus to the new view's heading so keyboard and screen-reader users land on it. A
+  // view may render its heading late (after loading), so watch for it for a moment, without
+  // taking the focus from anything the user has moved it to inside the view.
   const main = useRef(null);
   const firstRoute = useRef(true);
   useEffect(() => {
     if (firstRoute.current) {
       firstRoute.current = false;
-      return;
+      return undefined;
     }
-    main.current?.querySelector('h1')?.focus();
-  }, [route.view, route.id]);
+    const focusHeading = () => {
+      const heading = main.current?.querySelector('h1');
+      const active = document.activeElement;
+      const free = !active || active === document.body || active.tagName === 'H1' || !main.current.contains(active);
+      if (heading && active !== heading && free) heading.focus();
+    };
+    focusHeading();
+    const observer = new MutationObserver(focusHeading);
+    observer.observe(main.current, { childList: true, subtree: true });
+    const stop = setTimeout(() => observer.disconnect(), 3000);
+    return () => {
+      observer.disconnect();
+      clearTimeout(stop);
+    };
+  }, [route.view, route.id, route.params.get('from')]);
 
   let view;
   if (route.view === 'job') view = <JobDetail key={route.id} id={route.id} api={api} live={live} />;
