@@ -219,7 +219,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     };
     let connections = state.connections.clone();
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, executor = service.executor_kind(), data_dir = %config.data_dir.display(), "jobgate listening on http://{addr} (GraphiQL at http://{addr}/graphiql)");
+    tracing::info!(%addr, executor = service.executor_kind(), data_dir = %config.data_dir.display(), "jobgate listening on http://{addr} (dashboard at http://{addr}/, GraphiQL at http://{addr}/graphiql)");
     let router = app(state, config.max_body_bytes);
     // Small frames (a status event) go out at once instead of waiting for Nagle's algorithm.
     let listener = listener.tap_io(|tcp| {

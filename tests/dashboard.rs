@@ -93,3 +93,8 @@ fn the_view_catches_up_after_the_server_drops_and_returns() {
 fn every_view_is_accessible_and_keyboard_navigable() {
     run_e2e("usability.test.mjs");
 }
+
+#[test]
+fn with_an_api_token_the_dashboard_asks_for_it() {
+    run_e2e("auth.test.mjs");
+}

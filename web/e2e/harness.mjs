@@ -13,9 +13,12 @@ import { chromium } from 'playwright-core';
 export const WAIT_MS = 30_000;
 
 const cleanups = [];
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-});
+
+/** Stops every jobgate and browser started here (the test runner calls it after each file). */
+export async function cleanUp() {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+}
+after(cleanUp);
 
 /** A jobgate process. `restart()` brings it back on the same port and data directory. */
 class Jobgate {

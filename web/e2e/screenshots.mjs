@@ -1,0 +1,86 @@
+// Refreshes the dashboard's screenshots in docs/screenshots/ (run after a UI change):
+//
+//   cargo build && npm run screenshots --prefix web
+//
+// It starts jobgate (JOBGATE_BIN, default target/debug/jobgate) with a fresh data directory,
+// submits a few varied jobs and photographs the main views in headless Chromium.
+
+import { mkdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { cleanUp, launchBrowser, openPage, startJobgate, waitText } from './harness.mjs';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+process.env.JOBGATE_BIN ||= join(process.env.CARGO_TARGET_DIR || join(root, 'target'), 'debug/jobgate');
+const out = join(root, 'docs/screenshots');
+mkdirSync(out, { recursive: true });
+
+const jobgate = await startJobgate(['--max-parallelism', '8']);
+const sh = (script) => ['sh', '-c', script];
+const ids = {};
+ids.etl = await jobgate.submit({
+  name: 'etl-nightly',
+  namespace: 'data',
+  command: sh('for t in users orders events; do echo "loading $t"; sleep 0.2; done; echo \'{"rows": 18342}\' > "$JOBGATE_RESULT_FILE"'),
+});
+ids.report = await jobgate.submit({ name: 'weekly-report', command: sh('echo "rendering"; printf "report.pdf" > "$JOBGATE_RESULT_FILE"') });
+ids.flaky = await jobgate.submit({
+  name: 'flaky-import',
+  namespace: 'data',
+  backoffLimit: 1,
+  command: sh('echo "connecting to warehouse"; echo "error: connection refused" >&2; exit 3'),
+});
+ids.cancelled = await jobgate.submit({ name: 'backfill-2019', namespace: 'data', command: ['sleep', '600'] });
+ids.train = await jobgate.submit({
+  name: 'train-resnet',
+  namespace: 'ml',
+  completions: 12,
+  parallelism: 3,
+  command: sh('echo "shard $JOB_COMPLETION_INDEX: epoch 1/3"; sleep 0.5; echo "shard $JOB_COMPLETION_INDEX: epoch 2/3"; sleep 600'),
+});
+ids.map = await jobgate.submit({
+  name: 'word-count-map',
+  namespace: 'ml',
+  completions: 6,
+  parallelism: 6,
+  command: sh('echo "mapping part $JOB_COMPLETION_INDEX"; sleep 0.3; echo "part $JOB_COMPLETION_INDEX: 1204 words"; printf "$JOB_COMPLETION_INDEX" > "$JOBGATE_RESULT_FILE"'),
+});
+await jobgate.waitPhase(ids.etl, 'SUCCEEDED');
+await jobgate.waitPhase(ids.flaky, 'FAILED');
+await jobgate.waitPhase(ids.map, 'SUCCEEDED');
+await jobgate.waitPhase(ids.cancelled, 'RUNNING');
+await jobgate.gql('mutation($id: ID!) { cancelJob(id: $id) { job { id } } }', { id: ids.cancelled });
+await jobgate.waitPhase(ids.cancelled, 'CANCELLED');
+ids.pending = await jobgate.submit({ name: 'ingest-logs', command: ['sleep', '600'] });
+await new Promise((r) => setTimeout(r, 1200));
+
+const browser = await launchBrowser();
+async function shot(name, path, { ready, ...options } = {}) {
+  const page = await openPage(browser, `${jobgate.url}${path}`, options);
+  await waitText(page.getByRole('status', { name: 'Connection' }), 'Live');
+  if (ready) await ready(page);
+  await page.waitForTimeout(400);
+  await page.screenshot({ path: join(out, `${name}.png`) });
+  await page.context().close();
+  console.log(`docs/screenshots/${name}.png`);
+}
+
+const tableReady = (page) => waitText(page.getByTestId('count-CANCELLED'), '1');
+await shot('jobs', '/#/', { ready: tableReady });
+await shot('jobs-dark', '/#/', { ready: tableReady, colorScheme: 'dark' });
+await shot('detail', `/#/jobs/${ids.train}`, {
+  ready: (page) => waitText(page.getByRole('log', { name: 'Logs' }), /epoch 2\/3/, 'log lines'),
+});
+await shot('submit', '/#/submit', {
+  ready: async (page) => {
+    const form = page.getByRole('form', { name: 'Submit a job' });
+    await form.locator('[name="name"]').fill('Nightly Report');
+    await form.locator('[name="command"]').fill('sh\n-c\n./report.sh > "$JOBGATE_RESULT_FILE"');
+    await form.getByRole('button', { name: 'Submit' }).click();
+    await page.locator('#error-name').waitFor();
+    await page.locator('#field-name').scrollIntoViewIfNeeded();
+  },
+});
+await shot('phone-dark', '/#/', { ready: tableReady, colorScheme: 'dark', viewport: { width: 390, height: 844 } });
+await cleanUp();
