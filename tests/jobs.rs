@@ -676,6 +676,9 @@ async fn an_interrupted_run_is_retried_after_a_restart_when_the_backoff_limit_al
         }))
         .await;
     wait_file(&server.data_dir.join("work").join(&id).join("leader.pid")).await;
+    // The run must be on record (RUNNING is committed with it) before the crash; a kill
+    // before that loses no attempt to count.
+    server.wait_phase(&id, "RUNNING").await;
     server.kill9();
     let server = server.start_again(&[]).await;
     let events = history(&server, &id).await;

@@ -403,6 +403,44 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
         .await;
     server.wait_phase(&id, "RUNNING").await;
+    // The job's pods, as jobgate's watch sees them, are part of the job.
+    let pods_of = || async {
+        server
+            .gql_ok(
+                "query($id: ID!) { job(id: $id) { pods { name phase exitCode createdAt } } }",
+                json!({"id": id}),
+            )
+            .await["job"]["pods"]
+            .clone()
+    };
+    cluster
+        .until("the running pod is shown", || async {
+            pods_of()
+                .await
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["phase"] == "Running")
+        })
+        .await;
+    let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
+    let listed: Vec<String> = cluster
+        .pods()
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    let shown: Vec<String> = pods_of()
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(shown, listed);
     let data = server
         .gql_ok(
             "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",

@@ -83,6 +83,23 @@ pub struct LogLine {
     pub text: String,
 }
 
+/// One run of a job as its executor sees it: a pod, on Kubernetes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunInfo {
+    pub name: String,
+    /// The completion index, for Indexed jobs.
+    pub index: Option<i32>,
+    /// `Pending`, `Running`, `Succeeded` or `Failed`.
+    pub phase: &'static str,
+    pub exit_code: Option<i32>,
+    /// Why it ended, e.g. `Error`, `OOMKilled`, `DeadlineExceeded`.
+    pub reason: Option<String>,
+    /// Its termination message: the result it wrote, or its last lines when it failed.
+    pub message: Option<String>,
+    pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 #[async_trait]
 pub trait Executor: Send + Sync + 'static {
     /// A short name for logs and `/readyz`, e.g. `local`.
@@ -120,6 +137,12 @@ pub trait Executor: Send + Sync + 'static {
     /// even if the job service has not recorded it yet (a cancel must not override it).
     fn has_finished(&self, _job_id: &str) -> bool {
         false
+    }
+
+    /// The job's runs as the executor sees them now (its pods, on Kubernetes), oldest first.
+    /// Empty when the executor does not track runs one by one, or no longer tracks the job.
+    fn runs(&self, _job_id: &str) -> Vec<RunInfo> {
+        Vec::new()
     }
 
     /// Whether the executor can take work now.

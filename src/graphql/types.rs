@@ -378,6 +378,25 @@ impl JobObject {
             .map(|e| JobStatusEvent { event: Arc::new(e) })
             .collect())
     }
+    /// The job's pods as the Kubernetes executor sees them now, oldest first: empty on the
+    /// local executor and once the job has finished (its history, result and log tail stay).
+    async fn pods(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Pod>> {
+        let service = ctx.data::<JobService>()?;
+        Ok(service
+            .runs(&self.0.id)
+            .into_iter()
+            .map(|r| Pod {
+                name: r.name,
+                index: r.index,
+                phase: r.phase.to_owned(),
+                exit_code: r.exit_code,
+                reason: r.reason,
+                message: r.message,
+                created_at: r.created_at,
+                finished_at: r.finished_at,
+            })
+            .collect())
+    }
     /// Who submitted the job, as authenticated: `anonymous` or `api-token`.
     async fn submitter(&self) -> Option<&str> {
         self.0.submitter.as_deref()
@@ -619,4 +638,22 @@ impl TemplateFieldObject {
     async fn placeholder(&self) -> Option<&str> {
         self.0.placeholder
     }
+}
+
+/// One pod of a job on Kubernetes.
+#[derive(SimpleObject)]
+pub struct Pod {
+    pub name: String,
+    /// The completion index, for jobs with several completions.
+    pub index: Option<i32>,
+    /// `Pending`, `Running`, `Succeeded` or `Failed`.
+    pub phase: String,
+    /// The exit code of the job's container, once it has ended.
+    pub exit_code: Option<i32>,
+    /// Why it ended, e.g. `Error`, `OOMKilled`, `DeadlineExceeded`.
+    pub reason: Option<String>,
+    /// Its termination message: the result it wrote, or its last lines when it failed.
+    pub message: Option<String>,
+    pub created_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
 }

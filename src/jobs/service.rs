@@ -23,7 +23,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::executor::{Executor, ExecutorError, LogLine, Observation};
+use crate::executor::{Executor, ExecutorError, LogLine, Observation, RunInfo};
 use crate::jobs::bus::EventBus;
 use crate::jobs::model::{
     Job, JobEvent, JobFilter, JobPhase, JobSpec, SubmitRequest, Transition, ValidationError, ValidationLimits,
@@ -256,6 +256,11 @@ impl JobService {
         after: Option<i64>,
     ) -> Result<JobPage, ServiceError> {
         Ok(self.inner.store.list_jobs(filter, first, after).await?)
+    }
+
+    /// The job's runs as its executor sees them now (its pods, on Kubernetes).
+    pub fn runs(&self, id: &str) -> Vec<RunInfo> {
+        self.inner.executor.runs(id)
     }
 
     /// The templates jobs may name.

@@ -17,6 +17,8 @@ const JOB_FIELDS = `${JOB_ROW_FIELDS}
   result submitter
   conditions { type status reason message lastTransitionTime }`;
 
+const PODS_FIELD = 'pods { name index phase exitCode reason message createdAt finishedAt }';
+
 const JOB_QUERY = `query Job($id: ID!) {
   job(id: $id) {
     ${JOB_FIELDS}
@@ -26,8 +28,11 @@ const JOB_QUERY = `query Job($id: ID!) {
       resources { requests { cpu memory } limits { cpu memory } }
     }
     events(last: 200) { cursor phase previousPhase at reason message }
+    ${PODS_FIELD}
   }
 }`;
+
+const PODS_QUERY = `query Pods($id: ID!) { job(id: $id) { ${PODS_FIELD} } }`;
 
 const STATUS_SUBSCRIPTION = `subscription Status($id: ID!) {
   jobStatus(id: $id) { cursor phase previousPhase at reason message job { ${JOB_FIELDS} } }
@@ -44,6 +49,28 @@ const MAX_TIMELINE = 500;
 export function JobDetail({ id, api, live }) {
   const [job, setJob] = useState(null);
   const [spec, setSpec] = useState(null);
+  const [pods, setPods] = useState([]);
+  // Pods change with the job's events: re-read them after each (one request at a time).
+  const podsRead = useRef({ busy: false, again: false });
+  const readPods = () => {
+    const state = podsRead.current;
+    if (state.busy) {
+      state.again = true;
+      return;
+    }
+    state.busy = true;
+    api
+      .request(PODS_QUERY, { id })
+      .then((data) => data.job && setPods(data.job.pods))
+      .catch(() => {})
+      .finally(() => {
+        state.busy = false;
+        if (state.again) {
+          state.again = false;
+          readPods();
+        }
+      });
+  };
   const [timeline, setTimeline] = useState([]);
   const [error, setError] = useState(null);
   const [cancelState, setCancelState] = useState({ confirming: false, busy: false, error: null });
@@ -73,6 +100,7 @@ export function JobDetail({ id, api, live }) {
     }
     if (seen.current.has(event.cursor)) return;
     seen.current.add(event.cursor);
+    readPods();
     setTimeline((t) => {
       const entry = { cursor: event.cursor, phase: event.phase, previousPhase: event.previousPhase, at: event.at, reason: event.reason, message: event.message };
       const last = t[t.length - 1];
@@ -97,7 +125,8 @@ export function JobDetail({ id, api, live }) {
           setError(new ApiError(`There is no job with id ${id}.`, { code: 'NOT_FOUND' }));
           return;
         }
-        const { spec: s, events, ...j } = data.job;
+        const { spec: s, events, pods: p, ...j } = data.job;
+        setPods(p);
         jobRef.current = j;
         fullCursor.current = Number(j.lastEventCursor || 0);
         setJob(j);
@@ -299,9 +328,50 @@ export function JobDetail({ id, api, live }) {
         </section>
       </div>
 
+      {pods.length > 0 && <Pods pods={pods} />}
       <Logs api={api} id={id} finished={TERMINAL.has(job.phase)} />
       {spec && <Spec spec={spec} />}
     </article>
+  );
+}
+
+/** The job's pods on Kubernetes, as jobgate's watch sees them. */
+function Pods({ pods }) {
+  return (
+    <section class="card" aria-labelledby="pods-heading">
+      <h2 id="pods-heading">Pods</h2>
+      <div class="table-wrap" role="region" aria-label="Pods table" tabIndex={0}>
+        <table aria-labelledby="pods-heading">
+          <thead>
+            <tr>
+              <th scope="col">Pod</th>
+              <th scope="col">Index</th>
+              <th scope="col">Phase</th>
+              <th scope="col">Exit code</th>
+              <th scope="col">Reason</th>
+              <th scope="col">Created</th>
+              <th scope="col">Finished</th>
+            </tr>
+          </thead>
+          <tbody>
+            {pods.map((p) => (
+              <tr key={p.name}>
+                <th scope="row">
+                  <code>{p.name}</code>
+                  {p.message && <div class="muted small">{p.message}</div>}
+                </th>
+                <td>{p.index ?? '–'}</td>
+                <td>{p.phase}</td>
+                <td>{p.exitCode ?? '–'}</td>
+                <td>{p.reason || '–'}</td>
+                <td>{p.createdAt ? when(p.createdAt) : '–'}</td>
+                <td>{p.finishedAt ? when(p.finishedAt) : '–'}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </section>
   );
 }
 
@@ -351,6 +421,8 @@ function Logs({ api, id }) {
   }, [lines]);
 
   const sources = new Set(lines.map((l) => l.source).filter(Boolean));
+  // Pod names share the Job's long name; show what tells them apart (the full name on hover).
+  const prefix = commonPrefix([...sources]);
   return (
     <section class="card logs-card" aria-labelledby="logs-heading">
       <div class="view-head">
@@ -377,7 +449,11 @@ function Logs({ api, id }) {
         ) : (
           lines.map((l, i) => (
             <div class="log-line" key={i}>
-              {sources.size > 1 && <span class="log-source">{l.source}</span>}
+              {sources.size > 0 && (
+                <span class="log-source" title={l.source || ''}>
+                  {(l.source || '').slice(prefix.length)}
+                </span>
+              )}
               <span class="log-text">{l.text}</span>
             </div>
           ))
@@ -385,6 +461,21 @@ function Logs({ api, id }) {
       </div>
     </section>
   );
+}
+
+/** The longest prefix, ending with '-', shared by all of `names` (when there are several). */
+function commonPrefix(names) {
+  if (names.length < 2) {
+    const name = names[0] || '';
+    // One pod: keep its index and suffix, e.g. `0-c57nk` of `jobgate-<id>-0-c57nk`.
+    const parts = name.split('-');
+    return parts.length > 3 ? `${parts.slice(0, -2).join('-')}-` : '';
+  }
+  let prefix = names[0];
+  for (const name of names) {
+    while (!name.startsWith(prefix)) prefix = prefix.slice(0, -1);
+  }
+  return prefix.slice(0, prefix.lastIndexOf('-') + 1);
 }
 
 function Spec({ spec }) {

@@ -36,8 +36,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::manifest::{CONTAINER_NAME, JOB_ID_LABEL, MANAGED_SELECTOR, ManifestDefaults, workload_name};
-use self::status::PodInfo;
-use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender};
+use self::status::{PodInfo, PodPhase};
+use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, RunInfo};
 use crate::jobs::model::{Job, WorkloadStatus};
 
 /// Settings of the Kubernetes executor.
@@ -949,6 +949,28 @@ impl Executor for KubeExecutor {
 
     fn has_finished(&self, job_id: &str) -> bool {
         self.inner.tracked.get(job_id).is_some_and(|t| t.finishing)
+    }
+
+    fn runs(&self, job_id: &str) -> Vec<RunInfo> {
+        let mut pods = self.inner.pods.get(job_id).map(|p| p.infos()).unwrap_or_default();
+        pods.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+        pods.into_iter()
+            .map(|p| RunInfo {
+                name: p.name,
+                index: p.index,
+                phase: match p.phase {
+                    PodPhase::Pending => "Pending",
+                    PodPhase::Running => "Running",
+                    PodPhase::Succeeded => "Succeeded",
+                    PodPhase::Failed => "Failed",
+                },
+                exit_code: p.exit_code,
+                reason: p.reason,
+                message: p.message,
+                created_at: p.created_at,
+                finished_at: p.finished_at,
+            })
+            .collect()
     }
 
     async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError> {
