@@ -5,11 +5,13 @@
 // It starts jobgate (JOBGATE_BIN, default target/debug/jobgate) with a fresh data directory,
 // submits a few varied jobs and photographs the main views in headless Chromium.
 
-import { mkdirSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { cleanUp, launchBrowser, openPage, startJobgate, waitText } from './harness.mjs';
+import { cleanUp, launchBrowser, openPage, startJobgate, waitFor, waitText } from './harness.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 process.env.JOBGATE_BIN ||= join(process.env.CARGO_TARGET_DIR || join(root, 'target'), 'debug/jobgate');
@@ -83,4 +85,54 @@ await shot('submit', '/#/submit', {
   },
 });
 await shot('phone-dark', '/#/', { ready: tableReady, colorScheme: 'dark', viewport: { width: 390, height: 844 } });
+
+// A job on Kubernetes, with its pods: jobgate --executor kubernetes against the API emulator
+// (tests/kube-emulator; `cargo build -p kube-emulator` first).
+const emulatorBin = join(dirname(process.env.JOBGATE_BIN), 'kube-emulator');
+if (existsSync(emulatorBin)) {
+  const port = await freePort();
+  const kubeconfig = join(jobgate.dataDir, 'emulator.kubeconfig');
+  const emulator = spawn(emulatorBin, ['--listen', `127.0.0.1:${port}`, '--kubeconfig', kubeconfig], { stdio: 'ignore' });
+  try {
+    await waitFor(() => existsSync(kubeconfig), 'the emulator');
+    const onKube = await startJobgate(['--executor', 'kubernetes', '--kubeconfig', kubeconfig]);
+    const id = await onKube.submit({
+      name: 'train-shards',
+      image: 'registry.example/trainer:2.1',
+      completions: 4,
+      parallelism: 2,
+      command: ['python', 'train.py'],
+      env: [
+        { name: 'EMULATOR_LOG', value: 'loading shard\nepoch 1/3 loss=0.82\nepoch 2/3 loss=0.61' },
+        { name: 'EMULATOR_RUN_MS', value: '60000' },
+      ],
+    });
+    const kubeShot = async (name, path, ready) => {
+      const page = await openPage(browser, `${onKube.url}${path}`);
+      await waitText(page.getByRole('status', { name: 'Connection' }), 'Live');
+      await ready(page);
+      await page.waitForTimeout(400);
+      await page.screenshot({ path: join(out, `${name}.png`) });
+      await page.context().close();
+      console.log(`docs/screenshots/${name}.png`);
+    };
+    await kubeShot('detail-kubernetes', `/#/jobs/${id}`, async (page) => {
+      await waitText(page.getByRole('log', { name: 'Logs' }), /epoch 2\/3[\s\S]*epoch 2\/3/, 'both pods\' logs');
+      await page.getByRole('heading', { name: 'Pods' }).scrollIntoViewIfNeeded();
+    });
+  } finally {
+    emulator.kill('SIGKILL');
+  }
+} else {
+  console.log(`skipped docs/screenshots/detail-kubernetes.png: no ${emulatorBin} (cargo build -p kube-emulator)`);
+}
 await cleanUp();
+
+function freePort() {
+  return new Promise((resolve) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
