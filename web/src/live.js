@@ -47,6 +47,7 @@ export class LiveModel {
     this.listeners = new Set();
     this.changeListeners = new Set();
     this.unsubscribe = null;
+    this.frame = 0;
     // The chart's window moves with the clock; this only re-draws, it asks the server nothing.
     this.clock = setInterval(() => this.roll(Date.now()), 5_000);
   }
@@ -131,7 +132,12 @@ export class LiveModel {
     return () => this.changeListeners.delete(listener);
   }
 
+  /** Tells the listeners once per frame at most: a burst of events costs one render. */
   changed() {
-    for (const listener of this.changeListeners) listener();
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      for (const listener of this.changeListeners) listener();
+    });
   }
 }
