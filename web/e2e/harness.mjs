@@ -18,7 +18,10 @@ const cleanups = [];
 export async function cleanUp() {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 }
-after(cleanUp);
+// Under `node --test` (which sets NODE_TEST_CONTEXT in each file's process) clean up after
+// the file; scripts (screenshots, bench) call cleanUp() themselves, since node:test would run
+// the hook as soon as it saw no test to wait for.
+if (process.env.NODE_TEST_CONTEXT) after(cleanUp);
 
 /** A jobgate process. `restart()` brings it back on the same port and data directory. */
 class Jobgate {

@@ -183,22 +183,36 @@ export function JobsView({ api, live, params }) {
     return { ...current, rows: rows.slice(0, PAGE_SIZE), total: current.total + 1, hasNext };
   };
 
-  useEffect(
-    () =>
-      live.onEvent((event) => {
-        const current = rowsRef.current;
-        if (current.loading) {
-          buffered.current.push(event);
-          return;
-        }
-        const next = applyEvent(current, event);
-        if (next !== current) {
-          rowsRef.current = next;
-          setState(next);
-        }
-      }),
-    [live, filterKey, pages.length],
-  );
+  // Events are applied once per animation frame, in order: a burst of hundreds of events a
+  // second costs one render per frame, not one per event.
+  const queued = useRef([]);
+  useEffect(() => {
+    let frame = 0;
+    const flush = () => {
+      frame = 0;
+      const events = queued.current.splice(0);
+      let current = rowsRef.current;
+      if (current.loading) {
+        buffered.current.push(...events);
+        return;
+      }
+      for (const event of events) current = applyEvent(current, event);
+      if (current !== rowsRef.current) {
+        rowsRef.current = current;
+        setState(current);
+      }
+    };
+    const stop = live.onEvent((event) => {
+      queued.current.push(event);
+      if (!frame) frame = requestAnimationFrame(flush);
+    });
+    return () => {
+      stop();
+      cancelAnimationFrame(frame);
+      // Whatever was queued belongs to the old filter or page, which reloads anyway.
+      queued.current = [];
+    };
+  }, [live, filterKey, pages.length]);
 
   const anyRunning = state.rows.some((r) => !TERMINAL.has(r.phase) && r.startedAt);
   const now = useNow(anyRunning);
