@@ -65,6 +65,7 @@ export class Api {
     this.onState = onState;
     this.onAuthRequired = onAuthRequired;
     this.ws = null;
+    this.reconnectListeners = new Set();
     this.openWs();
   }
 
@@ -140,7 +141,9 @@ export class Api {
         connected: (_socket, _payload, wasRetry) => {
           failures = 0;
           everConnected = true;
-          this.onState('live', wasRetry);
+          this.onState('live');
+          // Before graphql-ws re-sends the subscriptions, so listeners can reset their views.
+          if (wasRetry) for (const listener of this.reconnectListeners) listener();
         },
         closed: (event) => {
           failures += 1;
@@ -148,6 +151,12 @@ export class Api {
         },
       },
     });
+  }
+
+  /** Calls `listener` each time the WebSocket is back after a drop; returns its remover. */
+  onReconnect(listener) {
+    this.reconnectListeners.add(listener);
+    return () => this.reconnectListeners.delete(listener);
   }
 
   /** Whether the server refused our credentials (close 4401/4403); asks for new ones if so. */

@@ -329,7 +329,7 @@ export function JobDetail({ id, api, live }) {
       </div>
 
       {pods.length > 0 && <Pods pods={pods} />}
-      <Logs api={api} id={id} finished={TERMINAL.has(job.phase)} />
+      <Logs api={api} id={id} />
       {spec && <Spec spec={spec} />}
     </article>
   );
@@ -395,7 +395,7 @@ function Logs({ api, id }) {
       if (!frame.current) frame.current = requestAnimationFrame(flush);
     };
     // After a reconnect the subscription starts again from the tail: start the view afresh.
-    const stopReconnect = api.onReconnect?.(() => {
+    const stopReconnect = api.onReconnect(() => {
       buffer.current = [];
       setState('streaming');
       schedule();
@@ -411,7 +411,7 @@ function Logs({ api, id }) {
     });
     return () => {
       stop();
-      stopReconnect?.();
+      stopReconnect();
       cancelAnimationFrame(frame.current);
     };
   }, [id]);

@@ -39,22 +39,14 @@ function App() {
   const [, setTick] = useState(0);
   const services = useRef(null);
   if (!services.current) {
-    const reconnectListeners = new Set();
     const api = new Api({
-      onState: (state, wasRetry) => {
+      onState: (state) => {
         setConnection(state);
-        if (state === 'live') {
-          // A first load that failed while the server was away is retried now that it answers.
-          services.current?.live.start();
-          if (wasRetry) for (const listener of reconnectListeners) listener();
-        }
+        // A first load that failed while the server was away is retried now that it answers.
+        if (state === 'live') services.current?.live.start();
       },
       onAuthRequired: (message) => setAuthMessage(message),
     });
-    api.onReconnect = (listener) => {
-      reconnectListeners.add(listener);
-      return () => reconnectListeners.delete(listener);
-    };
     services.current = { api, live: new LiveModel(api) };
   }
   const { api, live } = services.current;
