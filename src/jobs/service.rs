@@ -289,10 +289,8 @@ impl JobService {
     /// last `buckets` buckets (the last is the current one, buckets aligned to the Unix
     /// epoch), and the cursor of the newest event included: one consistent snapshot.
     pub async fn stats(&self, buckets: i64, bucket_seconds: i64) -> Result<Stats, ServiceError> {
-        let now = Utc::now().timestamp();
-        let last = now.div_euclid(bucket_seconds) * bucket_seconds;
-        let first = last - (buckets - 1) * bucket_seconds;
-        let snapshot = self.inner.store.stats(first, bucket_seconds).await?;
+        let snapshot = self.inner.store.stats(buckets, bucket_seconds).await?;
+        let first = snapshot.since;
         let mut activity: Vec<ActivityBucket> = (0..buckets)
             .map(|i| ActivityBucket {
                 start: first + i * bucket_seconds,

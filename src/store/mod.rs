@@ -64,9 +64,11 @@ pub struct JobPage {
     pub total_count: i64,
 }
 
-/// What [`Store::stats`] read, in one transaction. Buckets are indexes from its `since`.
+/// What [`Store::stats`] read, in one transaction. Buckets are indexes from `since`.
 #[derive(Debug)]
 pub struct StatsSnapshot {
+    /// The first bucket's start, Unix seconds.
+    pub since: i64,
     pub cursor: i64,
     pub counts: std::collections::HashMap<JobPhase, i64>,
     /// (bucket, jobs submitted in it)
@@ -229,18 +231,23 @@ impl Store {
         )
     }
 
-    /// Counts by phase, and submissions and completions per bucket of `bucket_seconds` from
-    /// `since` (Unix seconds), with the newest event's cursor: all read in one transaction,
-    /// so they are one snapshot. A job's row and its events are committed together, so the
-    /// snapshot holds each job's events up to the cursor and none after.
-    pub async fn stats(&self, since: i64, bucket_seconds: i64) -> Result<StatsSnapshot> {
-        let since_text = DateTime::from_timestamp(since, 0)
-            .unwrap_or(DateTime::UNIX_EPOCH)
-            .to_rfc3339();
+    /// Counts by phase, and submissions and completions in the last `buckets` buckets of
+    /// `bucket_seconds` (aligned to the Unix epoch, the last one holding now), with the newest
+    /// event's cursor: all read in one transaction, so they are one snapshot. A job's row and
+    /// its events are committed together, so the snapshot holds each job's events up to the
+    /// cursor and none after.
+    pub async fn stats(&self, buckets: i64, bucket_seconds: i64) -> Result<StatsSnapshot> {
         let mut tx = self.pool.begin().await?;
         let cursor: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
             .fetch_one(&mut *tx)
             .await?;
+        // The window ends now, read after the first read fixed the snapshot: anything in the
+        // snapshot happened before it, so nothing counted falls past the last bucket.
+        let last = Utc::now().timestamp().div_euclid(bucket_seconds) * bucket_seconds;
+        let since = last - (buckets - 1) * bucket_seconds;
+        let since_text = DateTime::from_timestamp(since, 0)
+            .unwrap_or(DateTime::UNIX_EPOCH)
+            .to_rfc3339();
         let counts = sqlx::query("SELECT phase, count(*) AS n FROM jobs GROUP BY phase")
             .fetch_all(&mut *tx)
             .await?
@@ -276,6 +283,7 @@ impl Store {
         .collect();
         tx.commit().await?;
         Ok(StatsSnapshot {
+            since,
             cursor,
             counts,
             submitted,
