@@ -29,6 +29,7 @@ pub mod jobs;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod templates;
 pub mod web;
 
 pub use server::run;

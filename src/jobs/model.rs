@@ -141,6 +141,32 @@ pub struct WorkloadStatus {
     /// Executor-private facts needed to recover after a restart (e.g. process groups).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub executor_state: serde_json::Value,
+    /// How many runs make the whole, when the workload says (templates' kinds); the job's
+    /// `completions` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i32>,
+    /// The phase a template's status rules decoded, for kinds that are not shaped like a
+    /// batch/v1 Job; it takes precedence over the conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mapped: Option<MappedPhase>,
+}
+
+/// A phase decoded by a template's rules, with the reason and message that explain it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappedPhase {
+    pub phase: JobPhase,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl Default for MappedPhase {
+    fn default() -> Self {
+        Self {
+            phase: JobPhase::Pending,
+            reason: None,
+            message: None,
+        }
+    }
 }
 
 /// The largest result kept, as for a Kubernetes termination message.
@@ -164,6 +190,13 @@ impl WorkloadStatus {
     /// Failed → FAILED with its reason; Suspended → PENDING; active runs or a start time →
     /// RUNNING; otherwise PENDING.
     pub fn derive_phase(&self) -> DerivedPhase {
+        if let Some(m) = &self.mapped {
+            return DerivedPhase {
+                phase: m.phase,
+                reason: m.reason.clone(),
+                message: m.message.clone(),
+            };
+        }
         let from = |phase, c: &Condition| DerivedPhase {
             phase,
             reason: c.reason.clone(),
@@ -720,7 +753,10 @@ impl Job {
             failed: status.failed,
             active: status.active,
             ready: status.ready,
-            total: Some(self.spec.completions),
+            total: match &status.mapped {
+                Some(_) => status.total,
+                None => Some(self.spec.completions),
+            },
         };
         let before = (self.progress, self.result.clone(), self.message.clone());
         let previous = self.phase;
