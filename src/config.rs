@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -15,10 +16,11 @@ use crate::executor::local::LocalConfig;
 use crate::graphql::http::HttpOptions;
 use crate::graphql::schema::QueryLimits;
 use crate::graphql::ws::WsConfig;
-use crate::jobs::model::ValidationLimits;
+use crate::jobs::model::{TemplateInputs, ValidationLimits};
 use crate::jobs::service::ServiceConfig;
 use crate::jobs::template::{self, Runtime};
 use crate::store::Durability;
+use crate::templates::{TemplateError, TemplateSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExecutorKind {
@@ -90,6 +92,11 @@ pub struct Config {
     /// (jobgate keeps its history, result and log tail), for jobs that set none.
     #[arg(long, env = "JOBGATE_TTL_SECONDS_AFTER_FINISHED", default_value_t = 3600, value_parser = clap::value_parser!(i32).range(0..))]
     pub ttl_seconds_after_finished: i32,
+
+    /// A directory of workload template files (`*.yaml`) to load besides the built-in ones;
+    /// a template with a built-in's name replaces it. A bad file stops jobgate at start.
+    #[arg(long, env = "JOBGATE_TEMPLATE_DIR")]
+    pub template_dir: Option<PathBuf>,
 
     /// Kubernetes executor: lines of a finished job's output kept in jobgate.
     #[arg(long, env = "JOBGATE_CAPTURED_LOG_LINES", default_value_t = 200)]
@@ -209,8 +216,27 @@ impl Config {
         namespaces
     }
 
-    pub fn validation_limits(&self) -> ValidationLimits {
+    /// The workload templates: the built-ins, then those of `--template-dir`.
+    pub fn workload_templates(&self) -> Result<TemplateSet, TemplateError> {
+        TemplateSet::load(self.template_dir.as_deref())
+    }
+
+    pub fn validation_limits(&self, workloads: &TemplateSet) -> ValidationLimits {
+        let mut templates = vec![crate::templates::CONTAINER.to_owned()];
+        templates.extend(workloads.names().map(str::to_owned));
+        let template_inputs = workloads
+            .iter()
+            .map(|t| {
+                let inputs = TemplateInputs {
+                    fields: t.fields.iter().map(|(f, _)| f.clone()).collect(),
+                    required: t.required.clone(),
+                };
+                (t.name.clone(), inputs)
+            })
+            .collect();
         ValidationLimits {
+            templates,
+            template_inputs,
             max_parallelism: self.max_parallelism,
             max_completions: self.max_completions,
             default_namespace: self.default_namespace.clone(),
@@ -221,8 +247,9 @@ impl Config {
         }
     }
 
-    pub fn kube(&self) -> KubeConfig {
+    pub fn kube(&self, workloads: Arc<TemplateSet>) -> KubeConfig {
         KubeConfig {
+            templates: workloads,
             kubeconfig: self.kubeconfig.clone(),
             context: self.kube_context.clone(),
             watch_namespaces: self.allowed_namespaces(),
@@ -234,8 +261,8 @@ impl Config {
         }
     }
 
-    pub fn service(&self) -> ServiceConfig {
-        let limits = self.validation_limits();
+    pub fn service(&self, workloads: Arc<TemplateSet>) -> ServiceConfig {
+        let limits = self.validation_limits(&workloads);
         let runtime = match self.executor {
             ExecutorKind::Local => Runtime::Local,
             ExecutorKind::Kubernetes => Runtime::Kubernetes {
@@ -243,7 +270,8 @@ impl Config {
             },
         };
         ServiceConfig {
-            templates: template::builtin(&limits, runtime),
+            templates: template::builtin(&limits, runtime, &workloads),
+            workload_templates: workloads,
             limits,
             broadcast_capacity: self.broadcast_capacity as usize,
             ..ServiceConfig::default()

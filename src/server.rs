@@ -183,6 +183,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// Opens the store, starts the executor and the job service, and serves until `shutdown`
 /// is cancelled; then shuts everything down in order.
 pub async fn serve(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // First: a bad template stops jobgate before anything else starts.
+    let workloads = Arc::new(config.workload_templates()?);
     let store = Store::open(&config.data_dir, config.durability)
         .await
         .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
@@ -192,12 +194,12 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
             LocalExecutor::new(config.local(), observations_tx).context("preparing the local executor")?,
         ),
         ExecutorKind::Kubernetes => Arc::new(
-            KubeExecutor::connect(config.kube(), observations_tx)
+            KubeExecutor::connect(config.kube(workloads.clone()), observations_tx)
                 .await
                 .context("connecting to Kubernetes")?,
         ),
     };
-    let service = JobService::start(store, executor, observations_rx, config.service())
+    let service = JobService::start(store, executor, observations_rx, config.service(workloads))
         .await
         .context("starting the job service")?;
     let schema = schema::build(service.clone(), &config.query_limits());

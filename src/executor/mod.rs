@@ -145,6 +145,20 @@ pub trait Executor: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether jobs of `template` can run now; `Err` says why not (e.g. its kind's CRD is
+    /// not installed). Only `container` runs everywhere; workload templates create
+    /// Kubernetes objects.
+    fn template_available(&self, template: &str) -> Result<(), String> {
+        if template == crate::templates::CONTAINER {
+            Ok(())
+        } else {
+            Err(format!(
+                "template {template} creates Kubernetes objects; this server runs jobs with the {} executor",
+                self.kind()
+            ))
+        }
+    }
+
     /// Whether the executor can take work now.
     fn is_ready(&self) -> bool;
 

@@ -58,6 +58,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotFound { .. } => error(Code::NotFound, e.to_string()),
             ServiceError::FailedPrecondition(m) => error(Code::FailedPrecondition, m),
             ServiceError::ShuttingDown => error(Code::Unavailable, "jobgate is shutting down; retry shortly"),
+            ServiceError::Unavailable(m) => error(Code::Unavailable, m),
             ServiceError::Store(cause) => {
                 tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
                 error(

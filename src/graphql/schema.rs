@@ -162,7 +162,7 @@ impl Query {
     /// The workload templates jobs may name, with the fields each takes.
     async fn templates(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<TemplateObject>> {
         let service = ctx.data::<JobService>()?;
-        Ok(service.templates().iter().cloned().map(TemplateObject).collect())
+        Ok(service.templates().into_iter().map(TemplateObject).collect())
     }
 
     /// Namespaces a job may be submitted to when the server limits them; otherwise those

@@ -573,13 +573,18 @@ impl TemplateObject {
         &self.0.description
     }
     /// What a job of this template becomes: `batch/v1 Job` on Kubernetes, `local process` on
-    /// the local executor.
+    /// the local executor, or the kind a workload template creates, e.g.
+    /// `argoproj.io/v1alpha1 Workflow`.
     async fn kind(&self) -> &str {
         &self.0.kind
     }
     /// Whether jobs can use it now.
     async fn available(&self) -> bool {
         self.0.available
+    }
+    /// Why jobs cannot use it now (e.g. its kind's CRD is not installed); null when available.
+    async fn unavailable_reason(&self) -> Option<&str> {
+        self.0.unavailable_reason.as_deref()
     }
     /// The `SubmitJobInput` fields this template uses, in the order a form shows them.
     async fn fields(&self) -> Vec<TemplateFieldObject> {
@@ -601,7 +606,7 @@ impl TemplateFieldObject {
         self.0.name
     }
     async fn label(&self) -> &str {
-        self.0.label
+        &self.0.label
     }
     async fn description(&self) -> &str {
         &self.0.description

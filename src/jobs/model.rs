@@ -378,6 +378,16 @@ pub struct ValidationLimits {
     pub service_accounts: Vec<String>,
     /// Whether `image` is required (it is where jobs run in containers).
     pub require_image: bool,
+    /// For templates other than `container`: the input fields each uses and requires.
+    pub template_inputs: std::collections::BTreeMap<String, TemplateInputs>,
+}
+
+/// The optional `SubmitJobInput` fields a template uses, and those it requires; a job that
+/// gives a field its template does not use is refused rather than silently ignored.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TemplateInputs {
+    pub fields: Vec<String>,
+    pub required: Vec<String>,
 }
 
 impl Default for ValidationLimits {
@@ -391,6 +401,7 @@ impl Default for ValidationLimits {
             allowed_namespaces: Vec::new(),
             service_accounts: Vec::new(),
             require_image: false,
+            template_inputs: Default::default(),
         }
     }
 }
@@ -490,14 +501,21 @@ impl SubmitRequest {
                 "must be a non-empty image reference without spaces",
             ));
         }
-        if limits.require_image && self.image.is_none() {
+        let inputs = limits.template_inputs.get(&template);
+        if let Some(inputs) = inputs {
+            self.check_template_inputs(&template, inputs)?;
+        }
+        let require_image = inputs.map_or(limits.require_image, |i| i.required.iter().any(|f| f == "image"));
+        if require_image && self.image.is_none() {
             return Err(invalid(
                 "input.image",
                 "is required: jobs run as containers on this server",
             ));
         }
         let command = self.command.clone().unwrap_or_default();
-        if command.is_empty() || command[0].trim().is_empty() {
+        let require_command = inputs.is_none_or(|i| i.required.iter().any(|f| f == "command"));
+        if (require_command || self.command.is_some()) && (command.is_empty() || command[0].trim().is_empty())
+        {
             return Err(invalid("input.command", "must name a program to run"));
         }
         let args = self.args.clone().unwrap_or_default();
@@ -634,6 +652,54 @@ impl SubmitRequest {
             service_account_name: self.service_account_name.clone(),
             ttl_seconds_after_finished: self.ttl_seconds_after_finished,
         })
+    }
+}
+
+impl SubmitRequest {
+    /// The optional input fields given, by their GraphQL names.
+    fn given_fields(&self) -> [(&'static str, bool); 11] {
+        [
+            ("image", self.image.is_some()),
+            ("command", self.command.is_some()),
+            ("args", self.args.is_some()),
+            ("env", self.env.is_some()),
+            ("parallelism", self.parallelism.is_some()),
+            ("completions", self.completions.is_some()),
+            ("backoffLimit", self.backoff_limit.is_some()),
+            ("activeDeadlineSeconds", self.active_deadline_seconds.is_some()),
+            ("resources", self.resources.is_some()),
+            ("serviceAccountName", self.service_account_name.is_some()),
+            (
+                "ttlSecondsAfterFinished",
+                self.ttl_seconds_after_finished.is_some(),
+            ),
+        ]
+    }
+
+    fn check_template_inputs(&self, template: &str, inputs: &TemplateInputs) -> Result<(), ValidationError> {
+        for (field, given) in self.given_fields() {
+            let used = inputs.fields.iter().any(|f| f == field);
+            if given && !used {
+                return Err(invalid(
+                    format!("input.{field}"),
+                    format!(
+                        "template {template} does not use {field}; it uses {}",
+                        if inputs.fields.is_empty() {
+                            "none of the optional fields".to_owned()
+                        } else {
+                            inputs.fields.join(", ")
+                        }
+                    ),
+                ));
+            }
+            if !given && inputs.required.iter().any(|f| f == field) {
+                return Err(invalid(
+                    format!("input.{field}"),
+                    format!("is required by template {template}"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -30,6 +30,7 @@ use crate::jobs::model::{
 };
 use crate::jobs::template::{self, Runtime, Template};
 use crate::store::{JobPage, Store, StoreError, StoreTx};
+use crate::templates::TemplateSet;
 
 /// What a client can be told went wrong. Internal causes are logged, never shown.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,10 @@ pub enum ServiceError {
     NotFound { id: String },
     #[error("{0}")]
     FailedPrecondition(String),
+    /// What was asked cannot be done now, for a reason an operator can fix (a workload kind
+    /// that is not installed in the cluster).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("jobgate is shutting down")]
     ShuttingDown,
     #[error("the store is unavailable")]
@@ -57,8 +62,11 @@ pub struct ServiceConfig {
     pub broadcast_capacity: usize,
     /// The most commands the writer applies in one transaction.
     pub max_batch: usize,
-    /// The templates clients may name, as `templates` describes them.
+    /// The templates clients may name, as `templates` describes them (availability is the
+    /// executor's, asked each time).
     pub templates: Vec<Template>,
+    /// The workload templates (all but `container`).
+    pub workload_templates: Arc<TemplateSet>,
 }
 
 impl Default for ServiceConfig {
@@ -67,7 +75,12 @@ impl Default for ServiceConfig {
             limits: ValidationLimits::default(),
             broadcast_capacity: 4096,
             max_batch: 256,
-            templates: template::builtin(&ValidationLimits::default(), Runtime::Local),
+            templates: template::builtin(
+                &ValidationLimits::default(),
+                Runtime::Local,
+                &TemplateSet::default(),
+            ),
+            workload_templates: Arc::new(TemplateSet::default()),
         }
     }
 }
@@ -129,6 +142,7 @@ struct Inner {
     executor: Arc<dyn Executor>,
     limits: ValidationLimits,
     templates: Vec<Template>,
+    workload_templates: Arc<TemplateSet>,
     commands: mpsc::Sender<Command>,
     /// Jobs not yet finished, as last committed. Written by the writer task only; read by
     /// anyone. Finished jobs are read from the store.
@@ -164,6 +178,7 @@ impl JobService {
             executor,
             limits: config.limits,
             templates: config.templates,
+            workload_templates: config.workload_templates,
             commands,
             active,
             launch_wanted: Notify::new(),
@@ -197,6 +212,16 @@ impl JobService {
         submitter: Option<String>,
     ) -> Result<Submitted, ServiceError> {
         let spec: JobSpec = request.validate(&self.inner.limits)?;
+        if let Some(t) = self.inner.workload_templates.get(&spec.template) {
+            t.validate_parameters(spec.parameters.as_ref())?;
+        }
+        // Refused now rather than accepted to wait: nothing would ever run it.
+        self.inner
+            .executor
+            .template_available(&spec.template)
+            .map_err(|why| {
+                ServiceError::Unavailable(format!("template {} is not available: {why}", spec.template))
+            })?;
         let fingerprint = spec.fingerprint();
         let id = uuid::Uuid::now_v7().to_string();
         tracing::Span::current().record("job", id.as_str());
@@ -263,9 +288,19 @@ impl JobService {
         self.inner.executor.runs(id)
     }
 
-    /// The templates jobs may name.
-    pub fn templates(&self) -> &[Template] {
-        &self.inner.templates
+    /// The templates jobs may name, with whether each can run now.
+    pub fn templates(&self) -> Vec<Template> {
+        let mut templates = self.inner.templates.clone();
+        for t in &mut templates {
+            match self.inner.executor.template_available(&t.name) {
+                Ok(()) => t.available = true,
+                Err(why) => {
+                    t.available = false;
+                    t.unavailable_reason = Some(why);
+                }
+            }
+        }
+        templates
     }
 
     /// Namespaces a job may be submitted to when the server limits them; otherwise those in

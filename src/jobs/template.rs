@@ -9,6 +9,7 @@
 use serde_json::{Value, json};
 
 use crate::jobs::model::ValidationLimits;
+use crate::templates::{TemplateSet, WorkloadTemplate};
 
 /// What kind of value a field takes, so that a client knows which control to show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +29,7 @@ pub enum FieldType {
 pub struct TemplateField {
     /// The `SubmitJobInput` field it fills.
     pub name: &'static str,
-    pub label: &'static str,
+    pub label: String,
     pub description: String,
     pub field_type: FieldType,
     pub required: bool,
@@ -50,6 +51,8 @@ pub struct Template {
     pub kind: String,
     /// Whether jobs can use it now.
     pub available: bool,
+    /// Why not, when it cannot be used now.
+    pub unavailable_reason: Option<String>,
     pub fields: Vec<TemplateField>,
     /// JSON Schema of `parameters`; `None` when the template takes none.
     pub parameter_schema: Option<Value>,
@@ -72,7 +75,7 @@ fn field(
 ) -> TemplateField {
     TemplateField {
         name,
-        label,
+        label: label.to_owned(),
         description: description.into(),
         field_type,
         required: false,
@@ -84,9 +87,49 @@ fn field(
     }
 }
 
-/// The templates this server offers: `container` only, for now.
-pub fn builtin(limits: &ValidationLimits, runtime: Runtime) -> Vec<Template> {
-    vec![container(limits, runtime)]
+/// The templates this server offers: `container`, then the workload templates.
+pub fn builtin(limits: &ValidationLimits, runtime: Runtime, workloads: &TemplateSet) -> Vec<Template> {
+    let mut all = vec![container(limits, runtime)];
+    all.extend(workloads.iter().map(|t| workload(t, limits, runtime)));
+    all
+}
+
+/// A workload template as a form sees it: the container's fields it uses, as it labels them.
+fn workload(t: &WorkloadTemplate, limits: &ValidationLimits, runtime: Runtime) -> Template {
+    let ttl = match runtime {
+        Runtime::Kubernetes { .. } => runtime,
+        Runtime::Local => Runtime::Kubernetes {
+            ttl_seconds_after_finished: 3600,
+        },
+    };
+    let known = container(limits, ttl).fields;
+    let mut fields: Vec<TemplateField> = known
+        .iter()
+        .filter(|f| f.name == "name" || f.name == "namespace")
+        .cloned()
+        .collect();
+    for (name, text) in &t.fields {
+        let Some(mut f) = known.iter().find(|f| f.name == name).cloned() else {
+            continue; // e.g. serviceAccountName on a server that allows none
+        };
+        if let Some(label) = &text.label {
+            f.label.clone_from(label);
+        }
+        if let Some(description) = &text.description {
+            f.description = description.clone();
+        }
+        f.required = t.required.contains(name);
+        fields.push(f);
+    }
+    Template {
+        name: t.name.clone(),
+        description: t.description.clone(),
+        kind: format!("{} {}", t.api_version, t.kind),
+        available: true,
+        unavailable_reason: None,
+        fields,
+        parameter_schema: t.parameters.clone(),
+    }
 }
 
 /// `container`: the job's command in a container (a batch/v1 Job) or, on the local executor,
@@ -218,6 +261,7 @@ fn container(limits: &ValidationLimits, runtime: Runtime) -> Template {
         }
         .into(),
         available: true,
+        unavailable_reason: None,
         fields,
         parameter_schema: None,
     }

@@ -12,6 +12,7 @@
 
 pub mod manifest;
 pub mod status;
+mod workloads;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -39,6 +40,7 @@ use self::manifest::{CONTAINER_NAME, JOB_ID_LABEL, MANAGED_SELECTOR, ManifestDef
 use self::status::{PodInfo, PodPhase};
 use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, RunInfo};
 use crate::jobs::model::{Job, WorkloadStatus};
+use crate::templates::TemplateSet;
 
 /// Settings of the Kubernetes executor.
 #[derive(Clone, Debug)]
@@ -57,6 +59,8 @@ pub struct KubeConfig {
     pub finish_grace: Duration,
     /// Lines of output kept in jobgate when a job finishes (its pods may be deleted later).
     pub captured_log_lines: usize,
+    /// The workload templates: jobs of these run as their kinds' objects.
+    pub templates: Arc<TemplateSet>,
 }
 
 impl Default for KubeConfig {
@@ -68,6 +72,7 @@ impl Default for KubeConfig {
             manifest: ManifestDefaults::default(),
             finish_grace: Duration::from_secs(5),
             captured_log_lines: 200,
+            templates: Arc::new(TemplateSet::default()),
         }
     }
 }
@@ -106,6 +111,10 @@ struct Inner {
     /// must appear in it, or it vanished.
     list_epoch: AtomicU64,
     watchers: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
+    /// The workload kinds templates create, by (group, version, kind).
+    kinds: BTreeMap<(String, String, String), Arc<workloads::Kind>>,
+    /// Finished workloads whose deletion is scheduled (namespace/name/uid).
+    retention_timers: DashMap<String, ()>,
     started: AtomicBool,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -126,6 +135,10 @@ struct Tracked {
     settled: Option<WorkloadStatus>,
     /// The last status reported, to report only changes.
     last_sent: Option<WorkloadStatus>,
+    /// For jobs of workload templates: how their object's status decodes.
+    decoding: Option<workloads::Decoding>,
+    /// The job's `ttlSecondsAfterFinished` (or the server's default).
+    ttl_seconds: Option<i32>,
 }
 
 /// The pods of one tracked job, and the log tails captured as they ended: a Job removed by
@@ -263,6 +276,15 @@ impl KubeExecutor {
             None => kube::Config::infer().await?,
         };
         let client = kube::Client::try_from(client_config)?;
+        let kinds = config
+            .templates
+            .iter()
+            .map(|t| {
+                let (group, version, kind) = workloads::Kind::key(t);
+                let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
+                ((group, version, kind), workloads::Kind::new(gvk))
+            })
+            .collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
@@ -275,6 +297,8 @@ impl KubeExecutor {
                 jobs_version: tokio::sync::watch::Sender::new(0),
                 list_epoch: AtomicU64::new(0),
                 watchers: std::sync::Mutex::new(Vec::new()),
+                kinds,
+                retention_timers: DashMap::new(),
                 started: AtomicBool::new(false),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
@@ -283,10 +307,24 @@ impl KubeExecutor {
     }
 
     fn track(&self, job: &Job, confirmed_epoch: Option<u64>) {
+        let decoding = self
+            .inner
+            .kind_of(&job.spec.template)
+            .map(|(template, kind)| workloads::Decoding {
+                template,
+                kind,
+                mapped: job.workload.mapped.clone().unwrap_or_default(),
+            });
+        let ttl_seconds =
+            job.spec
+                .ttl_seconds_after_finished
+                .or(self.inner.config.manifest.ttl_seconds_after_finished);
         self.inner
             .tracked
             .entry(job.id.clone())
             .or_insert_with(|| Tracked {
+                decoding,
+                ttl_seconds,
                 namespace: job.spec.namespace.clone(),
                 completions: job.spec.completions,
                 confirmed_epoch,
@@ -295,6 +333,40 @@ impl KubeExecutor {
                 settled: None,
                 last_sent: None,
             });
+    }
+}
+
+impl KubeExecutor {
+    /// Creates the object of a workload template's job, as `launch` does a Job.
+    async fn launch_workload(
+        &self,
+        job: &Arc<Job>,
+        template: &Arc<crate::templates::WorkloadTemplate>,
+        kind: &Arc<workloads::Kind>,
+    ) -> Result<(), ExecutorError> {
+        let inner = &self.inner;
+        self.track(job, None);
+        match inner.create_workload(job, template, kind).await {
+            Ok(()) => {
+                // Known to exist from now on: every list that begins later must show it.
+                let epoch = kind.list_epoch.load(Ordering::SeqCst);
+                if let Some(mut t) = inner.tracked.get_mut(&job.id) {
+                    t.confirmed_epoch = Some(epoch);
+                }
+                if inner.cancelled_while_creating.remove(&job.id).is_some() {
+                    self.track(job, Some(epoch));
+                    return self.cancel(&job.id).await;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                inner
+                    .tracked
+                    .remove_if(&job.id, |_, t| t.confirmed_epoch.is_none());
+                inner.cancelled_while_creating.remove(&job.id);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -325,6 +397,9 @@ impl Inner {
             let Some(mut t) = self.tracked.get_mut(&id) else {
                 return; // not ours, or already finished
             };
+            if t.decoding.is_some() {
+                return; // a workload template's job: its object is another kind's
+            }
             if let Some(rv) = resource_version(&job.metadata) {
                 if rv <= t.last_rv {
                     return; // stale: never move backward
@@ -367,7 +442,7 @@ impl Inner {
             let Some(mut t) = self.tracked.get_mut(&id) else {
                 return;
             };
-            if t.finishing {
+            if t.finishing || t.decoding.is_some() {
                 return;
             }
             t.finishing = true;
@@ -389,7 +464,8 @@ impl Inner {
             .tracked
             .iter_mut()
             .filter_map(|mut t| {
-                let eligible = namespace.is_none_or(|ns| t.namespace == ns)
+                let eligible = t.decoding.is_none()
+                    && namespace.is_none_or(|ns| t.namespace == ns)
                     && !t.finishing
                     && t.confirmed_epoch.is_some_and(|e| e < list_epoch)
                     && !seen.contains(t.key());
@@ -511,7 +587,10 @@ impl Inner {
             let captured = self.pods.get(id).and_then(|p| p.logs.get(&pod.name).cloned());
             match captured {
                 Some(mut more) => lines.append(&mut more),
-                None => match self.pod_log(namespace, &pod.name, limit).await {
+                None => match self
+                    .pod_log(namespace, &pod.name, pod.container.clone(), limit)
+                    .await
+                {
                     Ok(mut more) => lines.append(&mut more),
                     Err(e) => tracing::debug!(pod = %pod.name, error = %e, "no log to capture"),
                 },
@@ -521,9 +600,15 @@ impl Inner {
         lines.split_off(cut)
     }
 
-    async fn pod_log(&self, namespace: &str, pod: &str, tail: usize) -> Result<Vec<String>, kube::Error> {
+    async fn pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<String>,
+        tail: usize,
+    ) -> Result<Vec<String>, kube::Error> {
         let params = LogParams {
-            container: Some(CONTAINER_NAME.into()),
+            container: container.or_else(|| Some(CONTAINER_NAME.into())),
             tail_lines: Some(tail as i64),
             ..LogParams::default()
         };
@@ -541,6 +626,34 @@ impl Inner {
         reason: &str,
         message: &str,
     ) {
+        self.record_event_about(namespace, name, ("batch/v1", "Job"), uid, reason, message)
+            .await;
+    }
+
+    /// [`Inner::record_event`] on an object of a workload kind.
+    async fn record_event_on(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource: &kube::api::ApiResource,
+        uid: Option<String>,
+        reason: &str,
+        message: &str,
+    ) {
+        let kind = (resource.api_version.as_str(), resource.kind.as_str());
+        self.record_event_about(namespace, name, kind, uid, reason, message)
+            .await;
+    }
+
+    async fn record_event_about(
+        &self,
+        namespace: &str,
+        name: &str,
+        (api_version, kind): (&str, &str),
+        uid: Option<String>,
+        reason: &str,
+        message: &str,
+    ) {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
         let event = Event {
             metadata: ObjectMeta {
@@ -549,8 +662,8 @@ impl Inner {
                 ..ObjectMeta::default()
             },
             involved_object: ObjectReference {
-                api_version: Some("batch/v1".into()),
-                kind: Some("Job".into()),
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
                 name: Some(name.to_owned()),
                 namespace: Some(namespace.to_owned()),
                 uid,
@@ -596,6 +709,7 @@ impl Inner {
             && !previous.is_some_and(|p| p.phase.is_terminal())
             && pod.metadata.namespace.is_some();
         let name = info.name.clone();
+        let container = info.container.clone();
         job.pods.insert(info.name.clone(), info);
         if ended {
             job.capturing += 1;
@@ -607,7 +721,7 @@ impl Inner {
             let id = id.to_owned();
             self.tasks.spawn(async move {
                 let lines = inner
-                    .pod_log(&namespace, &name, inner.config.captured_log_lines)
+                    .pod_log(&namespace, &name, container, inner.config.captured_log_lines)
                     .await;
                 if let Some(mut job) = inner.pods.get_mut(&id) {
                     job.capturing -= 1;
@@ -739,6 +853,7 @@ impl Inner {
                     streams.spawn(stream_pod_log(
                         self.pods_api(&namespace),
                         pod.name,
+                        pod.container,
                         tail_lines,
                         lines.clone(),
                     ));
@@ -762,11 +877,12 @@ impl Inner {
 async fn stream_pod_log(
     api: Api<Pod>,
     pod: String,
+    container: Option<String>,
     tail_lines: usize,
     lines: mpsc::Sender<Result<LogLine, ExecutorError>>,
 ) {
     let params = LogParams {
-        container: Some(CONTAINER_NAME.into()),
+        container: container.or_else(|| Some(CONTAINER_NAME.into())),
         follow: true,
         tail_lines: Some(tail_lines as i64),
         ..LogParams::default()
@@ -814,6 +930,9 @@ impl Executor for KubeExecutor {
         let inner = &self.inner;
         if inner.shutdown.is_cancelled() {
             return Err(ExecutorError::ShuttingDown);
+        }
+        if let Some((template, kind)) = inner.kind_of(&job.spec.template) {
+            return self.launch_workload(&job, &template, &kind).await;
         }
         let name = workload_name(&job.id);
         let namespace = &job.spec.namespace;
@@ -882,6 +1001,7 @@ impl Executor for KubeExecutor {
         } else {
             inner.config.watch_namespaces.iter().cloned().map(Some).collect()
         };
+        inner.start_workload_kinds();
         let mut watchers = inner.watchers.lock().expect("poisoned");
         for scope in scopes {
             let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
@@ -902,17 +1022,22 @@ impl Executor for KubeExecutor {
 
     async fn cancel(&self, job_id: &str) -> Result<(), ExecutorError> {
         let inner = &self.inner;
-        let namespace = match inner.tracked.remove(job_id) {
+        let (namespace, decoding, ttl_seconds) = match inner.tracked.remove(job_id) {
             Some((_, t)) => {
                 if t.confirmed_epoch.is_none() {
                     // Its create is in flight: the launch deletes the Job once it exists.
                     inner.cancelled_while_creating.insert(job_id.to_owned(), ());
                 }
-                t.namespace
+                (t.namespace, t.decoding, t.ttl_seconds)
             }
             None => return Ok(()), // not launched, or already finished
         };
         inner.pods.remove(job_id);
+        if let Some(d) = decoding {
+            return inner
+                .cancel_workload(job_id, &namespace, &d.template, &d.kind, ttl_seconds)
+                .await;
+        }
         let api = inner.jobs_api(&namespace);
         let name = workload_name(job_id);
         // Retried until it lands: a cancelled job must not keep running in the cluster.
@@ -944,6 +1069,16 @@ impl Executor for KubeExecutor {
                     }
                 }
             }
+        }
+    }
+
+    fn template_available(&self, template: &str) -> Result<(), String> {
+        if template == crate::templates::CONTAINER {
+            return Ok(());
+        }
+        match self.inner.kind_of(template) {
+            Some((_, kind)) => kind.availability(),
+            None => Err(format!("no template named {template}")),
         }
     }
 
@@ -981,7 +1116,7 @@ impl Executor for KubeExecutor {
         for pod in self.inner.started_pods(&job.id) {
             match self
                 .inner
-                .pod_log(&job.spec.namespace, &pod.name, tail_lines)
+                .pod_log(&job.spec.namespace, &pod.name, pod.container.clone(), tail_lines)
                 .await
             {
                 Ok(mut more) => lines.append(&mut more),

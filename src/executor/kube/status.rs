@@ -103,6 +103,8 @@ pub fn parse_indexes(s: &str) -> BTreeSet<i32> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodInfo {
     pub name: String,
+    /// The container whose state and log are the run's: the job's own, else the first.
+    pub container: Option<String>,
     pub index: Option<i32>,
     pub phase: PodPhase,
     /// Whether the job's container has started (its logs can be read).
@@ -156,6 +158,7 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
     let started = state.is_some_and(|s| s.running.is_some() || s.terminated.is_some());
     Some(PodInfo {
         name,
+        container: container.map(|c| c.name.clone()),
         index,
         phase,
         started,

@@ -1,0 +1,707 @@
+//! Jobs of workload templates: each runs as one object of its template's kind (a Kubeflow
+//! PyTorchJob, an Argo Workflow, …), created from the rendered manifest and observed by one
+//! label-selected watcher per kind and scope, through kube-rs' dynamic API.
+//!
+//! It owns per-kind discovery (a kind whose CRD is missing, or whose watch is forbidden, is
+//! reported for that kind while the others keep working), the watchers, decoding each object
+//! with its template's status rules, cancelling as the template says, and retention: each
+//! finished object of a kind without a native TTL gets its own deletion timer. Pods of these
+//! objects are followed by the executor's pod watcher like a batch Job's (the templates label
+//! their pod templates), which gives runs, logs and the log tail.
+//!
+//! It must not decide phases beyond what the template's rules decode, nor write the store.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use super::manifest::{
+    IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    MANAGED_SELECTOR, SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
+};
+use super::status::PodInfo;
+use super::{Inner, WatcherHealth, label, launch_error, resource_version};
+use crate::executor::ExecutorError;
+use crate::jobs::model::{Job, JobPhase, MappedPhase, WorkloadStatus};
+use crate::templates::rules::STATUS_UNDERSTOOD;
+use crate::templates::{Retention, Stamp, WorkloadTemplate};
+
+/// One workload kind (group, version, kind) that templates create.
+pub(super) struct Kind {
+    pub gvk: GroupVersionKind,
+    /// What discovery found; `None` until it has (or while the kind is missing).
+    resource: RwLock<Option<ApiResource>>,
+    /// Why jobs of this kind cannot run now.
+    unavailable: RwLock<Option<String>>,
+    /// Bumped at the start of every (re-)list of this kind.
+    pub list_epoch: AtomicU64,
+    watching: AtomicBool,
+}
+
+impl Kind {
+    pub fn new(gvk: GroupVersionKind) -> Arc<Self> {
+        Arc::new(Self {
+            gvk,
+            resource: RwLock::new(None),
+            unavailable: RwLock::new(Some("not discovered yet: jobgate is starting".into())),
+            list_epoch: AtomicU64::new(0),
+            watching: AtomicBool::new(false),
+        })
+    }
+
+    pub fn key(t: &WorkloadTemplate) -> (String, String, String) {
+        let (group, version) = t.group_version();
+        (group.to_owned(), version.to_owned(), t.kind.clone())
+    }
+
+    fn name(&self) -> String {
+        format!("{}/{} {}", self.gvk.group, self.gvk.version, self.gvk.kind)
+    }
+
+    pub fn availability(&self) -> Result<(), String> {
+        match self.unavailable.read().expect("poisoned").clone() {
+            None => Ok(()),
+            Some(why) => Err(why),
+        }
+    }
+
+    fn set_unavailable(&self, why: Option<String>) {
+        let mut current = self.unavailable.write().expect("poisoned");
+        if *current != why {
+            match &why {
+                Some(why) => tracing::warn!(kind = %self.name(), %why, "workload kind unavailable"),
+                None => tracing::info!(kind = %self.name(), "workload kind available"),
+            }
+            *current = why;
+        }
+    }
+
+    fn resource(&self) -> Option<ApiResource> {
+        self.resource.read().expect("poisoned").clone()
+    }
+}
+
+/// The object's phase as last decoded, and the template that decodes it.
+pub(super) struct Decoding {
+    pub template: Arc<WorkloadTemplate>,
+    pub kind: Arc<Kind>,
+    pub mapped: MappedPhase,
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+impl Inner {
+    /// The kind jobs of `template` run as, when it is a workload template.
+    pub(super) fn kind_of(&self, template: &str) -> Option<(Arc<WorkloadTemplate>, Arc<Kind>)> {
+        let t = self.config.templates.get(template)?.clone();
+        let kind = self.kinds.get(&Kind::key(&t))?.clone();
+        Some((t, kind))
+    }
+
+    fn dynamic_api(&self, resource: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, resource)
+    }
+
+    /// Discovers every workload kind, starts the watchers of those installed, and watches
+    /// CustomResourceDefinitions so that a kind installed later starts then.
+    pub(super) fn start_workload_kinds(self: &Arc<Self>) {
+        if self.kinds.is_empty() {
+            return;
+        }
+        for kind in self.kinds.values() {
+            self.tasks.spawn(self.clone().discover(kind.clone()));
+        }
+        self.tasks.spawn(self.clone().watch_crds());
+    }
+
+    /// Finds the kind's resource (retrying while the API server cannot answer), then watches
+    /// it. A kind that is not served is reported unavailable until its CRD appears.
+    async fn discover(self: Arc<Self>, kind: Arc<Kind>) {
+        let mut delays = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(30))
+                .with_jitter()
+                .without_max_times(),
+        );
+        loop {
+            match kube::discovery::pinned_kind(&self.client, &kind.gvk).await {
+                Ok((resource, _caps)) => {
+                    *kind.resource.write().expect("poisoned") = Some(resource);
+                    kind.set_unavailable(None);
+                    if !kind.watching.swap(true, Ordering::SeqCst) {
+                        self.spawn_kind_watchers(&kind);
+                    }
+                    return;
+                }
+                Err(e) if is_not_found(&e) || matches!(e, kube::Error::Discovery(_)) => {
+                    kind.set_unavailable(Some(format!(
+                        "the cluster does not serve {} (is its CustomResourceDefinition installed?)",
+                        kind.name()
+                    )));
+                    return; // the CRD watch tries again when it appears
+                }
+                Err(e) => {
+                    kind.set_unavailable(Some(format!("cannot discover {}: {e}", kind.name())));
+                    let delay = delays.next().unwrap_or(Duration::from_secs(30));
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.shutdown.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+
+    fn spawn_kind_watchers(self: &Arc<Self>, kind: &Arc<Kind>) {
+        let Some(resource) = kind.resource() else { return };
+        let scopes: Vec<Option<String>> = if self.config.watch_namespaces.is_empty() {
+            vec![None]
+        } else {
+            self.config.watch_namespaces.iter().cloned().map(Some).collect()
+        };
+        for scope in scopes {
+            let api: Api<DynamicObject> = match &scope {
+                Some(ns) => self.dynamic_api(&resource, ns),
+                None => Api::all_with(self.client.clone(), &resource),
+            };
+            let where_ = scope.as_deref().unwrap_or("all namespaces");
+            let health = WatcherHealth::new(format!("{} in {where_}", resource.plural));
+            self.tasks.spawn(
+                self.clone()
+                    .watch_kind(kind.clone(), api, resource.clone(), scope, health),
+            );
+        }
+    }
+
+    /// Follows CustomResourceDefinitions: a workload kind installed after jobgate started
+    /// becomes available without a restart. Without RBAC to watch them, a missing kind is
+    /// only found again at the next start (said once, in the log).
+    async fn watch_crds(self: Arc<Self>) {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+        let mut warned = false;
+        loop {
+            let item = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                item = events.next() => item,
+            };
+            let Some(item) = item else { return };
+            match item {
+                Ok(watcher::Event::Apply(crd) | watcher::Event::InitApply(crd)) => {
+                    let group = &crd.spec.group;
+                    let kind_name = &crd.spec.names.kind;
+                    let served = |v: &str| crd.spec.versions.iter().any(|x| x.name == v && x.served);
+                    for kind in self.kinds.values() {
+                        let wanted = &kind.gvk.group == group
+                            && &kind.gvk.kind == kind_name
+                            && served(&kind.gvk.version);
+                        if wanted && kind.availability().is_err() && !kind.watching.load(Ordering::SeqCst) {
+                            self.tasks.spawn(self.clone().discover(kind.clone()));
+                        }
+                    }
+                }
+                Ok(watcher::Event::Delete(crd)) => {
+                    for kind in self.kinds.values() {
+                        if kind.gvk.group == crd.spec.group && kind.gvk.kind == crd.spec.names.kind {
+                            kind.set_unavailable(Some(format!(
+                                "the CustomResourceDefinition of {} was deleted",
+                                kind.name()
+                            )));
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    if !warned {
+                        warned = true;
+                        tracing::warn!(error = %e, "cannot watch CustomResourceDefinitions; a workload kind installed later is found at the next start");
+                    }
+                    if matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 403)
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn watch_kind(
+        self: Arc<Self>,
+        kind: Arc<Kind>,
+        api: Api<DynamicObject>,
+        resource: ApiResource,
+        scope: Option<String>,
+        health: Arc<WatcherHealth>,
+    ) {
+        let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        let mut seen = HashSet::new();
+        let mut list_epoch = 0;
+        loop {
+            let item = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                item = events.next() => item,
+            };
+            let Some(item) = item else { return };
+            match item {
+                Ok(event) => {
+                    if !matches!(event, watcher::Event::Init) {
+                        health.ok();
+                        if kind.availability().is_err() && kind.resource().is_some() {
+                            kind.set_unavailable(None);
+                        }
+                    }
+                    match event {
+                        watcher::Event::Init => {
+                            seen.clear();
+                            list_epoch = kind.list_epoch.fetch_add(1, Ordering::SeqCst) + 1;
+                        }
+                        watcher::Event::InitApply(obj) => {
+                            if let Some(id) = label(&obj.metadata, JOB_ID_LABEL) {
+                                seen.insert(id.to_owned());
+                            }
+                            self.on_object(&kind, &resource, obj).await;
+                        }
+                        watcher::Event::InitDone => {
+                            if !health.listed.swap(true, Ordering::Relaxed) {
+                                tracing::info!(watcher = %health.name, "first list done");
+                            }
+                            self.reconcile_kind(&kind, scope.as_deref(), list_epoch, &seen);
+                        }
+                        watcher::Event::Apply(obj) => self.on_object(&kind, &resource, obj).await,
+                        watcher::Event::Delete(obj) => self.on_object_deleted(obj),
+                    }
+                }
+                Err(e) => {
+                    health.failed(&e);
+                    let forbidden = matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s)) | watcher::Error::WatchFailed(kube::Error::Api(s)) if s.code == 403);
+                    if forbidden {
+                        kind.set_unavailable(Some(format!(
+                            "jobgate may not watch {} in {}: {e}",
+                            resource.plural,
+                            scope.as_deref().unwrap_or("all namespaces")
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// An object of a workload kind was added or changed.
+    async fn on_object(self: &Arc<Self>, kind: &Arc<Kind>, resource: &ApiResource, obj: DynamicObject) {
+        let Some(id) = label(&obj.metadata, JOB_ID_LABEL).map(str::to_owned) else {
+            return;
+        };
+        let value = serde_json::to_value(&obj).unwrap_or_default();
+        let decided;
+        let status;
+        {
+            let Some(mut t) = self.tracked.get_mut(&id) else {
+                // Finished (or not ours any more): only retention is left to do.
+                self.retain_finished(kind, resource, &obj);
+                return;
+            };
+            if t.decoding.is_none() {
+                return;
+            }
+            if let Some(rv) = resource_version(&obj.metadata) {
+                if rv <= t.last_rv {
+                    return;
+                }
+                t.last_rv = rv;
+            }
+            if t.finishing {
+                return;
+            }
+            let decoding = t.decoding.as_mut().expect("checked above");
+            let decoded = decoding.template.status.decode(&value, &decoding.mapped);
+            if let Some(c) = decoded.conditions.iter().find(|c| c.type_ == STATUS_UNDERSTOOD) {
+                tracing::warn!(job = %id, kind = %kind.name(), message = ?c.message, "status not understood");
+            }
+            decoding.mapped = decoded.mapped.clone().unwrap_or_default();
+            decided = decoding.mapped.phase.is_terminal();
+            if decided {
+                t.finishing = true;
+            } else if t.last_sent.as_ref() == Some(&decoded) {
+                return;
+            } else {
+                t.last_sent = Some(decoded.clone());
+            }
+            status = decoded;
+        }
+        if decided {
+            let retention = self.retention_of(&id).map(|r| (r, resource.clone(), obj));
+            self.spawn_finish_workload(id, status, retention);
+        } else {
+            self.send(id, status).await;
+        }
+    }
+
+    /// How long the job's object is kept once finished, when jobgate must delete it.
+    fn retention_of(&self, id: &str) -> Option<Duration> {
+        let t = self.tracked.get(id)?;
+        let decoding = t.decoding.as_ref()?;
+        retention_seconds(&decoding.template, t.ttl_seconds).map(Duration::from_secs)
+    }
+
+    /// An object of ours that jobgate no longer tracks: if it has finished and its template
+    /// keeps finished objects for a while only, its deletion is scheduled (once).
+    fn retain_finished(self: &Arc<Self>, kind: &Arc<Kind>, resource: &ApiResource, obj: &DynamicObject) {
+        let Some(template) = obj
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TEMPLATE_ANNOTATION))
+            .and_then(|name| self.config.templates.get(name))
+        else {
+            return;
+        };
+        if Kind::key(template)
+            != (
+                kind.gvk.group.clone(),
+                kind.gvk.version.clone(),
+                kind.gvk.kind.clone(),
+            )
+        {
+            return;
+        }
+        let ttl = obj
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TTL_ANNOTATION))
+            .and_then(|v| v.parse().ok());
+        let Some(seconds) = retention_seconds(template, ttl) else {
+            return;
+        };
+        let value = serde_json::to_value(obj).unwrap_or_default();
+        let decoded = template.status.decode(&value, &MappedPhase::default());
+        if decoded.mapped.is_none_or(|m| !m.phase.is_terminal()) {
+            return;
+        }
+        let finished = decoded.completion_time.unwrap_or_else(Utc::now);
+        self.schedule_deletion(resource.clone(), obj, finished, Duration::from_secs(seconds));
+    }
+
+    /// Deletes `obj` `after` its finish, with its own timer (never a sweep of all objects).
+    fn schedule_deletion(
+        self: &Arc<Self>,
+        resource: ApiResource,
+        obj: &DynamicObject,
+        finished: DateTime<Utc>,
+        after: Duration,
+    ) {
+        let (Some(namespace), Some(name), uid) = (
+            obj.metadata.namespace.clone(),
+            obj.metadata.name.clone(),
+            obj.metadata.uid.clone(),
+        ) else {
+            return;
+        };
+        let key = format!("{namespace}/{name}/{}", uid.clone().unwrap_or_default());
+        if self.retention_timers.insert(key.clone(), ()).is_some() {
+            return; // already scheduled
+        }
+        let due = finished + chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
+        let wait = (due - Utc::now()).to_std().unwrap_or_default();
+        let inner = self.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = inner.shutdown.cancelled() => {
+                    inner.retention_timers.remove(&key);
+                    return;
+                }
+            }
+            let api = inner.dynamic_api(&resource, &namespace);
+            let params = DeleteParams {
+                preconditions: uid.map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => tracing::info!(%namespace, %name, kind = %resource.kind, "deleted a finished workload after its retention"),
+                Err(e) if is_not_found(&e) => {}
+                // Kept in the timers' set only while scheduled: the next list schedules it again.
+                Err(e) => tracing::warn!(%namespace, %name, error = %e, "deleting a finished workload failed; retried at the next list"),
+            }
+            inner.retention_timers.remove(&key);
+        });
+    }
+
+    /// An object of a workload kind was deleted: unless it finished first or was cancelled
+    /// (both untrack the job), its job failed.
+    fn on_object_deleted(self: &Arc<Self>, obj: DynamicObject) {
+        let Some(id) = label(&obj.metadata, JOB_ID_LABEL).map(str::to_owned) else {
+            return;
+        };
+        {
+            let Some(mut t) = self.tracked.get_mut(&id) else {
+                return;
+            };
+            if t.finishing || t.decoding.is_none() {
+                return;
+            }
+            t.finishing = true;
+        }
+        self.spawn_workload_vanished(id);
+    }
+
+    /// After a full list of a kind in `namespace`: tracked jobs of that kind known to exist
+    /// before the list began and missing from it vanished while nobody watched.
+    fn reconcile_kind(
+        self: &Arc<Self>,
+        kind: &Arc<Kind>,
+        namespace: Option<&str>,
+        list_epoch: u64,
+        seen: &HashSet<String>,
+    ) {
+        let vanished: Vec<String> = self
+            .tracked
+            .iter_mut()
+            .filter_map(|mut t| {
+                let of_kind = t.decoding.as_ref().is_some_and(|d| Arc::ptr_eq(&d.kind, kind));
+                let eligible = of_kind
+                    && namespace.is_none_or(|ns| t.namespace == ns)
+                    && !t.finishing
+                    && t.confirmed_epoch.is_some_and(|e| e < list_epoch)
+                    && !seen.contains(t.key());
+                eligible.then(|| {
+                    t.finishing = true;
+                    t.key().clone()
+                })
+            })
+            .collect();
+        for id in vanished {
+            tracing::warn!(job = %id, kind = %kind.name(), "its workload is gone though it never finished");
+            self.spawn_workload_vanished(id);
+        }
+    }
+
+    fn spawn_workload_vanished(self: &Arc<Self>, id: String) {
+        let inner = self.clone();
+        self.tasks.spawn(async move {
+            let kind = inner
+                .tracked
+                .get(&id)
+                .and_then(|t| t.decoding.as_ref().map(|d| d.template.kind.clone()))
+                .unwrap_or_default();
+            let status = WorkloadStatus {
+                mapped: Some(MappedPhase {
+                    phase: JobPhase::Failed,
+                    reason: Some("WorkloadDeleted".into()),
+                    message: Some(format!("its {kind} was deleted before it finished")),
+                }),
+                ..WorkloadStatus::default()
+            };
+            inner.send(id.clone(), status).await;
+            inner.untrack(&id);
+        });
+    }
+
+    /// Captures a finished workload's pods' result, failure cause and log tail, reports it,
+    /// and schedules the object's deletion when its template says so.
+    fn spawn_finish_workload(
+        self: &Arc<Self>,
+        id: String,
+        mut status: WorkloadStatus,
+        retention: Option<(Duration, ApiResource, DynamicObject)>,
+    ) {
+        let inner = self.clone();
+        self.tasks.spawn(async move {
+            if !inner.wait_for_pods(&id, None).await {
+                return; // shutting down: the next start re-lists and finishes it
+            }
+            let Some(namespace) = inner.tracked.get(&id).map(|t| t.namespace.clone()) else {
+                return;
+            };
+            let pods: Vec<PodInfo> = inner.pods.get(&id).map(|p| p.infos()).unwrap_or_default();
+            let succeeded = status
+                .mapped
+                .as_ref()
+                .is_some_and(|m| m.phase == JobPhase::Succeeded);
+            if succeeded && status.result.is_none() {
+                status.result = super::status::result_of(&pods);
+            } else if !succeeded {
+                status.message = super::status::failure_of(&pods);
+            }
+            let lines = inner.capture_logs(&id, &namespace, &pods).await;
+            status.executor_state = serde_json::json!({ "logTail": lines });
+            let finished = status.completion_time.unwrap_or_else(Utc::now);
+            inner.send(id.clone(), status).await;
+            inner.untrack(&id);
+            if let Some((after, resource, obj)) = retention {
+                inner.schedule_deletion(resource, &obj, finished, after);
+            }
+        });
+    }
+
+    /// Creates the job's object. Idempotent: an existing object of the job is adopted.
+    pub(super) async fn create_workload(
+        &self,
+        job: &Job,
+        template: &WorkloadTemplate,
+        kind: &Kind,
+    ) -> Result<(), ExecutorError> {
+        let resource = kind.resource().ok_or_else(|| ExecutorError::Unavailable {
+            reason: "KindNotInstalled",
+            message: kind.availability().err().unwrap_or_default(),
+        })?;
+        let object = template.render(job, &self.stamp(job));
+        let object: DynamicObject = serde_json::from_value(object).map_err(|e| ExecutorError::Rejected {
+            reason: "InvalidWorkload",
+            message: format!("template {} renders no valid object: {e}", template.name),
+        })?;
+        let name = workload_name(&job.id);
+        let api = self.dynamic_api(&resource, &job.spec.namespace);
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => match api
+                .get(&name)
+                .await
+            {
+                Ok(existing) if label(&existing.metadata, JOB_ID_LABEL) == Some(job.id.as_str()) => Ok(()),
+                Ok(_) => Err(ExecutorError::Rejected {
+                    reason: "WorkloadConflict",
+                    message: format!(
+                        "a {} named {name} already exists in namespace {} and does not belong to this job",
+                        template.kind, job.spec.namespace
+                    ),
+                }),
+                Err(e) => Err(launch_error(
+                    &format!("reading the existing {}", template.kind),
+                    e,
+                )),
+            },
+            Err(e) => Err(launch_error(&format!("creating the {}", template.kind), e)),
+        }
+    }
+
+    /// What jobgate stamps on every object of a job.
+    fn stamp(&self, job: &Job) -> Stamp {
+        let mut labels = BTreeMap::from([
+            (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+            (JOB_ID_LABEL.to_owned(), job.id.clone()),
+        ]);
+        if let Some(name) = &job.spec.name {
+            labels.insert(JOB_NAME_LABEL.to_owned(), name.clone());
+        }
+        let mut annotations = BTreeMap::from([(TEMPLATE_ANNOTATION.to_owned(), job.spec.template.clone())]);
+        if let Some(submitter) = &job.submitter {
+            annotations.insert(SUBMITTER_ANNOTATION.to_owned(), submitter.clone());
+        }
+        if let Some(key) = &job.idempotency_key {
+            annotations.insert(IDEMPOTENCY_KEY_ANNOTATION.to_owned(), key.clone());
+        }
+        let ttl = job
+            .spec
+            .ttl_seconds_after_finished
+            .or(self.config.manifest.ttl_seconds_after_finished);
+        if let Some(ttl) = ttl {
+            // Read back by retention after a restart, when the job is no longer tracked.
+            annotations.insert(TTL_ANNOTATION.to_owned(), ttl.to_string());
+        }
+        Stamp {
+            name: workload_name(&job.id),
+            labels,
+            annotations,
+            env: vec![("JOBGATE_JOB_ID".into(), job.id.clone())],
+            default_ttl_seconds: self.config.manifest.ttl_seconds_after_finished,
+        }
+    }
+
+    /// Stops the job's workload as its template says: a merge patch (the object stays, and
+    /// retention removes it later) or a delete with its dependents. Retried until it lands.
+    pub(super) async fn cancel_workload(
+        self: &Arc<Self>,
+        job_id: &str,
+        namespace: &str,
+        template: &WorkloadTemplate,
+        kind: &Kind,
+        ttl_seconds: Option<i32>,
+    ) -> Result<(), ExecutorError> {
+        let Some(resource) = kind.resource() else {
+            return Ok(()); // never created: nothing runs
+        };
+        let api = self.dynamic_api(&resource, namespace);
+        let name = workload_name(job_id);
+        let mut delays = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(30))
+                .with_jitter()
+                .without_max_times(),
+        );
+        loop {
+            let done = match &template.cancel.patch {
+                Some(patch) => api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map(|obj| {
+                        if let Some(seconds) = retention_seconds(template, ttl_seconds) {
+                            self.schedule_deletion(
+                                resource.clone(),
+                                &obj,
+                                Utc::now(),
+                                Duration::from_secs(seconds),
+                            );
+                        }
+                        obj.metadata.uid
+                    }),
+                None => api
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                    .map(|d| d.left().and_then(|o| o.metadata.uid)),
+            };
+            match done {
+                Ok(uid) => {
+                    let how = if template.cancel.patch.is_some() {
+                        "stopped"
+                    } else {
+                        "deleted"
+                    };
+                    let message = format!(
+                        "jobgate job {job_id} was cancelled; its {} is {how}",
+                        template.kind
+                    );
+                    self.record_event_on(namespace, &name, &resource, uid, "Cancelled", &message)
+                        .await;
+                    return Ok(());
+                }
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(job = %job_id, error = %e, "cancelling the job's workload failed; retrying");
+                    let delay = delays.next().unwrap_or(Duration::from_secs(30));
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.shutdown.cancelled() => return Err(ExecutorError::ShuttingDown),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The annotation that keeps a job's `ttlSecondsAfterFinished` on its object.
+pub(super) const TTL_ANNOTATION: &str = "jobgate.io/ttl-seconds-after-finished";
+
+fn retention_seconds(template: &WorkloadTemplate, ttl: Option<i32>) -> Option<u64> {
+    match template.retention.as_ref()? {
+        Retention::Seconds(s) => Some(*s),
+        Retention::JobTtl => ttl.map(|t| t.max(0) as u64),
+    }
+}
