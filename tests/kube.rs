@@ -7,96 +7,12 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
+use common::cluster::Cluster;
 use common::{GqlWs, Server, WAIT};
-use k8s_openapi::api::batch::v1::Job as K8sJob;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube_emulator::Emulator;
 use serde_json::{Value, json};
-
-/// An emulated cluster, a kubeconfig pointing at it, and a kube-rs client for inspection.
-struct Cluster {
-    emu: Emulator,
-    kubeconfig: PathBuf,
-    client: kube::Client,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    async fn start() -> Cluster {
-        let emu = Emulator::start().await.expect("emulator");
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        emu.write_kubeconfig(&kubeconfig, "default").unwrap();
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .unwrap();
-        let client = kube::Client::try_from(config).unwrap();
-        Cluster {
-            emu,
-            kubeconfig,
-            client,
-            _dir: dir,
-        }
-    }
-
-    fn args<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
-        let mut args = vec![
-            "--executor",
-            "kubernetes",
-            "--kubeconfig",
-            self.kubeconfig.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        args
-    }
-
-    async fn jobgate(&self, extra: &[&str]) -> Server {
-        Server::start(&self.args(extra)).await
-    }
-
-    fn jobs(&self) -> Api<K8sJob> {
-        Api::namespaced(self.client.clone(), "default")
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), "default")
-    }
-
-    /// The Jobs jobgate manages, by jobgate job id.
-    async fn managed_jobs(&self) -> BTreeMap<String, Vec<K8sJob>> {
-        let list = self
-            .jobs()
-            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=jobgate"))
-            .await
-            .unwrap();
-        let mut by_id: BTreeMap<String, Vec<K8sJob>> = BTreeMap::new();
-        for job in list.items {
-            let id = job.metadata.labels.as_ref().unwrap()["jobgate.io/job-id"].clone();
-            by_id.entry(id).or_default().push(job);
-        }
-        by_id
-    }
-
-    /// Waits until `check` holds of the cluster (the cluster is the test's to poll).
-    async fn until<F, Fut>(&self, what: &str, check: F)
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !check().await {
-            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
 
 /// A job input for the emulated kubelet: `image` is required on Kubernetes.
 fn input(env: &[(&str, &str)], extra: Value) -> Value {

@@ -2,6 +2,8 @@
 //! directory and drives it over HTTP and WebSocket, as a user would.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1001,7 +1001,7 @@ impl Executor for KubeExecutor {
         } else {
             inner.config.watch_namespaces.iter().cloned().map(Some).collect()
         };
-        inner.start_workload_kinds();
+        inner.start_workload_kinds().await;
         let mut watchers = inner.watchers.lock().expect("poisoned");
         for scope in scopes {
             let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();

@@ -360,6 +360,7 @@ mod tests {
     ) -> PodInfo {
         PodInfo {
             name: name.into(),
+            container: Some("job".into()),
             index,
             phase,
             started: true,

@@ -40,7 +40,7 @@ pub(super) struct Kind {
     pub gvk: GroupVersionKind,
     /// What discovery found; `None` until it has (or while the kind is missing).
     resource: RwLock<Option<ApiResource>>,
-    /// Why jobs of this kind cannot run now.
+    /// Why jobs of this kind cannot run now; `None` while available or not known yet.
     unavailable: RwLock<Option<String>>,
     /// Bumped at the start of every (re-)list of this kind.
     pub list_epoch: AtomicU64,
@@ -52,7 +52,7 @@ impl Kind {
         Arc::new(Self {
             gvk,
             resource: RwLock::new(None),
-            unavailable: RwLock::new(Some("not discovered yet: jobgate is starting".into())),
+            unavailable: RwLock::new(None),
             list_epoch: AtomicU64::new(0),
             watching: AtomicBool::new(false),
         })
@@ -114,19 +114,27 @@ impl Inner {
     }
 
     /// Discovers every workload kind, starts the watchers of those installed, and watches
-    /// CustomResourceDefinitions so that a kind installed later starts then.
-    pub(super) fn start_workload_kinds(self: &Arc<Self>) {
+    /// CustomResourceDefinitions so that a kind installed later starts then. Waits a little
+    /// for the first answers, so that `templates` is right as soon as jobgate serves; a kind
+    /// the API server has not answered for yet is tried again in the background, and its
+    /// jobs are accepted meanwhile (they launch once it is found).
+    pub(super) async fn start_workload_kinds(self: &Arc<Self>) {
         if self.kinds.is_empty() {
             return;
         }
-        for kind in self.kinds.values() {
-            self.tasks.spawn(self.clone().discover(kind.clone()));
+        let first = self.kinds.values().map(|kind| async move {
+            let settled = tokio::time::timeout(FIRST_DISCOVERY, self.discover_once(kind)).await;
+            (kind.clone(), settled.unwrap_or(false))
+        });
+        for (kind, settled) in futures::future::join_all(first).await {
+            if !settled {
+                self.tasks.spawn(self.clone().discover(kind));
+            }
         }
         self.tasks.spawn(self.clone().watch_crds());
     }
 
-    /// Finds the kind's resource (retrying while the API server cannot answer), then watches
-    /// it. A kind that is not served is reported unavailable until its CRD appears.
+    /// Retries discovery of a kind while the API server cannot answer.
     async fn discover(self: Arc<Self>, kind: Arc<Kind>) {
         let mut delays = backon::BackoffBuilder::build(
             backon::ExponentialBuilder::default()
@@ -135,31 +143,37 @@ impl Inner {
                 .with_jitter()
                 .without_max_times(),
         );
-        loop {
-            match kube::discovery::pinned_kind(&self.client, &kind.gvk).await {
-                Ok((resource, _caps)) => {
-                    *kind.resource.write().expect("poisoned") = Some(resource);
-                    kind.set_unavailable(None);
-                    if !kind.watching.swap(true, Ordering::SeqCst) {
-                        self.spawn_kind_watchers(&kind);
-                    }
-                    return;
+        while !self.discover_once(&kind).await {
+            let delay = delays.next().unwrap_or(Duration::from_secs(30));
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// One attempt to find the kind's resource: found, it is watched; not served, it is
+    /// reported unavailable until its CRD appears. False when the API server gave no answer.
+    async fn discover_once(self: &Arc<Self>, kind: &Arc<Kind>) -> bool {
+        match kube::discovery::pinned_kind(&self.client, &kind.gvk).await {
+            Ok((resource, _caps)) => {
+                *kind.resource.write().expect("poisoned") = Some(resource);
+                kind.set_unavailable(None);
+                if !kind.watching.swap(true, Ordering::SeqCst) {
+                    self.spawn_kind_watchers(kind);
                 }
-                Err(e) if is_not_found(&e) || matches!(e, kube::Error::Discovery(_)) => {
-                    kind.set_unavailable(Some(format!(
-                        "the cluster does not serve {} (is its CustomResourceDefinition installed?)",
-                        kind.name()
-                    )));
-                    return; // the CRD watch tries again when it appears
-                }
-                Err(e) => {
-                    kind.set_unavailable(Some(format!("cannot discover {}: {e}", kind.name())));
-                    let delay = delays.next().unwrap_or(Duration::from_secs(30));
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = self.shutdown.cancelled() => return,
-                    }
-                }
+                true
+            }
+            Err(e) if is_not_found(&e) || matches!(e, kube::Error::Discovery(_)) => {
+                kind.set_unavailable(Some(format!(
+                    "the cluster does not serve {} (is its CustomResourceDefinition installed?)",
+                    kind.name()
+                )));
+                true // the CRD watch tries again when it appears
+            }
+            Err(e) => {
+                tracing::warn!(kind = %kind.name(), error = %e, "cannot discover a workload kind yet; retrying");
+                false
             }
         }
     }
@@ -523,7 +537,9 @@ impl Inner {
     ) {
         let inner = self.clone();
         self.tasks.spawn(async move {
-            if !inner.wait_for_pods(&id, None).await {
+            // Pods the watch has seen may still be ending; a kind whose pods jobgate does not
+            // see (unlabelled, or none yet) has nothing to wait for.
+            if inner.pods.contains_key(&id) && !inner.wait_for_pods(&id, None).await {
                 return; // shutting down: the next start re-lists and finishes it
             }
             let Some(namespace) = inner.tracked.get(&id).map(|t| t.namespace.clone()) else {
@@ -695,6 +711,9 @@ impl Inner {
         }
     }
 }
+
+/// How long start waits for the API server to say which workload kinds it serves.
+const FIRST_DISCOVERY: Duration = Duration::from_secs(5);
 
 /// The annotation that keeps a job's `ttlSecondsAfterFinished` on its object.
 pub(super) const TTL_ANNOTATION: &str = "jobgate.io/ttl-seconds-after-finished";

@@ -1,0 +1,564 @@
+//! Workload templates end to end, with the real jobgate binary on the Kubernetes API
+//! emulator: template files, availability per kind, parameter and field validation, the
+//! object a job becomes, status decoding (including statuses nobody understands), cancel
+//! and retention. Here the test itself plays the operator of a made-up kind (a `Widget`,
+//! from a template file), writing its status through kube-rs as a controller would; the
+//! built-in templates against the emulator's simulated operators are in
+//! tests/workload_operators.rs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::Cluster;
+use common::{Server, WAIT};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// A CustomResourceDefinition of a namespaced kind with a status subresource and no schema.
+fn crd(group: &str, version: &str, kind: &str, plural: &str) -> String {
+    let singular = kind.to_lowercase();
+    format!(
+        r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.{group}
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}
+  versions:
+    - name: {version}
+      served: true
+      storage: true
+      subresources: {{status: {{}}}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"#
+    )
+}
+
+const WIDGET_TEMPLATE: &str = r#"
+name: widget
+description: A Widget, spun by its operator.
+apiVersion: example.jobgate.io/v1
+kind: Widget
+fields: [image, command, ttlSecondsAfterFinished]
+required: [image]
+parameters:
+  type: object
+  additionalProperties: false
+  properties:
+    size: {type: integer, minimum: 1, maximum: 10, default: 2}
+manifest:
+  spec:
+    image: ${job.image}
+    command: ${job.command}
+    size: ${params.size}
+    greeting: hello from ${job.name}
+status:
+  phase:
+    - phase: SUCCEEDED
+      when: {field: status.state, in: [Done]}
+    - phase: FAILED
+      message: {from: status.error}
+      when: {field: status.state, in: [Broken]}
+    - phase: RUNNING
+      when: {field: status.state, in: [Spinning]}
+    - phase: PENDING
+      when: {field: status.state, in: [""]}
+  progress:
+    succeeded: {sum: status.done}
+    total: {sum: spec.size}
+  startTime: status.startedAt
+  result: [status.output]
+cancel:
+  patch:
+    spec:
+      stop: true
+retentionSeconds: ${job.ttlSecondsAfterFinished}
+"#;
+
+/// A cluster that serves Widgets, and a template directory with the widget template.
+async fn widget_cluster() -> (Cluster, tempfile::TempDir) {
+    let cluster = Cluster::start().await;
+    cluster
+        .emu
+        .register_crd_yaml(&crd("example.jobgate.io", "v1", "Widget", "widgets"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("widget.yaml"), WIDGET_TEMPLATE).unwrap();
+    (cluster, dir)
+}
+
+fn widgets(cluster: &Cluster) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.jobgate.io", "v1", "Widget"),
+        "widgets",
+    );
+    Api::namespaced_with(cluster.client.clone(), "default", &resource)
+}
+
+const JOB_FIELDS: &str = "id phase message result template progress { succeeded active total } \
+    conditions { type status reason message } logs(tailLines: 10)";
+
+async fn job(server: &Server, id: &str) -> Value {
+    let q = format!("query($id: ID!) {{ job(id: $id) {{ {JOB_FIELDS} }} }}");
+    server.gql_ok(&q, json!({"id": id})).await["job"].clone()
+}
+
+/// Waits until the job satisfies `check` (the test polls its own API; jobgate does not).
+async fn job_until(server: &Server, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let j = job(server, id).await;
+        if check(&j) {
+            return j;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}; last {j}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn set_status(cluster: &Cluster, name: &str, status: Value) {
+    widgets(cluster)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() {
+    let (cluster, dir) = widget_cluster().await;
+    let server = cluster
+        .jobgate(&["--template-dir", dir.path().to_str().unwrap()])
+        .await;
+    let id = server
+        .submit(json!({"template": "widget", "name": "spin", "image": "widgets:1", "command": ["spin", "--fast"], "parameters": {"size": 3}}))
+        .await;
+    let name = format!("jobgate-{id}");
+    cluster
+        .until("the Widget exists", || async {
+            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
+        })
+        .await;
+    let widget = widgets(&cluster).get(&name).await.unwrap();
+    let labels = widget.metadata.labels.clone().unwrap();
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "jobgate");
+    assert_eq!(labels["jobgate.io/job-id"], id);
+    assert_eq!(
+        widget.metadata.annotations.as_ref().unwrap()["jobgate.io/template"],
+        "widget"
+    );
+    assert_eq!(
+        widget.data["spec"],
+        json!({"image": "widgets:1", "command": ["spin", "--fast"], "size": 3, "greeting": "hello from spin"})
+    );
+
+    set_status(
+        &cluster,
+        &name,
+        json!({"state": "Spinning", "done": 1, "startedAt": "2026-01-01T00:00:00Z"}),
+    )
+    .await;
+    let running = job_until(&server, &id, "RUNNING", |j| j["phase"] == "RUNNING").await;
+    assert_eq!(running["progress"]["total"], 3);
+    cluster
+        .until("progress reaches jobgate", || async {
+            job(&server, &id).await["progress"]["succeeded"] == 1
+        })
+        .await;
+
+    // A state no rule knows: the phase stays, and a condition says what was seen.
+    set_status(&cluster, &name, json!({"state": "Wobbling", "done": 2})).await;
+    let odd = job_until(&server, &id, "the status is reported not understood", |j| {
+        j["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "StatusUnderstood" && c["status"] == "False")
+    })
+    .await;
+    assert_eq!(odd["phase"], "RUNNING");
+    let c = odd["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "StatusUnderstood")
+        .unwrap();
+    assert_eq!(c["reason"], "UnknownStatus");
+    assert!(c["message"].as_str().unwrap().contains("Wobbling"), "{c}");
+    // Malformed, not merely unknown: still no crash, no stall.
+    set_status(
+        &cluster,
+        &name,
+        json!({"state": {"nested": true}, "done": "lots"}),
+    )
+    .await;
+    set_status(
+        &cluster,
+        &name,
+        json!({"state": "Done", "done": 3, "output": "42 widgets"}),
+    )
+    .await;
+    let done = job_until(&server, &id, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED").await;
+    assert_eq!(done["result"], "42 widgets");
+    assert_eq!(done["progress"]["succeeded"], 3);
+    assert!(
+        !done["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "StatusUnderstood"),
+        "the understood status replaced the condition: {done}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_templates_patch() {
+    let (cluster, dir) = widget_cluster().await;
+    let server = cluster
+        .jobgate(&["--template-dir", dir.path().to_str().unwrap()])
+        .await;
+    let broken = server
+        .submit(json!({"template": "widget", "image": "widgets:1"}))
+        .await;
+    let name = format!("jobgate-{broken}");
+    cluster
+        .until("the Widget exists", || async {
+            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
+        })
+        .await;
+    set_status(
+        &cluster,
+        &name,
+        json!({"state": "Broken", "error": "the spindle snapped"}),
+    )
+    .await;
+    let failed = job_until(&server, &broken, "FAILED", |j| j["phase"] == "FAILED").await;
+    assert_eq!(failed["message"], "the spindle snapped");
+    assert_eq!(failed["result"], Value::Null);
+
+    let cancelled = server
+        .submit(json!({"template": "widget", "image": "widgets:1"}))
+        .await;
+    let name = format!("jobgate-{cancelled}");
+    cluster
+        .until("the Widget exists", || async {
+            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
+        })
+        .await;
+    set_status(&cluster, &name, json!({"state": "Spinning"})).await;
+    job_until(&server, &cancelled, "RUNNING", |j| j["phase"] == "RUNNING").await;
+    let data = server
+        .gql_ok(
+            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
+            json!({"id": cancelled}),
+        )
+        .await;
+    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    cluster
+        .until("the Widget is told to stop", || async {
+            widgets(&cluster).get(&name).await.unwrap().data["spec"]["stop"] == true
+        })
+        .await;
+    // The operator ends it as it likes; jobgate keeps CANCELLED. A later Widget finishing is
+    // the barrier: one watch delivers this kind's events in order.
+    set_status(&cluster, &name, json!({"state": "Broken", "error": "stopped"})).await;
+    let barrier = server
+        .submit(json!({"template": "widget", "image": "widgets:1"}))
+        .await;
+    let barrier_name = format!("jobgate-{barrier}");
+    cluster
+        .until("the barrier Widget exists", || async {
+            widgets(&cluster).get_opt(&barrier_name).await.unwrap().is_some()
+        })
+        .await;
+    set_status(&cluster, &barrier_name, json!({"state": "Done"})).await;
+    job_until(&server, &barrier, "the barrier SUCCEEDED", |j| {
+        j["phase"] == "SUCCEEDED"
+    })
+    .await;
+    let after = job(&server, &cancelled).await;
+    assert_eq!(after["phase"], "CANCELLED", "{after}");
+    assert_eq!(after["message"], "cancelled by request");
+}
+
+#[tokio::test]
+async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retention() {
+    let (cluster, dir) = widget_cluster().await;
+    let server = cluster
+        .jobgate(&["--template-dir", dir.path().to_str().unwrap()])
+        .await;
+    let short = server
+        .submit(json!({"template": "widget", "image": "widgets:1", "ttlSecondsAfterFinished": 1}))
+        .await;
+    let kept = server
+        .submit(json!({"template": "widget", "image": "widgets:1", "ttlSecondsAfterFinished": 3600}))
+        .await;
+    for id in [&short, &kept] {
+        let name = format!("jobgate-{id}");
+        cluster
+            .until("the Widget exists", || async {
+                widgets(&cluster).get_opt(&name).await.unwrap().is_some()
+            })
+            .await;
+        set_status(&cluster, &name, json!({"state": "Done"})).await;
+        job_until(&server, id, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED").await;
+    }
+    let short_name = format!("jobgate-{short}");
+    cluster
+        .until("the short-lived Widget is deleted", || async {
+            widgets(&cluster).get_opt(&short_name).await.unwrap().is_none()
+        })
+        .await;
+    assert!(
+        widgets(&cluster)
+            .get_opt(&format!("jobgate-{kept}"))
+            .await
+            .unwrap()
+            .is_some(),
+        "a Widget with an hour to live is kept"
+    );
+    // jobgate keeps the job's history after its object is gone.
+    assert_eq!(job(&server, &short).await["phase"], "SUCCEEDED");
+}
+
+async fn templates(server: &Server) -> Vec<Value> {
+    server
+        .gql_ok(
+            "{ templates { name kind available unavailableReason parameterSchema fields { name label required } } }",
+            json!({}),
+        )
+        .await["templates"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_later() {
+    let (cluster, dir) = widget_cluster().await;
+    let server = cluster
+        .jobgate(&["--template-dir", dir.path().to_str().unwrap()])
+        .await;
+    let all = templates(&server).await;
+    let by_name = |all: &[Value], name: &str| all.iter().find(|t| t["name"] == name).cloned().unwrap();
+    let names: Vec<&str> = all.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    for expected in [
+        "container",
+        "widget",
+        "pytorchjob",
+        "tfjob",
+        "mpijob",
+        "trainjob",
+        "argo-workflow",
+        "tekton-pipelinerun",
+        "rayjob",
+        "sparkapplication",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    let widget = by_name(&all, "widget");
+    assert_eq!(widget["available"], true);
+    assert_eq!(widget["kind"], "example.jobgate.io/v1 Widget");
+    assert_eq!(widget["parameterSchema"]["properties"]["size"]["maximum"], 10);
+    let fields: Vec<&str> = widget["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        ["name", "namespace", "image", "command", "ttlSecondsAfterFinished"]
+    );
+    let workflow = by_name(&all, "argo-workflow");
+    assert_eq!(workflow["available"], false);
+    assert!(
+        workflow["unavailableReason"]
+            .as_str()
+            .unwrap()
+            .contains("argoproj.io/v1alpha1 Workflow"),
+        "{workflow}"
+    );
+    let spark = by_name(&all, "sparkapplication");
+    let executors = spark["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "parallelism")
+        .unwrap();
+    assert_eq!(
+        executors["label"], "Executors",
+        "a template labels the fields it uses"
+    );
+
+    // A job of a kind the cluster lacks is refused, and nothing is created.
+    let refused = server
+        .gql(
+            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
+            json!({"input": {"template": "argo-workflow", "image": "alpine:3.20", "command": ["true"]}}),
+        )
+        .await;
+    assert_eq!(
+        refused["errors"][0]["extensions"]["code"], "UNAVAILABLE",
+        "{refused}"
+    );
+    assert!(
+        refused["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("CustomResourceDefinition")
+    );
+    let count = server.gql_ok("{ jobs { totalCount } }", json!({})).await;
+    assert_eq!(count["jobs"]["totalCount"], 0);
+
+    // Installing the CRD while jobgate runs makes the kind available, with no restart.
+    cluster
+        .emu
+        .register_crd_yaml(&crd("argoproj.io", "v1alpha1", "Workflow", "workflows"))
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let all = templates(&server).await;
+        if by_name(&all, "argo-workflow")["available"] == true {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "argo-workflow never became available"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // And /readyz never depended on the missing kinds.
+    let ready = server.http().get(server.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+}
+
+#[tokio::test]
+async fn bad_input_for_a_template_names_the_field_and_creates_nothing() {
+    let (cluster, dir) = widget_cluster().await;
+    let server = cluster
+        .jobgate(&["--template-dir", dir.path().to_str().unwrap()])
+        .await;
+    let submit = |input: Value| {
+        let server = &server;
+        async move {
+            server
+                .gql(
+                    "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
+                    json!({ "input": input }),
+                )
+                .await
+        }
+    };
+    for (input, field, text) in [
+        (
+            json!({"template": "widget", "image": "w:1", "parameters": {"size": 11}}),
+            "input.parameters.size",
+            "10",
+        ),
+        (
+            json!({"template": "widget", "image": "w:1", "parameters": {"colour": "red"}}),
+            "input.parameters",
+            "colour",
+        ),
+        (
+            json!({"template": "widget", "image": "w:1", "parallelism": 2}),
+            "input.parallelism",
+            "does not use parallelism",
+        ),
+        (
+            json!({"template": "widget", "command": ["spin"]}),
+            "input.image",
+            "required",
+        ),
+        (
+            json!({"template": "pytorchjob", "image": "t:1", "command": ["t"], "parameters": {"workers": 65}}),
+            "input.parameters.workers",
+            "65",
+        ),
+        (
+            json!({"template": "nope", "image": "t:1", "command": ["t"]}),
+            "input.template",
+            "unknown template",
+        ),
+    ] {
+        let answer = submit(input.clone()).await;
+        let e = &answer["errors"][0];
+        assert_eq!(e["extensions"]["code"], "BAD_USER_INPUT", "{input}: {answer}");
+        assert_eq!(e["extensions"]["field"], field, "{input}: {answer}");
+        assert!(e["message"].as_str().unwrap().contains(text), "{input}: {answer}");
+    }
+    let count = server.gql_ok("{ jobs { totalCount } }", json!({})).await;
+    assert_eq!(count["jobs"]["totalCount"], 0);
+    let objects = widgets(&cluster).list(&ListParams::default()).await.unwrap();
+    assert!(objects.items.is_empty());
+}
+
+#[tokio::test]
+async fn a_bad_template_file_stops_jobgate_with_the_file_and_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broken.yaml");
+    std::fs::write(&file, WIDGET_TEMPLATE.replace("${job.command}", "${job.comand}")).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let output = tokio::task::spawn_blocking({
+        let dir = dir.path().to_owned();
+        let data = data.path().to_owned();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_jobgate"))
+                .args(["--listen", "127.0.0.1:0", "--data-dir"])
+                .arg(&data)
+                .arg("--template-dir")
+                .arg(&dir)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&file.display().to_string()), "{stderr}");
+    assert!(stderr.contains("unknown value ${job.comand}"), "{stderr}");
+}
+
+#[tokio::test]
+async fn on_the_local_executor_workload_templates_are_listed_but_unavailable() {
+    let server = Server::start(&[]).await;
+    let all = server
+        .gql_ok("{ templates { name available unavailableReason } }", json!({}))
+        .await["templates"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let container = all.iter().find(|t| t["name"] == "container").unwrap();
+    assert_eq!(container["available"], true);
+    let ray = all.iter().find(|t| t["name"] == "rayjob").unwrap();
+    assert_eq!(ray["available"], false);
+    assert!(
+        ray["unavailableReason"]
+            .as_str()
+            .unwrap()
+            .contains("local executor"),
+        "{ray}"
+    );
+    let refused = server
+        .gql(
+            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
+            json!({"input": {"template": "rayjob", "image": "rayproject/ray:2.52.0", "command": ["python", "-c", "1"]}}),
+        )
+        .await;
+    assert_eq!(
+        refused["errors"][0]["extensions"]["code"], "UNAVAILABLE",
+        "{refused}"
+    );
+}
