@@ -562,3 +562,71 @@ async fn on_the_local_executor_workload_templates_are_listed_but_unavailable() {
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile() {
+    let (cluster, dir) = widget_cluster().await;
+    let args = cluster.args(&["--template-dir", dir.path().to_str().unwrap()]);
+    let mut server = Server::start(&args).await;
+    let finished = server
+        .submit(json!({"template": "widget", "image": "widgets:1"}))
+        .await;
+    let deleted = server
+        .submit(json!({"template": "widget", "image": "widgets:1"}))
+        .await;
+    let expiring = server
+        .submit(json!({"template": "widget", "image": "widgets:1", "ttlSecondsAfterFinished": 1}))
+        .await;
+    for id in [&finished, &deleted, &expiring] {
+        let name = format!("jobgate-{id}");
+        cluster
+            .until("the Widget exists", || async {
+                widgets(&cluster).get_opt(&name).await.unwrap().is_some()
+            })
+            .await;
+        set_status(&cluster, &name, json!({"state": "Spinning"})).await;
+        job_until(&server, id, "RUNNING", |j| j["phase"] == "RUNNING").await;
+    }
+    server.kill9();
+
+    // While jobgate is down: one finishes, one is deleted, one finishes with 1 s to live.
+    set_status(
+        &cluster,
+        &format!("jobgate-{finished}"),
+        json!({"state": "Done", "output": "ok"}),
+    )
+    .await;
+    widgets(&cluster)
+        .delete(&format!("jobgate-{deleted}"), &Default::default())
+        .await
+        .unwrap();
+    set_status(&cluster, &format!("jobgate-{expiring}"), json!({"state": "Done"})).await;
+
+    let server = server.start_again(&args).await;
+    let done = job_until(&server, &finished, "SUCCEEDED after the restart", |j| {
+        j["phase"] == "SUCCEEDED"
+    })
+    .await;
+    assert_eq!(done["result"], "ok");
+    let gone = job_until(&server, &deleted, "FAILED after the restart", |j| {
+        j["phase"] == "FAILED"
+    })
+    .await;
+    let failed = gone["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap();
+    assert_eq!(failed["reason"], "WorkloadDeleted", "{gone}");
+    job_until(&server, &expiring, "SUCCEEDED after the restart", |j| {
+        j["phase"] == "SUCCEEDED"
+    })
+    .await;
+    let name = format!("jobgate-{expiring}");
+    cluster
+        .until("the expired Widget is deleted by the new jobgate", || async {
+            widgets(&cluster).get_opt(&name).await.unwrap().is_none()
+        })
+        .await;
+}
