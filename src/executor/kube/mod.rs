@@ -687,6 +687,24 @@ impl Inner {
         }
     }
 
+    fn on_pod_deleted(self: &Arc<Self>, pod: &Pod) {
+        self.on_pod(pod);
+        let (Some(id), Some(name)) = (label(&pod.metadata, JOB_ID_LABEL), pod.metadata.name.as_deref())
+        else {
+            return;
+        };
+        let removed = self.pods.get_mut(id).is_some_and(|mut job| {
+            let unfinished = job.pods.get(name).is_some_and(|p| !p.phase.is_terminal());
+            if unfinished {
+                job.pods.remove(name);
+            }
+            unfinished
+        });
+        if removed {
+            self.pods_version.send_modify(|v| *v += 1);
+        }
+    }
+
     /// A pod was added or changed. A pod that has just ended gets its log tail captured at
     /// once, before a TTL or a clean-up can delete it.
     fn on_pod(self: &Arc<Self>, pod: &Pod) {
@@ -812,8 +830,10 @@ impl Inner {
                             }
                         }
                         // A deleted pod's last state stays known: it may prove the outcome
-                        // of a Job deleted with it.
-                        watcher::Event::Delete(_) | watcher::Event::Init => {}
+                        // of a Job deleted with it. One deleted before it ended will never end:
+                        // nothing should wait for it.
+                        watcher::Event::Delete(pod) => self.on_pod_deleted(&pod),
+                        watcher::Event::Init => {}
                     }
                 }
                 Err(e) => health.failed(&e),

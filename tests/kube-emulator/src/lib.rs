@@ -39,6 +39,28 @@ use api::{ApiConfig, ApiState};
 use controllers::Simulation;
 use store::{Store, StoreOptions};
 
+/// The workload kinds whose CRDs and operators the emulator can simulate.
+pub const WORKLOAD_CRD_KINDS: &[&str] = &[
+    "TFJob",
+    "PyTorchJob",
+    "MPIJob",
+    "TrainJob",
+    "Workflow",
+    "PipelineRun",
+    "RayJob",
+    "SparkApplication",
+];
+
+/// The CRD fixtures (tests/kube-emulator/crds), one file per project.
+const WORKLOAD_CRDS: &[&str] = &[
+    include_str!("../crds/kubeflow-training.yaml"),
+    include_str!("../crds/kubeflow-trainer.yaml"),
+    include_str!("../crds/argo-workflows.yaml"),
+    include_str!("../crds/tekton-pipelines.yaml"),
+    include_str!("../crds/kuberay.yaml"),
+    include_str!("../crds/spark-operator.yaml"),
+];
+
 /// How to start an [`Emulator`]. `Default` is test-friendly: an ephemeral port on 127.0.0.1,
 /// bookmarks every 500 ms, 10,000 changes of history, fast controller timings.
 #[derive(Clone, Debug)]
@@ -176,6 +198,37 @@ impl Emulator {
                 .map_err(|e| anyhow::anyhow!("registering a CRD: {e}"))?;
         }
         Ok(())
+    }
+
+    /// Registers the CRDs of the workload `kinds` (e.g. `["Workflow", "PyTorchJob"]`, from
+    /// [`WORKLOAD_CRD_KINDS`]), from the fixtures in `crds/`; their simulated operators act on
+    /// the kinds' objects from then on.
+    pub fn register_workload_crds(&self, kinds: &[&str]) -> anyhow::Result<()> {
+        for kind in kinds {
+            if !WORKLOAD_CRD_KINDS.contains(kind) {
+                anyhow::bail!("no workload CRD for kind {kind:?}; known: {WORKLOAD_CRD_KINDS:?}");
+            }
+        }
+        for yaml in WORKLOAD_CRDS {
+            for document in serde_yaml_ng::Deserializer::from_str(yaml) {
+                let value =
+                    <Value as serde::Deserialize>::deserialize(document).context("parsing CRD YAML")?;
+                let kind = value
+                    .pointer("/spec/names/kind")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if kind.as_deref().is_some_and(|k| kinds.contains(&k)) {
+                    api::resources::create_from_value(&self.api, value, None)
+                        .map_err(|e| anyhow::anyhow!("registering the CRD of {kind:?}: {e}"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers every workload CRD the emulator simulates.
+    pub fn register_all_workload_crds(&self) -> anyhow::Result<()> {
+        self.register_workload_crds(WORKLOAD_CRD_KINDS)
     }
 
     /// Ends every open watch stream now; clients re-watch from their last resourceVersion.

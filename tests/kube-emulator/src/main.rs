@@ -27,6 +27,10 @@ struct Args {
     /// Changes retained for watches (older resourceVersions expire).
     #[arg(long, env = "KUBE_EMULATOR_HISTORY", default_value_t = 10_000)]
     history: usize,
+    /// Serve the workload CRDs (Kubeflow, Argo, Tekton, KubeRay, Spark) and simulate their
+    /// operators.
+    #[arg(long, env = "KUBE_EMULATOR_WORKLOAD_CRDS")]
+    workload_crds: bool,
 }
 
 #[tokio::main]
@@ -45,6 +49,9 @@ async fn main() -> anyhow::Result<()> {
         ..Options::default()
     };
     let emulator = Emulator::start_with(options).await?;
+    if args.workload_crds {
+        emulator.register_all_workload_crds()?;
+    }
     if let Some(path) = &args.kubeconfig {
         emulator.write_kubeconfig(path, &args.namespace)?;
         tracing::info!(path = %path.display(), "kubeconfig written");

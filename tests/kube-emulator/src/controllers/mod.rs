@@ -22,6 +22,8 @@
 //! - [`kubelet`]: binds pods to the emulated node and runs their containers as timelines.
 //! - [`behaviour`]: the `EMULATOR_*` environment variables a test uses to script a container.
 //! - [`ttl`]: deletes finished Jobs `ttlSecondsAfterFinished` after they finished.
+//! - [`operators`]: the operators of the workload CRDs (Kubeflow, Argo, Tekton, KubeRay, Spark)
+//!   whose CRDs a test registers (`Emulator::register_workload_crds`).
 //! - [`gc`]: the garbage collector (dangling owners, `orphan` and `foregroundDeletion` finalizers).
 //! - [`events`]: writes core/v1 Events the way the real components do.
 //! - [`objects`]: small JSON accessors and the graceful-deletion rules shared by the controllers.
@@ -35,6 +37,7 @@ mod gc;
 mod job;
 mod kubelet;
 mod objects;
+pub mod operators;
 mod runner;
 #[cfg(test)]
 mod simulation_tests;
@@ -179,6 +182,12 @@ pub fn start(store: Store, config: SimConfig) -> Arc<Simulation> {
             stop_rx.clone(),
         ),
         runner::spawn(ttl::TtlController, &store, None, stop_rx.clone()),
+        runner::spawn(
+            operators::Operators::new(shared.clone()),
+            &store,
+            None,
+            stop_rx.clone(),
+        ),
         runner::spawn(gc::GarbageCollector::default(), &store, None, stop_rx),
     ];
     Arc::new(Simulation {
