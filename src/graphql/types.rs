@@ -88,6 +88,10 @@ pub struct SubmitJobInput {
     /// history, the result and the log tail it captured as each pod ended (with 0 the pods may
     /// be gone before their logs can be read). The server's default when omitted.
     pub ttl_seconds_after_finished: Option<i32>,
+    /// Jobs that must succeed first (at most 100). The job stays PENDING with reason
+    /// `WaitingForDependencies` until they all have, and fails with `DependencyFailed` if one
+    /// of them fails or is cancelled.
+    pub depends_on: Option<Vec<ID>>,
 }
 
 /// Kubernetes quantities, e.g. cpu `500m` or `2`, memory `256Mi` or `1G`.
@@ -148,6 +152,7 @@ impl From<SubmitJobInput> for model::SubmitRequest {
             backoff_limit: i.backoff_limit,
             active_deadline_seconds: i.active_deadline_seconds,
             parameters: i.parameters.map(|j| j.0),
+            depends_on: i.depends_on.map(|ids| ids.into_iter().map(|id| id.0).collect()),
             idempotency_key: i.idempotency_key,
             resources: i.resources.map(|r| model::ResourceRequirements {
                 requests: r.requests.map(Into::into).unwrap_or_default(),
@@ -276,6 +281,9 @@ impl JobSpec {
     async fn ttl_seconds_after_finished(&self) -> Option<i32> {
         self.0.spec.ttl_seconds_after_finished
     }
+    async fn depends_on(&self) -> Vec<ID> {
+        self.0.spec.depends_on.iter().map(|id| ID(id.clone())).collect()
+    }
 }
 
 /// A job: what was submitted and where it is.
@@ -303,6 +311,22 @@ impl JobObject {
     }
     async fn template(&self) -> &str {
         &self.0.spec.template
+    }
+    /// The jobs that must succeed before this one starts.
+    async fn depends_on(&self) -> Vec<ID> {
+        self.0.spec.depends_on.iter().map(|id| ID(id.clone())).collect()
+    }
+    /// The jobs this one depends on, as they are now.
+    #[graphql(complexity = "10 * child_complexity")]
+    async fn dependencies(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<JobObject>> {
+        let service = ctx.data::<JobService>()?;
+        let mut jobs = Vec::with_capacity(self.0.spec.depends_on.len());
+        for id in &self.0.spec.depends_on {
+            if let Some(job) = service.job(id).await.api()? {
+                jobs.push(JobObject(job));
+            }
+        }
+        Ok(jobs)
     }
     async fn phase(&self) -> JobPhase {
         self.0.phase.into()

@@ -256,6 +256,7 @@ pub struct SubmitRequest {
     pub resources: Option<ResourceRequirements>,
     pub service_account_name: Option<String>,
     pub ttl_seconds_after_finished: Option<i32>,
+    pub depends_on: Option<Vec<String>>,
 }
 
 /// CPU and memory quantities in Kubernetes notation (`500m`, `2`, `256Mi`, `1G`).
@@ -352,6 +353,9 @@ pub struct JobSpec {
     pub service_account_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds_after_finished: Option<i32>,
+    /// Jobs that must succeed before this one starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
 }
 
 impl JobSpec {
@@ -426,6 +430,8 @@ const MAX_NAME_LEN: usize = 63;
 const MAX_ARG_BYTES: usize = 128 * 1024;
 const MAX_ITEMS: usize = 1024;
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
+/// The most jobs one job may depend on.
+pub const MAX_DEPENDENCIES: usize = 100;
 
 /// A DNS-1123 label, as Kubernetes requires of names and namespaces.
 fn is_dns_label(s: &str) -> bool {
@@ -635,6 +641,30 @@ impl SubmitRequest {
                 format!("must not be negative, got {ttl}"),
             ));
         }
+        let depends_on = self.depends_on.clone().unwrap_or_default();
+        if depends_on.len() > MAX_DEPENDENCIES {
+            return Err(invalid(
+                "input.dependsOn",
+                format!(
+                    "must list at most {MAX_DEPENDENCIES} jobs, got {}",
+                    depends_on.len()
+                ),
+            ));
+        }
+        for (i, id) in depends_on.iter().enumerate() {
+            if id.is_empty() || id.len() > 64 || id.contains(char::is_whitespace) {
+                return Err(invalid(
+                    format!("input.dependsOn[{i}]"),
+                    format!("{id:?} is not a job id"),
+                ));
+            }
+            if depends_on[..i].contains(id) {
+                return Err(invalid(
+                    format!("input.dependsOn[{i}]"),
+                    format!("{id} is listed twice"),
+                ));
+            }
+        }
         Ok(JobSpec {
             name: self.name.clone(),
             namespace,
@@ -651,6 +681,7 @@ impl SubmitRequest {
             resources,
             service_account_name: self.service_account_name.clone(),
             ttl_seconds_after_finished: self.ttl_seconds_after_finished,
+            depends_on,
         })
     }
 }
@@ -954,6 +985,83 @@ impl Job {
         });
     }
 
+    /// Holds a just-accepted job until `waiting` (the dependencies that have not finished)
+    /// succeed: it stays PENDING with a `DependenciesSucceeded=False` condition.
+    pub fn wait_for_dependencies(&mut self, waiting: &[String], now: DateTime<Utc>) -> Transition {
+        let message = format!("waiting for {} to succeed", jobs_named(waiting));
+        self.set_dependencies_condition("False", WAITING_FOR_DEPENDENCIES, &message, now);
+        self.message = Some(message.clone());
+        Transition {
+            previous_phase: Some(self.phase),
+            phase: self.phase,
+            reason: Some(WAITING_FOR_DEPENDENCIES.into()),
+            message: Some(message),
+        }
+    }
+
+    /// Whether the job is held until its dependencies succeed.
+    pub fn is_waiting_for_dependencies(&self) -> bool {
+        !self.phase.is_terminal()
+            && self
+                .conditions
+                .iter()
+                .any(|c| c.type_ == DEPENDENCIES_SUCCEEDED && c.status == "False")
+    }
+
+    /// Every dependency succeeded: the job may launch.
+    pub fn dependencies_succeeded(&mut self, now: DateTime<Utc>) -> Option<Transition> {
+        if !self.is_waiting_for_dependencies() {
+            return None;
+        }
+        let message = "every dependency succeeded; the job can start".to_owned();
+        self.set_dependencies_condition("True", DEPENDENCIES_SUCCEEDED, &message, now);
+        self.message = None;
+        Some(Transition {
+            previous_phase: Some(self.phase),
+            phase: self.phase,
+            reason: Some(DEPENDENCIES_SUCCEEDED.into()),
+            message: Some(message),
+        })
+    }
+
+    /// A dependency ended without success (`phase`): the job fails without running.
+    pub fn dependency_failed(
+        &mut self,
+        dependency: &str,
+        phase: JobPhase,
+        now: DateTime<Utc>,
+    ) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let previous = self.phase;
+        let message = format!("dependency {dependency} ended {phase}, so this job will not run");
+        self.set_dependencies_condition("False", DEPENDENCY_FAILED, &message, now);
+        self.enter(
+            JobPhase::Failed,
+            Some(DEPENDENCY_FAILED.into()),
+            Some(message.clone()),
+            now,
+        );
+        Some(Transition {
+            previous_phase: Some(previous),
+            phase: JobPhase::Failed,
+            reason: Some(DEPENDENCY_FAILED.into()),
+            message: Some(message),
+        })
+    }
+
+    fn set_dependencies_condition(&mut self, status: &str, reason: &str, message: &str, now: DateTime<Utc>) {
+        self.conditions.retain(|c| c.type_ != DEPENDENCIES_SUCCEEDED);
+        self.conditions.push(Condition {
+            type_: DEPENDENCIES_SUCCEEDED.to_owned(),
+            status: status.to_owned(),
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            last_transition_time: Some(now),
+        });
+    }
+
     /// Cancels the job, if it has not finished.
     pub fn cancel(&mut self, now: DateTime<Utc>) -> Option<Transition> {
         if self.phase.is_terminal() {
@@ -1013,6 +1121,20 @@ impl Job {
 
 /// The condition that says whether a job's workload could be created.
 pub const WORKLOAD_CREATED: &str = "WorkloadCreated";
+/// The condition that says whether a job's dependencies have succeeded (jobs with `dependsOn`).
+pub const DEPENDENCIES_SUCCEEDED: &str = "DependenciesSucceeded";
+pub const WAITING_FOR_DEPENDENCIES: &str = "WaitingForDependencies";
+pub const DEPENDENCY_FAILED: &str = "DependencyFailed";
+
+/// "job a", "jobs a and b", "jobs a, b and 3 more".
+fn jobs_named(ids: &[String]) -> String {
+    match ids {
+        [one] => format!("job {one}"),
+        [a, b] => format!("jobs {a} and {b}"),
+        [a, b, rest @ ..] => format!("jobs {a}, {b} and {} more", rest.len()),
+        [] => "no job".to_owned(),
+    }
+}
 
 /// One recorded status change of a job; `seq` is its cursor.
 #[derive(Clone, Debug, PartialEq)]

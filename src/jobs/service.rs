@@ -716,6 +716,94 @@ impl Writer {
         Ok(())
     }
 
+    /// A just-accepted job with dependencies: fails at once if one has already failed or been
+    /// cancelled, waits (out of the launch outbox) if some have not finished, and otherwise
+    /// launches as any job.
+    async fn await_dependencies(
+        tx: &mut StoreTx,
+        job: &mut Job,
+        dependencies: &[(String, JobPhase)],
+        recorded: &mut Vec<Recorded>,
+    ) -> Result<(), StoreError> {
+        tx.add_dependencies(&job.id, &job.spec.depends_on).await?;
+        let now = Utc::now();
+        let failed = dependencies
+            .iter()
+            .find(|(_, phase)| phase.is_terminal() && *phase != JobPhase::Succeeded);
+        if let Some((id, phase)) = failed {
+            if let Some(transition) = job.dependency_failed(id, *phase, now) {
+                Self::record(tx, job, &transition, recorded).await?;
+                tx.mark_launched(&job.id).await?; // out of the outbox: it never runs
+            }
+            return Ok(());
+        }
+        let waiting: Vec<String> = dependencies
+            .iter()
+            .filter(|(_, phase)| !phase.is_terminal())
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !waiting.is_empty() {
+            tx.hold(&job.id, &job.spec.depends_on).await?;
+            let transition = job.wait_for_dependencies(&waiting, now);
+            Self::record(tx, job, &transition, recorded).await?;
+        }
+        Ok(())
+    }
+
+    /// For every job that reached a terminal phase in this batch (including those this very
+    /// step fails, so that failures cascade), the jobs waiting for it: released into the
+    /// launch outbox once all their dependencies succeeded, failed `DependencyFailed` as soon
+    /// as one did not. Returns whether any job was released.
+    async fn settle_dependents(
+        &self,
+        tx: &mut StoreTx,
+        touched: &mut HashMap<String, Job>,
+        recorded: &mut Vec<Recorded>,
+    ) -> Result<bool, StoreError> {
+        let mut released = false;
+        let mut next = 0;
+        while next < recorded.len() {
+            let event = recorded[next].event.clone();
+            next += 1;
+            let finished = event.phase.is_terminal() && event.previous_phase.is_none_or(|p| !p.is_terminal());
+            if !finished {
+                continue;
+            }
+            for id in tx.dependents(&event.job_id).await? {
+                let Some(mut dependent) = self.current(tx, touched, &id).await? else {
+                    continue;
+                };
+                if !dependent.is_waiting_for_dependencies() {
+                    continue;
+                }
+                let now = Utc::now();
+                if event.phase != JobPhase::Succeeded {
+                    if let Some(transition) = dependent.dependency_failed(&event.job_id, event.phase, now) {
+                        Self::record(tx, &mut dependent, &transition, recorded).await?;
+                        tx.mark_launched(&id).await?;
+                        touched.insert(id, dependent);
+                    }
+                    continue;
+                }
+                let mut all_succeeded = true;
+                for dependency in dependent.spec.depends_on.clone() {
+                    let phase = self.current(tx, touched, &dependency).await?.map(|j| j.phase);
+                    if phase != Some(JobPhase::Succeeded) {
+                        all_succeeded = false;
+                        break;
+                    }
+                }
+                if all_succeeded && let Some(transition) = dependent.dependencies_succeeded(now) {
+                    Self::record(tx, &mut dependent, &transition, recorded).await?;
+                    tx.release(&id).await?;
+                    touched.insert(id, dependent);
+                    released = true;
+                }
+            }
+        }
+        Ok(released)
+    }
+
     /// Everything a committed batch must still do.
     async fn try_apply(&self, batch: &[Command]) -> Result<Outcome, StoreError> {
         let mut tx = self.inner.store.begin().await?;
@@ -751,6 +839,27 @@ impl Writer {
                             }
                             continue;
                         }
+                    }
+                    // Every dependency must exist (committed, or accepted earlier in this batch).
+                    let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
+                    let mut unknown = None;
+                    for (i, id) in job.spec.depends_on.iter().enumerate() {
+                        match self.current(&mut tx, &touched, id).await? {
+                            Some(d) => dependencies.push((id.clone(), d.phase)),
+                            None => {
+                                unknown = Some(ValidationError {
+                                    field: format!("input.dependsOn[{i}]"),
+                                    message: format!("no job with id {id:?}"),
+                                });
+                                break;
+                            }
+                        }
+                    }
+                    if let Some(e) = unknown {
+                        answers.push(Answer::Error(ServiceError::Invalid(e)));
+                        continue;
+                    }
+                    if let Some(key) = &job.idempotency_key {
                         keys.insert(key.clone(), (fingerprint.clone(), job.id.clone()));
                     }
                     let mut job = (**job).clone();
@@ -762,6 +871,9 @@ impl Writer {
                         message: Some("accepted by jobgate".into()),
                     };
                     Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                    if !dependencies.is_empty() {
+                        Self::await_dependencies(&mut tx, &mut job, &dependencies, &mut recorded).await?;
+                    }
                     answers.push(Answer::Created(Arc::new(job.clone())));
                     touched.insert(job.id.clone(), job);
                     launch = true;
@@ -833,6 +945,12 @@ impl Writer {
                 }
             }
         }
+        // Jobs that finished in this batch release or fail the jobs waiting for them, in the
+        // same transaction: no moment where a dependency has finished and a dependent is
+        // neither released nor failed, whatever crashes when.
+        launch |= self
+            .settle_dependents(&mut tx, &mut touched, &mut recorded)
+            .await?;
         tx.commit().await?;
         Ok(Outcome {
             touched,

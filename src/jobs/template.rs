@@ -121,6 +121,7 @@ fn workload(t: &WorkloadTemplate, limits: &ValidationLimits, runtime: Runtime) -
         f.required = t.required.contains(name);
         fields.push(f);
     }
+    fields.extend(known.iter().filter(|f| f.name == "dependsOn").cloned());
     Template {
         name: t.name.clone(),
         description: t.description.clone(),
@@ -203,6 +204,15 @@ fn container(limits: &ValidationLimits, runtime: Runtime) -> Template {
                 "Backoff limit",
                 FieldType::Int,
                 "How many failed runs are retried before the job fails.",
+            )
+        },
+        TemplateField {
+            placeholder: Some("0193a4c2-…"),
+            ..field(
+                "dependsOn",
+                "Depends on",
+                FieldType::StringList,
+                "IDs of jobs that must succeed before this one starts, one per line (a reduce step lists its map step). If one fails or is cancelled, this job fails with DependencyFailed.",
             )
         },
         TemplateField {

@@ -321,7 +321,8 @@ impl Store {
             .map(|r| {
                 Ok(Recoverable {
                     job: decode_job(r.get("body"))?,
-                    launched: r.get::<i64, _>("launched") != 0,
+                    // -1 is held for its dependencies: never handed to the executor.
+                    launched: r.get::<i64, _>("launched") == 1,
                 })
             })
             .collect()
@@ -441,6 +442,47 @@ impl StoreTx {
             .execute(&mut *self.tx)
             .await?;
         Ok(())
+    }
+
+    /// Holds a job out of the launch outbox until [`StoreTx::release`] (it waits for its
+    /// dependencies), and records what it depends on.
+    pub async fn hold(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
+        sqlx::query("UPDATE jobs SET launched = -1 WHERE id = ?")
+            .bind(id)
+            .execute(&mut *self.tx)
+            .await?;
+        self.add_dependencies(id, depends_on).await
+    }
+
+    /// Records the jobs `id` depends on.
+    pub async fn add_dependencies(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
+        for dependency in depends_on {
+            sqlx::query("INSERT OR IGNORE INTO job_dependencies (job_id, depends_on) VALUES (?, ?)")
+                .bind(id)
+                .bind(dependency)
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Puts a held job into the launch outbox.
+    pub async fn release(&mut self, id: &str) -> Result<()> {
+        sqlx::query("UPDATE jobs SET launched = 0 WHERE id = ? AND launched = -1")
+            .bind(id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    /// The jobs that depend on `id`.
+    pub async fn dependents(&mut self, id: &str) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT job_id FROM job_dependencies WHERE depends_on = ? ORDER BY job_id")
+                .bind(id)
+                .fetch_all(&mut *self.tx)
+                .await?,
+        )
     }
 
     pub async fn mark_launched(&mut self, id: &str) -> Result<()> {

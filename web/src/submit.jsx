@@ -11,7 +11,7 @@ import { navigate } from './nav.js';
 
 const TEMPLATES_QUERY = `query Templates {
   templates {
-    name description kind available parameterSchema
+    name description kind available unavailableReason parameterSchema
     fields { name label description type required default choices minimum maximum placeholder }
   }
 }`;
@@ -21,7 +21,7 @@ const FROM_QUERY = `query From($id: ID!) {
     name namespace template
     spec {
       image command args env { name value } parallelism completions backoffLimit
-      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished
+      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished dependsOn
       resources { requests { cpu memory } limits { cpu memory } }
     }
   }
@@ -236,7 +236,7 @@ export function SubmitForm({ api, from }) {
           <label for="field-template">Template</label>
           <select id="field-template" name="template" value={templateName} onChange={(e) => chooseTemplate(e.currentTarget.value)} aria-describedby="help-template">
             {templates.map((t) => (
-              <option key={t.name} value={t.name} disabled={!t.available}>
+              <option key={t.name} value={t.name} disabled={!t.available} title={t.unavailableReason || undefined}>
                 {t.name}
                 {t.available ? '' : ' (not available)'}
               </option>
