@@ -808,7 +808,10 @@ async fn watch_and_list_requests_stay_constant_as_subscribers_grow() {
         before.verb("watch"),
         "no watch per subscriber"
     );
-    assert_eq!(after.open_watches, 2, "one watch of Jobs and one of Pods");
+    assert_eq!(
+        after.open_watches, 3,
+        "one watch of Jobs, one of Pods, one of CustomResourceDefinitions (for workload kinds installed later)"
+    );
 }
 
 #[tokio::test]
@@ -883,9 +886,10 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
     assert_eq!(field("ttlSecondsAfterFinished")["default"], 3600);
     field("resources");
     assert_eq!(templates["namespaces"], json!(["default", "ml"]));
-    // Watched per allowed namespace: one Jobs and one Pods watch in each.
+    // Watched per allowed namespace: one Jobs and one Pods watch in each, and one watch of
+    // CustomResourceDefinitions (no workload kind is installed here).
     wait_ready(&server, true).await;
-    assert_eq!(cluster.emu.requests().open_watches, 4);
+    assert_eq!(cluster.emu.requests().open_watches, 5);
 }
 
 #[tokio::test]

@@ -378,7 +378,14 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
         .collect();
     assert_eq!(
         fields,
-        ["name", "namespace", "image", "command", "ttlSecondsAfterFinished"]
+        [
+            "name",
+            "namespace",
+            "image",
+            "command",
+            "ttlSecondsAfterFinished",
+            "dependsOn"
+        ]
     );
     let workflow = by_name(&all, "argo-workflow");
     assert_eq!(workflow["available"], false);

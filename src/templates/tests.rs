@@ -296,6 +296,7 @@ fn job(template: &str, parameters: Option<Value>) -> Job {
         resources: None,
         service_account_name: None,
         ttl_seconds_after_finished: None,
+        depends_on: Vec::new(),
     };
     Job::accepted("0193-abc".into(), spec, None, chrono::Utc::now())
 }

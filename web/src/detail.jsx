@@ -14,7 +14,7 @@ import { JOB_ROW_FIELDS } from './live.js';
 import { navigate } from './nav.js';
 
 const JOB_FIELDS = `${JOB_ROW_FIELDS}
-  result submitter
+  result submitter dependencies { id name phase }
   conditions { type status reason message lastTransitionTime }`;
 
 const PODS_FIELD = 'pods { name index phase exitCode reason message createdAt finishedAt }';
@@ -260,6 +260,18 @@ export function JobDetail({ id, api, live }) {
             <dd>
               <ProgressBar job={job} />
             </dd>
+            {job.dependencies?.length > 0 && [
+              <dt key="deps-t">Depends on</dt>,
+              <dd key="deps-d">
+                <ul class="dependencies" data-testid="job-dependencies">
+                  {job.dependencies.map((d) => (
+                    <li key={d.id}>
+                      <a href={`#/jobs/${encodeURIComponent(d.id)}`}>{d.name || d.id}</a> <PhaseBadge phase={d.phase} testId="dependency-phase" />
+                    </li>
+                  ))}
+                </ul>
+              </dd>,
+            ]}
           </dl>
           {job.message && (
             <div class={job.phase === 'FAILED' ? 'failure' : 'message'}>
