@@ -59,6 +59,13 @@ manifest:
     command: ${job.command}
     size: ${params.size}
     greeting: hello from ${job.name}
+children:
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: ${workload.name}-input
+    data:
+      size: ${params.size | string}
 status:
   phase:
     - phase: SUCCEEDED
@@ -156,6 +163,17 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
     assert_eq!(
         widget.metadata.annotations.as_ref().unwrap()["jobgate.io/template"],
         "widget"
+    );
+    // Its child, owned by it (and so deleted with it).
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cluster.client.clone(), "default");
+    let input = configmaps.get(&format!("{name}-input")).await.unwrap();
+    assert_eq!(input.data.as_ref().unwrap()["size"], "3");
+    assert_eq!(input.metadata.labels.as_ref().unwrap()["jobgate.io/job-id"], id);
+    let owner = &input.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), Some(&owner.uid)),
+        ("Widget", name.as_str(), widget.metadata.uid.as_ref())
     );
     assert_eq!(
         widget.data["spec"],
@@ -317,6 +335,17 @@ async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retenti
     cluster
         .until("the short-lived Widget is deleted", || async {
             widgets(&cluster).get_opt(&short_name).await.unwrap().is_none()
+        })
+        .await;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cluster.client.clone(), "default");
+    cluster
+        .until("its child ConfigMap is garbage-collected with it", || async {
+            configmaps
+                .get_opt(&format!("{short_name}-input"))
+                .await
+                .unwrap()
+                .is_none()
         })
         .await;
     assert!(

@@ -22,6 +22,7 @@
 //! manifest:                           # the object; jobgate sets name, namespace and labels
 //!   spec: {…, image: "${job.image}"}  # ${…}: see `render`
 //! status: {phase: [...], progress: {...}, result: [...]}   # see `rules`
+//! children: [{apiVersion: v1, kind: ConfigMap, data: {…}}]  # created with it, owned by it
 //! cancel: {patch: {spec: {shutdown: Terminate}}}          # default: delete the object
 //! retentionSeconds: 3600              # delete finished objects (kinds with no native TTL)
 //! ```
@@ -104,6 +105,8 @@ struct TemplateFile {
     #[serde(default)]
     parameters: Option<Value>,
     manifest: Value,
+    #[serde(default)]
+    children: Vec<Value>,
     status: StatusRules,
     #[serde(default)]
     cancel: CancelRule,
@@ -184,6 +187,8 @@ pub struct WorkloadTemplate {
     pub parameters: Option<Value>,
     validator: Option<jsonschema::Validator>,
     pub manifest: Value,
+    /// Objects created with the main one and owned by it (ownerReferences): deleted with it.
+    pub children: Vec<Value>,
     pub status: StatusRules,
     pub cancel: CancelRule,
     /// How long a finished object is kept before jobgate deletes it, for kinds without a
@@ -296,7 +301,19 @@ impl WorkloadTemplate {
             .and_then(Value::as_object)
             .map(|p| p.keys().map(String::as_str).collect())
             .unwrap_or_default();
-        let expressions = render::expressions(&raw.manifest).map_err(|e| bad(e.to_string()))?;
+        let mut expressions = render::expressions(&raw.manifest).map_err(|e| bad(e.to_string()))?;
+        for (i, child) in raw.children.iter().enumerate() {
+            let text = |k: &str| child.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+            if text("apiVersion").is_none() || text("kind").is_none() {
+                return Err(bad(format!("children[{i}]: apiVersion and kind are required")));
+            }
+            let found = render::expressions(child).map_err(|e| bad(format!("children[{i}]: {e}")))?;
+            expressions.extend(
+                found
+                    .into_iter()
+                    .map(|(at, path)| (format!("children[{i}].{at}"), path)),
+            );
+        }
         for (at, path) in expressions {
             let mut parts = path.split('.');
             let root = parts.next().unwrap_or_default();
@@ -343,6 +360,7 @@ impl WorkloadTemplate {
             parameters: raw.parameters,
             validator,
             manifest: raw.manifest,
+            children: raw.children,
             status: raw.status,
             cancel: raw.cancel,
             retention: raw.retention_seconds,
@@ -409,6 +427,38 @@ impl WorkloadTemplate {
     /// The object for `job`: the manifest rendered with the job's values, then jobgate's
     /// name, namespace, labels and annotations (which a template cannot override).
     pub fn render(&self, job: &Job, stamp: &Stamp) -> Value {
+        let context = self.context(job, stamp);
+        let mut object = render::render(&self.manifest, &context).unwrap_or_else(|| json!({}));
+        object["apiVersion"] = json!(self.api_version);
+        object["kind"] = json!(self.kind);
+        stamp_metadata(&mut object, &stamp.name, &job.spec.namespace, stamp);
+        object
+    }
+
+    /// The template's child objects for `job`, each named as it says (default
+    /// `<workload name>-<kind>-<i>`, lowercase) and stamped like the main object; the executor
+    /// adds the ownerReference once the main object exists.
+    pub fn render_children(&self, job: &Job, stamp: &Stamp) -> Vec<Value> {
+        let context = self.context(job, stamp);
+        self.children
+            .iter()
+            .enumerate()
+            .map(|(i, child)| {
+                let mut object = render::render(child, &context).unwrap_or_else(|| json!({}));
+                let kind = child.get("kind").and_then(Value::as_str).unwrap_or("object");
+                let name = object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("{}-{}-{i}", stamp.name, kind.to_lowercase()));
+                stamp_metadata(&mut object, &name, &job.spec.namespace, stamp);
+                object
+            })
+            .collect()
+    }
+
+    /// What `${…}` can name for `job`.
+    fn context(&self, job: &Job, stamp: &Stamp) -> Value {
         let spec = &job.spec;
         let mut env: Vec<Value> = spec
             .env
@@ -433,7 +483,7 @@ impl WorkloadTemplate {
             .iter()
             .map(|(k, v)| (k.clone(), Value::String(v.clone())))
             .collect();
-        let context = json!({
+        json!({
             "job": {
                 "id": job.id,
                 "name": spec.name.clone().unwrap_or_else(|| stamp.name.clone()),
@@ -455,30 +505,34 @@ impl WorkloadTemplate {
             "workload": {"name": stamp.name},
             "labels": labels,
             "annotations": annotations,
-        });
-        let mut object = render::render(&self.manifest, &context).unwrap_or_else(|| json!({}));
-        object["apiVersion"] = json!(self.api_version);
-        object["kind"] = json!(self.kind);
-        let meta = object
-            .as_object_mut()
-            .expect("a rendered object stays an object")
-            .entry("metadata")
-            .or_insert_with(|| json!({}));
-        if !meta.is_object() {
-            *meta = json!({});
-        }
-        meta["name"] = json!(stamp.name);
-        meta["namespace"] = json!(spec.namespace);
-        for (key, ours) in [("labels", &labels), ("annotations", &annotations)] {
-            let mut merged = meta
-                .get(key)
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            merged.extend(ours.clone());
-            meta[key] = Value::Object(merged);
-        }
-        object
+        })
+    }
+}
+
+/// Sets jobgate's name, namespace, labels and annotations on a rendered object (the
+/// template's own labels and annotations stay, ours win).
+fn stamp_metadata(object: &mut Value, name: &str, namespace: &str, stamp: &Stamp) {
+    if !object.is_object() {
+        *object = json!({});
+    }
+    let meta = object
+        .as_object_mut()
+        .expect("made an object above")
+        .entry("metadata")
+        .or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    meta["name"] = json!(name);
+    meta["namespace"] = json!(namespace);
+    for (key, ours) in [("labels", &stamp.labels), ("annotations", &stamp.annotations)] {
+        let mut merged = meta
+            .get(key)
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        merged.extend(ours.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))));
+        meta[key] = Value::Object(merged);
     }
 }
 

@@ -4,7 +4,8 @@
 //! the value itself (a list, an object, a number), so a job's input can never inject YAML or
 //! JSON into the object; a value that is null or absent removes its key (or list item), so
 //! optional fields simply disappear. A string with text around expressions interpolates
-//! scalars, and goes as a whole when one of them is absent. `$${` writes a literal `${`.
+//! scalars, and goes as a whole when one of them is absent. `${path | string}` asks for the
+//! value as text (a ConfigMap's data, an annotation). `$${` writes a literal `${`.
 //!
 //! It owns the expression syntax and its checks at load time; it must not know what the
 //! values mean.
@@ -71,6 +72,29 @@ fn lookup<'a>(context: &'a Value, path: &str) -> Option<&'a Value> {
     })
 }
 
+/// An expression's path and whether it asks for text (`${path | string}`).
+pub fn split_filter(expression: &str) -> Result<(&str, bool), String> {
+    match expression.split_once('|') {
+        None => Ok((expression.trim(), false)),
+        Some((path, filter)) if filter.trim() == "string" => Ok((path.trim(), true)),
+        Some((_, filter)) => Err(format!(
+            "unknown filter {:?}; the one filter is `string`",
+            filter.trim()
+        )),
+    }
+}
+
+/// The value of an expression: its path's value, as text with `| string`.
+fn evaluate(context: &Value, expression: &str) -> Option<Value> {
+    let (path, as_text) = split_filter(expression).ok()?;
+    let value = lookup(context, path).filter(|v| !v.is_null())?;
+    Some(match value {
+        Value::String(_) => value.clone(),
+        other if as_text => Value::String(other.to_string()),
+        other => other.clone(),
+    })
+}
+
 /// Every expression path in `manifest`, with where it is, for checks at load time.
 pub fn expressions(manifest: &Value) -> Result<Vec<(String, String)>, ExpressionError> {
     fn walk(v: &Value, at: &str, out: &mut Vec<(String, String)>) -> Result<(), ExpressionError> {
@@ -81,7 +105,11 @@ pub fn expressions(manifest: &Value) -> Result<Vec<(String, String)>, Expression
                     problem,
                 })?;
                 for p in parts {
-                    if let Piece::Path(path) = p {
+                    if let Piece::Path(expression) = p {
+                        let (path, _) = split_filter(expression).map_err(|problem| ExpressionError {
+                            at: at.to_owned(),
+                            problem,
+                        })?;
                         out.push((at.to_owned(), path.to_owned()));
                     }
                 }
@@ -136,8 +164,8 @@ fn render_string(s: &str, context: &Value) -> Option<Value> {
     let Ok(parts) = pieces(s) else {
         return Some(Value::String(s.to_owned()));
     };
-    if let [Piece::Path(path)] = parts.as_slice() {
-        return lookup(context, path).filter(|v| !v.is_null()).cloned();
+    if let [Piece::Path(expression)] = parts.as_slice() {
+        return evaluate(context, expression);
     }
     // Text around an absent value would be half a value (`"s"` for `"${deadline}s"`): the
     // whole value goes, as a lone absent expression does.
@@ -145,10 +173,9 @@ fn render_string(s: &str, context: &Value) -> Option<Value> {
     for p in parts {
         match p {
             Piece::Text(t) => out.push_str(&t),
-            Piece::Path(path) => match lookup(context, path) {
-                Some(Value::String(v)) => out.push_str(v),
-                Some(Value::Null) | None => return None,
-                Some(other) => out.push_str(&other.to_string()),
+            Piece::Path(expression) => match evaluate(context, expression)? {
+                Value::String(v) => out.push_str(&v),
+                other => out.push_str(&other.to_string()),
             },
         }
     }
@@ -202,6 +229,17 @@ mod tests {
         );
         let partial = json!({"timeout": "${none}s", "kept": "${n}s"});
         assert_eq!(render(&partial, &context).unwrap(), json!({"kept": "2s"}));
+        let text = json!({"n": "${n | string}", "s": "${workload.name|string}", "none": "${none | string}"});
+        assert_eq!(
+            render(&text, &context).unwrap(),
+            json!({"n": "2", "s": "jobgate-1"})
+        );
+        assert!(
+            expressions(&json!("${n | upper}"))
+                .unwrap_err()
+                .problem
+                .contains("unknown filter")
+        );
     }
 
     #[test]

@@ -584,27 +584,121 @@ impl Inner {
         })?;
         let name = workload_name(&job.id);
         let api = self.dynamic_api(&resource, &job.spec.namespace);
-        match api.create(&PostParams::default(), &object).await {
-            Ok(_) => Ok(()),
+        let main = match api.create(&PostParams::default(), &object).await {
+            Ok(created) => created,
             Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => match api
                 .get(&name)
                 .await
             {
-                Ok(existing) if label(&existing.metadata, JOB_ID_LABEL) == Some(job.id.as_str()) => Ok(()),
-                Ok(_) => Err(ExecutorError::Rejected {
-                    reason: "WorkloadConflict",
-                    message: format!(
-                        "a {} named {name} already exists in namespace {} and does not belong to this job",
-                        template.kind, job.spec.namespace
-                    ),
-                }),
-                Err(e) => Err(launch_error(
-                    &format!("reading the existing {}", template.kind),
-                    e,
-                )),
+                Ok(existing) if label(&existing.metadata, JOB_ID_LABEL) == Some(job.id.as_str()) => existing,
+                Ok(_) => {
+                    return Err(ExecutorError::Rejected {
+                        reason: "WorkloadConflict",
+                        message: format!(
+                            "a {} named {name} already exists in namespace {} and does not belong to this job",
+                            template.kind, job.spec.namespace
+                        ),
+                    });
+                }
+                Err(e) => {
+                    return Err(launch_error(
+                        &format!("reading the existing {}", template.kind),
+                        e,
+                    ));
+                }
             },
-            Err(e) => Err(launch_error(&format!("creating the {}", template.kind), e)),
+            Err(e) => return Err(launch_error(&format!("creating the {}", template.kind), e)),
+        };
+        if template.children.is_empty() {
+            return Ok(());
         }
+        match self.create_children(job, template, &main).await {
+            Err(ExecutorError::Rejected { reason, message }) => {
+                // The job fails: its main object must not run without what it needs.
+                if let Err(e) = api.delete(&name, &DeleteParams::background()).await
+                    && !is_not_found(&e)
+                {
+                    tracing::warn!(job = %job.id, error = %e, "deleting a workload whose children were refused failed");
+                }
+                Err(ExecutorError::Rejected { reason, message })
+            }
+            other => other,
+        }
+    }
+
+    /// Creates the template's child objects, owned by `main` (so they are deleted with it).
+    /// Idempotent: a child of this job that exists already is kept.
+    async fn create_children(
+        &self,
+        job: &Job,
+        template: &WorkloadTemplate,
+        main: &DynamicObject,
+    ) -> Result<(), ExecutorError> {
+        let owner = serde_json::json!([{
+            "apiVersion": template.api_version,
+            "kind": template.kind,
+            "name": main.metadata.name,
+            "uid": main.metadata.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]);
+        for mut child in template.render_children(job, &self.stamp(job)) {
+            child["metadata"]["ownerReferences"] = owner.clone();
+            let text = |k: &str| {
+                child
+                    .get(k)
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let (api_version, kind) = (text("apiVersion"), text("kind"));
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version.as_str()));
+            let gvk = GroupVersionKind::gvk(group, version, &kind);
+            let resource = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+                Ok((resource, _)) => resource,
+                Err(e) if is_not_found(&e) || matches!(e, kube::Error::Discovery(_)) => {
+                    return Err(ExecutorError::Rejected {
+                        reason: "InvalidWorkload",
+                        message: format!(
+                            "template {} creates a {api_version} {kind}, which the cluster does not serve",
+                            template.name
+                        ),
+                    });
+                }
+                Err(e) => return Err(launch_error(&format!("discovering {api_version} {kind}"), e)),
+            };
+            let name = child
+                .pointer("/metadata/name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let object: DynamicObject =
+                serde_json::from_value(child).map_err(|e| ExecutorError::Rejected {
+                    reason: "InvalidWorkload",
+                    message: format!("template {} renders no valid {kind}: {e}", template.name),
+                })?;
+            let api = self.dynamic_api(&resource, &job.spec.namespace);
+            match api.create(&PostParams::default(), &object).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                    match api.get(&name).await {
+                        Ok(existing) if label(&existing.metadata, JOB_ID_LABEL) == Some(job.id.as_str()) => {}
+                        Ok(_) => {
+                            return Err(ExecutorError::Rejected {
+                                reason: "WorkloadConflict",
+                                message: format!(
+                                    "a {kind} named {name} already exists in namespace {} and does not belong to this job",
+                                    job.spec.namespace
+                                ),
+                            });
+                        }
+                        Err(e) => return Err(launch_error(&format!("reading the existing {kind}"), e)),
+                    }
+                }
+                Err(e) => return Err(launch_error(&format!("creating the {kind} {name}"), e)),
+            }
+        }
+        Ok(())
     }
 
     /// What jobgate stamps on every object of a job.

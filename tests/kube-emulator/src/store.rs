@@ -92,6 +92,7 @@ impl ResourceType {
         vec![
             Self::builtin("", "Namespace", "namespaces", false, true, &["ns"]),
             Self::builtin("", "Pod", "pods", true, true, &["po"]),
+            Self::builtin("", "ConfigMap", "configmaps", true, false, &["cm"]),
             Self::builtin("", "Event", "events", true, false, &["ev"]),
             Self::builtin("events.k8s.io", "Event", "events", true, false, &["ev"]),
             Self::builtin("batch", "Job", "jobs", true, true, &[]),
