@@ -26,6 +26,7 @@ pub mod config;
 pub mod executor;
 pub mod graphql;
 pub mod jobs;
+pub mod metrics;
 pub mod server;
 pub mod store;
 pub mod telemetry;

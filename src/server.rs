@@ -60,6 +60,7 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         // Browsers ask for it on every page; answer without a 404 in their console.
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/", get(crate::web::dashboard_page))
         .merge(crate::web::routes())
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -164,6 +165,15 @@ async fn graphiql() -> Html<&'static str> {
 
 async fn healthz() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let body = crate::metrics::render(&state.service);
+    (
+        [(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        body,
+    )
+        .into_response()
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

@@ -360,6 +360,18 @@ async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retenti
     assert_eq!(job(&server, &short).await["phase"], "SUCCEEDED");
 }
 
+async fn metrics(server: &Server) -> String {
+    let response = server.http().get(server.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    response.text().await.unwrap()
+}
+
 async fn templates(server: &Server) -> Vec<Value> {
     server
         .gql_ok(
@@ -437,6 +449,21 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
         "a template labels the fields it uses"
     );
 
+    // Metrics say the same, per template.
+    let scraped = metrics(&server).await;
+    assert!(
+        scraped.contains(
+            r#"jobgate_template_available{template="widget",kind="example.jobgate.io/v1 Widget"} 1"#
+        ),
+        "{scraped}"
+    );
+    assert!(
+        scraped.contains(
+            r#"jobgate_template_available{template="argo-workflow",kind="argoproj.io/v1alpha1 Workflow"} 0"#
+        ),
+        "{scraped}"
+    );
+
     // A job of a kind the cluster lacks is refused, and nothing is created.
     let refused = server
         .gql(
@@ -474,6 +501,9 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert!(metrics(&server).await.contains(
+        r#"jobgate_template_available{template="argo-workflow",kind="argoproj.io/v1alpha1 Workflow"} 1"#
+    ));
     // And /readyz never depended on the missing kinds.
     let ready = server.http().get(server.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
@@ -662,6 +692,43 @@ async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile(
     let name = format!("jobgate-{expiring}");
     cluster
         .until("the expired Widget is deleted by the new jobgate", || async {
+            widgets(&cluster).get_opt(&name).await.unwrap().is_none()
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_child_of_a_kind_the_cluster_does_not_serve_fails_the_job_and_removes_its_workload() {
+    let (cluster, dir) = widget_cluster().await;
+    let template = WIDGET_TEMPLATE
+        .replace("name: widget\n", "name: geared-widget\n")
+        .replace(
+            "apiVersion: v1\n    kind: ConfigMap",
+            "apiVersion: example.jobgate.io/v1\n    kind: Sprocket",
+        );
+    std::fs::write(dir.path().join("geared.yaml"), template).unwrap();
+    let server = cluster
+        .jobgate(&["--template-dir", dir.path().to_str().unwrap()])
+        .await;
+    let id = server
+        .submit(json!({"template": "geared-widget", "image": "widgets:1"}))
+        .await;
+    let failed = job_until(&server, &id, "FAILED", |j| j["phase"] == "FAILED").await;
+    let condition = failed["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap()
+        .clone();
+    assert_eq!(condition["reason"], "InvalidWorkload", "{failed}");
+    assert!(
+        failed["message"].as_str().unwrap().contains("Sprocket"),
+        "{failed}"
+    );
+    let name = format!("jobgate-{id}");
+    cluster
+        .until("the Widget without its Sprocket is removed", || async {
             widgets(&cluster).get_opt(&name).await.unwrap().is_none()
         })
         .await;
