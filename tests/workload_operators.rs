@@ -7,10 +7,8 @@
 
 mod common;
 
-use std::time::Duration;
-
+use common::Server;
 use common::cluster::Cluster;
-use common::{Server, WAIT};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
@@ -61,20 +59,11 @@ const FIELDS: &str = "id phase message result logs(tailLines: 50) progress { suc
     conditions { type status reason message }";
 
 async fn job(server: &Server, id: &str) -> Value {
-    let q = format!("query($id: ID!) {{ job(id: $id) {{ {FIELDS} }} }}");
-    server.gql_ok(&q, json!({"id": id})).await["job"].clone()
+    server.job_with(id, FIELDS).await
 }
 
 async fn job_until(server: &Server, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let j = job(server, id).await;
-        if check(&j) {
-            return j;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}; last {j}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.job_until(id, FIELDS, what, check).await
 }
 
 async fn pods_of(cluster: &Cluster, id: &str) -> Vec<Pod> {

@@ -113,21 +113,11 @@ const JOB_FIELDS: &str = "id phase message result template progress { succeeded 
     conditions { type status reason message } logs(tailLines: 10)";
 
 async fn job(server: &Server, id: &str) -> Value {
-    let q = format!("query($id: ID!) {{ job(id: $id) {{ {JOB_FIELDS} }} }}");
-    server.gql_ok(&q, json!({"id": id})).await["job"].clone()
+    server.job_with(id, JOB_FIELDS).await
 }
 
-/// Waits until the job satisfies `check` (the test polls its own API; jobgate does not).
 async fn job_until(server: &Server, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let j = job(server, id).await;
-        if check(&j) {
-            return j;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}; last {j}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.job_until(id, JOB_FIELDS, what, check).await
 }
 
 async fn set_status(cluster: &Cluster, name: &str, status: Value) {

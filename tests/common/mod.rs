@@ -180,6 +180,36 @@ impl Server {
         data["job"].clone()
     }
 
+    /// `job(id) { <fields> }`.
+    pub async fn job_with(&self, id: &str, fields: &str) -> Value {
+        let query = format!("query($id: ID!) {{ job(id: $id) {{ {fields} }} }}");
+        self.gql_ok(&query, json!({ "id": id })).await["job"].clone()
+    }
+
+    /// Asks for the job (with `fields`) until `check` holds of it, and returns it: for states
+    /// a subscription does not announce (progress, conditions, another object's effect). The
+    /// test polls its own API; jobgate polls nothing.
+    pub async fn job_until(
+        &self,
+        id: &str,
+        fields: &str,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let job = self.job_with(id, fields).await;
+            if check(&job) {
+                return job;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never: {what}; last {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits (through a jobStatus subscription, never by polling) until the job is terminal;
     /// returns the phases seen, the first being the state at subscription time.
     pub async fn wait_terminal(&self, id: &str) -> Vec<String> {

@@ -21,7 +21,8 @@ async function violations(page) {
 test('every view passes axe-core in light and dark, at desktop and phone width', async () => {
   const jobgate = await startJobgate();
   const done = await jobgate.submit({ name: 'done', command: ['sh', '-c', 'echo hi; printf ok > "$JOBGATE_RESULT_FILE"'] });
-  const failed = await jobgate.submit({ name: 'failed', command: ['sh', '-c', 'exit 3'], backoffLimit: 0 });
+  // It depends on `done`, so its page shows its dependencies too.
+  const failed = await jobgate.submit({ name: 'failed', command: ['sh', '-c', 'exit 3'], backoffLimit: 0, dependsOn: [done] });
   const running = await jobgate.submit({ name: 'running', command: ['sleep', '600'], completions: 3 });
   await jobgate.waitPhase(done, 'SUCCEEDED');
   await jobgate.waitPhase(failed, 'FAILED');
@@ -30,7 +31,14 @@ test('every view passes axe-core in light and dark, at desktop and phone width',
   const views = [
     ['jobs', '/#/', (page) => waitText(page.getByTestId('count-SUCCEEDED'), '1')],
     ['detail', `/#/jobs/${done}`, (page) => waitText(page.getByTestId('job-result'), 'ok')],
-    ['failed detail', `/#/jobs/${failed}`, (page) => waitText(page.getByTestId('job-phase'), 'Failed')],
+    [
+      'failed detail',
+      `/#/jobs/${failed}`,
+      async (page) => {
+        await waitText(page.getByTestId('job-phase'), 'Failed');
+        await waitText(page.getByTestId('job-dependencies'), /^done\s*Succeeded$/);
+      },
+    ],
     ['submit', '/#/submit', (page) => page.getByRole('form', { name: 'Submit a job' }).waitFor()],
   ];
   const problems = [];

@@ -460,11 +460,27 @@ impl Inner {
     /// After a full list of `namespace` (all namespaces when `None`): every job known to
     /// exist before the list began and missing from it vanished while nobody watched.
     fn reconcile(self: &Arc<Self>, namespace: Option<&str>, list_epoch: u64, seen: &HashSet<String>) {
-        let vanished: Vec<String> = self
-            .tracked
+        let vanished = self.vanished_from_list(namespace, list_epoch, seen, |t| t.decoding.is_none());
+        for id in vanished {
+            tracing::warn!(job = %id, "its Kubernetes Job is gone though it never finished");
+            self.spawn_vanished(id);
+        }
+    }
+
+    /// The tracked jobs `of_list` selects that were known to exist before the list
+    /// `list_epoch` of `namespace` began and are missing from it (`seen`): they vanished while
+    /// nobody watched. Each is marked finishing, so that it is reported once.
+    fn vanished_from_list(
+        &self,
+        namespace: Option<&str>,
+        list_epoch: u64,
+        seen: &HashSet<String>,
+        of_list: impl Fn(&Tracked) -> bool,
+    ) -> Vec<String> {
+        self.tracked
             .iter_mut()
             .filter_map(|mut t| {
-                let eligible = t.decoding.is_none()
+                let eligible = of_list(&t)
                     && namespace.is_none_or(|ns| t.namespace == ns)
                     && !t.finishing
                     && t.confirmed_epoch.is_some_and(|e| e < list_epoch)
@@ -474,11 +490,7 @@ impl Inner {
                     t.key().clone()
                 })
             })
-            .collect();
-        for id in vanished {
-            tracing::warn!(job = %id, "its Kubernetes Job is gone though it never finished");
-            self.spawn_vanished(id);
-        }
+            .collect()
     }
 
     fn spawn_vanished(self: &Arc<Self>, id: String) {

@@ -484,22 +484,9 @@ impl Inner {
         list_epoch: u64,
         seen: &HashSet<String>,
     ) {
-        let vanished: Vec<String> = self
-            .tracked
-            .iter_mut()
-            .filter_map(|mut t| {
-                let of_kind = t.decoding.as_ref().is_some_and(|d| Arc::ptr_eq(&d.kind, kind));
-                let eligible = of_kind
-                    && namespace.is_none_or(|ns| t.namespace == ns)
-                    && !t.finishing
-                    && t.confirmed_epoch.is_some_and(|e| e < list_epoch)
-                    && !seen.contains(t.key());
-                eligible.then(|| {
-                    t.finishing = true;
-                    t.key().clone()
-                })
-            })
-            .collect();
+        let vanished = self.vanished_from_list(namespace, list_epoch, seen, |t| {
+            t.decoding.as_ref().is_some_and(|d| Arc::ptr_eq(&d.kind, kind))
+        });
         for id in vanished {
             tracing::warn!(job = %id, kind = %kind.name(), "its workload is gone though it never finished");
             self.spawn_workload_vanished(id);
