@@ -873,3 +873,24 @@ async fn job_logs_of_a_job_cancelled_before_it_ran_completes() {
         Vec::<String>::new()
     );
 }
+
+#[tokio::test]
+async fn a_job_whose_working_directory_cannot_be_made_waits_then_runs_once_it_can() {
+    let server = Server::start(&[]).await;
+    let work = server.data_dir.join("work");
+    std::fs::remove_dir_all(&work).ok();
+    std::fs::write(&work, "not a directory").unwrap();
+    let id = server.submit(json!({ "command": sh("exit 0") })).await;
+    // The launch failed and is retried: the job waits PENDING with the reason.
+    let mut ws = events_socket(&server, Some("0")).await;
+    loop {
+        let e = event_of(&ws.recv().await);
+        if e.job == id && e.reason.as_deref() == Some("LaunchFailed") {
+            assert_eq!(e.phase, "PENDING");
+            break;
+        }
+    }
+    std::fs::remove_file(&work).unwrap();
+    let events = history(&server, &id).await;
+    assert_eq!(phases(&events), ["PENDING", "RUNNING", "SUCCEEDED"]);
+}

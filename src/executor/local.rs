@@ -150,10 +150,15 @@ impl LocalExecutor {
             token
         };
         let work_dir = inner.config.data_dir.join("work").join(&job.id);
-        std::fs::create_dir_all(&work_dir).map_err(|source| ExecutorError::Prepare {
-            job: job.id.clone(),
-            source,
-        })?;
+        if let Err(source) = std::fs::create_dir_all(&work_dir) {
+            // Nothing was started: forget the runner, or the launcher's retry would find it
+            // and report the job launched while nothing runs it.
+            inner.runners.lock().expect("poisoned").remove(&job.id);
+            return Err(ExecutorError::Prepare {
+                job: job.id.clone(),
+                source,
+            });
+        }
         let fallback = Observation {
             job_id: job.id.clone(),
             status: job.workload.clone(),
