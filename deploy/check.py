@@ -30,6 +30,41 @@ NEEDED = {
     ("", "events", "create"),
     ("events.k8s.io", "events", "create"),
 }
+# The resource each built-in workload template's kind is served as, by (group, kind). Every
+# template in templates/*.yaml must be here (checked), so a new template cannot ship without
+# its RBAC.
+WORKLOAD_RESOURCES = {
+    ("kubeflow.org", "PyTorchJob"): "pytorchjobs",
+    ("kubeflow.org", "TFJob"): "tfjobs",
+    ("kubeflow.org", "MPIJob"): "mpijobs",
+    ("trainer.kubeflow.org", "TrainJob"): "trainjobs",
+    ("argoproj.io", "Workflow"): "workflows",
+    ("tekton.dev", "PipelineRun"): "pipelineruns",
+    ("ray.io", "RayJob"): "rayjobs",
+    ("sparkoperator.k8s.io", "SparkApplication"): "sparkapplications",
+}
+# The Role for workload kinds (deploy/overlays/workload-kinds) is held to this instead.
+WORKLOAD_ROLE = "jobgate-workloads"
+
+
+def workload_needed():
+    """(apiGroup, resource, verb) for the workload templates: create/get/list/watch/delete, and
+    patch where the template cancels by patch. Read from templates/*.yaml."""
+    needed, errors = set(), []
+    for path in sorted((REPO / "templates").glob("*.yaml")):
+        template = yaml.safe_load(path.read_text())
+        group = template["apiVersion"].rpartition("/")[0]
+        resource = WORKLOAD_RESOURCES.get((group, template["kind"]))
+        if resource is None:
+            errors.append(f"{path.name}: {group} {template['kind']} has no entry in WORKLOAD_RESOURCES")
+            continue
+        verbs = ["create", "get", "list", "watch", "delete"]
+        if (template.get("cancel") or {}).get("patch"):
+            verbs.append("patch")
+        needed.update((group, resource, v) for v in verbs)
+    return needed, errors
+
+
 # Objects that would widen jobgate's reach beyond the namespaces it was given, or ship a
 # credential in a manifest.
 FORBIDDEN_KINDS = {"ClusterRole", "ClusterRoleBinding", "Secret"}
@@ -202,6 +237,8 @@ def check_rbac(by_kind, env, home, account):
         errors.append(f"the default namespace {default!r} must be one of the allowed {sorted(allowed)}")
 
     roles = {}
+    workloads, errors_of_templates = workload_needed()
+    errors.extend(errors_of_templates)
     for role in by_kind.get("Role", []):
         granted = set()
         for rule in role.get("rules") or []:
@@ -211,8 +248,9 @@ def check_rbac(by_kind, env, home, account):
                 for r in rule.get("resources") or []:
                     for v in rule.get("verbs") or []:
                         granted.add((g, r, v))
-        extra = sorted(granted - NEEDED)
-        lacking = sorted(NEEDED - granted)
+        needed = workloads if role["metadata"]["name"] == WORKLOAD_ROLE else NEEDED
+        extra = sorted(granted - needed)
+        lacking = sorted(needed - granted)
         if extra:
             errors.append(f"{name(role)}: grants more than jobgate needs: {extra}")
         if lacking:
