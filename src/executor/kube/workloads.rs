@@ -601,7 +601,12 @@ impl Inner {
         }
         match self.create_children(job, template, &main).await {
             Err(ExecutorError::Rejected { reason, message }) => {
-                // The job fails: its main object must not run without what it needs.
+                // The job fails: its main object must not run without what it needs. The
+                // launcher reports why; the watcher must not report the deletion this
+                // causes as the workload vanishing (WorkloadDeleted) before it does.
+                if let Some(mut t) = self.tracked.get_mut(&job.id) {
+                    t.finishing = true;
+                }
                 if let Err(e) = api.delete(&name, &DeleteParams::background()).await
                     && !is_not_found(&e)
                 {
