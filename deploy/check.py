@@ -3,18 +3,25 @@
 and consistent with each other and with jobgate's configuration.
 
     python3 deploy/check.py RENDERED.yaml...   # one file per kustomization, as rendered
-    python3 deploy/check.py --self-test RENDERED.yaml
+    python3 deploy/check.py --self-test RENDERED.yaml...
+    python3 deploy/check.py --without-unschemaed IN.yaml OUT.yaml
 
 kubernetes-validate (run by deploy/validate) proves every object is well formed for the API;
 this proves the objects make sense together: the Role grants exactly what jobgate uses in
 every namespace it may run jobs in and nothing anywhere else, the pod runs locked down, the
-Service and NetworkPolicy select the pod, and every JOBGATE_* variable is one jobgate reads.
-It needs PyYAML (installed with kubernetes-validate) and reads src/config.rs; it changes
-nothing. Every problem is reported, then it exits 1.
+Service and NetworkPolicy select the pod, every JOBGATE_* variable and every key of a mounted
+jobgate.toml is a setting jobgate reads (with the right type, and never set twice), jobgate
+will start (credentials it can read, or anonymous access said explicitly, and only in the dev
+overlay), the PodDisruptionBudget lets the single pod be evicted, and a ServiceMonitor (a kind
+kubernetes-validate has no schema for: `--without-unschemaed` writes a copy without them for
+it) is well formed and scrapes jobgate's /metrics.
+It needs PyYAML (installed with kubernetes-validate), Python 3.11's tomllib, and reads
+src/config.rs; it changes nothing. Every problem is reported, then it exits 1.
 """
 
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -72,10 +79,86 @@ FORBIDDEN_KINDS = {"ClusterRole", "ClusterRoleBinding", "Secret"}
 MANAGED_BY = ("app.kubernetes.io/managed-by", "jobgate")
 
 
-def config_env_names():
-    """The JOBGATE_* variables jobgate reads: the `env = "…"` of its clap arguments."""
+# Settings announced for jobgate's authentication and limits (docs/CONFIG.md), by the key they
+# have in a configuration file, with that key's TOML type; each is also the flag --kebab-case
+# and the variable JOBGATE_UPPER_SNAKE. They are accepted here ahead of src/config.rs, so the
+# manifests need not wait for the binary; once src/config.rs declares one, its declaration
+# there is what counts (and must agree on the type), and the entry here is merely redundant.
+ANNOUNCED = {
+    "anonymous": bool,
+    "anonymous_namespaces": list,
+    "api_tokens_file": str,
+    "jwt_hs256_secret_file": str,
+    "jwt_jwks_file": str,
+    "jwt_issuer": str,
+    "jwt_audience": str,
+    "jwt_namespaces_claim": str,
+    "jwt_roles_claim": str,
+    "allowed_origins": list,
+    "mutations_per_minute": int,
+    "connections_per_minute": int,
+    "subscriptions_per_minute": int,
+    "max_active_jobs_per_namespace": int,
+    "ws_max_message_bytes": int,
+    "ws_max_frame_bytes": int,
+    "ws_read_buffer_bytes": int,
+    "ws_max_subscriptions": int,
+    "ws_idle_timeout_secs": int,
+    "disable_introspection": bool,
+    "disable_suggestions": bool,
+    "log_format": str,
+    "log": str,
+}
+# The configuration file's own setting: a flag and a variable, never a key of the file.
+CONFIG_VAR = "JOBGATE_CONFIG"
+# Settings that name a file jobgate reads credentials or keys from, and whether that file must
+# come from a Secret (a ConfigMap is readable by whoever may read the namespace's ConfigMaps).
+CREDENTIAL_FILES = {"api_tokens_file": True, "jwt_hs256_secret_file": True, "jwt_jwks_file": False}
+# Any of these set means jobgate has credentials to check callers against.
+CREDENTIALS = {"api_token", *CREDENTIAL_FILES}
+# The Deployment annotation that allows what only a development cluster may have: anonymous
+# callers, a credentials Secret that may be missing, and an image taken from the node's cache.
+DEV_MARKER = ("jobgate.io/environment", "dev")
+
+
+def rust_type(text):
+    """The TOML type of a clap field's Rust type."""
+    text = text.strip()
+    inner = re.fullmatch(r"Option<(.+)>", text)
+    if inner:
+        text = inner.group(1)
+    if text == "bool":
+        return bool
+    if text.startswith("Vec<"):
+        return list
+    if re.fullmatch(r"[ui](8|16|32|64|128|size)", text):
+        return int
+    return str  # String, PathBuf, SocketAddr, and the value enums (written as their names)
+
+
+def settings():
+    """{variable: (key, TOML type)} of every setting jobgate reads: each `env = "JOBGATE_…"` of
+    src/config.rs with the field it belongs to, plus ANNOUNCED."""
     text = (REPO / "src" / "config.rs").read_text()
-    return set(re.findall(r'env\s*=\s*"(JOBGATE_[A-Z0-9_]+)"', text))
+    found = {}
+    for env, field, typ in re.findall(
+        r'env\s*=\s*"(JOBGATE_[A-Z0-9_]+)".*?\bpub\s+(\w+)\s*:\s*([^,\n]+),', text, re.S
+    ):
+        found[env] = (field, rust_type(typ))
+    for key, typ in ANNOUNCED.items():
+        found.setdefault(f"JOBGATE_{key.upper()}", (key, typ))
+    found.setdefault(CONFIG_VAR, ("config", str))
+    return found
+
+
+def settings_errors(known):
+    """Announced settings that src/config.rs declares with another type."""
+    return [
+        f"src/config.rs declares {key} as a {known[f'JOBGATE_{key.upper()}'][1].__name__}, "
+        f"deploy/check.py's ANNOUNCED as a {typ.__name__}: make them agree"
+        for key, typ in ANNOUNCED.items()
+        if known[f"JOBGATE_{key.upper()}"][1] is not typ
+    ]
 
 
 def name(obj):
@@ -89,10 +172,275 @@ def matches(selector, labels):
 
 
 def env_of(container):
-    return {e["name"]: e.get("value") for e in container.get("env") or []}
+    """{variable: value}; a variable taken from a Secret or ConfigMap (valueFrom) is FROM_REF."""
+    return {e["name"]: FROM_REF if "valueFrom" in e else e.get("value") for e in container.get("env") or []}
 
 
-def check(docs, env_names):
+# The value of a variable set by reference (valueFrom), unknown until the pod starts.
+FROM_REF = "<from a reference>"
+
+
+def is_dev(dep):
+    return ((dep.get("metadata") or {}).get("annotations") or {}).get(DEV_MARKER[0]) == DEV_MARKER[1]
+
+
+def file_source(path, container, volumes):
+    """Where the file `path`, as the container sees it, comes from: {kind: secret|configMap, name,
+    key, optional, read_only}, or None when no mounted Secret or ConfigMap provides it."""
+    for mount in container.get("volumeMounts") or []:
+        root = mount["mountPath"].rstrip("/") + "/"
+        if not path.startswith(root) or mount.get("subPath"):
+            continue
+        rel = path[len(root):]
+        vol = volumes.get(mount["name"]) or {}
+        if "secret" in vol:
+            sources = [{"secret": {**vol["secret"], "name": vol["secret"].get("secretName")}}]
+        elif "configMap" in vol:
+            sources = [{"configMap": vol["configMap"]}]
+        else:
+            sources = (vol.get("projected") or {}).get("sources") or []
+        for source in sources:
+            for kind in ("secret", "configMap"):
+                ref = source.get(kind)
+                if ref is None:
+                    continue
+                if ref.get("items") is None:
+                    key = rel if "/" not in rel else None  # every key, as a file of its name
+                else:
+                    key = next((i["key"] for i in ref["items"] if i.get("path") == rel), None)
+                if key is not None:
+                    return {
+                        "kind": kind,
+                        "name": ref.get("name"),
+                        "key": key,
+                        "optional": ref.get("optional") is True,
+                        "read_only": mount.get("readOnly") is True,
+                    }
+    return None
+
+
+def toml_text(value):
+    """A configuration file's value as the variable would spell it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def effective(env, container, volumes, by_kind, home, known, cw):
+    """(problems, settings) of one container: its JOBGATE_* variables, completed with the keys of
+    the configuration file JOBGATE_CONFIG names (read from its ConfigMap, rendered alongside),
+    as {variable: value as text}. A key also set as a variable is a problem: the variable wins."""
+    errors, merged = [], dict(env)
+    path = env.get(CONFIG_VAR)
+    if not path:
+        return errors, merged
+    source = file_source(path, container, volumes)
+    if not source or source["kind"] != "configMap" or source["optional"]:
+        return errors + [f"{cw}: {CONFIG_VAR} {path} must be a file of a mounted, required ConfigMap"], merged
+    if not source["read_only"]:
+        errors.append(f"{cw}: the configuration file's volume must be mounted readOnly")
+    maps = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in by_kind.get("ConfigMap", [])}
+    data = (maps.get((home, source["name"])) or {}).get("data") or {}
+    if source["key"] not in data:
+        return errors + [f"{cw}: {CONFIG_VAR}: no ConfigMap {home}/{source['name']} with key {source['key']} here"], merged
+    try:
+        config = tomllib.loads(data[source["key"]])
+    except tomllib.TOMLDecodeError as e:
+        return errors + [f"{cw}: {path} is not valid TOML: {e}"], merged
+    var_of = {key: var for var, (key, _) in known.items()}
+    for key, value in config.items():
+        var = var_of.get(key)
+        if var is None or var == CONFIG_VAR:
+            errors.append(f"{cw}: {path}: {key} is not a setting jobgate reads")
+            continue
+        typ = known[var][1]
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            errors.append(f"{cw}: {path}: {key} must be of TOML type {typ.__name__}, not {value!r}")
+        if var in env:
+            errors.append(f"{cw}: {key} is set in {path} and as {var}; the variable wins, the file's line is dead")
+            continue
+        merged[var] = toml_text(value)
+    return errors, merged
+
+
+def check_auth(settings, container, volumes, known, cw, dev):
+    """jobgate starts and checks callers: credentials it can read (files from a mounted Secret,
+    required outside the dev overlay), or anonymous access said explicitly, in dev only."""
+    errors = []
+    var_of = {key: var for var, (key, _) in known.items()}
+    anonymous = settings.get(var_of["anonymous"])
+    if anonymous not in (None, "true", "false"):
+        errors.append(f"{cw}: {var_of['anonymous']} must be true or false, not {anonymous!r}")
+    credentials = sorted(k for k in CREDENTIALS if settings.get(var_of[k]) not in (None, ""))
+    host = (settings.get("JOBGATE_LISTEN") or "").rpartition(":")[0].strip("[]")
+    loopback = host.startswith("127.") or host in ("::1", "localhost")
+    if not loopback and not credentials and anonymous != "true":
+        errors.append(
+            f"{cw}: no credentials (API tokens, JWT keys) and anonymous access not allowed: jobgate "
+            "refuses to start on a non-loopback address like this"
+        )
+    if anonymous == "true" and not dev:
+        errors.append(
+            f"{cw}: anonymous callers are allowed outside the dev overlay (a Deployment without "
+            f"the annotation {DEV_MARKER[0]}: {DEV_MARKER[1]})"
+        )
+    for key, from_secret in CREDENTIAL_FILES.items():
+        path = settings.get(var_of[key])
+        if not path:
+            continue
+        source = file_source(path, container, volumes)
+        if source is None:
+            errors.append(f"{cw}: {key} {path} is not a file of a mounted Secret")
+            continue
+        if from_secret and source["kind"] != "secret":
+            errors.append(f"{cw}: {key} {path} must come from a Secret, not a {source['kind']}")
+        if from_secret and source["optional"] and not dev:
+            errors.append(f"{cw}: {key} comes from an optional source: outside dev the pod must not start without it")
+        if not source["read_only"]:
+            errors.append(f"{cw}: the volume of {key} must be mounted readOnly")
+    return errors
+
+
+def check_disruption_budget(by_kind, home, replicas, pod_labels):
+    """One PodDisruptionBudget for jobgate's pod, which lets it be evicted (see deploy/base/pdb.yaml)."""
+    errors = []
+    ours = []
+    for pdb in by_kind.get("PodDisruptionBudget", []):
+        s = pdb.get("spec") or {}
+        if pdb["metadata"].get("namespace") != home or not matches((s.get("selector") or {}).get("matchLabels"), pod_labels):
+            errors.append(f"{name(pdb)}: does not select jobgate's pod")
+            continue
+        ours.append(pdb)
+
+        def pods(v):  # the number of pods an int-or-percent means, rounded up, as Kubernetes does
+            if isinstance(v, str) and v.endswith("%"):
+                return -(-int(v[:-1]) * replicas // 100)
+            return v
+
+        blocks = ("minAvailable" in s and pods(s["minAvailable"]) >= replicas) or (
+            "maxUnavailable" in s and pods(s["maxUnavailable"]) < 1
+        )
+        if blocks:
+            errors.append(
+                f"{name(pdb)}: allows no eviction of jobgate's {replicas} pod(s): every node drain would "
+                "block on it; use maxUnavailable: 1 (jobgate is restart-safe)"
+            )
+    if len(ours) != 1:
+        errors.append(f"expected one PodDisruptionBudget for jobgate's pod, found {len(ours)}")
+    return errors
+
+
+# What a ServiceMonitor (monitoring.coreos.com/v1) may contain here, field by field: the part of
+# prometheus-operator's CRD schema jobgate's manifests could use. Anything else fails, as an
+# unknown field fails kubernetes-validate --strict for the kinds it has schemas of.
+DURATION = re.compile(r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$")
+SERVICE_MONITOR_FIELDS = {
+    "": {"apiVersion": str, "kind": str, "metadata": dict, "spec": dict},
+    "metadata": {"name": str, "namespace": str, "labels": dict, "annotations": dict},
+    "spec": {
+        "selector": dict,
+        "namespaceSelector": dict,
+        "endpoints": list,
+        "jobLabel": str,
+        "targetLabels": list,
+        "podTargetLabels": list,
+        "sampleLimit": int,
+        "targetLimit": int,
+    },
+    "spec.selector": {"matchLabels": dict},
+    "spec.namespaceSelector": {"any": bool, "matchNames": list},
+    "spec.endpoints[]": {
+        "port": str,
+        "path": str,
+        "scheme": str,
+        "interval": str,
+        "scrapeTimeout": str,
+        "honorLabels": bool,
+        "honorTimestamps": bool,
+        "relabelings": list,
+        "metricRelabelings": list,
+        "followRedirects": bool,
+        "enableHttp2": bool,
+        "filterRunning": bool,
+    },
+}
+
+
+def duration_seconds(text):
+    units = {"y": 31536000, "w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(int(n) * units[u] for n, u in re.findall(r"([0-9]+)(ms|y|w|d|h|m|s)", text))
+
+
+def check_service_monitors(by_kind, home):
+    """A ServiceMonitor has only known fields of the right types, and makes Prometheus scrape
+    /metrics over plain HTTP from a named port of jobgate's Service."""
+    errors = []
+    services = [s for s in by_kind.get("Service", []) if s["metadata"].get("namespace") == home]
+    for sm in by_kind.get("ServiceMonitor", []):
+        w = name(sm)
+
+        def fields(obj, where):
+            if not isinstance(obj, dict):
+                errors.append(f"{w}: {where or 'the object'} must be a mapping")
+                return
+            allowed = SERVICE_MONITOR_FIELDS[where]
+            for key, value in obj.items():
+                if key not in allowed:
+                    errors.append(f"{w}: unknown field {where + '.' if where else ''}{key}")
+                elif not isinstance(value, allowed[key]) or (allowed[key] is int and isinstance(value, bool)):
+                    errors.append(f"{w}: {where + '.' if where else ''}{key} must be of type {allowed[key].__name__}")
+
+        fields(sm, "")
+        fields(sm.get("metadata") or {}, "metadata")
+        spec = sm.get("spec") or {}
+        fields(spec, "spec")
+        if sm.get("apiVersion") != "monitoring.coreos.com/v1":
+            errors.append(f"{w}: apiVersion must be monitoring.coreos.com/v1")
+        if (sm.get("metadata") or {}).get("namespace") != home:
+            errors.append(f"{w}: must be in jobgate's namespace {home}")
+        selector = spec.get("selector")
+        if not isinstance(selector, dict) or not selector.get("matchLabels"):
+            errors.append(f"{w}: spec.selector.matchLabels is required")
+            selector = {}
+        fields(selector, "spec.selector")
+        ns_selector = spec.get("namespaceSelector") or {}
+        fields(ns_selector, "spec.namespaceSelector")
+        if ns_selector and not ns_selector.get("any") and home not in (ns_selector.get("matchNames") or []):
+            errors.append(f"{w}: spec.namespaceSelector does not include {home}")
+        selected = [s for s in services if matches(selector.get("matchLabels"), s["metadata"].get("labels") or {})]
+        if not selected:
+            errors.append(f"{w}: spec.selector.matchLabels selects no Service of jobgate")
+        port_names = {p.get("name") for s in selected for p in (s["spec"].get("ports") or [])}
+        endpoints = spec.get("endpoints")
+        if not isinstance(endpoints, list) or not endpoints:
+            errors.append(f"{w}: spec.endpoints must list at least one endpoint")
+            endpoints = []
+        for i, ep in enumerate(endpoints):
+            fields(ep, "spec.endpoints[]")
+            if not isinstance(ep, dict):
+                continue
+            ew = f"{w}: spec.endpoints[{i}]"
+            if ep.get("port") not in port_names:
+                errors.append(f"{ew}.port {ep.get('port')!r} is not a port name of the selected Service")
+            if ep.get("path") != "/metrics":
+                errors.append(f"{ew}.path must be /metrics (where jobgate serves its metrics)")
+            if ep.get("scheme", "http") != "http":
+                errors.append(f"{ew}.scheme must be http (jobgate serves plain HTTP)")
+            for key in ("interval", "scrapeTimeout"):
+                if key in ep and not (isinstance(ep[key], str) and DURATION.match(ep[key])):
+                    errors.append(f"{ew}.{key} {ep[key]!r} is not a Prometheus duration")
+            if (
+                isinstance(ep.get("interval"), str)
+                and isinstance(ep.get("scrapeTimeout"), str)
+                and duration_seconds(ep["scrapeTimeout"]) > duration_seconds(ep["interval"])
+            ):
+                errors.append(f"{ew}: scrapeTimeout must not exceed interval")
+    return errors
+
+
+def check(docs, known):
     """Every problem found in one rendered kustomization, as sentences."""
     errors = []
     by_kind = {}
@@ -118,6 +466,7 @@ def check(docs, env_names):
     pod = spec["template"]["spec"]
     pod_labels = spec["template"]["metadata"].get("labels") or {}
     where = name(dep)
+    dev = is_dev(dep)
 
     if spec.get("replicas") != 1:
         errors.append(f"{where}: replicas must be 1 (SQLite has a single writer)")
@@ -180,9 +529,17 @@ def check(docs, env_names):
                 errors.append(f"{cw}: {probe} port {get.get('port')!r} is not a container port")
         mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
         env = env_of(c)
-        for var in sorted(set(env) - env_names):
+        for var in sorted(set(env) - set(known)):
             if var.startswith("JOBGATE_"):
                 errors.append(f"{cw}: {var} is not a variable jobgate reads (src/config.rs)")
+        # From here on, `env` is every setting: the variables and the configuration file's keys.
+        config_errors, env = effective(env, c, volumes, by_kind, home, known, cw)
+        errors += config_errors
+        errors += check_auth(env, c, volumes, known, cw, dev)
+        if c.get("imagePullPolicy") != "Always" and not dev:
+            errors.append(
+                f"{cw}: imagePullPolicy must be Always (a node's cached image is taken only in the dev overlay)"
+            )
         for var in ("JOBGATE_LISTEN", "JOBGATE_DATA_DIR", "JOBGATE_EXECUTOR"):
             if var not in env:
                 errors.append(f"{cw}: {var} must be set")
@@ -200,6 +557,8 @@ def check(docs, env_names):
 
     if env.get("JOBGATE_EXECUTOR") == "kubernetes":
         errors += check_rbac(by_kind, env, home, account)
+    errors += check_disruption_budget(by_kind, home, spec.get("replicas", 1), pod_labels)
+    errors += check_service_monitors(by_kind, home)
 
     services = by_kind.get("Service", [])
     if not services:
@@ -283,16 +642,49 @@ def load(path):
         return [d for d in yaml.safe_load_all(f) if d]
 
 
-def self_test(docs, env_names):
+def self_test(docs, known):
     """Breaks one rule at a time and makes sure each is caught; a checker that passes
-    everything would otherwise look exactly like a good manifest."""
+    everything would otherwise look exactly like a good manifest. Breakages that need an object
+    the rendering does not have (a ServiceMonitor, a configuration file) apply where it does."""
     import copy
 
+    def dep(d):
+        return next(o for o in d if o["kind"] == "Deployment")
+
     def pod(d):
-        return next(o for o in d if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+        return dep(d)["spec"]["template"]["spec"]
+
+    def container(d):
+        return pod(d)["containers"][0]
 
     def role(d):
         return next(o for o in d if o["kind"] == "Role")
+
+    def of_kind(d, kind):
+        return next(o for o in d if o["kind"] == kind)
+
+    def set_env(d, var, value):
+        env = container(d).setdefault("env", [])
+        env[:] = [e for e in env if e["name"] != var] + [{"name": var, "value": value}]
+
+    def drop_env(d, *names):
+        container(d)["env"] = [e for e in container(d).get("env") or [] if e["name"] not in names]
+
+    def not_dev(d):
+        (dep(d)["metadata"].get("annotations") or {}).pop(DEV_MARKER[0], None)
+
+    def config_map(d):  # the data of the ConfigMap JOBGATE_CONFIG's file comes from
+        c = container(d)
+        source = file_source(env_of(c)[CONFIG_VAR], c, {v["name"]: v for v in pod(d).get("volumes") or []})
+        cm = next(o for o in d if o["kind"] == "ConfigMap" and o["metadata"]["name"] == source["name"])
+        return cm["data"], source["key"]
+
+    def edit_config(d, edit):
+        data, key = config_map(d)
+        data[key] = edit(data[key])
+
+    def monitor(d):
+        return of_kind(d, "ServiceMonitor")
 
     breakages = {
         "a Role granting secrets": lambda d: role(d)["rules"].append(
@@ -301,43 +693,118 @@ def self_test(docs, env_names):
         "a Role missing pods/log": lambda d: role(d).update(
             rules=[r for r in role(d)["rules"] if "pods/log" not in r["resources"]]
         ),
-        "two replicas": lambda d: next(o for o in d if o["kind"] == "Deployment")["spec"].update(replicas=2),
-        "a writable root filesystem": lambda d: pod(d)["containers"][0]["securityContext"].pop(
-            "readOnlyRootFilesystem"
-        ),
+        "two replicas": lambda d: dep(d)["spec"].update(replicas=2),
+        "a writable root filesystem": lambda d: container(d)["securityContext"].pop("readOnlyRootFilesystem"),
         "root": lambda d: pod(d)["securityContext"].update(runAsUser=0),
-        "an unknown JOBGATE_ variable": lambda d: pod(d)["containers"][0]["env"].append(
-            {"name": "JOBGATE_NO_SUCH_FLAG", "value": "1"}
-        ),
+        "an unknown JOBGATE_ variable": lambda d: set_env(d, "JOBGATE_NO_SUCH_FLAG", "1"),
         "a ClusterRole": lambda d: d.append({"kind": "ClusterRole", "metadata": {"name": "x"}}),
-        "the managed-by=jobgate label": lambda d: next(o for o in d if o["kind"] == "Service")["metadata"][
-            "labels"
-        ].update({MANAGED_BY[0]: MANAGED_BY[1]}),
-        "a Service selecting nothing": lambda d: next(o for o in d if o["kind"] == "Service")["spec"].update(
-            selector={"app": "other"}
+        "a Secret": lambda d: d.append({"kind": "Secret", "metadata": {"name": "jobgate-auth"}}),
+        "the managed-by=jobgate label": lambda d: of_kind(d, "Service")["metadata"]["labels"].update(
+            {MANAGED_BY[0]: MANAGED_BY[1]}
         ),
+        "a Service selecting nothing": lambda d: of_kind(d, "Service")["spec"].update(selector={"app": "other"}),
+        "no credentials and anonymous access unsaid": lambda d: drop_env(
+            d, CONFIG_VAR, "JOBGATE_ANONYMOUS", "JOBGATE_API_TOKEN", "JOBGATE_API_TOKENS_FILE"
+        ),
+        "anonymous access outside dev": lambda d: (set_env(d, "JOBGATE_ANONYMOUS", "true"), not_dev(d)),
+        "a tokens file on no mount": lambda d: (
+            drop_env(d, CONFIG_VAR),
+            set_env(d, "JOBGATE_API_TOKENS_FILE", "/etc/elsewhere/tokens.toml"),
+        ),
+        "an optional tokens Secret outside dev": lambda d: (
+            not_dev(d),
+            drop_env(d, CONFIG_VAR, "JOBGATE_ANONYMOUS"),
+            set_env(d, "JOBGATE_API_TOKENS_FILE", "/etc/jobgate/auth/tokens.toml"),
+            [
+                src["secret"].update(optional=True)
+                for v in pod(d)["volumes"]
+                for src in (v.get("projected") or {}).get("sources") or []
+                if "secret" in src
+            ],
+        ),
+        "a node-cached image outside dev": lambda d: (
+            container(d).update(imagePullPolicy="IfNotPresent"),
+            not_dev(d),
+        ),
+        "a disruption budget blocking drains": lambda d: (
+            of_kind(d, "PodDisruptionBudget")["spec"].pop("maxUnavailable", None),
+            of_kind(d, "PodDisruptionBudget")["spec"].update(minAvailable=1),
+        ),
+        "no disruption budget": lambda d: d.remove(of_kind(d, "PodDisruptionBudget")),
     }
+    kinds = {o.get("kind") for o in docs}
+    if CONFIG_VAR in env_of(container(docs)):
+        breakages |= {
+            "an unknown key in the configuration file": lambda d: edit_config(d, lambda t: t + "\nno_such_key = 1\n"),
+            "a wrongly typed key in the configuration file": lambda d: edit_config(
+                d, lambda t: t + "\nmax_batch = \"ten\"\n"
+            ),
+            "a key set in the file and as a variable": lambda d: set_env(
+                d, next(var for var, (key, _) in known.items() if key == "log_format"), "json"
+            ),
+            "a configuration file that is not valid TOML": lambda d: edit_config(d, lambda t: t + "\n= broken\n"),
+        }
+    if "ServiceMonitor" in kinds:
+        breakages |= {
+            "a ServiceMonitor scraping an unknown port": lambda d: monitor(d)["spec"]["endpoints"][0].update(
+                port="metrics"
+            ),
+            "a ServiceMonitor scraping another path": lambda d: monitor(d)["spec"]["endpoints"][0].update(
+                path="/graphql"
+            ),
+            "a ServiceMonitor selecting no Service": lambda d: monitor(d)["spec"]["selector"].update(
+                matchLabels={"app": "other"}
+            ),
+            "a ServiceMonitor with an unknown field": lambda d: monitor(d)["spec"]["endpoints"][0].update(
+                bearerTokenFile="/var/run/secrets/token"
+            ),
+            "a ServiceMonitor with a bad duration": lambda d: monitor(d)["spec"]["endpoints"][0].update(
+                interval="30 seconds"
+            ),
+        }
     failures = []
-    if check(docs, env_names):
-        failures.append("the unbroken manifests already fail")
+    for e in check(docs, known):
+        failures.append(f"the unbroken manifests already fail: {e}")
     for what, breaking in breakages.items():
         broken = copy.deepcopy(docs)
         breaking(broken)
-        if not check(broken, env_names):
+        if not check(broken, known):
             failures.append(f"{what} was not caught")
     return failures
 
 
+# Kinds kubernetes-validate has no schema for, which check() validates instead.
+UNSCHEMAED = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+
+def without_unschemaed(src, dst):
+    """Copies the rendering `src` to `dst` without the objects of UNSCHEMAED kinds (verbatim when
+    it has none)."""
+    docs = load(src)
+    kept = [d for d in docs if (d.get("apiVersion"), d.get("kind")) not in UNSCHEMAED]
+    with open(dst, "w") as f:
+        if len(kept) == len(docs):
+            f.write(Path(src).read_text())
+        else:
+            yaml.safe_dump_all(kept, f, sort_keys=False)
+
+
 def main(argv):
+    if argv[:1] == ["--without-unschemaed"] and len(argv) == 3:
+        without_unschemaed(argv[1], argv[2])
+        return 0
     test = argv[:1] == ["--self-test"]
     paths = argv[1:] if test else argv
     if not paths:
         sys.exit(__doc__)
-    env_names = config_env_names()
+    known = settings()
     status = 0
+    for e in settings_errors(known):
+        print(f"ERROR: {e}", file=sys.stderr)
+        status = 1
     for path in paths:
         docs = load(path)
-        errors = self_test(docs, env_names) if test else check(docs, env_names)
+        errors = self_test(docs, known) if test else check(docs, known)
         for e in errors:
             print(f"ERROR {path}: {e}", file=sys.stderr)
         status |= bool(errors)
