@@ -281,11 +281,19 @@ def check_auth(settings, container, volumes, known, cw, dev):
             f"{cw}: no credentials (API tokens, JWT keys) and anonymous access not allowed: jobgate "
             "refuses to start on a non-loopback address like this"
         )
+    if anonymous == "false" and not credentials:
+        errors.append(f"{cw}: anonymous access off and no credentials: nobody could call; jobgate refuses to start")
     if anonymous == "true" and not dev:
         errors.append(
             f"{cw}: anonymous callers are allowed outside the dev overlay (a Deployment without "
             f"the annotation {DEV_MARKER[0]}: {DEV_MARKER[1]})"
         )
+    for origin in (settings.get(var_of["allowed_origins"]) or "").split(","):
+        if origin and origin != "*" and not re.fullmatch(r"https?://[^/]+", origin):
+            errors.append(f"{cw}: allowed_origins: {origin!r} is not an origin like https://example.com (no path)")
+    frame, message = (settings.get(var_of[k]) for k in ("ws_max_frame_bytes", "ws_max_message_bytes"))
+    if frame and message and frame.isdigit() and message.isdigit() and int(frame) > int(message):
+        errors.append(f"{cw}: ws_max_frame_bytes {frame} exceeds ws_max_message_bytes {message}")
     for key, from_secret in CREDENTIAL_FILES.items():
         path = settings.get(var_of[key])
         if not path:
@@ -738,6 +746,12 @@ def self_test(docs, known):
             "an unknown key in the configuration file": lambda d: edit_config(d, lambda t: t + "\nno_such_key = 1\n"),
             "a wrongly typed key in the configuration file": lambda d: edit_config(
                 d, lambda t: t + "\nmax_batch = \"ten\"\n"
+            ),
+            "a WebSocket frame larger than a message": lambda d: edit_config(
+                d, lambda t: re.sub(r"(?m)^ws_max_frame_bytes = .*$", "ws_max_frame_bytes = 1048576", t)
+            ),
+            "an origin with a path": lambda d: edit_config(
+                d, lambda t: re.sub(r"(?m)^allowed_origins = .*$", 'allowed_origins = ["https://x.example/app/"]', t)
             ),
             "a key set in the file and as a variable": lambda d: set_env(
                 d, next(var for var, (key, _) in known.items() if key == "log_format"), "json"
