@@ -79,8 +79,8 @@ FORBIDDEN_KINDS = {"ClusterRole", "ClusterRoleBinding", "Secret"}
 MANAGED_BY = ("app.kubernetes.io/managed-by", "jobgate")
 
 
-# Settings announced for jobgate's authentication and limits (docs/CONFIG.md), by the key they
-# have in a configuration file, with that key's TOML type; each is also the flag --kebab-case
+# Settings announced for jobgate's authentication and limits, by the key they have in a
+# configuration file, with that key's TOML type; each is also the flag --kebab-case
 # and the variable JOBGATE_UPPER_SNAKE. They are accepted here ahead of src/config.rs, so the
 # manifests need not wait for the binary; once src/config.rs declares one, its declaration
 # there is what counts (and must agree on the type), and the entry here is merely redundant.
