@@ -1,77 +1,268 @@
-//! Who is calling: an optional static API token, checked on HTTP requests and in the
-//! WebSocket `connection_init` payload.
+//! Who is calling, and which namespaces they may use.
 //!
-//! With no token configured every caller is anonymous and allowed (the local default, said
-//! at start). With one, HTTP requests need `Authorization: Bearer <token>` and WebSocket
-//! clients need `{"authorization": "Bearer <token>"}` in `connection_init`. The token is kept
-//! only as a SHA-256 digest and compared in constant time. This module must not know
-//! about GraphQL or jobs.
+//! Credentials arrive as `Authorization: Bearer <credential>` on HTTP and as
+//! `{"authorization": "Bearer <credential>"}` in a WebSocket's `connection_init` payload. A
+//! credential is either a static API token, looked up by its SHA-256 digest among those of
+//! the tokens file (the token itself is never stored), or a JWT (three dot-separated parts)
+//! verified with an HS256 secret or the RS256/ES256 keys of a JWKS file. Each identity maps to
+//! a [`Scope`]: the namespaces it may use, or all of them for an admin. Anonymous callers are
+//! let in only when the configuration says so.
+//!
+//! This module must not know about GraphQL or jobs beyond `Scope`; it never logs a credential.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use axum::http::{HeaderMap, header};
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
+
+use crate::jobs::model::Scope;
 
 /// The caller, once authenticated.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Identity {
+pub struct Identity {
+    /// Recorded as the submitter of the jobs it submits; the key of its rate limits.
+    pub name: String,
+    pub scope: Scope,
+    pub method: Method,
+}
+
+/// How the caller proved who it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
     Anonymous,
-    TokenHolder,
+    ApiToken,
+    Jwt,
 }
 
 impl Identity {
-    /// How the identity is recorded as a job's submitter.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Anonymous => "anonymous",
-            Self::TokenHolder => "api-token",
+    pub fn anonymous(scope: Scope) -> Self {
+        Self {
+            name: "anonymous".to_owned(),
+            scope,
+            method: Method::Anonymous,
         }
     }
 }
 
+/// Why a caller was refused. The texts go to the client: they say what is wrong with the
+/// credential, never anything about the server's secrets or other identities.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AuthError {
     #[error("missing credentials: send `Authorization: Bearer <token>`")]
     Missing,
     #[error("invalid credentials")]
     Invalid,
+    #[error("invalid token: {0}")]
+    InvalidJwt(String),
 }
 
-#[derive(Clone, Debug)]
+/// A problem with the authentication settings, found at start.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// One entry of the tokens file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    /// Who holds it: recorded as the submitter of its jobs.
+    name: String,
+    /// Hex SHA-256 digest of the token (`jobgate hash-token` prints it).
+    sha256: String,
+    #[serde(default)]
+    namespaces: Vec<String>,
+    #[serde(default)]
+    admin: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    #[serde(default)]
+    token: Vec<TokenEntry>,
+}
+
+/// How JWTs are checked.
+#[derive(Clone, Debug, Default)]
+pub struct JwtSettings {
+    pub hs256_secret_file: Option<PathBuf>,
+    pub jwks_file: Option<PathBuf>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    /// The claim listing the namespaces the bearer may use (an array, or a string of names
+    /// separated by spaces or commas).
+    pub namespaces_claim: String,
+    /// The claim listing roles; the role `admin` may use every namespace.
+    pub roles_claim: String,
+}
+
+/// Everything [`Auth::load`] needs.
+#[derive(Clone, Debug, Default)]
+pub struct AuthSettings {
+    /// Anonymous callers' scope, when they are let in at all.
+    pub anonymous: Option<Scope>,
+    /// A single static token (its holder is an admin named `api-token`).
+    pub api_token: Option<String>,
+    pub api_tokens_file: Option<PathBuf>,
+    pub jwt: JwtSettings,
+}
+
+impl AuthSettings {
+    /// Whether any credential is configured.
+    pub fn has_credentials(&self) -> bool {
+        self.api_token.is_some()
+            || self.api_tokens_file.is_some()
+            || self.jwt.hs256_secret_file.is_some()
+            || self.jwt.jwks_file.is_some()
+    }
+}
+
+struct JwtVerifier {
+    /// Keys by `kid`; the one key without a `kid` under "".
+    keys: HashMap<String, (Algorithm, DecodingKey)>,
+    validation_base: Validation,
+    namespaces_claim: String,
+    roles_claim: String,
+}
+
+/// The authenticator: built once at start, shared by every request.
 pub struct Auth {
-    token_digest: Option<[u8; 32]>,
+    anonymous: Option<Scope>,
+    tokens: HashMap<[u8; 32], Identity>,
+    jwt: Option<JwtVerifier>,
 }
 
-fn digest(s: &str) -> [u8; 32] {
-    Sha256::digest(s.as_bytes()).into()
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("anonymous", &self.anonymous)
+            .field("tokens", &self.tokens.len())
+            .field("jwt", &self.jwt.is_some())
+            .finish()
+    }
 }
 
-fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// The hex SHA-256 digest of a token, as the tokens file stores it.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.trim().as_bytes()))
+}
+
+fn read(path: &Path) -> Result<String, AuthSetupError> {
+    std::fs::read_to_string(path).map_err(|source| AuthSetupError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn scope_of(namespaces: Vec<String>, admin: bool) -> Scope {
+    if admin {
+        Scope::All
+    } else {
+        Scope::namespaces(namespaces)
+    }
 }
 
 impl Auth {
-    pub fn new(token: Option<&str>) -> Self {
-        Self {
-            token_digest: token.map(digest),
+    /// Loads the tokens file and JWT keys. Any problem names the file and stops jobgate.
+    pub fn load(settings: &AuthSettings) -> Result<Self, AuthSetupError> {
+        let mut tokens = HashMap::new();
+        if let Some(token) = &settings.api_token {
+            tokens.insert(
+                digest(token),
+                Identity {
+                    name: "api-token".to_owned(),
+                    scope: Scope::All,
+                    method: Method::ApiToken,
+                },
+            );
         }
+        if let Some(path) = &settings.api_tokens_file {
+            let invalid = |message: String| AuthSetupError::Invalid {
+                path: path.clone(),
+                message,
+            };
+            let file: TokensFile = toml::from_str(&read(path)?).map_err(|e| invalid(e.to_string()))?;
+            for (i, entry) in file.token.into_iter().enumerate() {
+                let mut d = [0u8; 32];
+                hex::decode_to_slice(entry.sha256.trim(), &mut d).map_err(|_| {
+                    invalid(format!(
+                        "token {} ({:?}): sha256 must be 64 hex digits (see `jobgate hash-token`)",
+                        i + 1,
+                        entry.name
+                    ))
+                })?;
+                if entry.name.trim().is_empty() {
+                    return Err(invalid(format!("token {}: name is empty", i + 1)));
+                }
+                if !entry.admin && entry.namespaces.is_empty() {
+                    return Err(invalid(format!(
+                        "token {} ({:?}): give it namespaces, or admin = true",
+                        i + 1,
+                        entry.name
+                    )));
+                }
+                let identity = Identity {
+                    name: entry.name,
+                    scope: scope_of(entry.namespaces, entry.admin),
+                    method: Method::ApiToken,
+                };
+                if tokens.insert(d, identity).is_some() {
+                    return Err(invalid(format!(
+                        "token {}: the same token is listed twice",
+                        i + 1
+                    )));
+                }
+            }
+        }
+        let jwt = JwtVerifier::load(&settings.jwt)?;
+        Ok(Self {
+            anonymous: settings.anonymous.clone(),
+            tokens,
+            jwt,
+        })
     }
 
-    pub fn is_open(&self) -> bool {
-        self.token_digest.is_none()
+    /// Whether callers without credentials are let in.
+    pub fn allows_anonymous(&self) -> bool {
+        self.anonymous.is_some()
+    }
+
+    /// How many static tokens are known.
+    pub fn token_count(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn checks_jwts(&self) -> bool {
+        self.jwt.is_some()
     }
 
     fn check_bearer(&self, value: Option<&str>) -> Result<Identity, AuthError> {
-        let Some(expected) = &self.token_digest else {
-            return Ok(Identity::Anonymous);
+        let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+            return self
+                .anonymous
+                .clone()
+                .map(Identity::anonymous)
+                .ok_or(AuthError::Missing);
         };
-        let value = value.ok_or(AuthError::Missing)?;
-        let token = value
+        let credential = value
             .strip_prefix("Bearer ")
             .or_else(|| value.strip_prefix("bearer "))
+            .map(str::trim)
             .ok_or(AuthError::Invalid)?;
-        if same(&digest(token.trim()), expected) {
-            Ok(Identity::TokenHolder)
-        } else {
-            Err(AuthError::Invalid)
+        if let Some(identity) = self.tokens.get(&digest(credential)) {
+            return Ok(identity.clone());
+        }
+        match &self.jwt {
+            Some(jwt) if credential.matches('.').count() == 2 => jwt.verify(credential),
+            _ => Err(AuthError::Invalid),
         }
     }
 
@@ -93,30 +284,222 @@ impl Auth {
     }
 }
 
+fn digest(s: &str) -> [u8; 32] {
+    Sha256::digest(s.trim().as_bytes()).into()
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, serde_json::Value>,
+}
+
+impl JwtVerifier {
+    fn load(settings: &JwtSettings) -> Result<Option<Self>, AuthSetupError> {
+        let mut keys = HashMap::new();
+        if let Some(path) = &settings.hs256_secret_file {
+            let secret = read(path)?;
+            let secret = secret.trim();
+            if secret.len() < 32 {
+                return Err(AuthSetupError::Invalid {
+                    path: path.clone(),
+                    message: "an HS256 secret must be at least 32 bytes".into(),
+                });
+            }
+            keys.insert(
+                String::new(),
+                (Algorithm::HS256, DecodingKey::from_secret(secret.as_bytes())),
+            );
+        }
+        if let Some(path) = &settings.jwks_file {
+            let invalid = |message: String| AuthSetupError::Invalid {
+                path: path.clone(),
+                message,
+            };
+            let set: JwkSet =
+                serde_json::from_str(&read(path)?).map_err(|e| invalid(format!("not a JWKS: {e}")))?;
+            if set.keys.is_empty() {
+                return Err(invalid("the JWKS holds no keys".into()));
+            }
+            for (i, jwk) in set.keys.iter().enumerate() {
+                let algorithm = match &jwk.algorithm {
+                    jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
+                    jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(p)
+                        if p.curve == jsonwebtoken::jwk::EllipticCurve::P256 =>
+                    {
+                        Algorithm::ES256
+                    }
+                    _ => {
+                        return Err(invalid(format!(
+                            "key {}: only RSA (RS256) and P-256 EC (ES256) keys are supported",
+                            i + 1
+                        )));
+                    }
+                };
+                let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(format!("key {}: {e}", i + 1)))?;
+                let kid = jwk.common.key_id.clone().unwrap_or_default();
+                if keys.insert(kid.clone(), (algorithm, key)).is_some() {
+                    return Err(invalid(format!(
+                        "key {}: two keys share the kid {kid:?} (or both have none)",
+                        i + 1
+                    )));
+                }
+            }
+        }
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.leeway = 30;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        match &settings.audience {
+            Some(aud) => validation.set_audience(&[aud]),
+            None => validation.validate_aud = false,
+        }
+        if let Some(iss) = &settings.issuer {
+            validation.set_issuer(&[iss]);
+        }
+        Ok(Some(Self {
+            keys,
+            validation_base: validation,
+            namespaces_claim: settings.namespaces_claim.clone(),
+            roles_claim: settings.roles_claim.clone(),
+        }))
+    }
+
+    fn verify(&self, token: &str) -> Result<Identity, AuthError> {
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|_| AuthError::InvalidJwt("malformed".into()))?;
+        let kid = header.kid.clone().unwrap_or_default();
+        let (algorithm, key) = self
+            .keys
+            .get(&kid)
+            .ok_or_else(|| AuthError::InvalidJwt("signed with an unknown key".into()))?;
+        // The key decides the algorithm; a token naming another (`none`, or HS256 with a
+        // public key as the secret) is refused.
+        if header.alg != *algorithm {
+            return Err(AuthError::InvalidJwt(format!(
+                "algorithm {:?} is not accepted",
+                header.alg
+            )));
+        }
+        let mut validation = self.validation_base.clone();
+        validation.algorithms = vec![*algorithm];
+        let data = jsonwebtoken::decode::<Claims>(token, key, &validation).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind;
+            AuthError::InvalidJwt(
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => "expired",
+                    ErrorKind::ImmatureSignature => "not valid yet",
+                    ErrorKind::InvalidAudience => "wrong audience",
+                    ErrorKind::InvalidIssuer => "wrong issuer",
+                    ErrorKind::InvalidSignature => "bad signature",
+                    ErrorKind::MissingRequiredClaim(_) => "a required claim (exp, sub) is missing",
+                    _ => "malformed",
+                }
+                .into(),
+            )
+        })?;
+        let claims = data.claims;
+        let strings = |claim: &str| -> Vec<String> {
+            match claims.rest.get(claim) {
+                Some(serde_json::Value::Array(items)) => items
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect(),
+                Some(serde_json::Value::String(s)) => s
+                    .split([' ', ','])
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        let admin = strings(&self.roles_claim).iter().any(|r| r == "admin");
+        Ok(Identity {
+            name: claims.sub,
+            scope: scope_of(strings(&self.namespaces_claim), admin),
+            method: Method::Jwt,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn settings() -> AuthSettings {
+        AuthSettings {
+            jwt: JwtSettings {
+                namespaces_claim: "namespaces".into(),
+                roles_claim: "roles".into(),
+                ..JwtSettings::default()
+            },
+            ..AuthSettings::default()
+        }
+    }
+
     #[test]
-    fn open_auth_lets_everyone_in() {
-        let auth = Auth::new(None);
-        assert_eq!(auth.check_headers(&HeaderMap::new()), Ok(Identity::Anonymous));
+    fn anonymous_only_when_configured() {
+        let closed = Auth::load(&settings()).unwrap();
+        assert_eq!(closed.check_headers(&HeaderMap::new()), Err(AuthError::Missing));
+        let open = Auth::load(&AuthSettings {
+            anonymous: Some(Scope::All),
+            ..settings()
+        })
+        .unwrap();
+        assert_eq!(
+            open.check_headers(&HeaderMap::new()).map(|i| i.method),
+            Ok(Method::Anonymous)
+        );
     }
 
     #[test]
     fn token_is_required_and_compared() {
-        let auth = Auth::new(Some("s3cret"));
+        let auth = Auth::load(&AuthSettings {
+            api_token: Some("s3cret".into()),
+            ..settings()
+        })
+        .unwrap();
         assert_eq!(auth.check_headers(&HeaderMap::new()), Err(AuthError::Missing));
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());
         assert_eq!(auth.check_headers(&h), Err(AuthError::Invalid));
         h.insert(header::AUTHORIZATION, "Bearer s3cret".parse().unwrap());
-        assert_eq!(auth.check_headers(&h), Ok(Identity::TokenHolder));
+        assert_eq!(auth.check_headers(&h).unwrap().name, "api-token");
         let payload = serde_json::json!({"Authorization": "Bearer s3cret"});
-        assert_eq!(auth.check_init_payload(&payload), Ok(Identity::TokenHolder));
+        assert_eq!(auth.check_init_payload(&payload).unwrap().scope, Scope::All);
         assert_eq!(
             auth.check_init_payload(&serde_json::Value::Null),
             Err(AuthError::Missing)
         );
+    }
+
+    #[test]
+    fn a_bad_tokens_file_names_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        let cases = [
+            (
+                "[[token]]\nname = \"a\"\nsha256 = \"xyz\"\nadmin = true\n",
+                "64 hex digits",
+            ),
+            (
+                &format!("[[token]]\nname = \"a\"\nsha256 = \"{}\"\n", hash_token("t")),
+                "give it namespaces",
+            ),
+            ("[[token]]\nname = \"a\"\nsha = \"x\"\n", "unknown field"),
+        ];
+        for (text, expected) in cases {
+            std::fs::write(&path, text).unwrap();
+            let e = Auth::load(&AuthSettings {
+                api_tokens_file: Some(path.clone()),
+                ..settings()
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("tokens.toml") && e.contains(expected), "{e}");
+        }
     }
 }

@@ -1,24 +1,33 @@
-//! Configuration: one [`Config`] from flags and `JOBGATE_*` environment variables.
+//! Configuration: one [`Config`] from flags, `JOBGATE_*` environment variables and an
+//! optional TOML file.
 //!
-//! This is the only place that reads the environment. Values are typed and validated once,
-//! here; the rest of jobgate receives plain settings.
+//! Precedence, highest first: command-line flags, environment variables, the file named by
+//! `--config` (or `JOBGATE_CONFIG`), built-in defaults. The file's keys are the flags' long
+//! names (`max-query-depth` or `max_query_depth`); lists are TOML arrays. This is the only
+//! place that reads the environment or the file. Values are typed and validated once, here,
+//! before anything starts; the rest of jobgate receives plain settings.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+use crate::auth::{AuthSettings, JwtSettings};
 use crate::executor::kube::KubeConfig;
 use crate::executor::kube::manifest::ManifestDefaults;
 use crate::executor::local::LocalConfig;
 use crate::graphql::http::HttpOptions;
 use crate::graphql::schema::QueryLimits;
 use crate::graphql::ws::WsConfig;
-use crate::jobs::model::{TemplateInputs, ValidationLimits};
+use crate::jobs::model::{Scope, TemplateInputs, ValidationLimits};
 use crate::jobs::service::ServiceConfig;
 use crate::jobs::template::{self, Runtime};
+use crate::limits::RateLimitSettings;
+use crate::metrics::Metrics;
 use crate::store::Durability;
 use crate::templates::{TemplateError, TemplateSet};
 
@@ -42,6 +51,11 @@ pub enum LogFormat {
 pub struct Config {
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// A TOML file of settings, keyed by these flags' long names; flags and environment
+    /// variables override it. See docs/CONFIG.md.
+    #[arg(long, env = "JOBGATE_CONFIG")]
+    pub config: Option<PathBuf>,
 
     /// Address to serve HTTP and WebSocket on.
     #[arg(long, env = "JOBGATE_LISTEN", default_value = "127.0.0.1:8080")]
@@ -138,10 +152,75 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_DISABLE_INTROSPECTION")]
     pub disable_introspection: bool,
 
-    /// A static API token; when set, every request needs `Authorization: Bearer <token>`
-    /// (WebSocket: `{"authorization": "Bearer <token>"}` in connection_init).
+    /// A single static API token, for an admin (every namespace); callers send
+    /// `Authorization: Bearer <token>` (WebSocket: `{"authorization": "Bearer <token>"}` in
+    /// connection_init). Prefer --api-tokens-file, which stores only digests.
     #[arg(long, env = "JOBGATE_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+
+    /// A TOML file of API tokens, stored as SHA-256 digests, each with its name, namespaces
+    /// and admin flag (see docs/CONFIG.md; `jobgate hash-token` prints a digest).
+    #[arg(long, env = "JOBGATE_API_TOKENS_FILE")]
+    pub api_tokens_file: Option<PathBuf>,
+
+    /// A file holding the HS256 secret that signs accepted JWTs (at least 32 bytes).
+    #[arg(long, env = "JOBGATE_JWT_HS256_SECRET_FILE")]
+    pub jwt_hs256_secret_file: Option<PathBuf>,
+
+    /// A JWKS file (JSON) of the RS256/ES256 public keys that sign accepted JWTs.
+    #[arg(long, env = "JOBGATE_JWT_JWKS_FILE")]
+    pub jwt_jwks_file: Option<PathBuf>,
+
+    /// The `iss` accepted JWTs must carry.
+    #[arg(long, env = "JOBGATE_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
+    /// The `aud` accepted JWTs must carry.
+    #[arg(long, env = "JOBGATE_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+
+    /// The JWT claim listing the namespaces its bearer may use.
+    #[arg(long, env = "JOBGATE_JWT_NAMESPACES_CLAIM", default_value = "namespaces")]
+    pub jwt_namespaces_claim: String,
+
+    /// The JWT claim listing its bearer's roles; `admin` may use every namespace.
+    #[arg(long, env = "JOBGATE_JWT_ROLES_CLAIM", default_value = "roles")]
+    pub jwt_roles_claim: String,
+
+    /// Let callers without credentials in (true/false). Unset: only when listening on a
+    /// loopback address with no credentials configured; jobgate refuses to start on any
+    /// other address with no credentials unless this is set.
+    #[arg(long, env = "JOBGATE_ANONYMOUS", value_parser = clap::builder::BoolishValueParser::new(), num_args = 1)]
+    pub anonymous: Option<bool>,
+
+    /// Namespaces anonymous callers may use, comma-separated; empty for every one.
+    #[arg(long, env = "JOBGATE_ANONYMOUS_NAMESPACES", value_delimiter = ',')]
+    pub anonymous_namespaces: Vec<String>,
+
+    /// Origins (`https://host[:port]`) whose pages may call jobgate from a browser (CORS)
+    /// and open WebSockets, comma-separated; `*` for any. jobgate's own pages always may.
+    #[arg(long, env = "JOBGATE_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// Mutations (submitJob, cancelJob) one identity may make per minute; 0 for no limit.
+    #[arg(long, env = "JOBGATE_MUTATIONS_PER_MINUTE", default_value_t = 0)]
+    pub mutations_per_minute: u32,
+
+    /// WebSocket connections one identity may open per minute; 0 for no limit.
+    #[arg(long, env = "JOBGATE_CONNECTIONS_PER_MINUTE", default_value_t = 0)]
+    pub connections_per_minute: u32,
+
+    /// Subscriptions one identity may start per minute; 0 for no limit.
+    #[arg(long, env = "JOBGATE_SUBSCRIPTIONS_PER_MINUTE", default_value_t = 0)]
+    pub subscriptions_per_minute: u32,
+
+    /// Most PENDING or RUNNING jobs one namespace may hold; 0 for no limit.
+    #[arg(long, env = "JOBGATE_MAX_ACTIVE_JOBS_PER_NAMESPACE", default_value_t = 0)]
+    pub max_active_jobs_per_namespace: u64,
+
+    /// Turn off "did you mean …?" suggestions in validation errors (they reveal the schema).
+    #[arg(long, env = "JOBGATE_DISABLE_SUGGESTIONS")]
+    pub disable_suggestions: bool,
 
     /// How long a WebSocket client has to send connection_init, in milliseconds.
     #[arg(long, env = "JOBGATE_WS_INIT_TIMEOUT_MS", default_value_t = 3_000)]
@@ -155,6 +234,23 @@ pub struct Config {
     /// Largest WebSocket message, in bytes.
     #[arg(long, env = "JOBGATE_WS_MAX_MESSAGE_BYTES", default_value_t = 64 << 10)]
     pub ws_max_message_bytes: usize,
+
+    /// Largest WebSocket frame, in bytes (at most --ws-max-message-bytes).
+    #[arg(long, env = "JOBGATE_WS_MAX_FRAME_BYTES", default_value_t = 16 << 10)]
+    pub ws_max_frame_bytes: usize,
+
+    /// Initial read buffer of each WebSocket, in bytes: most of what an idle socket costs.
+    #[arg(long, env = "JOBGATE_WS_READ_BUFFER_BYTES", default_value_t = 4 << 10, value_parser = clap::value_parser!(u64).range(256..))]
+    pub ws_read_buffer_bytes: u64,
+
+    /// Most subscriptions one WebSocket may run at once; 0 for no cap.
+    #[arg(long, env = "JOBGATE_WS_MAX_SUBSCRIPTIONS", default_value_t = 100)]
+    pub ws_max_subscriptions: usize,
+
+    /// Seconds a WebSocket may stay open with no operation running and nothing received
+    /// before it is closed (1000); 0 for never.
+    #[arg(long, env = "JOBGATE_WS_IDLE_TIMEOUT_SECS", default_value_t = 0)]
+    pub ws_idle_timeout_secs: u64,
 
     /// Delay before the first retry of a failed local run, in milliseconds; doubled per
     /// failure.
@@ -203,9 +299,200 @@ pub struct Config {
 pub enum Command {
     /// Print the GraphQL schema (SDL) and exit.
     Schema,
+    /// Read an API token on standard input and print the SHA-256 digest that a tokens file
+    /// stores for it.
+    HashToken,
+}
+
+/// Configuration that cannot work, found before anything starts.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A bad flag or variable, or --help/--version: clap prints and exits.
+    #[error(transparent)]
+    Cli(#[from] clap::Error),
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl Config {
+    /// Reads flags and environment, then the config file they name, and validates the result.
+    pub fn load() -> Result<Self, ConfigError> {
+        Self::load_from(std::env::args_os())
+    }
+
+    /// [`Config::load`] over given arguments (the first is the program name).
+    pub fn load_from(args: impl IntoIterator<Item = OsString>) -> Result<Self, ConfigError> {
+        let args: Vec<OsString> = args.into_iter().collect();
+        let command = Self::command();
+        let matches = command.clone().try_get_matches_from(&args)?;
+        let Some(path) = matches.get_one::<PathBuf>("config").cloned() else {
+            let config = Self::from_arg_matches(&matches)?;
+            config.validate_to_serve()?;
+            return Ok(config);
+        };
+        let file_error = |message: String| ConfigError::File {
+            path: path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| file_error(e.to_string()))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| file_error(e.to_string()))?;
+        // The file's settings become flags placed before the real ones, for every setting
+        // that neither a flag nor a variable gave: so they outrank only the defaults.
+        let mut from_file: Vec<OsString> = Vec::new();
+        for (key, value) in table {
+            let id = key.replace('-', "_");
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id() == id.as_str() && a.get_long().is_some() && id != "config")
+                .ok_or_else(|| {
+                    file_error(format!(
+                        "unknown setting {key:?} (settings are the long flag names of `jobgate --help`)"
+                    ))
+                })?;
+            if matches!(
+                matches.value_source(&id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            ) {
+                continue;
+            }
+            let long = arg.get_long().unwrap_or_default();
+            let text = |v: &toml::Value| -> Result<String, ConfigError> {
+                match v {
+                    toml::Value::String(s) => Ok(s.clone()),
+                    toml::Value::Integer(i) => Ok(i.to_string()),
+                    toml::Value::Float(f) => Ok(f.to_string()),
+                    toml::Value::Boolean(b) => Ok(b.to_string()),
+                    _ => Err(file_error(format!("{key}: expected a string, number or boolean"))),
+                }
+            };
+            match (&value, arg.get_action()) {
+                (toml::Value::Boolean(true), ArgAction::SetTrue) => {
+                    from_file.push(format!("--{long}").into())
+                }
+                (toml::Value::Boolean(false), ArgAction::SetTrue) => {}
+                (_, ArgAction::SetTrue) => return Err(file_error(format!("{key}: expected true or false"))),
+                (toml::Value::Array(items), _) => {
+                    if arg.get_value_delimiter().is_none() {
+                        return Err(file_error(format!("{key}: takes one value, not a list")));
+                    }
+                    let items = items.iter().map(text).collect::<Result<Vec<_>, _>>()?;
+                    from_file.push(format!("--{long}={}", items.join(",")).into());
+                }
+                (v, _) => from_file.push(format!("--{long}={}", text(v)?).into()),
+            }
+        }
+        let mut merged = Vec::with_capacity(args.len() + from_file.len());
+        merged.extend(args.first().cloned());
+        merged.extend(from_file);
+        merged.extend(args.iter().skip(1).cloned());
+        let matches = command
+            .try_get_matches_from(merged)
+            .map_err(|e| file_error(e.kind().to_string() + ": " + &e.to_string()))?;
+        let config = Self::from_arg_matches(&matches).map_err(|e| file_error(e.to_string()))?;
+        config.validate_to_serve()?;
+        Ok(config)
+    }
+
+    /// Validates unless a subcommand (which serves nothing) was asked for.
+    fn validate_to_serve(&self) -> Result<(), ConfigError> {
+        match self.command {
+            Some(_) => Ok(()),
+            None => self.validate(),
+        }
+    }
+
+    /// Checks what single values cannot: combinations, and the authentication rules.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.ws_max_frame_bytes > self.ws_max_message_bytes {
+            return Err(ConfigError::Invalid(format!(
+                "--ws-max-frame-bytes ({}) is larger than --ws-max-message-bytes ({})",
+                self.ws_max_frame_bytes, self.ws_max_message_bytes
+            )));
+        }
+        for origin in &self.allowed_origins {
+            let ok = origin == "*"
+                || ((origin.starts_with("http://") || origin.starts_with("https://"))
+                    && !origin.ends_with('/')
+                    && origin
+                        .split("://")
+                        .nth(1)
+                        .is_some_and(|h| !h.is_empty() && !h.contains('/')));
+            if !ok {
+                return Err(ConfigError::Invalid(format!(
+                    "--allowed-origins: {origin:?} is not an origin like https://example.com or https://example.com:8443 (no path, no trailing slash), nor *"
+                )));
+            }
+        }
+        self.auth_settings().map(|_| ())
+    }
+
+    /// Who may call, from the authentication settings: see `--anonymous`.
+    pub fn auth_settings(&self) -> Result<AuthSettings, ConfigError> {
+        let mut settings = AuthSettings {
+            anonymous: None,
+            api_token: self.api_token.clone().filter(|t| !t.trim().is_empty()),
+            api_tokens_file: self.api_tokens_file.clone(),
+            jwt: JwtSettings {
+                hs256_secret_file: self.jwt_hs256_secret_file.clone(),
+                jwks_file: self.jwt_jwks_file.clone(),
+                issuer: self.jwt_issuer.clone(),
+                audience: self.jwt_audience.clone(),
+                namespaces_claim: self.jwt_namespaces_claim.clone(),
+                roles_claim: self.jwt_roles_claim.clone(),
+            },
+        };
+        let credentials = settings.has_credentials();
+        let anonymous = match self.anonymous {
+            Some(allowed) => allowed,
+            None if credentials => false,
+            None if self.listen.ip().is_loopback() => true,
+            None => {
+                return Err(ConfigError::Invalid(format!(
+                    "jobgate would listen on {} with no credentials configured: set --api-tokens-file, --jwt-jwks-file or --jwt-hs256-secret-file, or allow anonymous access explicitly with --anonymous true",
+                    self.listen
+                )));
+            }
+        };
+        if !anonymous && !credentials {
+            return Err(ConfigError::Invalid(
+                "--anonymous false with no credentials configured would let nobody in".into(),
+            ));
+        }
+        settings.anonymous = anonymous.then(|| self.anonymous_scope());
+        Ok(settings)
+    }
+
+    fn anonymous_scope(&self) -> Scope {
+        let namespaces: Vec<&String> = self
+            .anonymous_namespaces
+            .iter()
+            .filter(|ns| !ns.trim().is_empty())
+            .collect();
+        if namespaces.is_empty() {
+            Scope::All
+        } else {
+            Scope::namespaces(namespaces.into_iter().cloned())
+        }
+    }
+
+    /// The anonymous scope, for the start-up log.
+    pub fn anonymous_scope_text(&self) -> String {
+        match self.anonymous_scope().list() {
+            None => "every namespace".to_owned(),
+            Some(set) => set.iter().cloned().collect::<Vec<_>>().join(","),
+        }
+    }
+
+    pub fn rate_limits(&self) -> RateLimitSettings {
+        RateLimitSettings {
+            mutations_per_minute: self.mutations_per_minute,
+            connections_per_minute: self.connections_per_minute,
+            subscriptions_per_minute: self.subscriptions_per_minute,
+        }
+    }
+
     /// The allowed namespaces, the default one included; empty means any.
     pub fn allowed_namespaces(&self) -> Vec<String> {
         let mut namespaces = self.allowed_namespaces.clone();
@@ -247,9 +534,10 @@ impl Config {
         }
     }
 
-    pub fn kube(&self, workloads: Arc<TemplateSet>) -> KubeConfig {
+    pub fn kube(&self, workloads: Arc<TemplateSet>, metrics: Arc<Metrics>) -> KubeConfig {
         KubeConfig {
             templates: workloads,
+            metrics,
             kubeconfig: self.kubeconfig.clone(),
             context: self.kube_context.clone(),
             watch_namespaces: self.allowed_namespaces(),
@@ -261,7 +549,7 @@ impl Config {
         }
     }
 
-    pub fn service(&self, workloads: Arc<TemplateSet>) -> ServiceConfig {
+    pub fn service(&self, workloads: Arc<TemplateSet>, metrics: Arc<Metrics>) -> ServiceConfig {
         let limits = self.validation_limits(&workloads);
         let runtime = match self.executor {
             ExecutorKind::Local => Runtime::Local,
@@ -274,6 +562,8 @@ impl Config {
             workload_templates: workloads,
             limits,
             broadcast_capacity: self.broadcast_capacity as usize,
+            max_active_per_namespace: self.max_active_jobs_per_namespace,
+            metrics,
             ..ServiceConfig::default()
         }
     }
@@ -284,6 +574,7 @@ impl Config {
             max_complexity: self.max_query_complexity,
             max_aliases: self.max_aliases,
             introspection: !self.disable_introspection,
+            suggestions: !self.disable_suggestions,
         }
     }
 
@@ -294,11 +585,16 @@ impl Config {
         }
     }
 
-    pub fn ws(&self) -> WsConfig {
+    pub fn ws(&self, metrics: Arc<Metrics>) -> WsConfig {
         WsConfig {
             init_timeout: Duration::from_millis(self.ws_init_timeout_ms),
             keepalive_interval: Duration::from_millis(self.ws_keepalive_ms),
             max_message_bytes: self.ws_max_message_bytes,
+            max_frame_bytes: self.ws_max_frame_bytes,
+            read_buffer_bytes: usize::try_from(self.ws_read_buffer_bytes).unwrap_or(usize::MAX),
+            max_subscriptions: self.ws_max_subscriptions,
+            idle_timeout: Duration::from_secs(self.ws_idle_timeout_secs),
+            metrics,
             ..WsConfig::default()
         }
     }

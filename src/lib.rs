@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: one `Config` from flags and `JOBGATE_*` variables;
+//! - [`config`]: one `Config` from flags, `JOBGATE_*` variables and a TOML file;
 //! - [`server`]: the axum router (`/graphql`, `/graphiql`, `/healthz`, `/readyz`), wiring,
 //!   graceful shutdown;
 //! - [`graphql`]: schema types and resolvers, error codes, the HTTP and graphql-transport-ws
@@ -12,7 +12,9 @@
 //!   fan-out with replay (`bus`);
 //! - [`store`]: SQLite through sqlx: jobs, the launch outbox, the event log;
 //! - [`executor`]: the `Executor` trait and the local process executor;
-//! - [`auth`]: the optional API token;
+//! - [`auth`]: who is calling (API tokens, JWTs, anonymous) and their namespaces;
+//! - [`limits`]: per-identity rate limits;
+//! - [`metrics`]: `/metrics` (Prometheus);
 //! - [`web`]: browser assets embedded at build time (GraphiQL).
 //!
 //! Dependencies point one way: `graphql → jobs::service → {store, executor, jobs::bus} →
@@ -26,6 +28,7 @@ pub mod config;
 pub mod executor;
 pub mod graphql;
 pub mod jobs;
+pub mod limits;
 pub mod metrics;
 pub mod server;
 pub mod store;

@@ -1,15 +1,32 @@
-//! The `jobgate` binary: parse configuration, start logging, run.
+//! The `jobgate` binary: read configuration, start logging, run.
 
-use clap::Parser;
-use jobgate::config::{Command, Config};
+use jobgate::config::{Command, Config, ConfigError};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
-    if let Some(Command::Schema) = config.command {
-        let sdl = jobgate::graphql::schema::sdl();
-        std::io::Write::write_all(&mut std::io::stdout(), sdl.as_bytes())?;
-        return Ok(());
+    let config = match Config::load() {
+        Ok(config) => config,
+        Err(ConfigError::Cli(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("jobgate: {e}");
+            std::process::exit(2);
+        }
+    };
+    match config.command {
+        Some(Command::Schema) => {
+            let sdl = jobgate::graphql::schema::sdl();
+            std::io::Write::write_all(&mut std::io::stdout(), sdl.as_bytes())?;
+            return Ok(());
+        }
+        Some(Command::HashToken) => {
+            let mut token = String::new();
+            std::io::stdin().read_line(&mut token)?;
+            anyhow::ensure!(!token.trim().is_empty(), "no token on standard input");
+            let line = format!("{}\n", jobgate::auth::hash_token(&token));
+            std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes())?;
+            return Ok(());
+        }
+        None => {}
     }
     jobgate::telemetry::init(config.log_format, &config.log);
     jobgate::run(config).await

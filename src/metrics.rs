@@ -1,14 +1,21 @@
 //! `/metrics` in the OpenMetrics text format (Prometheus).
 //!
-//! It owns the metric names and how each is read. Values are read from the job service when
-//! scraped (collector style), so nothing on a hot path updates a counter for them. For now it
-//! says which workload templates can run (their kind installed and watchable); the rest of
-//! jobgate's metrics are still to come (see docs/ARCHITECTURE.md). It must not change state.
+//! It owns every metric name and its help text. [`Metrics`] holds the live counters, gauges
+//! and histograms (cheap atomic handles the service, executors and transports update where
+//! things happen); values that exist elsewhere already (template availability, broadcast
+//! lag, seconds since a watcher's last event) are read when scraped. It must not change any
+//! state but its own counters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::jobs::service::JobService;
@@ -17,20 +24,247 @@ use crate::jobs::service::JobService;
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TemplateLabels {
-    template: String,
-    kind: String,
+pub struct TemplateLabels {
+    pub template: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatcherLabels {
+    pub watcher: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabels {
+    pub op: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn seconds_histogram() -> Histogram {
+    // 100 µs to about 52 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+}
+
+/// The live metrics. Cloning a handle shares its value.
+#[derive(Debug)]
+pub struct Metrics {
+    pub jobs_submitted: Counter,
+    pub jobs_accepted: Counter,
+    pub jobs_rejected: Family<ReasonLabels, Counter>,
+    pub phase_transitions: Family<TransitionLabels, Counter>,
+    pub launch_retries: Counter,
+    pub watcher_restarts: Family<WatcherLabels, Counter>,
+    pub watcher_relists: Family<WatcherLabels, Counter>,
+    /// Each watcher's clock: Unix milliseconds of its last event (or its start), for
+    /// "seconds since".
+    watcher_last_event: dashmap::DashMap<String, Arc<AtomicU64>>,
+    pub kube_requests: Family<RequestLabels, Counter>,
+    pub ws_connections: Gauge,
+    pub active_subscriptions: Gauge,
+    pub graphql_duration: Histograms<OperationLabels>,
+    pub store_latency: Histograms<StoreLabels>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            jobs_submitted: Counter::default(),
+            jobs_accepted: Counter::default(),
+            jobs_rejected: Family::default(),
+            phase_transitions: Family::default(),
+            launch_retries: Counter::default(),
+            watcher_restarts: Family::default(),
+            watcher_relists: Family::default(),
+            watcher_last_event: dashmap::DashMap::new(),
+            kube_requests: Family::default(),
+            ws_connections: Gauge::default(),
+            active_subscriptions: Gauge::default(),
+            graphql_duration: Family::new_with_constructor(seconds_histogram),
+            store_latency: Family::new_with_constructor(seconds_histogram),
+        }
+    }
+}
+
+pub fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn rejected(&self, reason: &str) {
+        self.jobs_rejected
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn transition(&self, from: Option<&str>, to: &str) {
+        self.phase_transitions
+            .get_or_create(&TransitionLabels {
+                from: from.unwrap_or("NONE").to_owned(),
+                to: to.to_owned(),
+            })
+            .inc();
+    }
+
+    fn watcher(name: &str) -> WatcherLabels {
+        WatcherLabels {
+            watcher: name.to_owned(),
+        }
+    }
+
+    /// The clock a watcher sets on each event (a relaxed store, no allocation); started now.
+    pub fn watcher_clock(&self, watcher: &str) -> Arc<AtomicU64> {
+        let clock = Arc::new(AtomicU64::new(unix_millis()));
+        self.watcher_last_event.insert(watcher.to_owned(), clock.clone());
+        clock
+    }
+
+    pub fn watcher_restart(&self, watcher: &str) {
+        self.watcher_restarts.get_or_create(&Self::watcher(watcher)).inc();
+    }
+
+    pub fn watcher_relist(&self, watcher: &str) {
+        self.watcher_relists.get_or_create(&Self::watcher(watcher)).inc();
+    }
+
+    pub fn kube_request(&self, verb: &str, code: &str) {
+        self.kube_requests
+            .get_or_create(&RequestLabels {
+                verb: verb.to_owned(),
+                code: code.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn graphql_request(&self, operation: &str, took: Duration) {
+        self.graphql_duration
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn store_op(&self, op: &str, took: Duration) {
+        self.store_latency
+            .get_or_create(&StoreLabels { op: op.to_owned() })
+            .observe(took.as_secs_f64());
+    }
 }
 
 /// Every metric, as text.
-pub fn render(service: &JobService) -> String {
+pub fn render(metrics: &Metrics, service: &JobService) -> String {
     let mut registry = Registry::with_prefix("jobgate");
-    let available = Family::<TemplateLabels, Gauge>::default();
+    let m = metrics;
     registry.register(
-        "template_available",
-        "Whether jobs of a template can run now: 1, or 0 when its kind is not installed or not watchable",
-        available.clone(),
+        "jobs_submitted",
+        "submitJob calls that reached validation",
+        m.jobs_submitted.clone(),
     );
+    registry.register(
+        "jobs_accepted",
+        "Jobs accepted and stored (idempotent repeats excluded)",
+        m.jobs_accepted.clone(),
+    );
+    registry.register(
+        "jobs_rejected",
+        "Submissions refused, by reason",
+        m.jobs_rejected.clone(),
+    );
+    registry.register(
+        "job_phase_transitions",
+        "Jobs entering a phase, by previous and new phase",
+        m.phase_transitions.clone(),
+    );
+    registry.register(
+        "launch_retries",
+        "Launches that failed for a passing reason and will be retried",
+        m.launch_retries.clone(),
+    );
+    registry.register(
+        "watcher_restarts",
+        "Kubernetes watch streams that failed and were restarted, by watcher",
+        m.watcher_restarts.clone(),
+    );
+    registry.register(
+        "watcher_relists",
+        "Full lists (initial, after 410 Gone or a restart), by watcher",
+        m.watcher_relists.clone(),
+    );
+    let since = Family::<WatcherLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let now = unix_millis();
+    for entry in &m.watcher_last_event {
+        let last = entry.value().load(Ordering::Relaxed);
+        since
+            .get_or_create(&Metrics::watcher(entry.key()))
+            .set(now.saturating_sub(last) as f64 / 1000.0);
+    }
+    registry.register(
+        "watcher_seconds_since_last_event",
+        "Seconds since each watcher's last event (or start); bookmarks count",
+        since,
+    );
+    registry.register(
+        "kube_requests",
+        "Requests to the Kubernetes API, by verb and HTTP status code",
+        m.kube_requests.clone(),
+    );
+    registry.register(
+        "websocket_connections",
+        "Open WebSocket connections",
+        m.ws_connections.clone(),
+    );
+    registry.register(
+        "active_subscriptions",
+        "Running GraphQL subscriptions over all WebSocket connections",
+        m.active_subscriptions.clone(),
+    );
+    registry.register(
+        "broadcast_lag_recoveries",
+        "Subscribers that fell behind the event broadcast and were caught up from the store",
+        ConstCounter::new(service.bus().lag_recoveries()),
+    );
+    registry.register(
+        "graphql_request_duration_seconds",
+        "Time to execute a GraphQL query or mutation, by operation type",
+        m.graphql_duration.clone(),
+    );
+    registry.register(
+        "store_operation_duration_seconds",
+        "Time of store operations: write (one committed batch), read",
+        m.store_latency.clone(),
+    );
+    let available = Family::<TemplateLabels, Gauge>::default();
     for t in service.templates() {
         let labels = TemplateLabels {
             template: t.name.clone(),
@@ -38,6 +272,11 @@ pub fn render(service: &JobService) -> String {
         };
         available.get_or_create(&labels).set(i64::from(t.available));
     }
+    registry.register(
+        "template_available",
+        "Whether jobs of a template can run now: 1, or 0 when its kind is not installed or not watchable",
+        available,
+    );
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &registry);

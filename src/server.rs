@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{Auth, AuthError, Identity};
+use crate::auth::{Auth, AuthError};
 use crate::config::{Config, ExecutorKind};
 use crate::executor::Executor;
 use crate::executor::kube::KubeExecutor;
@@ -35,6 +35,8 @@ use crate::graphql::http::{self as gql_http, HttpOptions, ResponseType};
 use crate::graphql::schema::{self, JobgateSchema};
 use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
 use crate::jobs::service::JobService;
+use crate::limits::{Limited, RateLimits};
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 /// Everything a request handler needs; cloning is cheap.
@@ -43,6 +45,11 @@ pub struct AppState {
     pub schema: JobgateSchema,
     pub service: JobService,
     pub auth: Arc<Auth>,
+    pub rates: Arc<RateLimits>,
+    pub metrics: Arc<Metrics>,
+    /// Origins (`scheme://host[:port]`) a browser may call from besides jobgate's own;
+    /// `*` for any.
+    pub allowed_origins: Arc<Vec<String>>,
     pub http: HttpOptions,
     pub ws: WsConfig,
     /// Cancelled when jobgate begins to shut down.
@@ -53,7 +60,8 @@ pub struct AppState {
 
 /// The router over a built state; tests and `run` share it.
 pub fn app(state: AppState, max_body_bytes: usize) -> Router {
-    Router::new()
+    let cors = cors_layer(&state.allowed_origins);
+    let router = Router::new()
         .route("/graphql", get(graphql_get).post(graphql_post))
         .route("/graphiql", get(graphiql))
         .route("/healthz", get(healthz))
@@ -67,7 +75,56 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         // A bug must cost one request a generic 500, never the connection or the process.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(internal_error))
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .with_state(state)
+        .with_state(state);
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+/// CORS for the allowed origins; none when only jobgate's own pages may call it (a
+/// same-origin request needs no CORS).
+fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
+            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION, header::ACCEPT])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+/// Whether a WebSocket upgrade's `Origin` may open a socket: absent (not a browser), jobgate's
+/// own (same host), or allowed. Browsers send any page's WebSocket upgrades with the user's
+/// network position and cookies, and CORS does not cover WebSocket, so this is the check.
+fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+    if allowed
+        .iter()
+        .any(|a| a == "*" || a.eq_ignore_ascii_case(&origin))
+    {
+        return true;
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase);
+    let own = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    matches!((own, host), (Some(o), Some(h)) if o == h)
 }
 
 fn internal_error(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -111,7 +168,10 @@ async fn graphql_post(State(state): State<AppState>, headers: HeaderMap, body: B
         Ok(identity) => identity,
         Err(e) => return unauthenticated(incoming.response_type, &e),
     };
-    gql_http::execute(&state.schema, incoming, |r| r.data(identity.clone())).await
+    gql_http::execute(&state.schema, incoming, &state.metrics, |r| {
+        r.data(identity.clone())
+    })
+    .await
 }
 
 async fn graphql_get(
@@ -121,11 +181,26 @@ async fn graphql_get(
     headers: HeaderMap,
 ) -> Response {
     if let Ok(upgrade) = upgrade {
+        if !origin_allowed(&headers, &state.allowed_origins) {
+            return (
+                StatusCode::FORBIDDEN,
+                "this Origin may not open a WebSocket here (see --allowed-origins)",
+            )
+                .into_response();
+        }
         let auth = state.auth.clone();
+        let rates = state.rates.clone();
         let on_init: InitHook = Arc::new(move |payload| {
             let checked = auth.check_init_payload(&payload);
+            let rates = rates.clone();
             async move {
                 let identity = checked.map_err(|e| InitError::Forbidden(e.to_string()))?;
+                if let Err(wait) = rates.check(Limited::Connections, &identity.name) {
+                    return Err(InitError::TryLater(format!(
+                        "too many connections: retry in {} s",
+                        wait.as_secs_f64().ceil().max(1.0)
+                    )));
+                }
                 let mut data = Data::default();
                 data.insert(identity);
                 Ok(data)
@@ -156,7 +231,10 @@ async fn graphql_get(
         Ok(identity) => identity,
         Err(e) => return unauthenticated(incoming.response_type, &e),
     };
-    gql_http::execute(&state.schema, incoming, |r| r.data(identity.clone())).await
+    gql_http::execute(&state.schema, incoming, &state.metrics, |r| {
+        r.data(identity.clone())
+    })
+    .await
 }
 
 async fn graphiql() -> Html<&'static str> {
@@ -168,7 +246,7 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = crate::metrics::render(&state.service);
+    let body = crate::metrics::render(&state.metrics, &state.service);
     (
         [(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         body,
@@ -193,8 +271,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// Opens the store, starts the executor and the job service, and serves until `shutdown`
 /// is cancelled; then shuts everything down in order.
 pub async fn serve(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-    // First: a bad template stops jobgate before anything else starts.
+    // First: a bad template or credentials file stops jobgate before anything else starts.
     let workloads = Arc::new(config.workload_templates()?);
+    let auth = Arc::new(Auth::load(&config.auth_settings()?)?);
+    let metrics = Metrics::new();
     let store = Store::open(&config.data_dir, config.durability)
         .await
         .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
@@ -204,28 +284,44 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
             LocalExecutor::new(config.local(), observations_tx).context("preparing the local executor")?,
         ),
         ExecutorKind::Kubernetes => Arc::new(
-            KubeExecutor::connect(config.kube(workloads.clone()), observations_tx)
+            KubeExecutor::connect(config.kube(workloads.clone(), metrics.clone()), observations_tx)
                 .await
                 .context("connecting to Kubernetes")?,
         ),
     };
-    let service = JobService::start(store, executor, observations_rx, config.service(workloads))
-        .await
-        .context("starting the job service")?;
-    let schema = schema::build(service.clone(), &config.query_limits());
-    let auth = Arc::new(Auth::new(config.api_token.as_deref()));
-    if auth.is_open() {
+    let service = JobService::start(
+        store,
+        executor,
+        observations_rx,
+        config.service(workloads, metrics.clone()),
+    )
+    .await
+    .context("starting the job service")?;
+    let rates = Arc::new(RateLimits::new(config.rate_limits()));
+    let schema = schema::build(service.clone(), &config.query_limits(), rates.clone());
+    if auth.allows_anonymous() {
         tracing::warn!(
-            "no --api-token set: anyone who can reach {} can submit jobs",
+            namespaces = %config.anonymous_scope_text(),
+            "anonymous access is enabled{}: anyone who can reach {} can use these namespaces",
+            if config.anonymous.is_none() { " (the default on a loopback address with no credentials configured; --anonymous false turns it off)" } else { "" },
             config.listen
         );
     }
+    tracing::info!(
+        api_tokens = auth.token_count(),
+        jwt = auth.checks_jwts(),
+        anonymous = auth.allows_anonymous(),
+        "authentication"
+    );
     let state = AppState {
         schema,
         service: service.clone(),
         auth,
+        rates,
+        metrics: metrics.clone(),
+        allowed_origins: Arc::new(config.allowed_origins.clone()),
         http: config.http(),
-        ws: config.ws(),
+        ws: config.ws(metrics),
         shutdown: shutdown.clone(),
         connections: TaskTracker::new(),
     };
@@ -279,9 +375,4 @@ async fn wait_for_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-}
-
-/// The identity a resolver runs as (set per request or per WebSocket connection).
-pub fn identity_of(ctx: &async_graphql::Context<'_>) -> Identity {
-    ctx.data_opt::<Identity>().cloned().unwrap_or(Identity::Anonymous)
 }

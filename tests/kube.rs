@@ -203,6 +203,33 @@ async fn a_job_runs_as_a_batch_v1_job_with_its_result_and_logs() {
         Some(1),
         "jobgate's outcome is the cluster's"
     );
+
+    // /metrics counts the API requests that did it and each watcher's lists and events.
+    let metrics = common::scrape(&server).await;
+    let at_least = |series: &str, n: f64| {
+        let v = metrics.get(series).copied().unwrap_or(0.0);
+        assert!(v >= n, "{series} = {v}, expected at least {n}");
+    };
+    at_least("jobgate_kube_requests_total{verb=\"create\",code=\"201\"}", 1.0);
+    at_least("jobgate_kube_requests_total{verb=\"list\",code=\"200\"}", 2.0);
+    at_least("jobgate_kube_requests_total{verb=\"watch\",code=\"200\"}", 2.0);
+    at_least(
+        "jobgate_job_phase_transitions_total{from=\"RUNNING\",to=\"SUCCEEDED\"}",
+        1.0,
+    );
+    let watchers: Vec<&String> = metrics
+        .keys()
+        .filter(|k| k.starts_with("jobgate_watcher_relists_total{"))
+        .collect();
+    assert!(watchers.iter().any(|k| k.contains("jobs in")), "{watchers:?}");
+    assert!(watchers.iter().any(|k| k.contains("pods in")), "{watchers:?}");
+    assert!(
+        metrics
+            .keys()
+            .any(|k| k.starts_with("jobgate_watcher_seconds_since_last_event{")),
+        "{:?}",
+        metrics.keys().collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]

@@ -21,6 +21,13 @@ pub enum Code {
     Unauthenticated,
     Forbidden,
     Unavailable,
+    /// Too many requests of one kind from one identity in a short time (mutations,
+    /// subscriptions); `extensions.retryAfterSeconds` says when to try again.
+    RateLimited,
+    /// A namespace's cap on active jobs.
+    QuotaExceeded,
+    /// A per-connection cap (subscriptions on one WebSocket).
+    LimitExceeded,
 }
 
 impl Code {
@@ -32,6 +39,9 @@ impl Code {
             Code::Unauthenticated => "UNAUTHENTICATED",
             Code::Forbidden => "FORBIDDEN",
             Code::Unavailable => "UNAVAILABLE",
+            Code::RateLimited => "RATE_LIMITED",
+            Code::QuotaExceeded => "QUOTA_EXCEEDED",
+            Code::LimitExceeded => "LIMIT_EXCEEDED",
         }
     }
 }
@@ -39,6 +49,15 @@ impl Code {
 /// A GraphQL error with a code and, for bad input, the offending field.
 pub fn error(code: Code, message: impl Into<String>) -> async_graphql::Error {
     async_graphql::Error::new(message).extend_with(|_, e| e.set("code", code.as_str()))
+}
+
+/// A `RATE_LIMITED` error saying when to try again.
+pub fn rate_limited(what: &str, retry_after: std::time::Duration) -> async_graphql::Error {
+    let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    async_graphql::Error::new(format!("too many {what}: retry in {seconds} s")).extend_with(move |_, e| {
+        e.set("code", Code::RateLimited.as_str());
+        e.set("retryAfterSeconds", seconds);
+    })
 }
 
 /// A `BAD_USER_INPUT` error naming the input field at fault.
@@ -57,6 +76,8 @@ impl From<ServiceError> for ApiError {
             ServiceError::IdempotencyConflict { .. } => bad_input("input.idempotencyKey", &e),
             ServiceError::NotFound { .. } => error(Code::NotFound, e.to_string()),
             ServiceError::FailedPrecondition(m) => error(Code::FailedPrecondition, m),
+            ServiceError::Forbidden(m) => error(Code::Forbidden, m),
+            ServiceError::QuotaExceeded { .. } => error(Code::QuotaExceeded, e.to_string()),
             ServiceError::ShuttingDown => error(Code::Unavailable, "jobgate is shutting down; retry shortly"),
             ServiceError::Unavailable(m) => error(Code::Unavailable, m),
             ServiceError::Store(cause) => {

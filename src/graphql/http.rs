@@ -258,6 +258,7 @@ fn not_acceptable() -> HttpResponse {
 pub async fn execute<E: Executor>(
     executor: &E,
     incoming: Incoming,
+    metrics: &crate::metrics::Metrics,
     session: impl Fn(Request) -> Request,
 ) -> HttpResponse {
     let Incoming {
@@ -270,7 +271,8 @@ pub async fn execute<E: Executor>(
     let mut responses: Vec<(Response, bool)> = Vec::with_capacity(requests.len());
     let mut any_request_error = false;
     for mut request in requests {
-        match operation_kind(&mut request) {
+        let kind = operation_kind(&mut request);
+        match kind {
             Ok(OperationKind::Mutation) if method == Method::GET => {
                 let mut response = message_error(
                     StatusCode::METHOD_NOT_ALLOWED,
@@ -300,7 +302,11 @@ pub async fn execute<E: Executor>(
         }
         let flag = Arc::new(PreExecFailed::default());
         let request = session(request.data(flag.clone()));
+        let started = std::time::Instant::now();
         let response = executor.execute(request).await;
+        if let Ok(kind) = kind {
+            metrics.graphql_request(kind.as_str(), started.elapsed());
+        }
         // A request error (it never executed) leaves `data` absent: the flag says so, and
         // when an earlier hook failed before parsing, the shape does.
         let request_error = if flag.observed() {
@@ -315,6 +321,13 @@ pub async fn execute<E: Executor>(
         StatusCode::BAD_REQUEST
     } else {
         StatusCode::OK
+    };
+    // Nothing but rate limits stood in the way: 429, with when to come back.
+    let retry_after = match responses.as_slice() {
+        [(response, false)] if !batched && response.data == async_graphql::Value::Null => {
+            rate_limited_for(&response.errors)
+        }
+        _ => None,
     };
     for (response, _) in &mut responses {
         fill_codes(&mut response.errors);
@@ -331,12 +344,38 @@ pub async fn execute<E: Executor>(
             }
         });
     match body {
-        Ok(body) => json_response(status, response_type, body),
+        Ok(body) => match retry_after {
+            Some(seconds) => {
+                let mut response = json_response(StatusCode::TOO_MANY_REQUESTS, response_type, body);
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                response
+            }
+            None => json_response(status, response_type, body),
+        },
         Err(e) => {
             tracing::error!(error = %e, "serialising a GraphQL response failed");
             message_error(StatusCode::INTERNAL_SERVER_ERROR, response_type, "internal error")
         }
     }
+}
+
+/// The longest `retryAfterSeconds` when every error is `RATE_LIMITED`.
+fn rate_limited_for(errors: &[ServerError]) -> Option<u64> {
+    let mut longest = None;
+    for e in errors {
+        let extensions = e.extensions.as_ref()?;
+        if extensions.get("code") != Some(&async_graphql::Value::from("RATE_LIMITED")) {
+            return None;
+        }
+        let seconds = match extensions.get("retryAfterSeconds") {
+            Some(async_graphql::Value::Number(n)) => n.as_u64().unwrap_or(1),
+            _ => 1,
+        };
+        longest = Some(longest.map_or(seconds, |l: u64| l.max(seconds)));
+    }
+    longest
 }
 
 /// One response as JSON. A request error (parse, validation, or refused before execution)

@@ -40,6 +40,16 @@ pub enum OperationKind {
     Subscription,
 }
 
+impl OperationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Query => "query",
+            Self::Mutation => "mutation",
+            Self::Subscription => "subscription",
+        }
+    }
+}
+
 impl From<OperationType> for OperationKind {
     fn from(ty: OperationType) -> Self {
         match ty {

@@ -9,7 +9,8 @@ use async_graphql::{Context, ID, Object, Schema, Subscription};
 use chrono::Utc;
 use futures::{Stream, StreamExt, stream};
 
-use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error};
+use crate::auth::Identity;
+use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, rate_limited};
 use crate::graphql::limits::AliasLimit;
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
@@ -18,6 +19,7 @@ use crate::graphql::types::{
 };
 use crate::jobs::model::{self, JobEvent};
 use crate::jobs::service::JobService;
+use crate::limits::{Limited, RateLimits};
 
 pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
 
@@ -28,6 +30,8 @@ pub struct QueryLimits {
     pub max_complexity: usize,
     pub max_aliases: usize,
     pub introspection: bool,
+    /// "Did you mean …?" in validation errors, which spell out parts of the schema.
+    pub suggestions: bool,
 }
 
 impl Default for QueryLimits {
@@ -37,14 +41,16 @@ impl Default for QueryLimits {
             max_complexity: 2_000,
             max_aliases: 30,
             introspection: true,
+            suggestions: true,
         }
     }
 }
 
 /// Builds the schema over a job service.
-pub fn build(service: JobService, limits: &QueryLimits) -> JobgateSchema {
+pub fn build(service: JobService, limits: &QueryLimits, rates: Arc<RateLimits>) -> JobgateSchema {
     let mut builder = Schema::build(Query, Mutation, SubscriptionRoot)
         .data(service)
+        .data(rates)
         .extension(PreExecutionFlag)
         .extension(ErrorCodes)
         .extension(AliasLimit::new(limits.max_aliases))
@@ -55,6 +61,9 @@ pub fn build(service: JobService, limits: &QueryLimits) -> JobgateSchema {
     if !limits.introspection {
         builder = builder.disable_introspection();
     }
+    if !limits.suggestions {
+        builder = builder.disable_suggestions();
+    }
     builder.finish()
 }
 
@@ -62,6 +71,24 @@ pub fn build(service: JobService, limits: &QueryLimits) -> JobgateSchema {
 pub fn sdl() -> String {
     let schema = Schema::build(Query, Mutation, SubscriptionRoot).finish();
     schema.sdl()
+}
+
+/// The caller, as the transport authenticated it. Every request carries one; a request
+/// without (a bug) is refused rather than let in.
+fn caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<&'c Identity> {
+    ctx.data_opt::<Identity>()
+        .ok_or_else(|| error(Code::Unauthenticated, "no identity"))
+}
+
+/// Takes one from the caller's bucket for `what`.
+fn rate_limit(ctx: &Context<'_>, what: Limited) -> async_graphql::Result<()> {
+    let identity = caller(ctx)?;
+    match ctx.data_opt::<Arc<RateLimits>>() {
+        Some(limits) => limits
+            .check(what, &identity.name)
+            .map_err(|wait| rate_limited(what.as_str(), wait)),
+        None => Ok(()),
+    }
 }
 
 const DEFAULT_PAGE: i32 = 20;
@@ -82,7 +109,8 @@ impl Query {
     /// A job by id; null when there is none.
     async fn job(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Option<JobObject>> {
         let service = ctx.data::<JobService>()?;
-        Ok(service.job(&id).await.api()?.map(JobObject))
+        let scope = &caller(ctx)?.scope;
+        Ok(service.job(&id, scope).await.api()?.map(JobObject))
     }
 
     /// Jobs, newest first, as a Relay connection.
@@ -102,7 +130,8 @@ impl Query {
         }
         let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
         let service = ctx.data::<JobService>()?;
-        let filter: model::JobFilter = filter.unwrap_or_default().into();
+        let mut filter: model::JobFilter = filter.unwrap_or_default().into();
+        filter.scope = caller(ctx)?.scope.clone();
         let page = service.jobs(&filter, first.into(), after).await.api()?;
         let edges: Vec<JobEdge> = page
             .jobs
@@ -153,7 +182,7 @@ impl Query {
         }
         let service = ctx.data::<JobService>()?;
         Ok(service
-            .stats(buckets.into(), bucket_seconds.into())
+            .stats(buckets.into(), bucket_seconds.into(), &caller(ctx)?.scope)
             .await
             .api()?
             .into())
@@ -169,7 +198,7 @@ impl Query {
     /// jobs use, with the default namespace, sorted (at most 1,000).
     async fn namespaces(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<String>> {
         let service = ctx.data::<JobService>()?;
-        service.namespaces(1_000).await.api()
+        service.namespaces(1_000, &caller(ctx)?.scope).await.api()
     }
 }
 
@@ -186,8 +215,16 @@ impl Mutation {
         input: SubmitJobInput,
     ) -> async_graphql::Result<SubmitJobPayload> {
         let service = ctx.data::<JobService>()?;
-        let submitter = crate::server::identity_of(ctx).name().to_owned();
-        let submitted = service.submit(input.into(), Some(submitter)).await.api()?;
+        if let Err(e) = rate_limit(ctx, Limited::Mutations) {
+            service.metrics().jobs_submitted.inc();
+            service.metrics().rejected("rate_limited");
+            return Err(e);
+        }
+        let identity = caller(ctx)?;
+        let submitted = service
+            .submit(input.into(), Some(identity.name.clone()), &identity.scope)
+            .await
+            .api()?;
         Ok(SubmitJobPayload {
             job: JobObject(submitted.job),
             created: submitted.created,
@@ -196,8 +233,9 @@ impl Mutation {
 
     /// Cancels a PENDING or RUNNING job and stops its work.
     async fn cancel_job(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<CancelJobPayload> {
+        rate_limit(ctx, Limited::Mutations)?;
         let service = ctx.data::<JobService>()?;
-        let job = service.cancel(&id).await.api()?;
+        let job = service.cancel(&id, &caller(ctx)?.scope).await.api()?;
         Ok(CancelJobPayload { job: JobObject(job) })
     }
 }
@@ -228,8 +266,9 @@ impl SubscriptionRoot {
     /// Emits the job's current state at once, then every phase change; completes after a
     /// terminal phase.
     async fn job_status(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<EventStream> {
+        rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
-        let Some((job, events)) = service.watch_job(&id).await.api()? else {
+        let Some((job, events)) = service.watch_job(&id, &caller(ctx)?.scope).await.api()? else {
             return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
         };
         let current = JobEvent {
@@ -278,9 +317,11 @@ impl SubscriptionRoot {
         filter: Option<JobFilterInput>,
         #[graphql(desc = "A cursor from an earlier event; omit to start from now.")] after: Option<String>,
     ) -> async_graphql::Result<EventStream> {
+        rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
         let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
-        let filter: model::JobFilter = filter.unwrap_or_default().into();
+        let mut filter: model::JobFilter = filter.unwrap_or_default().into();
+        filter.scope = caller(ctx)?.scope.clone();
         let events = service
             .events(after, None)
             .filter(move |r| {
@@ -305,9 +346,10 @@ impl SubscriptionRoot {
         #[graphql(default = 100, validator(minimum = 0, maximum = 10000))] tail_lines: i32,
     ) -> async_graphql::Result<std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<LogLine>> + Send>>>
     {
+        rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
         let Some(lines) = service
-            .log_stream(&id, tail_lines.max(0) as usize, follow)
+            .log_stream(&id, &caller(ctx)?.scope, tail_lines.max(0) as usize, follow)
             .await
             .api()?
         else {

@@ -180,6 +180,8 @@ impl From<JobFilterInput> for model::JobFilter {
             phases: f.phases.map(|p| p.into_iter().map(Into::into).collect()),
             namespace: f.namespace,
             name_contains: f.name_contains,
+            // Narrowed to the caller's namespaces by the resolver.
+            scope: model::Scope::All,
         }
     }
 }
@@ -322,7 +324,12 @@ impl JobObject {
         let service = ctx.data::<JobService>()?;
         let mut jobs = Vec::with_capacity(self.0.spec.depends_on.len());
         for id in &self.0.spec.depends_on {
-            if let Some(job) = service.job(id).await.api()? {
+            // Only those the caller may see; another tenant's stay invisible.
+            let scope = ctx
+                .data_opt::<crate::auth::Identity>()
+                .map(|i| i.scope.clone())
+                .unwrap_or_else(|| crate::jobs::model::Scope::namespaces(Vec::<String>::new()));
+            if let Some(job) = service.job(id, &scope).await.api()? {
                 jobs.push(JobObject(job));
             }
         }

@@ -102,9 +102,21 @@ pub struct WsConfig {
     /// Period of the keepalive ping frames. A socket that sent no pong frame between two ticks
     /// is dropped without a close frame (the client sees 1006 and reconnects). Zero disables.
     pub keepalive_interval: Duration,
-    /// Largest message and frame accepted from the client; tungstenite fails the read of a
-    /// larger one and the socket is closed with 1009.
+    /// Largest message accepted from the client; tungstenite fails the read of a larger one
+    /// and the socket is closed with 1009.
     pub max_message_bytes: usize,
+    /// Largest single frame accepted from the client (1009 too); a message may span frames.
+    pub max_frame_bytes: usize,
+    /// Initial size of each socket's read buffer: most of what an idle socket costs.
+    pub read_buffer_bytes: usize,
+    /// Most subscriptions running at once on one socket; another gets an `error` with
+    /// `LIMIT_EXCEEDED`. Zero means no cap.
+    pub max_subscriptions: usize,
+    /// A socket with no operation running and nothing received for this long is closed with
+    /// 1000. Zero disables.
+    pub idle_timeout: Duration,
+    /// Open sockets, running subscriptions and query/mutation durations are counted here.
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Capacity, in frames, of each of the two outgoing queues (see the module docs). A full
     /// control queue closes the socket with 1013. Zero is treated as one.
     pub outgoing_queue: usize,
@@ -116,7 +128,12 @@ impl Default for WsConfig {
             init_timeout: Duration::from_secs(3),
             keepalive_interval: Duration::from_secs(12),
             max_message_bytes: 64 << 10,
+            max_frame_bytes: 16 << 10,
+            read_buffer_bytes: 4 << 10,
+            max_subscriptions: 100,
+            idle_timeout: Duration::ZERO,
             outgoing_queue: 32,
+            metrics: crate::metrics::Metrics::new(),
         }
     }
 }
@@ -128,6 +145,9 @@ pub enum InitError {
     /// reason, so it must say nothing the client should not know.
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// The client may try again later (a rate limit): close 1013 with this text.
+    #[error("try again later: {0}")]
+    TryLater(String),
     /// The hook failed: close 4500 with a generic reason; the text is only logged.
     #[error("internal: {0}")]
     Internal(String),
@@ -156,10 +176,10 @@ pub fn upgrade<E: Executor>(
 ) -> HttpResponse {
     // Created here, inside the HTTP request's span, so connection logs nest under it.
     let span = info_span!("graphql_ws");
-    let max = config.max_message_bytes;
     ws.protocols([PROTOCOL])
-        .max_message_size(max)
-        .max_frame_size(max)
+        .max_message_size(config.max_message_bytes)
+        .max_frame_size(config.max_frame_bytes.min(config.max_message_bytes))
+        .read_buffer_size(config.read_buffer_bytes)
         .on_failed_upgrade(|e| debug!(error = %e, "websocket upgrade failed"))
         // Tracked, so that shutdown can wait until every socket has sent its 1001 close.
         .on_upgrade(move |socket| {
@@ -238,6 +258,8 @@ async fn run<E: Executor>(
     on_init: InitHook,
     shutdown: CancellationToken,
 ) {
+    let metrics = config.metrics.clone();
+    metrics.ws_connections.inc();
     let protocol_ok = socket
         .protocol()
         .is_some_and(|p| p.as_bytes() == PROTOCOL.as_bytes());
@@ -260,6 +282,8 @@ async fn run<E: Executor>(
         ops: HashMap::new(),
         tasks: JoinSet::new(),
         generation: 0,
+        metrics: metrics.clone(),
+        max_subscriptions: config.max_subscriptions,
     };
     let exit = if protocol_ok {
         conn.serve(&mut stream, &config, &shutdown).await
@@ -286,6 +310,9 @@ async fn run<E: Executor>(
     };
     // Abort every operation and wait until their futures (and resolver streams) are dropped.
     conn.tasks.shutdown().await;
+    let subscriptions = conn.subscriptions();
+    metrics.active_subscriptions.dec_by(subscriptions as i64);
+    metrics.ws_connections.dec();
     drop(conn);
     if wait_for_reply {
         // Read until the client's close reply (or the grace period ends); see CLOSE_GRACE.
@@ -310,9 +337,27 @@ struct Connection<E> {
     ops: HashMap<String, Op>,
     tasks: JoinSet<OpDone>,
     generation: u64,
+    metrics: Arc<crate::metrics::Metrics>,
+    max_subscriptions: usize,
 }
 
 impl<E: Executor> Connection<E> {
+    fn subscriptions(&self) -> usize {
+        self.ops
+            .values()
+            .filter(|op| op.kind == OperationKind::Subscription)
+            .count()
+    }
+
+    /// Frees an id, keeping the running-subscriptions gauge true.
+    fn remove_op(&mut self, id: &str) -> Option<Op> {
+        let op = self.ops.remove(id)?;
+        if op.kind == OperationKind::Subscription {
+            self.metrics.active_subscriptions.dec();
+        }
+        Some(op)
+    }
+
     /// The main loop. Returns how the socket must be let go.
     async fn serve(
         &mut self,
@@ -333,17 +378,26 @@ impl<E: Executor> Connection<E> {
             interval
         });
         let mut awaiting_pong = false;
+        let idle_timeout = config.idle_timeout.min(MAX_TIMER);
+        let mut idle_since = Instant::now();
 
         loop {
             let awaiting_init = matches!(self.phase, Phase::AwaitingInit);
+            let idle =
+                !idle_timeout.is_zero() && matches!(self.phase, Phase::Acked(_)) && self.ops.is_empty();
             let exit = tokio::select! {
                 () = shutdown.cancelled() => Some(Exit::close(1001, "Server shutting down")),
+                () = tokio::time::sleep_until(idle_since + idle_timeout), if idle => {
+                    debug!("idle: no operation and no message");
+                    Some(Exit::close(1000, "Idle timeout"))
+                }
                 () = &mut init_timer, if awaiting_init && !init_timeout.is_zero() => {
                     debug!("no connection_init in time");
                     Some(Exit::close(4408, "Connection initialisation timeout"))
                 }
                 result = init_hook(&mut self.phase) => self.on_init_done(result),
                 Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    idle_since = Instant::now();
                     self.on_op_done(joined)
                 }
                 () = tick(&mut keepalive) => {
@@ -368,11 +422,19 @@ impl<E: Executor> Connection<E> {
                     }
                     // tungstenite answers ping frames by itself on the next read or write.
                     Some(Ok(Message::Ping(_))) => None,
-                    Some(Ok(Message::Text(text))) => self.on_text(text.as_str()),
+                    // Only messages count against idleness: keepalive pongs come from the
+                    // client's WebSocket library, not from someone using the connection.
+                    Some(Ok(Message::Text(text))) => {
+                        idle_since = Instant::now();
+                        self.on_text(text.as_str())
+                    }
                     // The reference turns any frame into a string, so UTF-8 JSON in a binary
                     // frame is accepted too.
                     Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                        Ok(text) => self.on_text(text),
+                        Ok(text) => {
+                            idle_since = Instant::now();
+                            self.on_text(text)
+                        }
                         Err(_) => Some(Exit::close(
                             4400,
                             "Invalid message received: binary frame is not UTF-8",
@@ -430,6 +492,10 @@ impl<E: Executor> Connection<E> {
                     },
                 ))
             }
+            Err(InitError::TryLater(why)) => {
+                debug!(why, "connection_init refused for now");
+                Some(Exit::close(1013, why))
+            }
             Err(InitError::Internal(why)) => {
                 // The cause stays in the logs; the client only learns that it was our fault.
                 error!(error = why, "connection_init hook failed");
@@ -466,6 +532,23 @@ impl<E: Executor> Connection<E> {
                 return self.send_control(Out::Text(error_frame(&id, &errors)));
             }
         };
+        if kind == OperationKind::Subscription
+            && self.max_subscriptions > 0
+            && self.subscriptions() >= self.max_subscriptions
+        {
+            let mut error = ServerError::new(
+                format!(
+                    "this connection already runs {} subscriptions, the most it may; complete one or open another connection",
+                    self.max_subscriptions
+                ),
+                None,
+            );
+            error
+                .extensions
+                .get_or_insert_with(Default::default)
+                .set("code", super::error::Code::LimitExceeded.as_str());
+            return self.send_control(Out::Text(error_frame(&id, &[error])));
+        }
         let flag = Arc::new(PreExecFailed::default());
         let request = request.data(flag.clone());
         // Lazy: validation and execution happen when the operation task polls the stream.
@@ -474,8 +557,20 @@ impl<E: Executor> Connection<E> {
         let generation = self.generation;
         let span = debug_span!("operation", id, ?kind);
         let abort = self.tasks.spawn(
-            run_operation(id.clone(), generation, kind, stream, flag, self.data.clone()).instrument(span),
+            run_operation(
+                id.clone(),
+                generation,
+                kind,
+                stream,
+                flag,
+                self.data.clone(),
+                self.metrics.clone(),
+            )
+            .instrument(span),
         );
+        if kind == OperationKind::Subscription {
+            self.metrics.active_subscriptions.inc();
+        }
         self.ops.insert(
             id,
             Op {
@@ -491,7 +586,7 @@ impl<E: Executor> Connection<E> {
     fn complete(&mut self, id: &str) {
         // An unknown or finished id is ignored (the protocol allows it for everything but
         // `subscribe`); removing the id lets the client reuse it at once.
-        let Some(op) = self.ops.remove(id) else {
+        let Some(op) = self.remove_op(id) else {
             return;
         };
         match op.kind {
@@ -510,7 +605,7 @@ impl<E: Executor> Connection<E> {
                     .get(&done.id)
                     .is_some_and(|op| op.generation == done.generation);
                 if current {
-                    self.ops.remove(&done.id);
+                    self.remove_op(&done.id);
                     if let Some((permit, frame)) = done.terminal {
                         permit.send(frame);
                     }
@@ -607,7 +702,9 @@ async fn run_operation(
     mut stream: BoxStream<'static, Response>,
     flag: Arc<PreExecFailed>,
     out: mpsc::Sender<Out>,
+    metrics: Arc<crate::metrics::Metrics>,
 ) -> OpDone {
+    let started = Instant::now();
     let mut first = true;
     let frame = loop {
         let Some(response) = stream.next().await else {
@@ -621,6 +718,7 @@ async fn run_operation(
         first = false;
         let next = next_frame(&id, &response);
         if kind != OperationKind::Subscription {
+            metrics.graphql_request(kind.as_str(), started.elapsed());
             break Out::Pair(next, complete_frame(&id));
         }
         // Waiting for room here is the backpressure on a subscription.
@@ -1832,6 +1930,8 @@ mod tests {
             ops: HashMap::new(),
             tasks: JoinSet::new(),
             generation: 0,
+            metrics: crate::metrics::Metrics::new(),
+            max_subscriptions: 0,
         };
         assert!(conn.send_control(Out::Ping).is_none());
         assert!(matches!(conn.send_control(Out::Ping), Some(Exit::Close(1013, _))));

@@ -1156,11 +1156,14 @@ pub struct JobFilter {
     pub phases: Option<Vec<JobPhase>>,
     pub namespace: Option<String>,
     pub name_contains: Option<String>,
+    /// The caller's namespaces: jobs outside them never match.
+    pub scope: Scope,
 }
 
 impl JobFilter {
     pub fn matches(&self, job: &Job) -> bool {
-        self.phases.as_ref().is_none_or(|p| p.contains(&job.phase))
+        self.scope.sees(job)
+            && self.phases.as_ref().is_none_or(|p| p.contains(&job.phase))
             && self.namespace.as_ref().is_none_or(|ns| *ns == job.spec.namespace)
             && self.name_contains.as_ref().is_none_or(|n| {
                 job.spec
@@ -1168,6 +1171,42 @@ impl JobFilter {
                     .as_deref()
                     .is_some_and(|name| name.contains(n.as_str()))
             })
+    }
+}
+
+/// The namespaces a caller may see and use: every one (an admin, or open access), or a set.
+/// A job outside the caller's scope does not exist for them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    #[default]
+    All,
+    Namespaces(std::sync::Arc<std::collections::BTreeSet<String>>),
+}
+
+impl Scope {
+    pub fn namespaces<I: IntoIterator<Item = S>, S: Into<String>>(namespaces: I) -> Self {
+        Self::Namespaces(std::sync::Arc::new(
+            namespaces.into_iter().map(Into::into).collect(),
+        ))
+    }
+
+    pub fn allows(&self, namespace: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Namespaces(set) => set.contains(namespace),
+        }
+    }
+
+    /// The namespaces, or `None` for every one.
+    pub fn list(&self) -> Option<&std::collections::BTreeSet<String>> {
+        match self {
+            Self::All => None,
+            Self::Namespaces(set) => Some(set),
+        }
+    }
+
+    pub fn sees(&self, job: &Job) -> bool {
+        self.allows(&job.spec.namespace)
     }
 }
 

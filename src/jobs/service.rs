@@ -26,9 +26,11 @@ use tokio_util::task::TaskTracker;
 use crate::executor::{Executor, ExecutorError, LogLine, Observation, RunInfo};
 use crate::jobs::bus::EventBus;
 use crate::jobs::model::{
-    Job, JobEvent, JobFilter, JobPhase, JobSpec, SubmitRequest, Transition, ValidationError, ValidationLimits,
+    Job, JobEvent, JobFilter, JobPhase, JobSpec, Scope, SubmitRequest, Transition, ValidationError,
+    ValidationLimits,
 };
 use crate::jobs::template::{self, Runtime, Template};
+use crate::metrics::Metrics;
 use crate::store::{JobPage, Store, StoreError, StoreTx};
 use crate::templates::TemplateSet;
 
@@ -47,10 +49,35 @@ pub enum ServiceError {
     /// that is not installed in the cluster).
     #[error("{0}")]
     Unavailable(String),
+    /// The caller may not do this (a namespace outside its scope).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The namespace holds as many active jobs as it may.
+    #[error(
+        "namespace {namespace:?} already has {limit} active jobs (PENDING or RUNNING), its quota; submit again when some have finished"
+    )]
+    QuotaExceeded { namespace: String, limit: u64 },
     #[error("jobgate is shutting down")]
     ShuttingDown,
     #[error("the store is unavailable")]
     Store(#[from] StoreError),
+}
+
+impl ServiceError {
+    /// A short, fixed name for metrics labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "invalid",
+            Self::IdempotencyConflict { .. } => "idempotency_conflict",
+            Self::NotFound { .. } => "not_found",
+            Self::FailedPrecondition(_) => "failed_precondition",
+            Self::Unavailable(_) => "unavailable",
+            Self::Forbidden(_) => "forbidden",
+            Self::QuotaExceeded { .. } => "quota_exceeded",
+            Self::ShuttingDown => "shutting_down",
+            Self::Store(_) => "store",
+        }
+    }
 }
 
 /// Settings of the job service.
@@ -60,6 +87,9 @@ pub struct ServiceConfig {
     /// Capacity of the event broadcast channel; a subscriber further behind is caught up
     /// from the store.
     pub broadcast_capacity: usize,
+    /// The most PENDING or RUNNING jobs one namespace may hold; 0 for no limit.
+    pub max_active_per_namespace: u64,
+    pub metrics: Arc<Metrics>,
     /// The most commands the writer applies in one transaction.
     pub max_batch: usize,
     /// The templates clients may name, as `templates` describes them (availability is the
@@ -74,6 +104,8 @@ impl Default for ServiceConfig {
         Self {
             limits: ValidationLimits::default(),
             broadcast_capacity: 4096,
+            max_active_per_namespace: 0,
+            metrics: Metrics::new(),
             max_batch: 256,
             templates: template::builtin(
                 &ValidationLimits::default(),
@@ -116,10 +148,13 @@ enum Command {
     Submit {
         job: Box<Job>,
         fingerprint: String,
+        /// The submitter's namespaces: dependencies outside them do not exist for it.
+        scope: Scope,
         reply: oneshot::Sender<Result<Submitted, ServiceError>>,
     },
     Cancel {
         id: String,
+        scope: Scope,
         reply: oneshot::Sender<Result<Arc<Job>, ServiceError>>,
     },
     Observe(Observation),
@@ -141,6 +176,8 @@ struct Inner {
     bus: Arc<EventBus>,
     executor: Arc<dyn Executor>,
     limits: ValidationLimits,
+    max_active_per_namespace: u64,
+    metrics: Arc<Metrics>,
     templates: Vec<Template>,
     workload_templates: Arc<TemplateSet>,
     commands: mpsc::Sender<Command>,
@@ -177,6 +214,8 @@ impl JobService {
             bus,
             executor,
             limits: config.limits,
+            max_active_per_namespace: config.max_active_per_namespace,
+            metrics: config.metrics,
             templates: config.templates,
             workload_templates: config.workload_templates,
             commands,
@@ -210,8 +249,34 @@ impl JobService {
         &self,
         request: SubmitRequest,
         submitter: Option<String>,
+        scope: &Scope,
+    ) -> Result<Submitted, ServiceError> {
+        let metrics = &self.inner.metrics;
+        metrics.jobs_submitted.inc();
+        let result = self.try_submit(request, submitter, scope).await;
+        match &result {
+            Ok(s) if s.created => {
+                metrics.jobs_accepted.inc();
+            }
+            Ok(_) => {}
+            Err(e) => metrics.rejected(e.reason()),
+        }
+        result
+    }
+
+    async fn try_submit(
+        &self,
+        request: SubmitRequest,
+        submitter: Option<String>,
+        scope: &Scope,
     ) -> Result<Submitted, ServiceError> {
         let spec: JobSpec = request.validate(&self.inner.limits)?;
+        if !scope.allows(&spec.namespace) {
+            return Err(ServiceError::Forbidden(format!(
+                "you may not use namespace {:?}",
+                spec.namespace
+            )));
+        }
         if let Some(t) = self.inner.workload_templates.get(&spec.template) {
             t.validate_parameters(spec.parameters.as_ref())?;
         }
@@ -231,6 +296,7 @@ impl JobService {
         self.command(Command::Submit {
             job: Box::new(job),
             fingerprint,
+            scope: scope.clone(),
             reply,
         })
         .await?;
@@ -239,7 +305,11 @@ impl JobService {
 
     /// Cancels a PENDING or RUNNING job: records CANCELLED, then stops its workload.
     #[tracing::instrument(skip_all, fields(job = %id))]
-    pub async fn cancel(&self, id: &str) -> Result<Arc<Job>, ServiceError> {
+    pub async fn cancel(&self, id: &str, scope: &Scope) -> Result<Arc<Job>, ServiceError> {
+        // Another tenant's job does not exist for this caller, whatever state it is in.
+        if self.job(id, scope).await?.is_none() {
+            return Err(ServiceError::NotFound { id: id.to_owned() });
+        }
         // A workload that finished before the cancel keeps its true outcome, which the
         // executor is about to report.
         if self.inner.executor.has_finished(id) {
@@ -250,6 +320,7 @@ impl JobService {
         let (reply, answer) = oneshot::channel();
         self.command(Command::Cancel {
             id: id.to_owned(),
+            scope: scope.clone(),
             reply,
         })
         .await?;
@@ -267,11 +338,19 @@ impl JobService {
             .map_err(|_| ServiceError::ShuttingDown)
     }
 
-    pub async fn job(&self, id: &str) -> Result<Option<Arc<Job>>, ServiceError> {
-        if let Some(job) = self.inner.active.get(id) {
-            return Ok(Some(job.clone()));
-        }
-        Ok(self.inner.store.get_job(id).await?.map(Arc::new))
+    /// The job, if it exists and `scope` may see it: another tenant's job answers `None`,
+    /// exactly as a job that never existed.
+    pub async fn job(&self, id: &str, scope: &Scope) -> Result<Option<Arc<Job>>, ServiceError> {
+        let job = match self.inner.active.get(id) {
+            Some(job) => Some(job.clone()),
+            None => {
+                let started = std::time::Instant::now();
+                let job = self.inner.store.get_job(id).await?.map(Arc::new);
+                self.inner.metrics.store_op("read", started.elapsed());
+                job
+            }
+        };
+        Ok(job.filter(|j| scope.sees(j)))
     }
 
     pub async fn jobs(
@@ -280,7 +359,10 @@ impl JobService {
         first: i64,
         after: Option<i64>,
     ) -> Result<JobPage, ServiceError> {
-        Ok(self.inner.store.list_jobs(filter, first, after).await?)
+        let started = std::time::Instant::now();
+        let page = self.inner.store.list_jobs(filter, first, after).await?;
+        self.inner.metrics.store_op("list", started.elapsed());
+        Ok(page)
     }
 
     /// The job's runs as its executor sees them now (its pods, on Kubernetes).
@@ -305,14 +387,18 @@ impl JobService {
 
     /// Namespaces a job may be submitted to when the server limits them; otherwise those in
     /// use (at most `limit`) with the default one, sorted.
-    pub async fn namespaces(&self, limit: i64) -> Result<Vec<String>, ServiceError> {
+    pub async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>, ServiceError> {
         let limits = &self.inner.limits;
         if !limits.allowed_namespaces.is_empty() {
             let mut allowed = limits.allowed_namespaces.clone();
+            allowed.retain(|ns| scope.allows(ns));
             allowed.sort();
             return Ok(allowed);
         }
-        let mut used = self.inner.store.namespaces(limit).await?;
+        if let Some(namespaces) = scope.list() {
+            return Ok(namespaces.iter().cloned().collect());
+        }
+        let mut used = self.inner.store.namespaces(limit, scope).await?;
         if !used.contains(&limits.default_namespace) {
             used.push(limits.default_namespace.clone());
             used.sort();
@@ -323,8 +409,13 @@ impl JobService {
     /// Counts by phase, submissions and completions per bucket of `bucket_seconds` over the
     /// last `buckets` buckets (the last is the current one, buckets aligned to the Unix
     /// epoch), and the cursor of the newest event included: one consistent snapshot.
-    pub async fn stats(&self, buckets: i64, bucket_seconds: i64) -> Result<Stats, ServiceError> {
-        let snapshot = self.inner.store.stats(buckets, bucket_seconds).await?;
+    pub async fn stats(
+        &self,
+        buckets: i64,
+        bucket_seconds: i64,
+        scope: &Scope,
+    ) -> Result<Stats, ServiceError> {
+        let snapshot = self.inner.store.stats(buckets, bucket_seconds, scope).await?;
         let first = snapshot.since;
         let mut activity: Vec<ActivityBucket> = (0..buckets)
             .map(|i| ActivityBucket {
@@ -371,11 +462,12 @@ impl JobService {
     pub async fn log_stream(
         &self,
         id: &str,
+        scope: &Scope,
         tail_lines: usize,
         follow: bool,
     ) -> Result<Option<impl Stream<Item = Result<LogLine, ServiceError>> + Send + 'static>, ServiceError>
     {
-        let Some((job, events)) = self.watch_job(id).await? else {
+        let Some((job, events)) = self.watch_job(id, scope).await? else {
             return Ok(None);
         };
         let until = (follow && !job.phase.is_terminal()).then(|| {
@@ -421,6 +513,7 @@ impl JobService {
     pub async fn watch_job(
         &self,
         id: &str,
+        scope: &Scope,
     ) -> Result<
         Option<(
             Arc<Job>,
@@ -429,7 +522,7 @@ impl JobService {
         ServiceError,
     > {
         let subscription = self.inner.bus.subscribe();
-        let Some(job) = self.job(id).await? else {
+        let Some(job) = self.job(id, scope).await? else {
             return Ok(None);
         };
         let events = self
@@ -438,6 +531,10 @@ impl JobService {
             .events_from(subscription, job.last_event_seq, Some(id.to_owned()))
             .map(|r| r.map_err(ServiceError::from));
         Ok(Some((job, events)))
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
     }
 
     pub fn bus(&self) -> &Arc<EventBus> {
@@ -548,10 +645,12 @@ async fn launcher(inner: Arc<Inner>) {
                 }
                 Err(ExecutorError::Unavailable { reason, message }) => {
                     tracing::warn!(job = %id, reason, %message, "workload not created yet; will retry");
+                    inner.metrics.launch_retries.inc();
                     outcome.delayed.push((id, reason, message));
                 }
                 Err(e) => {
                     tracing::warn!(job = %id, error = %e, "launch failed; will retry");
+                    inner.metrics.launch_retries.inc();
                     outcome.delayed.push((id, "LaunchFailed", e.to_string()));
                 }
             }
@@ -646,7 +745,10 @@ impl Writer {
         let mut batch = batch;
         loop {
             attempt += 1;
-            match self.try_apply(&batch).await {
+            let started = std::time::Instant::now();
+            let applied = self.try_apply(&batch).await;
+            self.inner.metrics.store_op("write", started.elapsed());
+            match applied {
                 Ok(outcome) => return self.publish(batch, outcome),
                 Err(e) if attempt < 5 => {
                     tracing::warn!(error = %e, attempt, "store write failed; retrying");
@@ -816,12 +918,21 @@ impl Writer {
         let mut cancelled = Vec::new();
         for command in batch {
             match command {
-                Command::Submit { job, fingerprint, .. } => {
-                    if let Some(key) = &job.idempotency_key {
-                        let existing = match keys.get(key) {
+                Command::Submit {
+                    job,
+                    fingerprint,
+                    scope,
+                    ..
+                } => {
+                    let scoped_key = job
+                        .idempotency_key
+                        .as_deref()
+                        .map(|k| crate::store::scoped_key(job.submitter.as_deref(), k));
+                    if let (Some(key), Some(scoped)) = (&job.idempotency_key, &scoped_key) {
+                        let existing = match keys.get(scoped) {
                             Some((fp, id)) => Some((fp.clone(), id.clone())),
                             None => tx
-                                .find_by_idempotency_key(key)
+                                .find_by_idempotency_key(job.submitter.as_deref(), key)
                                 .await?
                                 .map(|k| (k.fingerprint, k.job.id)),
                         };
@@ -845,8 +956,9 @@ impl Writer {
                     let mut unknown = None;
                     for (i, id) in job.spec.depends_on.iter().enumerate() {
                         match self.current(&mut tx, &touched, id).await? {
-                            Some(d) => dependencies.push((id.clone(), d.phase)),
-                            None => {
+                            // Another tenant's job is as unknown as a job that never was.
+                            Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
+                            _ => {
                                 unknown = Some(ValidationError {
                                     field: format!("input.dependsOn[{i}]"),
                                     message: format!("no job with id {id:?}"),
@@ -859,8 +971,20 @@ impl Writer {
                         answers.push(Answer::Error(ServiceError::Invalid(e)));
                         continue;
                     }
-                    if let Some(key) = &job.idempotency_key {
-                        keys.insert(key.clone(), (fingerprint.clone(), job.id.clone()));
+                    // The quota counts in this transaction, so jobs accepted earlier in the
+                    // same batch count too.
+                    let limit = self.inner.max_active_per_namespace;
+                    if limit > 0
+                        && Store::active_in_namespace(&mut tx, &job.spec.namespace).await? >= limit as i64
+                    {
+                        answers.push(Answer::Error(ServiceError::QuotaExceeded {
+                            namespace: job.spec.namespace.clone(),
+                            limit,
+                        }));
+                        continue;
+                    }
+                    if let Some(scoped) = scoped_key {
+                        keys.insert(scoped, (fingerprint.clone(), job.id.clone()));
                     }
                     let mut job = (**job).clone();
                     tx.insert_job(&job, fingerprint).await?;
@@ -878,8 +1002,12 @@ impl Writer {
                     touched.insert(job.id.clone(), job);
                     launch = true;
                 }
-                Command::Cancel { id, .. } => {
-                    let Some(mut job) = self.current(&mut tx, &touched, id).await? else {
+                Command::Cancel { id, scope, .. } => {
+                    let Some(mut job) = self
+                        .current(&mut tx, &touched, id)
+                        .await?
+                        .filter(|j| scope.sees(j))
+                    else {
                         answers.push(Answer::Error(ServiceError::NotFound { id: id.clone() }));
                         continue;
                     };
@@ -979,6 +1107,12 @@ impl Writer {
             }
         }
         for r in recorded {
+            let event = &r.event;
+            if event.previous_phase != Some(event.phase) {
+                inner
+                    .metrics
+                    .transition(event.previous_phase.map(|p| p.as_str()), event.phase.as_str());
+            }
             inner.bus.publish(r.event);
         }
         for (command, answer) in batch.into_iter().zip(answers) {

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
-use crate::jobs::model::{Job, JobEvent, JobFilter, JobPhase, Transition};
+use crate::jobs::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
 
 /// Why a store operation failed. Never shown to clients: the caller logs it and answers a
 /// generic error.
@@ -173,15 +173,18 @@ impl Store {
             .as_ref()
             .map(|p| serde_json::to_string(&p.iter().map(|p| p.as_str()).collect::<Vec<_>>()))
             .transpose()?;
+        let scope = scope_json(&filter.scope)?;
         const WHERE: &str = "(?1 IS NULL OR namespace = ?1) \
              AND (?2 IS NULL OR instr(name, ?2) > 0) \
-             AND (?3 IS NULL OR phase IN (SELECT value FROM json_each(?3)))";
+             AND (?3 IS NULL OR phase IN (SELECT value FROM json_each(?3))) \
+             AND (?4 IS NULL OR namespace IN (SELECT value FROM json_each(?4)))";
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT seq, body FROM jobs WHERE {WHERE} AND seq < ?4 ORDER BY seq DESC LIMIT ?5"
+            "SELECT seq, body FROM jobs WHERE {WHERE} AND seq < ?5 ORDER BY seq DESC LIMIT ?6"
         )))
         .bind(&filter.namespace)
         .bind(&filter.name_contains)
         .bind(&phases)
+        .bind(&scope)
         .bind(after.unwrap_or(i64::MAX))
         .bind(first + 1)
         .fetch_all(&self.pool)
@@ -192,6 +195,7 @@ impl Store {
         .bind(&filter.namespace)
         .bind(&filter.name_contains)
         .bind(&phases)
+        .bind(&scope)
         .fetch_one(&self.pool)
         .await?;
         let has_next_page = rows.len() as i64 > first;
@@ -222,13 +226,27 @@ impl Store {
     }
 
     /// Distinct namespaces of jobs, sorted, at most `limit`.
-    pub async fn namespaces(&self, limit: i64) -> Result<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT DISTINCT namespace FROM jobs ORDER BY namespace LIMIT ?")
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?,
+    pub async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT namespace FROM jobs \
+             WHERE (?2 IS NULL OR namespace IN (SELECT value FROM json_each(?2))) \
+             ORDER BY namespace LIMIT ?1",
         )
+        .bind(limit)
+        .bind(scope_json(scope)?)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// How many jobs of `namespace` are PENDING or RUNNING (inside a transaction, so that
+    /// submissions committed together are counted).
+    pub async fn active_in_namespace(tx: &mut StoreTx, namespace: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE namespace = ? AND phase IN ('PENDING', 'RUNNING')",
+        )
+        .bind(namespace)
+        .fetch_one(&mut *tx.tx)
+        .await?)
     }
 
     /// Counts by phase, and submissions and completions in the last `buckets` buckets of
@@ -236,7 +254,8 @@ impl Store {
     /// event's cursor: all read in one transaction, so they are one snapshot. A job's row and
     /// its events are committed together, so the snapshot holds each job's events up to the
     /// cursor and none after.
-    pub async fn stats(&self, buckets: i64, bucket_seconds: i64) -> Result<StatsSnapshot> {
+    pub async fn stats(&self, buckets: i64, bucket_seconds: i64, scope: &Scope) -> Result<StatsSnapshot> {
+        let scope = scope_json(scope)?;
         let mut tx = self.pool.begin().await?;
         let cursor: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
             .fetch_one(&mut *tx)
@@ -248,20 +267,26 @@ impl Store {
         let since_text = DateTime::from_timestamp(since, 0)
             .unwrap_or(DateTime::UNIX_EPOCH)
             .to_rfc3339();
-        let counts = sqlx::query("SELECT phase, count(*) AS n FROM jobs GROUP BY phase")
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
-            .collect();
+        let counts = sqlx::query(
+            "SELECT phase, count(*) AS n FROM jobs \
+             WHERE (?1 IS NULL OR namespace IN (SELECT value FROM json_each(?1))) GROUP BY phase",
+        )
+        .bind(&scope)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
+        .collect();
         // unixepoch() reads the stored RFC 3339 text (fraction and offset included).
         let submitted = sqlx::query(
             "SELECT (unixepoch(submitted_at) - ?1) / ?2 AS bucket, count(*) AS n FROM jobs \
-             WHERE submitted_at >= ?3 GROUP BY bucket",
+             WHERE submitted_at >= ?3 \
+             AND (?4 IS NULL OR namespace IN (SELECT value FROM json_each(?4))) GROUP BY bucket",
         )
         .bind(since)
         .bind(bucket_seconds)
         .bind(&since_text)
+        .bind(&scope)
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
@@ -271,11 +296,15 @@ impl Store {
         let finished = sqlx::query(
             "SELECT (unixepoch(at) - ?1) / ?2 AS bucket, phase, count(*) AS n FROM events \
              WHERE phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND at >= ?3 \
-             AND (previous_phase IS NULL OR previous_phase <> phase) GROUP BY bucket, phase",
+             AND (previous_phase IS NULL OR previous_phase <> phase) \
+             AND (?4 IS NULL OR job_id IN (SELECT id FROM jobs \
+                  WHERE namespace IN (SELECT value FROM json_each(?4)))) \
+             GROUP BY bucket, phase",
         )
         .bind(since)
         .bind(bucket_seconds)
         .bind(&since_text)
+        .bind(&scope)
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
@@ -359,9 +388,15 @@ impl StoreTx {
         row.map(|r| decode_job(r.get("body"))).transpose()
     }
 
-    pub async fn find_by_idempotency_key(&mut self, key: &str) -> Result<Option<KeyedJob>> {
+    /// The job `submitter` submitted with idempotency key `key`: keys are per submitter, so
+    /// one caller's key never finds (or reveals) another's job.
+    pub async fn find_by_idempotency_key(
+        &mut self,
+        submitter: Option<&str>,
+        key: &str,
+    ) -> Result<Option<KeyedJob>> {
         let row = sqlx::query("SELECT body, fingerprint FROM jobs WHERE idempotency_key = ?")
-            .bind(key)
+            .bind(scoped_key(submitter, key))
             .fetch_optional(&mut *self.tx)
             .await?;
         row.map(|r| {
@@ -384,7 +419,11 @@ impl StoreTx {
         .bind(&job.spec.template)
         .bind(job.phase.as_str())
         .bind(job.submitted_at.to_rfc3339())
-        .bind(&job.idempotency_key)
+        .bind(
+            job.idempotency_key
+                .as_deref()
+                .map(|k| scoped_key(job.submitter.as_deref(), k)),
+        )
         .bind(fingerprint)
         .bind(serde_json::to_string(job)?)
         .execute(&mut *self.tx)
@@ -497,6 +536,17 @@ impl StoreTx {
         self.tx.commit().await?;
         Ok(())
     }
+}
+
+/// The stored form of an idempotency key: its submitter, a unit separator, the key (see
+/// migrations/0004_idempotency_per_submitter.sql).
+pub fn scoped_key(submitter: Option<&str>, key: &str) -> String {
+    format!("{}\u{1f}{key}", submitter.unwrap_or_default())
+}
+
+/// A scope as a JSON array of namespaces for `json_each`, or NULL for every namespace.
+fn scope_json(scope: &Scope) -> Result<Option<String>> {
+    Ok(scope.list().map(serde_json::to_string).transpose()?)
 }
 
 fn decode_job(body: String) -> Result<Job> {

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,9 +44,23 @@ impl Server {
 
     /// Starts jobgate over an existing data directory (to test restarts).
     pub async fn start_in(data_dir: &Path, extra: &[&str]) -> Server {
+        Self::start_in_with_env(data_dir, extra, &[]).await
+    }
+
+    /// Starts jobgate with a fresh data directory and these environment variables.
+    pub async fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let temp = Arc::new(tempfile::tempdir().expect("tempdir"));
+        let dir = temp.path().to_owned();
+        let mut server = Self::start_in_with_env(&dir, extra, env).await;
+        server._temp = Some(temp);
+        server
+    }
+
+    async fn start_in_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = data_dir.to_owned();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        tokio::task::spawn_blocking(move || Self::spawn(&dir, &extra))
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        tokio::task::spawn_blocking(move || Self::spawn(&dir, &extra, &env))
             .await
             .unwrap()
     }
@@ -61,7 +76,7 @@ impl Server {
         server
     }
 
-    fn spawn(data_dir: &Path, extra: &[String]) -> Server {
+    fn spawn(data_dir: &Path, extra: &[String], env: &[(String, String)]) -> Server {
         let mut args: Vec<String> = vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -78,6 +93,8 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_jobgate"))
             .args(&args)
             .env_remove("JOBGATE_API_TOKEN")
+            .env_remove("JOBGATE_CONFIG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -378,4 +395,47 @@ pub async fn close_of(ws: &mut Ws) -> (u16, String) {
             None => panic!("socket ended without a close frame"),
         }
     }
+}
+
+/// Parses the OpenMetrics text: every sample by `name{labels}`, checking the format.
+pub fn parse_metrics(text: &str) -> HashMap<String, f64> {
+    let mut samples = HashMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "OpenMetrics text ends with # EOF");
+    for line in &lines[..lines.len() - 1] {
+        if let Some(comment) = line.strip_prefix("# ") {
+            assert!(
+                ["HELP ", "TYPE ", "UNIT "].iter().any(|p| comment.starts_with(p)),
+                "bad comment line {line:?}"
+            );
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("bad sample line {line:?}"));
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("bad value in {line:?}"));
+        let name = series.split('{').next().unwrap();
+        assert!(
+            name.starts_with("jobgate_") && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "bad metric name in {line:?}"
+        );
+        assert!(
+            samples.insert(series.to_owned(), value).is_none(),
+            "duplicate {series}"
+        );
+    }
+    samples
+}
+
+/// GETs `/metrics` and parses it.
+pub async fn scrape(server: &Server) -> HashMap<String, f64> {
+    let response = server.http().get(server.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+    );
+    parse_metrics(&response.text().await.unwrap())
 }

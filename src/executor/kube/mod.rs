@@ -11,6 +11,7 @@
 //! the Job's own conditions, and the job model derives the phase.
 
 pub mod manifest;
+mod requests;
 pub mod status;
 mod workloads;
 
@@ -61,6 +62,8 @@ pub struct KubeConfig {
     pub captured_log_lines: usize,
     /// The workload templates: jobs of these run as their kinds' objects.
     pub templates: Arc<TemplateSet>,
+    /// Watcher restarts, relists and events, and API requests, are counted here.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Default for KubeConfig {
@@ -73,6 +76,7 @@ impl Default for KubeConfig {
             finish_grace: Duration::from_secs(5),
             captured_log_lines: 200,
             templates: Arc::new(TemplateSet::default()),
+            metrics: crate::metrics::Metrics::new(),
         }
     }
 }
@@ -186,24 +190,36 @@ struct WatcherHealth {
     listed: AtomicBool,
     /// Its last item was not an error.
     healthy: AtomicBool,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// When it last received anything (Unix milliseconds), read by `/metrics`.
+    last_event: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl WatcherHealth {
-    fn new(name: String) -> Arc<Self> {
+    fn new(name: String, metrics: &Arc<crate::metrics::Metrics>) -> Arc<Self> {
+        let last_event = metrics.watcher_clock(&name);
         Arc::new(Self {
             name,
             listed: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
+            metrics: metrics.clone(),
+            last_event,
         })
     }
 
-    fn ok(&self) {
-        if !self.healthy.swap(true, Ordering::Relaxed) {
+    /// An item arrived; `relist` when it begins a full list.
+    fn seen(&self, relist: bool) {
+        self.last_event
+            .store(crate::metrics::unix_millis(), Ordering::Relaxed);
+        if relist {
+            self.metrics.watcher_relist(&self.name);
+        } else if !self.healthy.swap(true, Ordering::Relaxed) {
             tracing::info!(watcher = %self.name, "watch recovered");
         }
     }
 
     fn failed(&self, error: &watcher::Error) {
+        self.metrics.watcher_restart(&self.name);
         self.healthy.store(false, Ordering::Relaxed);
         tracing::warn!(watcher = %self.name, %error, "watch failed; retrying with back-off");
     }
@@ -275,7 +291,9 @@ impl KubeExecutor {
             None if config.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
             None => kube::Config::infer().await?,
         };
-        let client = kube::Client::try_from(client_config)?;
+        let client = kube::client::ClientBuilder::try_from(client_config)?
+            .with_layer(&requests::CountRequestsLayer(config.metrics.clone()))
+            .build();
         let kinds = config
             .templates
             .iter()
@@ -788,9 +806,7 @@ impl Inner {
             match item {
                 Ok(event) => {
                     // Init comes before the list request: no proof that the server answers.
-                    if !matches!(event, watcher::Event::Init) {
-                        health.ok();
-                    }
+                    health.seen(matches!(event, watcher::Event::Init));
                     match event {
                         watcher::Event::Init => {
                             list_epoch = self.list_epoch.fetch_add(1, Ordering::SeqCst) + 1;
@@ -831,9 +847,7 @@ impl Inner {
             match item {
                 Ok(event) => {
                     // Init comes before the list request: no proof that the server answers.
-                    if !matches!(event, watcher::Event::Init) {
-                        health.ok();
-                    }
+                    health.seen(matches!(event, watcher::Event::Init));
                     match event {
                         watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => self.on_pod(&pod),
                         watcher::Event::InitDone => {
@@ -1041,8 +1055,8 @@ impl Executor for KubeExecutor {
                 Some(ns) => (inner.jobs_api(ns), inner.pods_api(ns)),
                 None => (Api::all(inner.client.clone()), Api::all(inner.client.clone())),
             };
-            let jobs_health = WatcherHealth::new(format!("jobs in {where_}"));
-            let pods_health = WatcherHealth::new(format!("pods in {where_}"));
+            let jobs_health = WatcherHealth::new(format!("jobs in {where_}"), &inner.config.metrics);
+            let pods_health = WatcherHealth::new(format!("pods in {where_}"), &inner.config.metrics);
             watchers.push(jobs_health.clone());
             watchers.push(pods_health.clone());
             inner

@@ -191,7 +191,7 @@ impl Inner {
                 None => Api::all_with(self.client.clone(), &resource),
             };
             let where_ = scope.as_deref().unwrap_or("all namespaces");
-            let health = WatcherHealth::new(format!("{} in {where_}", resource.plural));
+            let health = WatcherHealth::new(format!("{} in {where_}", resource.plural), &self.config.metrics);
             self.tasks.spawn(
                 self.clone()
                     .watch_kind(kind.clone(), api, resource.clone(), scope, health),
@@ -271,8 +271,8 @@ impl Inner {
             let Some(item) = item else { return };
             match item {
                 Ok(event) => {
+                    health.seen(matches!(event, watcher::Event::Init));
                     if !matches!(event, watcher::Event::Init) {
-                        health.ok();
                         if kind.availability().is_err() && kind.resource().is_some() {
                             kind.set_unavailable(None);
                         }
