@@ -610,7 +610,9 @@ async fn launcher(inner: Arc<Inner>) {
         let attempts = futures::stream::iter(batch)
             .map(|stored| {
                 let inner = inner.clone();
-                async move {
+                // Everything logged while launching (the executor's calls included) names the job.
+                let span = tracing::info_span!("launch", job = %stored.id);
+                tracing::Instrument::instrument(async move {
                     // The cache holds the job as last committed (it may have been cancelled
                     // since the outbox was read); a finished job is only marked.
                     let job = inner.active.get(&stored.id).map(|j| j.clone());
@@ -629,7 +631,7 @@ async fn launcher(inner: Arc<Inner>) {
                         }
                     }
                     (stored.id, result)
-                }
+                }, span)
             })
             .buffer_unordered(LAUNCH_CONCURRENCY)
             .collect::<Vec<_>>()

@@ -272,10 +272,11 @@ impl Inner {
             match item {
                 Ok(event) => {
                     health.seen(matches!(event, watcher::Event::Init));
-                    if !matches!(event, watcher::Event::Init) {
-                        if kind.availability().is_err() && kind.resource().is_some() {
-                            kind.set_unavailable(None);
-                        }
+                    if !matches!(event, watcher::Event::Init)
+                        && kind.availability().is_err()
+                        && kind.resource().is_some()
+                    {
+                        kind.set_unavailable(None);
                     }
                     match event {
                         watcher::Event::Init => {
