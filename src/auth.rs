@@ -4,7 +4,9 @@
 //! `{"authorization": "Bearer <credential>"}` in a WebSocket's `connection_init` payload. A
 //! credential is either a static API token, looked up by its SHA-256 digest among those of
 //! the tokens file (the token itself is never stored), or a JWT (three dot-separated parts)
-//! verified with an HS256 secret or the RS256/ES256 keys of a JWKS file. Each identity maps to
+//! verified with an HS256 secret or the RS256/ES256 keys of a JWKS file. A token naming a
+//! `kid` jobgate does not know makes it read the JWKS file again (at most every 10 s), so an
+//! issuer's key rotation needs no restart. Each identity maps to
 //! a [`Scope`]: the namespaces it may use, or all of them for an admin. Anonymous callers are
 //! let in only when the configuration says so.
 //!
@@ -12,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use axum::http::{HeaderMap, header};
 use jsonwebtoken::jwk::JwkSet;
@@ -125,9 +128,19 @@ impl AuthSettings {
     }
 }
 
+type Keys = HashMap<String, (Algorithm, DecodingKey)>;
+
+/// How often, at most, an unknown `kid` makes jobgate read the JWKS file again.
+const JWKS_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
 struct JwtVerifier {
-    /// Keys by `kid`; the one key without a `kid` under "".
-    keys: HashMap<String, (Algorithm, DecodingKey)>,
+    /// Keys by `kid`; the one key without a `kid` under "". Swapped whole on a reload.
+    keys: std::sync::RwLock<Arc<Keys>>,
+    /// The HS256 key, kept apart so a JWKS reload leaves it alone.
+    hs256: Option<DecodingKey>,
+    jwks_file: Option<PathBuf>,
+    /// When the JWKS file was last read again (never, at first).
+    reloaded: std::sync::Mutex<Option<std::time::Instant>>,
     validation_base: Validation,
     namespaces_claim: String,
     roles_claim: String,
@@ -295,9 +308,48 @@ struct Claims {
     rest: serde_json::Map<String, serde_json::Value>,
 }
 
+/// Reads a JWKS file: RS256 (RSA) and ES256 (P-256) keys by `kid`.
+fn read_jwks(path: &Path) -> Result<Keys, AuthSetupError> {
+    let invalid = |message: String| AuthSetupError::Invalid {
+        path: path.to_owned(),
+        message,
+    };
+    let set: JwkSet = serde_json::from_str(&read(path)?).map_err(|e| invalid(format!("not a JWKS: {e}")))?;
+    if set.keys.is_empty() {
+        return Err(invalid("the JWKS holds no keys".into()));
+    }
+    let mut keys = Keys::new();
+    for (i, jwk) in set.keys.iter().enumerate() {
+        let algorithm = match &jwk.algorithm {
+            jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
+            jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(p)
+                if p.curve == jsonwebtoken::jwk::EllipticCurve::P256 =>
+            {
+                Algorithm::ES256
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "key {}: only RSA (RS256) and P-256 EC (ES256) keys are supported",
+                    i + 1
+                )));
+            }
+        };
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(format!("key {}: {e}", i + 1)))?;
+        let kid = jwk.common.key_id.clone().unwrap_or_default();
+        if keys.insert(kid.clone(), (algorithm, key)).is_some() {
+            return Err(invalid(format!(
+                "key {}: two keys share the kid {kid:?} (or both have none)",
+                i + 1
+            )));
+        }
+    }
+    Ok(keys)
+}
+
 impl JwtVerifier {
     fn load(settings: &JwtSettings) -> Result<Option<Self>, AuthSetupError> {
-        let mut keys = HashMap::new();
+        let mut keys = Keys::new();
+        let mut hs256 = None;
         if let Some(path) = &settings.hs256_secret_file {
             let secret = read(path)?;
             let secret = secret.trim();
@@ -307,45 +359,13 @@ impl JwtVerifier {
                     message: "an HS256 secret must be at least 32 bytes".into(),
                 });
             }
-            keys.insert(
-                String::new(),
-                (Algorithm::HS256, DecodingKey::from_secret(secret.as_bytes())),
-            );
+            hs256 = Some(DecodingKey::from_secret(secret.as_bytes()));
         }
         if let Some(path) = &settings.jwks_file {
-            let invalid = |message: String| AuthSetupError::Invalid {
-                path: path.clone(),
-                message,
-            };
-            let set: JwkSet =
-                serde_json::from_str(&read(path)?).map_err(|e| invalid(format!("not a JWKS: {e}")))?;
-            if set.keys.is_empty() {
-                return Err(invalid("the JWKS holds no keys".into()));
-            }
-            for (i, jwk) in set.keys.iter().enumerate() {
-                let algorithm = match &jwk.algorithm {
-                    jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
-                    jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(p)
-                        if p.curve == jsonwebtoken::jwk::EllipticCurve::P256 =>
-                    {
-                        Algorithm::ES256
-                    }
-                    _ => {
-                        return Err(invalid(format!(
-                            "key {}: only RSA (RS256) and P-256 EC (ES256) keys are supported",
-                            i + 1
-                        )));
-                    }
-                };
-                let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(format!("key {}: {e}", i + 1)))?;
-                let kid = jwk.common.key_id.clone().unwrap_or_default();
-                if keys.insert(kid.clone(), (algorithm, key)).is_some() {
-                    return Err(invalid(format!(
-                        "key {}: two keys share the kid {kid:?} (or both have none)",
-                        i + 1
-                    )));
-                }
-            }
+            keys = read_jwks(path)?;
+        }
+        if let Some(key) = &hs256 {
+            Self::add_hs256(&mut keys, key, settings.hs256_secret_file.as_deref())?;
         }
         if keys.is_empty() {
             return Ok(None);
@@ -361,19 +381,76 @@ impl JwtVerifier {
             validation.set_issuer(&[iss]);
         }
         Ok(Some(Self {
-            keys,
+            keys: std::sync::RwLock::new(Arc::new(keys)),
+            hs256,
+            jwks_file: settings.jwks_file.clone(),
+            reloaded: std::sync::Mutex::new(None),
             validation_base: validation,
             namespaces_claim: settings.namespaces_claim.clone(),
             roles_claim: settings.roles_claim.clone(),
         }))
     }
 
+    /// The HS256 key goes under the empty `kid`, which a JWKS key without one would take.
+    fn add_hs256(keys: &mut Keys, key: &DecodingKey, path: Option<&Path>) -> Result<(), AuthSetupError> {
+        if keys
+            .insert(String::new(), (Algorithm::HS256, key.clone()))
+            .is_some()
+        {
+            return Err(AuthSetupError::Invalid {
+                path: path.map(Path::to_owned).unwrap_or_default(),
+                message: "the JWKS has a key without a kid, which tokens signed with the HS256 secret would also select; give that key a kid".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn current(&self) -> Arc<Keys> {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// An unknown `kid` may be a key the issuer has just added (rotation): read the JWKS file
+    /// again, at most every [`JWKS_RELOAD_INTERVAL`], and keep the old keys if it is bad.
+    fn reload(&self) -> Arc<Keys> {
+        let Some(path) = &self.jwks_file else {
+            return self.current();
+        };
+        {
+            let mut reloaded = self.reloaded.lock().unwrap_or_else(|e| e.into_inner());
+            if reloaded.is_some_and(|at| at.elapsed() < JWKS_RELOAD_INTERVAL) {
+                return self.current();
+            }
+            *reloaded = Some(std::time::Instant::now());
+        }
+        let fresh = read_jwks(path).and_then(|mut keys| {
+            if let Some(key) = &self.hs256 {
+                Self::add_hs256(&mut keys, key, Some(path))?;
+            }
+            Ok(keys)
+        });
+        match fresh {
+            Ok(keys) => {
+                tracing::info!(path = %path.display(), keys = keys.len(), "JWKS read again");
+                let keys = Arc::new(keys);
+                *self.keys.write().unwrap_or_else(|e| e.into_inner()) = keys.clone();
+                keys
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the JWKS again failed; keeping the keys already loaded");
+                self.current()
+            }
+        }
+    }
+
     fn verify(&self, token: &str) -> Result<Identity, AuthError> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|_| AuthError::InvalidJwt("malformed".into()))?;
         let kid = header.kid.clone().unwrap_or_default();
-        let (algorithm, key) = self
-            .keys
+        let mut keys = self.current();
+        if !keys.contains_key(&kid) {
+            keys = self.reload();
+        }
+        let (algorithm, key) = keys
             .get(&kid)
             .ok_or_else(|| AuthError::InvalidJwt("signed with an unknown key".into()))?;
         // The key decides the algorithm; a token naming another (`none`, or HS256 with a

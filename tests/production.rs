@@ -248,6 +248,42 @@ async fn jwts_signed_by_the_jwks_or_the_hs256_secret_carry_their_namespaces() {
     }
 }
 
+#[tokio::test]
+async fn a_rotated_jwks_is_read_again_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jwt");
+    let jwks = std::fs::read_to_string(fixtures.join("jwks.json")).unwrap();
+    let path = dir.path().join("jwks.json");
+    // The same public key under another kid stands for the issuer's previous key.
+    std::fs::write(&path, jwks.replace("test-es256", "retired")).unwrap();
+    let server = Server::start(&["--jwt-jwks-file", path.to_str().unwrap()]).await;
+    let key = EncodingKey::from_ec_pem(&std::fs::read(fixtures.join("es256-private.pem")).unwrap()).unwrap();
+    let token = |kid: &str| {
+        jwt(
+            json!({"sub": "erin", "exp": in_an_hour(), "roles": ["admin"]}),
+            Algorithm::ES256,
+            Some(kid),
+            &key,
+        )
+    };
+    let query = "{ jobs { totalCount } }";
+    let (status, body) = gql_as(&server, Some(&token("retired")), query, json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    // The issuer rotates: the file now holds only the new kid.
+    std::fs::write(&path, &jwks).unwrap();
+    let (status, body) = gql_as(&server, Some(&token("test-es256")), query, json!({})).await;
+    assert_eq!(status, 200, "the new key is read from the file: {body}");
+    let (status, body) = gql_as(&server, Some(&token("retired")), query, json!({})).await;
+    assert_eq!(status, 401, "the retired key is gone: {body}");
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown key"),
+        "{body}"
+    );
+}
+
 fn base64_url(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
