@@ -63,6 +63,17 @@ pub enum AuthError {
     InvalidJwt(String),
 }
 
+impl AuthError {
+    /// A short, fixed name for metrics labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Invalid => "invalid",
+            Self::InvalidJwt(_) => "jwt",
+        }
+    }
+}
+
 /// A problem with the authentication settings, found at start.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthSetupError {

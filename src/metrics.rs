@@ -52,6 +52,11 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
     pub operation: String,
 }
@@ -82,6 +87,8 @@ pub struct Metrics {
     /// "seconds since".
     watcher_last_event: dashmap::DashMap<String, Arc<AtomicU64>>,
     pub kube_requests: Family<RequestLabels, Counter>,
+    pub auth_failures: Family<ReasonLabels, Counter>,
+    pub rate_limited: Family<LimitLabels, Counter>,
     pub ws_connections: Gauge,
     pub active_subscriptions: Gauge,
     pub graphql_duration: Histograms<OperationLabels>,
@@ -100,6 +107,8 @@ impl Default for Metrics {
             watcher_relists: Family::default(),
             watcher_last_event: dashmap::DashMap::new(),
             kube_requests: Family::default(),
+            auth_failures: Family::default(),
+            rate_limited: Family::default(),
             ws_connections: Gauge::default(),
             active_subscriptions: Gauge::default(),
             graphql_duration: Family::new_with_constructor(seconds_histogram),
@@ -163,6 +172,24 @@ impl Metrics {
             .get_or_create(&RequestLabels {
                 verb: verb.to_owned(),
                 code: code.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A caller refused for its credentials: `missing`, `invalid` or `jwt`.
+    pub fn auth_failure(&self, reason: &str) {
+        self.auth_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A request refused by a per-identity rate limit.
+    pub fn rate_limited(&self, limit: &str) {
+        self.rate_limited
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
             })
             .inc();
     }
@@ -238,6 +265,16 @@ pub fn render(metrics: &Metrics, service: &JobService) -> String {
         "kube_requests",
         "Requests to the Kubernetes API, by verb and HTTP status code",
         m.kube_requests.clone(),
+    );
+    registry.register(
+        "auth_failures",
+        "Requests and WebSocket connections refused for their credentials, by reason (missing, invalid, jwt)",
+        m.auth_failures.clone(),
+    );
+    registry.register(
+        "rate_limited",
+        "Requests refused by a per-identity rate limit, by limit (mutations, subscriptions, connections)",
+        m.rate_limited.clone(),
     );
     registry.register(
         "websocket_connections",

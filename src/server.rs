@@ -166,7 +166,10 @@ async fn graphql_post(State(state): State<AppState>, headers: HeaderMap, body: B
     };
     let identity = match state.auth.check_headers(&headers) {
         Ok(identity) => identity,
-        Err(e) => return unauthenticated(incoming.response_type, &e),
+        Err(e) => {
+            state.metrics.auth_failure(e.reason());
+            return unauthenticated(incoming.response_type, &e);
+        }
     };
     gql_http::execute(&state.schema, incoming, &state.metrics, |r| {
         r.data(identity.clone())
@@ -190,12 +193,18 @@ async fn graphql_get(
         }
         let auth = state.auth.clone();
         let rates = state.rates.clone();
+        let metrics = state.metrics.clone();
         let on_init: InitHook = Arc::new(move |payload| {
             let checked = auth.check_init_payload(&payload);
             let rates = rates.clone();
+            let metrics = metrics.clone();
             async move {
-                let identity = checked.map_err(|e| InitError::Forbidden(e.to_string()))?;
+                let identity = checked.map_err(|e| {
+                    metrics.auth_failure(e.reason());
+                    InitError::Forbidden(e.to_string())
+                })?;
                 if let Err(wait) = rates.check(Limited::Connections, &identity.name) {
+                    metrics.rate_limited(Limited::Connections.as_str());
                     return Err(InitError::TryLater(format!(
                         "too many connections: retry in {} s",
                         wait.as_secs_f64().ceil().max(1.0)
@@ -229,7 +238,10 @@ async fn graphql_get(
     };
     let identity = match state.auth.check_headers(&headers) {
         Ok(identity) => identity,
-        Err(e) => return unauthenticated(incoming.response_type, &e),
+        Err(e) => {
+            state.metrics.auth_failure(e.reason());
+            return unauthenticated(incoming.response_type, &e);
+        }
     };
     gql_http::execute(&state.schema, incoming, &state.metrics, |r| {
         r.data(identity.clone())

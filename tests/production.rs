@@ -131,6 +131,22 @@ async fn credentials_are_required_and_checked_over_http_and_websocket() {
     .unwrap();
     assert_eq!(close_of(&mut ws).await.0, 4403);
     ws_as(&server, BOB).await; // acknowledged
+
+    // Missing: an empty Authorization header, a bare init; invalid: two wrong tokens (a JWT
+    // shape with no JWT keys configured included) and a wrong init token.
+    let metrics = scrape(&server).await;
+    assert_eq!(
+        sample(&metrics, "jobgate_auth_failures_total{reason=\"missing\"}"),
+        2.0
+    );
+    assert_eq!(
+        sample(&metrics, "jobgate_auth_failures_total{reason=\"invalid\"}"),
+        3.0
+    );
+    assert_eq!(
+        sample(&metrics, "jobgate_auth_failures_total{reason=\"jwt\"}"),
+        0.0
+    );
 }
 
 fn jwt(claims: Value, algorithm: Algorithm, kid: Option<&str>, key: &EncodingKey) -> String {
@@ -527,6 +543,11 @@ async fn rate_limits_answer_each_with_its_own_error() {
         refused["payload"]["errors"][0]["extensions"]["code"], "RATE_LIMITED",
         "{refused}"
     );
+    let metrics = scrape(&server).await;
+    for limit in ["mutations", "connections", "subscriptions"] {
+        let series = format!("jobgate_rate_limited_total{{limit=\"{limit}\"}}");
+        assert_eq!(sample(&metrics, &series), 1.0, "{series}");
+    }
 }
 
 #[tokio::test]

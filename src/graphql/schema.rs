@@ -84,9 +84,12 @@ fn caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<&'c Identity> {
 fn rate_limit(ctx: &Context<'_>, what: Limited) -> async_graphql::Result<()> {
     let identity = caller(ctx)?;
     match ctx.data_opt::<Arc<RateLimits>>() {
-        Some(limits) => limits
-            .check(what, &identity.name)
-            .map_err(|wait| rate_limited(what.as_str(), wait)),
+        Some(limits) => limits.check(what, &identity.name).map_err(|wait| {
+            if let Ok(service) = ctx.data::<JobService>() {
+                service.metrics().rate_limited(what.as_str());
+            }
+            rate_limited(what.as_str(), wait)
+        }),
         None => Ok(()),
     }
 }
