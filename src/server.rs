@@ -159,12 +159,9 @@ fn unauthenticated(kind: ResponseType, e: &AuthError) -> Response {
         .into_response()
 }
 
-async fn graphql_post(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let incoming = match gql_http::read_post(&headers, &body, &state.http) {
-        Ok(incoming) => incoming,
-        Err(response) => return *response,
-    };
-    let identity = match state.auth.check_headers(&headers) {
+/// Authenticates the request's caller, then executes it as them (401 otherwise).
+async fn execute_as_caller(state: &AppState, headers: &HeaderMap, incoming: gql_http::Incoming) -> Response {
+    let identity = match state.auth.check_headers(headers) {
         Ok(identity) => identity,
         Err(e) => {
             state.metrics.auth_failure(e.reason());
@@ -175,6 +172,14 @@ async fn graphql_post(State(state): State<AppState>, headers: HeaderMap, body: B
         r.data(identity.clone())
     })
     .await
+}
+
+async fn graphql_post(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let incoming = match gql_http::read_post(&headers, &body, &state.http) {
+        Ok(incoming) => incoming,
+        Err(response) => return *response,
+    };
+    execute_as_caller(&state, &headers, incoming).await
 }
 
 async fn graphql_get(
@@ -236,17 +241,7 @@ async fn graphql_get(
         Ok(incoming) => incoming,
         Err(response) => return *response,
     };
-    let identity = match state.auth.check_headers(&headers) {
-        Ok(identity) => identity,
-        Err(e) => {
-            state.metrics.auth_failure(e.reason());
-            return unauthenticated(incoming.response_type, &e);
-        }
-    };
-    gql_http::execute(&state.schema, incoming, &state.metrics, |r| {
-        r.data(identity.clone())
-    })
-    .await
+    execute_as_caller(&state, &headers, incoming).await
 }
 
 async fn graphiql() -> Html<&'static str> {

@@ -350,18 +350,6 @@ async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retenti
     assert_eq!(job(&server, &short).await["phase"], "SUCCEEDED");
 }
 
-async fn metrics(server: &Server) -> String {
-    let response = server.http().get(server.url("/metrics")).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/openmetrics-text")
-    );
-    response.text().await.unwrap()
-}
-
 async fn templates(server: &Server) -> Vec<Value> {
     server
         .gql_ok(
@@ -440,7 +428,7 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
     );
 
     // Metrics say the same, per template.
-    let scraped = metrics(&server).await;
+    let scraped = common::metrics_text(&server).await;
     assert!(
         scraped.contains(
             r#"jobgate_template_available{template="widget",kind="example.jobgate.io/v1 Widget"} 1"#
@@ -491,7 +479,7 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(metrics(&server).await.contains(
+    assert!(common::metrics_text(&server).await.contains(
         r#"jobgate_template_available{template="argo-workflow",kind="argoproj.io/v1alpha1 Workflow"} 1"#
     ));
     // And /readyz never depended on the missing kinds.

@@ -75,7 +75,7 @@ pub fn sdl() -> String {
 
 /// The caller, as the transport authenticated it. Every request carries one; a request
 /// without (a bug) is refused rather than let in.
-fn caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<&'c Identity> {
+pub(crate) fn caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<&'c Identity> {
     ctx.data_opt::<Identity>()
         .ok_or_else(|| error(Code::Unauthenticated, "no identity"))
 }

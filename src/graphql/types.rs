@@ -322,14 +322,11 @@ impl JobObject {
     #[graphql(complexity = "10 * child_complexity")]
     async fn dependencies(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<JobObject>> {
         let service = ctx.data::<JobService>()?;
+        // Only those the caller may see; another tenant's stay invisible.
+        let scope = &crate::graphql::schema::caller(ctx)?.scope;
         let mut jobs = Vec::with_capacity(self.0.spec.depends_on.len());
         for id in &self.0.spec.depends_on {
-            // Only those the caller may see; another tenant's stay invisible.
-            let scope = ctx
-                .data_opt::<crate::auth::Identity>()
-                .map(|i| i.scope.clone())
-                .unwrap_or_else(|| crate::jobs::model::Scope::namespaces(Vec::<String>::new()));
-            if let Some(job) = service.job(id, &scope).await.api()? {
+            if let Some(job) = service.job(id, scope).await.api()? {
                 jobs.push(JobObject(job));
             }
         }

@@ -427,8 +427,8 @@ pub fn parse_metrics(text: &str) -> HashMap<String, f64> {
     samples
 }
 
-/// GETs `/metrics` and parses it.
-pub async fn scrape(server: &Server) -> HashMap<String, f64> {
+/// GETs `/metrics`: OpenMetrics text.
+pub async fn metrics_text(server: &Server) -> String {
     let response = server.http().get(server.url("/metrics")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(
@@ -437,5 +437,10 @@ pub async fn scrape(server: &Server) -> HashMap<String, f64> {
             .unwrap()
             .starts_with("application/openmetrics-text"),
     );
-    parse_metrics(&response.text().await.unwrap())
+    response.text().await.unwrap()
+}
+
+/// GETs `/metrics` and parses it.
+pub async fn scrape(server: &Server) -> HashMap<String, f64> {
+    parse_metrics(&metrics_text(server).await)
 }
