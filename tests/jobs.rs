@@ -703,9 +703,11 @@ async fn kill_9_during_submissions_loses_no_accepted_job() {
     let url = server.url("/graphql");
     let body = json!({"query": "mutation { submitJob(input: {command: [\"true\"]}) { job { id } } }"});
     // Submit continuously from 8 clients; kill -9 the server while they are at it.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let submitters: Vec<_> = (0..8)
         .map(|_| {
             let (client, url, body) = (client.clone(), url.clone(), body.clone());
+            let answered = answered.clone();
             tokio::spawn(async move {
                 let mut accepted = Vec::new();
                 loop {
@@ -716,7 +718,10 @@ async fn kill_9_during_submissions_loses_no_accepted_job() {
                         break;
                     };
                     match value["data"]["submitJob"]["job"]["id"].as_str() {
-                        Some(id) => accepted.push(id.to_owned()),
+                        Some(id) => {
+                            accepted.push(id.to_owned());
+                            answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         None => break,
                     }
                 }
@@ -724,10 +729,15 @@ async fn kill_9_during_submissions_loses_no_accepted_job() {
             })
         })
         .collect();
-    // Let some submissions through, then crash.
-    let mut ws = events_socket(&server, None).await;
-    for _ in 0..30 {
-        ws.recv().await;
+    // Let some submissions be answered, then crash. (Counting answers, not events: events
+    // can run ahead of the answers the clients have read.)
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while answered.load(std::sync::atomic::Ordering::Relaxed) < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "submissions are not being answered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     server.kill9();
     let mut accepted = Vec::new();
