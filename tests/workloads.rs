@@ -154,10 +154,17 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
         widget.metadata.annotations.as_ref().unwrap()["jobgate.io/template"],
         "widget"
     );
-    // Its child, owned by it (and so deleted with it).
+    // Its child, owned by it (and so deleted with it). Children are created after the main
+    // object (their owner reference needs its uid), so wait for it too.
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(cluster.client.clone(), "default");
-    let input = configmaps.get(&format!("{name}-input")).await.unwrap();
+    let child = format!("{name}-input");
+    cluster
+        .until("the Widget's ConfigMap exists", || async {
+            configmaps.get_opt(&child).await.unwrap().is_some()
+        })
+        .await;
+    let input = configmaps.get(&child).await.unwrap();
     assert_eq!(input.data.as_ref().unwrap()["size"], "3");
     assert_eq!(input.metadata.labels.as_ref().unwrap()["jobgate.io/job-id"], id);
     let owner = &input.metadata.owner_references.as_ref().unwrap()[0];

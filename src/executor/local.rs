@@ -229,7 +229,8 @@ impl Executor for LocalExecutor {
         self.start(job)
     }
 
-    async fn cancel(&self, job_id: &str) -> Result<(), ExecutorError> {
+    async fn cancel(&self, job: &Job) -> Result<(), ExecutorError> {
+        let job_id = &job.id;
         let token = self.inner.runners.lock().expect("poisoned").get(job_id).cloned();
         match token {
             Some(token) => token.cancel(),
@@ -240,6 +241,13 @@ impl Executor for LocalExecutor {
                     .expect("poisoned")
                     .insert(job_id.to_owned());
                 self.inner.close_log(job_id);
+                // Runs left by a jobgate that stopped between recording the cancel and
+                // stopping them: their process groups are in the job's last status.
+                let state: RunnerState =
+                    serde_json::from_value(job.workload.executor_state.clone()).unwrap_or_default();
+                for run in &state.runs {
+                    kill_leftover(run);
+                }
             }
         }
         Ok(())

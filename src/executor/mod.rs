@@ -113,9 +113,11 @@ pub trait Executor: Send + Sync + 'static {
     /// happened meanwhile and reports it.
     async fn adopt(&self, job: Arc<Job>) -> Result<(), ExecutorError>;
 
-    /// Stops the job's workload. The job service has already recorded the cancellation; a
-    /// cancel of an unknown or finished job does nothing.
-    async fn cancel(&self, job_id: &str) -> Result<(), ExecutorError>;
+    /// Stops the job's workload, whether or not this process tracks it (the cancel may come
+    /// from before a restart), retrying until it is stopped or the executor shuts down. The
+    /// job service has already recorded the cancellation, and asks again after a restart
+    /// until this returns `Ok`, so it must be idempotent: a workload already gone is stopped.
+    async fn cancel(&self, job: &Job) -> Result<(), ExecutorError>;
 
     /// The last `tail_lines` lines of the job's output.
     async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError>;

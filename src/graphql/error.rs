@@ -84,7 +84,7 @@ impl From<ServiceError> for ApiError {
                 tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
                 error(
                     Code::Unavailable,
-                    "jobgate could not reach its store; retry shortly",
+                    "jobgate could not use its store and changed nothing; retry shortly",
                 )
             }
         })

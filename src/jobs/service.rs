@@ -8,7 +8,14 @@
 //! committed. Nobody is answered before their change is committed.
 //!
 //! It also owns the launcher, which hands accepted jobs to the executor after `submitJob`
-//! has answered (the store's `launched` flag is the outbox), and recovery at start.
+//! has answered (the store's `launched` flag is the outbox), the canceller, which stops the
+//! workloads of cancelled jobs (the store's `pending_cancellations` is its outbox, so a
+//! restart in between does not let a cancelled workload run on), and recovery at start.
+//!
+//! When the store cannot write (a full disk, a deleted or truncated database file), the
+//! writer answers every submit and cancel with an error and changes nothing, keeps the
+//! executors' observations to apply later, marks the store unhealthy (so `/readyz` fails),
+//! and probes it every second until a write succeeds again.
 //!
 //! It must not know about GraphQL or HTTP: callers get domain types and [`ServiceError`].
 
@@ -158,10 +165,15 @@ enum Command {
         reply: oneshot::Sender<Result<Arc<Job>, ServiceError>>,
     },
     Observe(Observation),
-    /// Records what became of launch attempts; answered once committed.
+    /// Records what became of launch attempts; answered whether it was committed.
     Launched {
         outcome: LaunchOutcome,
-        reply: oneshot::Sender<()>,
+        reply: oneshot::Sender<bool>,
+    },
+    /// The workloads of these cancelled jobs are stopped; answered whether it was committed.
+    CancellationsDone {
+        ids: Vec<String>,
+        reply: oneshot::Sender<bool>,
     },
 }
 
@@ -185,6 +197,8 @@ struct Inner {
     /// anyone. Finished jobs are read from the store.
     active: DashMap<String, Arc<Job>>,
     launch_wanted: Notify,
+    /// Wakes the canceller: a cancellation was committed.
+    cancel_wanted: Notify,
     /// Cancelled when shutdown begins: no new commands, no more launches.
     shutdown: CancellationToken,
     /// Cancelled once the executor has stopped: the writer drains its queue and ends.
@@ -221,6 +235,7 @@ impl JobService {
             commands,
             active,
             launch_wanted: Notify::new(),
+            cancel_wanted: Notify::new(),
             shutdown: CancellationToken::new(),
             writer_stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -240,6 +255,7 @@ impl JobService {
         }
         inner.executor.start().await;
         inner.tasks.spawn(launcher(inner.clone()));
+        inner.tasks.spawn(canceller(inner.clone()));
         Ok(Self { inner })
     }
 
@@ -565,6 +581,9 @@ impl JobService {
     }
 }
 
+/// How often the writer checks that the store can write (and, after a failure, probes it).
+const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How many jobs the launcher reads from the outbox at a time.
 const LAUNCH_BATCH: i64 = 64;
 
@@ -625,7 +644,7 @@ async fn launcher(inner: Arc<Inner>) {
                         // before the workload existed, so stop it again now that it does.
                         if let Ok(Some(job)) = inner.store.get_job(&stored.id).await
                             && job.phase == JobPhase::Cancelled
-                            && let Err(e) = inner.executor.cancel(&stored.id).await
+                            && let Err(e) = inner.executor.cancel(&job).await
                         {
                             tracing::error!(job = %stored.id, error = %e, "stopping a job cancelled during its launch failed");
                         }
@@ -657,7 +676,7 @@ async fn launcher(inner: Arc<Inner>) {
                 }
             }
         }
-        let retry = !outcome.delayed.is_empty();
+        let mut retry = !outcome.delayed.is_empty();
         if !outcome.launched.is_empty() || !outcome.rejected.is_empty() || retry {
             // Wait for the marks to be committed, so the next read of the outbox cannot
             // hand the same job over twice.
@@ -667,9 +686,15 @@ async fn launcher(inner: Arc<Inner>) {
                 .send(Command::Launched { outcome, reply })
                 .await
                 .is_err()
-                || committed.await.is_err()
             {
                 return;
+            }
+            match committed.await {
+                Ok(true) => {}
+                // Not recorded (the store cannot write): the jobs are still in the outbox and
+                // are handed over again (launching is idempotent) after a back-off.
+                Ok(false) => retry = true,
+                Err(_) => return,
             }
         }
         if !retry {
@@ -687,6 +712,91 @@ async fn launcher(inner: Arc<Inner>) {
     }
 }
 
+/// How many pending cancellations the canceller reads at a time.
+const CANCEL_BATCH: i64 = 64;
+
+/// Stops the workloads of cancelled jobs, from the store's `pending_cancellations`, and
+/// records each one stopped. A cancellation stays pending across restarts until its workload
+/// is stopped: the executor retries while its cluster is away; a cancel that fails otherwise
+/// is asked again after a back-off.
+async fn canceller(inner: Arc<Inner>) {
+    // Jobs whose cancel is running now, so that a wake-up does not start a second one.
+    let in_flight: Arc<DashMap<String, ()>> = Arc::new(DashMap::new());
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, bool)>();
+    let mut backoff = launch_backoff();
+    let mut retry = false;
+    loop {
+        match inner.store.pending_cancellations(CANCEL_BATCH).await {
+            Ok(jobs) => {
+                for job in jobs {
+                    if in_flight.insert(job.id.clone(), ()).is_some() {
+                        continue;
+                    }
+                    let executor = inner.executor.clone();
+                    let done = done_tx.clone();
+                    let span = tracing::info_span!("cancel", job = %job.id);
+                    inner.tasks.spawn(tracing::Instrument::instrument(
+                        async move {
+                            let stopped = match executor.cancel(&job).await {
+                                Ok(()) => true,
+                                Err(ExecutorError::ShuttingDown) => return,
+                                Err(e) => {
+                                    tracing::error!(error = %e, "stopping a cancelled job's workload failed; will retry");
+                                    false
+                                }
+                            };
+                            let _ = done.send((job.id.clone(), stopped));
+                        },
+                        span,
+                    ));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "canceller cannot read the pending cancellations");
+                retry = true;
+            }
+        }
+        let delay = if retry {
+            backoff.next().unwrap_or(Duration::from_secs(30))
+        } else {
+            backoff = launch_backoff();
+            Duration::ZERO
+        };
+        tokio::select! {
+            _ = inner.shutdown.cancelled() => return,
+            _ = inner.cancel_wanted.notified() => {}
+            _ = tokio::time::sleep(delay), if retry => {}
+            Some(first) = done_rx.recv() => {
+                let mut finished = vec![first];
+                while let Ok(more) = done_rx.try_recv() {
+                    finished.push(more);
+                }
+                let stopped: Vec<String> =
+                    finished.iter().filter(|(_, ok)| *ok).map(|(id, _)| id.clone()).collect();
+                retry = finished.iter().any(|(_, ok)| !ok);
+                let mut recorded = stopped.is_empty();
+                if !stopped.is_empty() {
+                    let (reply, committed) = oneshot::channel();
+                    if inner
+                        .commands
+                        .send(Command::CancellationsDone { ids: stopped, reply })
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    recorded = committed.await.unwrap_or(false);
+                }
+                // Forgotten only once recorded (or failed), so the next read may start them again.
+                for (id, _) in &finished {
+                    in_flight.remove(id);
+                }
+                retry |= !recorded;
+            }
+        }
+    }
+}
+
 struct Writer {
     inner: Arc<Inner>,
     max_batch: usize,
@@ -700,6 +810,11 @@ struct Recorded {
 impl Writer {
     async fn run(self, mut commands: mpsc::Receiver<Command>, mut observations: mpsc::Receiver<Observation>) {
         let mut batch = Vec::with_capacity(self.max_batch);
+        // Observations a failed write could not record, the newest per job, oldest first:
+        // they lead the next batch, so nothing an executor saw is lost to a full disk.
+        let mut deferred: Vec<Observation> = Vec::new();
+        let mut health = tokio::time::interval(HEALTH_CHECK_INTERVAL);
+        health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Wait for the first command; stop once shutdown is requested and nothing is left.
             let first = tokio::select! {
@@ -707,7 +822,15 @@ impl Writer {
                 c = commands.recv() => c,
                 o = observations.recv() => o.map(Command::Observe),
                 _ = self.inner.writer_stop.cancelled() => None,
+                _ = health.tick() => {
+                    if self.check_health().await && !deferred.is_empty() {
+                        let retried = std::mem::take(&mut deferred).into_iter().map(Command::Observe).collect();
+                        self.apply(retried, &mut deferred).await;
+                    }
+                    continue;
+                }
             };
+            batch.extend(std::mem::take(&mut deferred).into_iter().map(Command::Observe));
             let Some(first) = first else {
                 // Finish what was already queued before stopping.
                 commands.close();
@@ -719,7 +842,10 @@ impl Writer {
                     batch.push(Command::Observe(o));
                 }
                 if !batch.is_empty() {
-                    self.apply(std::mem::take(&mut batch)).await;
+                    self.apply(std::mem::take(&mut batch), &mut deferred).await;
+                }
+                for o in &deferred {
+                    tracing::error!(job = %o.job_id, "observation not recorded: the store could not write before jobgate stopped; the executor reconciles the job at the next start");
                 }
                 return;
             };
@@ -736,45 +862,84 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            self.apply(std::mem::take(&mut batch)).await;
+            self.apply(std::mem::take(&mut batch), &mut deferred).await;
         }
     }
 
-    /// Applies a batch in one transaction, retrying a failed commit a few times; then
-    /// publishes and answers.
-    async fn apply(&self, batch: Vec<Command>) {
-        let mut attempt = 0;
-        let mut batch = batch;
-        loop {
-            attempt += 1;
+    /// Checks that the store can write, on a timer: the database file must still be whole,
+    /// and after a failure a probe write must succeed. Returns whether it can.
+    async fn check_health(&self) -> bool {
+        let store = &self.inner.store;
+        let problem = match store.check_files() {
+            Err(e) => Some(e.to_string()),
+            Ok(()) if store.health().is_none() => None,
+            Ok(()) => store.probe_write().await.err().map(|e| e.to_string()),
+        };
+        self.set_health(problem)
+    }
+
+    /// Records whether the store can write, logging each change once; returns whether it can.
+    fn set_health(&self, problem: Option<String>) -> bool {
+        let writable = problem.is_none();
+        if self.inner.store.set_health(problem.clone()) {
+            match problem {
+                Some(why) => tracing::error!(
+                    error = %why,
+                    "the store cannot write: jobgate is not ready, and refuses submissions and cancels (changing nothing) until a write succeeds again"
+                ),
+                None => tracing::info!("the store writes again: jobgate is ready"),
+            }
+        }
+        writable
+    }
+
+    /// Applies a batch in one transaction, then publishes and answers. A failed write is
+    /// tried once more on a fresh connection (the first may have been left in a bad state),
+    /// then every caller is answered with an error, nothing having changed, and the batch's
+    /// observations go to `deferred`.
+    async fn apply(&self, batch: Vec<Command>, deferred: &mut Vec<Observation>) {
+        let store = &self.inner.store;
+        let mut failure = None;
+        for attempt in 1..=2 {
             let started = std::time::Instant::now();
-            let applied = self.try_apply(&batch).await;
+            // Never write into a database file that is gone or cut short: the commit would
+            // succeed, and be lost.
+            let applied = match store.check_files() {
+                Ok(()) => self.try_apply(&batch).await,
+                Err(e) => Err(e),
+            };
             self.inner.metrics.store_op("write", started.elapsed());
             match applied {
-                Ok(outcome) => return self.publish(batch, outcome),
-                Err(e) if attempt < 5 => {
-                    tracing::warn!(error = %e, attempt, "store write failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                Ok(outcome) => {
+                    self.set_health(None);
+                    return self.publish(batch, outcome);
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, commands = batch.len(), "store write failed; commands dropped");
-                    for command in batch.drain(..) {
-                        match command {
-                            Command::Submit { reply, .. } => {
-                                let _ = reply.send(Err(ServiceError::Store(StoreError::Query(
-                                    sqlx::Error::PoolClosed,
-                                ))));
-                            }
-                            Command::Cancel { reply, .. } => {
-                                let _ = reply.send(Err(ServiceError::Store(StoreError::Query(
-                                    sqlx::Error::PoolClosed,
-                                ))));
-                            }
-                            Command::Observe(o) => tracing::error!(job = %o.job_id, "observation lost"),
-                            Command::Launched { .. } => {}
-                        }
+                    tracing::warn!(error = %e, attempt, commands = batch.len(), "store write failed; nothing of it was committed");
+                    let files = matches!(e, StoreError::Files(_));
+                    failure = Some(e.to_string());
+                    if files {
+                        break;
                     }
-                    return;
+                }
+            }
+        }
+        let why = failure.unwrap_or_default();
+        self.set_health(Some(why.clone()));
+        for command in batch {
+            match command {
+                Command::Submit { reply, .. } => {
+                    let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
+                }
+                Command::Cancel { reply, .. } => {
+                    let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
+                }
+                Command::Observe(o) => {
+                    deferred.retain(|d| d.job_id != o.job_id);
+                    deferred.push(o);
+                }
+                Command::Launched { reply, .. } | Command::CancellationsDone { reply, .. } => {
+                    let _ = reply.send(false);
                 }
             }
         }
@@ -917,7 +1082,7 @@ impl Writer {
         // Keys accepted earlier in this batch: key → (fingerprint, job id).
         let mut keys: HashMap<String, (String, String)> = HashMap::new();
         let mut launch = false;
-        let mut cancelled = Vec::new();
+        let mut cancelled = false;
         for command in batch {
             match command {
                 Command::Submit {
@@ -1013,10 +1178,13 @@ impl Writer {
                         answers.push(Answer::Error(ServiceError::NotFound { id: id.clone() }));
                         continue;
                     };
-                    match job.cancel(Utc::now()) {
+                    let now = Utc::now();
+                    match job.cancel(now) {
                         Some(transition) => {
                             Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
-                            cancelled.push(job.id.clone());
+                            // Committed with the cancellation, so it outlives a restart.
+                            tx.request_cancellation(&job.id, now).await?;
+                            cancelled = true;
                             answers.push(Answer::Existing(Arc::new(job.clone())));
                             touched.insert(job.id.clone(), job);
                         }
@@ -1041,6 +1209,12 @@ impl Writer {
                         job.workload = observation.status.clone();
                         tx.save_job(&job).await?;
                         touched.insert(job.id.clone(), job);
+                    }
+                }
+                Command::CancellationsDone { ids, .. } => {
+                    answers.push(Answer::None);
+                    for id in ids {
+                        tx.cancellation_done(id).await?;
                     }
                 }
                 Command::Launched { outcome, .. } => {
@@ -1134,19 +1308,14 @@ impl Writer {
                 (Command::Cancel { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
                 }
-                (Command::Launched { reply, .. }, _) => {
-                    let _ = reply.send(());
+                (Command::Launched { reply, .. } | Command::CancellationsDone { reply, .. }, _) => {
+                    let _ = reply.send(true);
                 }
                 _ => {}
             }
         }
-        for id in cancelled {
-            let executor = inner.executor.clone();
-            inner.tasks.spawn(async move {
-                if let Err(e) = executor.cancel(&id).await {
-                    tracing::error!(job = %id, error = %e, "stopping a cancelled job failed");
-                }
-            });
+        if cancelled {
+            inner.cancel_wanted.notify_one();
         }
         if launch {
             inner.launch_wanted.notify_one();
@@ -1166,5 +1335,6 @@ struct Outcome {
     recorded: Vec<Recorded>,
     answers: Vec<Answer>,
     launch: bool,
-    cancelled: Vec<String>,
+    /// Whether the batch cancelled a job (the canceller has work).
+    cancelled: bool,
 }

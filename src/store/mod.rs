@@ -1,18 +1,32 @@
 //! The durable store: jobs and their status history in SQLite, through sqlx.
 //!
-//! It owns the schema (migrations under `migrations/`), the connection pool and every SQL
+//! It owns the schema (migrations under `migrations/`), the connections and every SQL
 //! statement. Writes go through [`StoreTx`], one transaction for a batch of changes, so that
 //! a job and its event land together or not at all. It knows nothing of GraphQL, executors
 //! or broadcasting: callers decide what to write and when to tell anyone.
+//!
+//! A commit that returned `Ok` is durable; nothing else is. Writes use one connection of
+//! their own, outside the readers' pool, and a write that fails in any way closes it: after a
+//! failed `COMMIT` (a full disk) SQLite may already have rolled the transaction back, and a
+//! connection whose idea of its transaction differs from SQLite's would turn the next
+//! "commit" into the release of a savepoint inside a transaction that never commits, so the
+//! next batch starts on a fresh connection. [`Store::check_files`] notices a database file
+//! that was deleted, replaced or truncated under us, where writes would "succeed" into a
+//! file nobody will read again.
 
+use std::io::Read as _;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions as _, Connection as _, Row, SqlitePool};
+use tokio::sync::OwnedMutexGuard;
 
 use crate::jobs::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
 
@@ -34,6 +48,12 @@ pub enum StoreError {
     Query(#[from] sqlx::Error),
     #[error("stored job is unreadable: {0}")]
     Corrupt(#[from] serde_json::Error),
+    /// A write failed (its cause, as text, for every caller of the batch).
+    #[error("writing to the store failed: {0}")]
+    Write(String),
+    /// The database file is not the one we opened, or not whole: writing would be lost.
+    #[error("{0}")]
+    Files(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -46,10 +66,20 @@ pub enum Durability {
     Normal,
 }
 
-/// A handle to the store; cloning it is cheap (it is a pool).
+/// A handle to the store; cloning it is cheap.
 #[derive(Clone, Debug)]
 pub struct Store {
+    /// Readers' connections.
     pool: SqlitePool,
+    /// The one write connection, `None` after a failed write until the next transaction
+    /// opens a fresh one. Whoever holds the lock is the only writer.
+    writer: Arc<tokio::sync::Mutex<Option<SqliteConnection>>>,
+    options: SqliteConnectOptions,
+    /// The database file as opened: its path and (device, inode).
+    db_path: PathBuf,
+    db_identity: (u64, u64),
+    /// Why writes cannot be made now, `None` while they can (see [`Store::health`]).
+    health: Arc<Mutex<Option<String>>>,
     /// An exclusive lock on `jobgate.lock`, held while the store is open: two jobgates on one
     /// data directory would each think they own its jobs. The OS releases it if we die.
     _lock: Arc<std::fs::File>,
@@ -128,34 +158,126 @@ impl Store {
             .busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(StoreError::Open)?;
         sqlx::migrate!("./migrations").run(&pool).await?;
+        let db_path = data_dir.join("jobgate.db");
+        let meta = std::fs::metadata(&db_path).map_err(|source| StoreError::Lock {
+            path: db_path.clone(),
+            source,
+        })?;
         Ok(Self {
             pool,
+            writer: Arc::new(tokio::sync::Mutex::new(None)),
+            options,
+            db_identity: (meta.dev(), meta.ino()),
+            db_path,
+            health: Arc::new(Mutex::new(None)),
             _lock: Arc::new(lock),
         })
     }
 
-    /// Whether the database answers.
+    /// Whether the database answers reads and takes writes.
     pub async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+        self.health().is_none() && sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    /// Why the store cannot take writes now, or `None` when it can: the last write or write
+    /// probe failed, or the database file is not whole. Set and cleared by the writer (see
+    /// [`Store::set_health`]), read by readiness.
+    pub fn health(&self) -> Option<String> {
+        self.health.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records whether writes work; returns whether that changed.
+    pub fn set_health(&self, problem: Option<String>) -> bool {
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = *health != problem;
+        *health = problem;
+        changed
     }
 
     pub async fn close(&self) {
+        if let Some(conn) = self.writer.lock().await.take() {
+            let _ = conn.close().await;
+        }
         self.pool.close().await;
     }
 
-    /// Starts a write transaction. SQLite allows one writer at a time; callers batch.
+    /// Whether the database file is still the one we opened, and whole: not deleted (with
+    /// its data directory, say), replaced, or truncated. Cheap (a stat and a 100-byte read),
+    /// so the writer asks before every commit and on a timer.
+    pub fn check_files(&self) -> Result<()> {
+        let path = &self.db_path;
+        let meta = std::fs::metadata(path).map_err(|e| {
+            StoreError::Files(format!(
+                "the database file {} is gone ({e}); was the data directory deleted? Writes are refused until it is back; restart jobgate after restoring it",
+                path.display()
+            ))
+        })?;
+        if (meta.dev(), meta.ino()) != self.db_identity {
+            return Err(StoreError::Files(format!(
+                "the database file {} was replaced by another file; writes are refused; restart jobgate",
+                path.display()
+            )));
+        }
+        let mut header = [0u8; 100];
+        let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut header));
+        if read.is_err() || !header.starts_with(b"SQLite format 3\0") {
+            return Err(StoreError::Files(format!(
+                "the database file {} was truncated or overwritten ({} bytes, no SQLite header); writes are refused; restore it and restart jobgate",
+                path.display(),
+                meta.len()
+            )));
+        }
+        // The header's page count is valid when its change counter matches the
+        // version-valid-for number; a checkpoint writes both, page 1 first. The writer runs
+        // every checkpoint itself and never asks during one.
+        let word =
+            |at: usize| u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+        let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+            1 => 65536,
+            n => u64::from(n),
+        };
+        let size = u64::from(word(28)) * page_size;
+        if word(24) == word(92) && size > meta.len() {
+            return Err(StoreError::Files(format!(
+                "the database file {} was truncated: {} bytes where its header counts {size}; writes are refused; restore it and restart jobgate",
+                path.display(),
+                meta.len(),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts a write transaction on the write connection (opening a fresh one if the last
+    /// write failed). SQLite allows one writer at a time; callers batch.
     pub async fn begin(&self) -> Result<StoreTx> {
-        let mut tx = self.pool.begin().await?;
-        // Take the write lock now rather than on the first write, so that a batch never
-        // fails half-way with SQLITE_BUSY on lock upgrade.
-        sqlx::query("UPDATE jobs SET seq = seq WHERE 0")
-            .execute(&mut *tx)
-            .await?;
-        Ok(StoreTx { tx })
+        let mut slot = self.writer.clone().lock_owned().await;
+        let mut conn = match slot.take() {
+            Some(conn) => conn,
+            None => self.options.connect().await?,
+        };
+        // IMMEDIATE takes the write lock now rather than on the first write, so that a batch
+        // never fails half-way with SQLITE_BUSY on lock upgrade. On failure the connection
+        // is dropped, which closes it (SQLite rolls back whatever it had open).
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await?;
+        Ok(StoreTx { conn, slot })
+    }
+
+    /// A write that proves the database takes commits again (after a full disk, say): it
+    /// rewrites the one row of `store_probe`, so it needs room like any commit.
+    pub async fn probe_write(&self) -> Result<()> {
+        self.check_files()?;
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO store_probe (id, at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at = excluded.at",
+        )
+        .bind(Utc::now().to_rfc3339())
+        .execute(&mut tx.conn)
+        .await?;
+        tx.commit().await
     }
 
     pub async fn get_job(&self, id: &str) -> Result<Option<Job>> {
@@ -245,7 +367,7 @@ impl Store {
             "SELECT count(*) FROM jobs WHERE namespace = ? AND phase IN ('PENDING', 'RUNNING')",
         )
         .bind(namespace)
-        .fetch_one(&mut *tx.tx)
+        .fetch_one(&mut tx.conn)
         .await?)
     }
 
@@ -357,6 +479,18 @@ impl Store {
             .collect()
     }
 
+    /// Cancelled jobs whose workload is still to be stopped, oldest request first.
+    pub async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>> {
+        let rows = sqlx::query(
+            "SELECT j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
+             ORDER BY c.requested_at, c.job_id LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
+    }
+
     /// Jobs accepted but not yet handed to the executor, oldest first.
     pub async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>> {
         let rows = sqlx::query("SELECT body FROM jobs WHERE launched = 0 ORDER BY seq LIMIT ?")
@@ -367,9 +501,12 @@ impl Store {
     }
 }
 
-/// One write transaction. Dropping it without [`StoreTx::commit`] rolls everything back.
+/// One write transaction. Dropping it without a successful [`StoreTx::commit`] rolls
+/// everything back and closes the write connection, so the next one starts clean.
 pub struct StoreTx {
-    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    conn: SqliteConnection,
+    /// Where the connection goes back after a successful commit.
+    slot: OwnedMutexGuard<Option<SqliteConnection>>,
 }
 
 /// An accepted job found by its idempotency key.
@@ -383,7 +520,7 @@ impl StoreTx {
     pub async fn get_job(&mut self, id: &str) -> Result<Option<Job>> {
         let row = sqlx::query("SELECT body FROM jobs WHERE id = ?")
             .bind(id)
-            .fetch_optional(&mut *self.tx)
+            .fetch_optional(&mut self.conn)
             .await?;
         row.map(|r| decode_job(r.get("body"))).transpose()
     }
@@ -397,7 +534,7 @@ impl StoreTx {
     ) -> Result<Option<KeyedJob>> {
         let row = sqlx::query("SELECT body, fingerprint FROM jobs WHERE idempotency_key = ?")
             .bind(scoped_key(submitter, key))
-            .fetch_optional(&mut *self.tx)
+            .fetch_optional(&mut self.conn)
             .await?;
         row.map(|r| {
             Ok(KeyedJob {
@@ -426,7 +563,7 @@ impl StoreTx {
         )
         .bind(fingerprint)
         .bind(serde_json::to_string(job)?)
-        .execute(&mut *self.tx)
+        .execute(&mut self.conn)
         .await?;
         Ok(())
     }
@@ -442,7 +579,7 @@ impl StoreTx {
         // The snapshot is written with the seq it is about to get; SQLite assigns
         // AUTOINCREMENT keys as max(seq)+1 within this exclusive transaction.
         let seq: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) + 1 FROM events")
-            .fetch_one(&mut *self.tx)
+            .fetch_one(&mut self.conn)
             .await?;
         let seq = seq.max(self.sequence_floor().await?);
         let mut snapshot = job.clone();
@@ -459,7 +596,7 @@ impl StoreTx {
         .bind(&transition.reason)
         .bind(&transition.message)
         .bind(serde_json::to_string(&snapshot)?)
-        .execute(&mut *self.tx)
+        .execute(&mut self.conn)
         .await?;
         Ok(seq)
     }
@@ -468,7 +605,7 @@ impl StoreTx {
     /// cursor is never reused even after rows are deleted.
     async fn sequence_floor(&mut self) -> Result<i64> {
         let used: Option<i64> = sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-            .fetch_optional(&mut *self.tx)
+            .fetch_optional(&mut self.conn)
             .await?;
         Ok(used.unwrap_or(0) + 1)
     }
@@ -478,7 +615,7 @@ impl StoreTx {
             .bind(job.phase.as_str())
             .bind(serde_json::to_string(job)?)
             .bind(&job.id)
-            .execute(&mut *self.tx)
+            .execute(&mut self.conn)
             .await?;
         Ok(())
     }
@@ -488,7 +625,7 @@ impl StoreTx {
     pub async fn hold(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
         sqlx::query("UPDATE jobs SET launched = -1 WHERE id = ?")
             .bind(id)
-            .execute(&mut *self.tx)
+            .execute(&mut self.conn)
             .await?;
         self.add_dependencies(id, depends_on).await
     }
@@ -499,7 +636,7 @@ impl StoreTx {
             sqlx::query("INSERT OR IGNORE INTO job_dependencies (job_id, depends_on) VALUES (?, ?)")
                 .bind(id)
                 .bind(dependency)
-                .execute(&mut *self.tx)
+                .execute(&mut self.conn)
                 .await?;
         }
         Ok(())
@@ -509,7 +646,7 @@ impl StoreTx {
     pub async fn release(&mut self, id: &str) -> Result<()> {
         sqlx::query("UPDATE jobs SET launched = 0 WHERE id = ? AND launched = -1")
             .bind(id)
-            .execute(&mut *self.tx)
+            .execute(&mut self.conn)
             .await?;
         Ok(())
     }
@@ -519,21 +656,45 @@ impl StoreTx {
         Ok(
             sqlx::query_scalar("SELECT job_id FROM job_dependencies WHERE depends_on = ? ORDER BY job_id")
                 .bind(id)
-                .fetch_all(&mut *self.tx)
+                .fetch_all(&mut self.conn)
                 .await?,
         )
+    }
+
+    /// Records that the cancelled job's workload must be stopped, in the transaction that
+    /// records the cancellation: it survives a restart until [`StoreTx::cancellation_done`].
+    pub async fn request_cancellation(&mut self, id: &str, at: DateTime<Utc>) -> Result<()> {
+        sqlx::query("INSERT OR IGNORE INTO pending_cancellations (job_id, requested_at) VALUES (?, ?)")
+            .bind(id)
+            .bind(at.to_rfc3339())
+            .execute(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// The cancelled job's workload is stopped.
+    pub async fn cancellation_done(&mut self, id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM pending_cancellations WHERE job_id = ?")
+            .bind(id)
+            .execute(&mut self.conn)
+            .await?;
+        Ok(())
     }
 
     pub async fn mark_launched(&mut self, id: &str) -> Result<()> {
         sqlx::query("UPDATE jobs SET launched = 1 WHERE id = ?")
             .bind(id)
-            .execute(&mut *self.tx)
+            .execute(&mut self.conn)
             .await?;
         Ok(())
     }
 
+    /// Commits. `Ok` means durable; on any error nothing was committed and the connection
+    /// is closed rather than reused.
     pub async fn commit(self) -> Result<()> {
-        self.tx.commit().await?;
+        let StoreTx { mut conn, mut slot } = self;
+        sqlx::query("COMMIT").execute(&mut conn).await?;
+        *slot = Some(conn);
         Ok(())
     }
 }

@@ -372,8 +372,7 @@ impl KubeExecutor {
                     t.confirmed_epoch = Some(epoch);
                 }
                 if inner.cancelled_while_creating.remove(&job.id).is_some() {
-                    self.track(job, Some(epoch));
-                    return self.cancel(&job.id).await;
+                    return self.cancel(job).await;
                 }
                 Ok(())
             }
@@ -1014,8 +1013,7 @@ impl Executor for KubeExecutor {
                 }
                 if inner.cancelled_while_creating.remove(&job.id).is_some() {
                     // Cancelled while being created: the cancel found nothing to delete yet.
-                    self.track(&job, Some(epoch));
-                    return self.cancel(&job.id).await;
+                    return self.cancel(&job).await;
                 }
                 // The watch reports it too; this only saves waiting for it.
                 inner.on_job(created).await;
@@ -1066,25 +1064,31 @@ impl Executor for KubeExecutor {
         }
     }
 
-    async fn cancel(&self, job_id: &str) -> Result<(), ExecutorError> {
+    async fn cancel(&self, job: &Job) -> Result<(), ExecutorError> {
         let inner = &self.inner;
-        let (namespace, decoding, ttl_seconds) = match inner.tracked.remove(job_id) {
-            Some((_, t)) => {
-                if t.confirmed_epoch.is_none() {
-                    // Its create is in flight: the launch deletes the Job once it exists.
-                    inner.cancelled_while_creating.insert(job_id.to_owned(), ());
-                }
-                (t.namespace, t.decoding, t.ttl_seconds)
-            }
-            None => return Ok(()), // not launched, or already finished
-        };
+        let job_id = &job.id;
+        // Untracked first, so the deletion is not reported as a vanished workload.
+        if let Some((_, t)) = inner.tracked.remove(job_id)
+            && t.confirmed_epoch.is_none()
+        {
+            // Its create is in flight: the launch deletes the Job once it exists.
+            inner.cancelled_while_creating.insert(job_id.to_owned(), ());
+        }
         inner.pods.remove(job_id);
-        if let Some(d) = decoding {
+        // The job, not the tracking, says where its workload is: after a restart a cancelled
+        // job is tracked by no one, and its workload must still be stopped (a workload never
+        // created answers 404, which is stopped too).
+        let namespace = &job.spec.namespace;
+        if let Some((template, kind)) = inner.kind_of(&job.spec.template) {
+            let ttl_seconds = job
+                .spec
+                .ttl_seconds_after_finished
+                .or(inner.config.manifest.ttl_seconds_after_finished);
             return inner
-                .cancel_workload(job_id, &namespace, &d.template, &d.kind, ttl_seconds)
+                .cancel_workload(job_id, namespace, &template, &kind, ttl_seconds)
                 .await;
         }
-        let api = inner.jobs_api(&namespace);
+        let api = inner.jobs_api(namespace);
         let name = workload_name(job_id);
         // Retried until it lands: a cancelled job must not keep running in the cluster.
         let mut delays = backon::BackoffBuilder::build(
@@ -1101,7 +1105,7 @@ impl Executor for KubeExecutor {
                     let uid = deleted.left().and_then(|job| job.metadata.uid);
                     let message = format!("jobgate job {job_id} was cancelled; its Job is deleted");
                     inner
-                        .record_event(&namespace, &name, uid, "Cancelled", &message)
+                        .record_event(namespace, &name, uid, "Cancelled", &message)
                         .await;
                     return Ok(());
                 }

@@ -1,0 +1,185 @@
+//! What jobgate answers when its store cannot write: a full disk, a deleted data directory,
+//! a truncated database file. A success answer must mean durable; a failed write must answer
+//! an error and change nothing; jobgate must go unready while it cannot write, say why in its
+//! log, and (for a full disk) recover by itself once there is room again.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, SmallDisk, WAIT};
+use serde_json::{Value, json};
+
+const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
+
+/// Submits a job named `name`; its id, or the error's code.
+async fn try_submit(server: &Server, name: &str) -> Result<String, String> {
+    let body = server
+        .gql(SUBMIT, json!({"input": {"name": name, "command": ["true"]}}))
+        .await;
+    match body["data"]["submitJob"]["job"]["id"].as_str() {
+        Some(id) => Ok(id.to_owned()),
+        None => Err(body["errors"][0]["extensions"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("neither a job nor a coded error: {body}"))
+            .to_owned()),
+    }
+}
+
+async fn readyz(server: &Server) -> u16 {
+    server
+        .http()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Waits until /readyz answers `status`.
+async fn until_ready_is(server: &Server, status: u16) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while readyz(server).await != status {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz never answered {status}; log:\n{}",
+            server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every job's name, as jobgate lists them.
+async fn names(server: &Server) -> Vec<String> {
+    let data = server
+        .gql_ok("{ jobs(first: 500) { edges { node { name } } } }", json!({}))
+        .await;
+    let mut names: Vec<String> = data["jobs"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_restart() {
+    let Some(disk) = SmallDisk::or_skip("4m") else {
+        return;
+    };
+    let mut server = Server::start_on(&disk, &[]).await;
+    let first = try_submit(&server, "before").await.expect("accepted");
+    server.wait_phase(&first, "SUCCEEDED").await;
+    let mut accepted = vec!["before".to_owned()];
+
+    disk.fill();
+    // The write-ahead log may still hold room for a few commits: those are accepted, and
+    // must be durable. Then the store is full, and every submission is refused.
+    let mut refused = Vec::new();
+    for i in 0..500 {
+        let name = format!("full-{i:03}");
+        match try_submit(&server, &name).await {
+            Ok(_) => accepted.push(name),
+            Err(code) => {
+                assert_eq!(code, "UNAVAILABLE");
+                refused.push(name);
+                if refused.len() == 5 {
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(refused.len(), 5, "a full disk never refused a submission");
+    assert_eq!(readyz(&server).await, 503, "unready while the store cannot write");
+    assert!(
+        server.log_text().contains("the store cannot write"),
+        "the log says why: {}",
+        server.log_text()
+    );
+    // Nothing refused was created.
+    assert_eq!(names(&server).await, accepted);
+
+    // Room again: jobgate notices by itself, with no restart and no request.
+    disk.free();
+    until_ready_is(&server, 200).await;
+    let after = try_submit(&server, "after")
+        .await
+        .expect("accepted once there is room");
+    server.wait_phase(&after, "SUCCEEDED").await;
+    accepted.push("after".to_owned());
+    accepted.sort();
+
+    // Everything answered with success survives kill -9; nothing refused appears.
+    server.kill9();
+    let server = server.start_again(&[]).await;
+    assert_eq!(names(&server).await, accepted);
+}
+
+#[tokio::test]
+async fn a_deleted_data_directory_makes_jobgate_unready_and_refuse_writes() {
+    let server = Server::start(&[]).await;
+    let id = try_submit(&server, "kept").await.expect("accepted");
+    server.wait_phase(&id, "SUCCEEDED").await;
+    std::fs::remove_dir_all(&server.data_dir).unwrap();
+    // Noticed on the writer's timer, with no request.
+    until_ready_is(&server, 503).await;
+    assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
+    let log = server.log_text();
+    assert!(log.contains("is gone"), "the log says why: {log}");
+    // Reads still answer from the open database.
+    assert_eq!(names(&server).await, ["kept"]);
+}
+
+#[tokio::test]
+async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
+    let server = Server::start(&[]).await;
+    let id = try_submit(&server, "kept").await.expect("accepted");
+    server.wait_phase(&id, "SUCCEEDED").await;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(server.data_dir.join("jobgate.db"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // The next write is refused, before the timer has looked.
+    assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
+    assert_eq!(readyz(&server).await, 503);
+    let log = server.log_text();
+    assert!(log.contains("was truncated"), "the log says why: {log}");
+}
+
+#[tokio::test]
+async fn a_cancel_refused_by_a_full_disk_changes_nothing() {
+    let Some(disk) = SmallDisk::or_skip("4m") else {
+        return;
+    };
+    let server = Server::start_on(&disk, &[]).await;
+    let body = server
+        .gql(
+            SUBMIT,
+            json!({"input": {"name": "long", "command": ["sleep", "600"]}}),
+        )
+        .await;
+    let id = body["data"]["submitJob"]["job"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.wait_phase(&id, "RUNNING").await;
+    disk.fill();
+    // Fill what the write-ahead log still has room for, then cancel.
+    while try_submit(&server, "filler").await.is_ok() {}
+    let cancel = "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }";
+    let refused: Value = server.gql(cancel, json!({"id": id})).await;
+    assert_eq!(
+        refused["errors"][0]["extensions"]["code"], "UNAVAILABLE",
+        "{refused}"
+    );
+    assert_eq!(server.job(&id).await["phase"], "RUNNING");
+    disk.free();
+    until_ready_is(&server, 200).await;
+    let done = server.gql(cancel, json!({"id": id})).await;
+    assert_eq!(done["data"]["cancelJob"]["job"]["phase"], "CANCELLED", "{done}");
+}
