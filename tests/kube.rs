@@ -976,6 +976,48 @@ async fn a_foreign_job_under_our_name_fails_the_job_loudly() {
 }
 
 #[tokio::test]
+async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_restart() {
+    let cluster = Cluster::start().await;
+    let mut server = cluster.jobgate(&[]).await;
+    let id = server
+        .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
+        .await;
+    server.wait_phase(&id, "RUNNING").await;
+    let name = format!("jobgate-{id}");
+    cluster.emu.go_down().await;
+    let data = server
+        .gql_ok(
+            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
+            json!({"id": id}),
+        )
+        .await;
+    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    // jobgate dies before the API server is back: only what it stored can stop the Job now.
+    server.kill9();
+    cluster.emu.come_up().await.unwrap();
+    assert!(
+        cluster.jobs().get_opt(&name).await.unwrap().is_some(),
+        "the Job outlived the first jobgate"
+    );
+    let server = server.start_again(&cluster.args(&[])).await;
+    cluster
+        .until(
+            "the cancelled job's Job is deleted by the restarted jobgate",
+            || async { cluster.jobs().get_opt(&name).await.unwrap().is_none() },
+        )
+        .await;
+    // Its pods never get to finish the work.
+    cluster.emu.simulation().open_gate("held");
+    assert_eq!(job(&server, &id).await["phase"], "CANCELLED");
+    cluster
+        .until("its pods are deleted", || async {
+            let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
+            cluster.pods().list(&lp).await.unwrap().items.is_empty()
+        })
+        .await;
+}
+
+#[tokio::test]
 async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&[]).await;
