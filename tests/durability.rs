@@ -129,8 +129,6 @@ async fn a_deleted_data_directory_makes_jobgate_unready_and_refuse_writes() {
     assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
     let log = server.log_text();
     assert!(log.contains("is gone"), "the log says why: {log}");
-    // Reads still answer from the open database.
-    assert_eq!(names(&server).await, ["kept"]);
 }
 
 #[tokio::test]
@@ -149,6 +147,24 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
     assert_eq!(readyz(&server).await, 503);
     let log = server.log_text();
     assert!(log.contains("was truncated"), "the log says why: {log}");
+
+    // Cut short but with its header: the header's page count tells.
+    let server = Server::start(&[]).await;
+    let id = try_submit(&server, "kept").await.expect("accepted");
+    server.wait_phase(&id, "SUCCEEDED").await;
+    let db = server.data_dir.join("jobgate.db");
+    let len = std::fs::metadata(&db).unwrap().len();
+    assert!(len > 4096, "a database of more than one page: {len} bytes");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
+    assert_eq!(readyz(&server).await, 503);
+    let log = server.log_text();
+    assert!(log.contains("where its header counts"), "the log says why: {log}");
 }
 
 #[tokio::test]

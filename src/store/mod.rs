@@ -162,6 +162,12 @@ impl Store {
             .await
             .map_err(StoreError::Open)?;
         sqlx::migrate!("./migrations").run(&pool).await?;
+        // Finish any checkpoint a crash interrupted, so that the database file is as long as
+        // its header says from now on (`check_files` relies on it; we are the only process
+        // on this data directory, by the lock above).
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&pool)
+            .await?;
         let db_path = data_dir.join("jobgate.db");
         let meta = std::fs::metadata(&db_path).map_err(|source| StoreError::Lock {
             path: db_path.clone(),

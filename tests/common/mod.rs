@@ -289,7 +289,13 @@ impl Server {
         )
         .await;
         loop {
-            let msg = ws.recv().await;
+            let Some(msg) = ws.recv_within(WAIT).await else {
+                let job = self.job(id).await;
+                panic!(
+                    "job {id} did not reach {phase} within {WAIT:?}; it is {job}; jobgate's log:\n{}",
+                    self.log_text()
+                );
+            };
             assert_eq!(msg["type"], "next", "jobStatus ended before {phase}: {msg}");
             if msg["payload"]["data"]["jobStatus"]["phase"] == phase {
                 return;
@@ -384,16 +390,23 @@ impl GqlWs {
 
     /// The next protocol message (control frames are skipped); panics on close.
     pub async fn recv(&mut self) -> Value {
+        self.recv_within(WAIT)
+            .await
+            .expect("no message within the wait limit")
+    }
+
+    /// The next protocol message within `limit`, or `None`; panics on close.
+    pub async fn recv_within(&mut self, limit: Duration) -> Option<Value> {
         // One deadline for the message, however many keepalive pings arrive meanwhile.
-        let deadline = tokio::time::Instant::now() + WAIT;
+        let deadline = tokio::time::Instant::now() + limit;
         loop {
             let frame = tokio::time::timeout_at(deadline, self.ws.next())
                 .await
-                .expect("no message within the wait limit")
+                .ok()?
                 .expect("socket ended")
                 .expect("socket error");
             match frame {
-                Message::Text(t) => return serde_json::from_str(t.as_str()).expect("JSON message"),
+                Message::Text(t) => return Some(serde_json::from_str(t.as_str()).expect("JSON message")),
                 Message::Close(c) => panic!("socket closed: {c:?}"),
                 _ => continue,
             }
