@@ -94,11 +94,7 @@ async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_resta
     }
     assert_eq!(refused.len(), 5, "a full disk never refused a submission");
     assert_eq!(readyz(&server).await, 503, "unready while the store cannot write");
-    assert!(
-        server.log_text().contains("the store cannot write"),
-        "the log says why: {}",
-        server.log_text()
-    );
+    server.wait_log("the store cannot write").await;
     // Nothing refused was created.
     assert_eq!(names(&server).await, accepted);
 
@@ -127,8 +123,7 @@ async fn a_deleted_data_directory_makes_jobgate_unready_and_refuse_writes() {
     // Noticed on the writer's timer, with no request.
     until_ready_is(&server, 503).await;
     assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
-    let log = server.log_text();
-    assert!(log.contains("is gone"), "the log says why: {log}");
+    server.wait_log("is gone").await;
 }
 
 #[tokio::test]
@@ -145,8 +140,7 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
     // The next write is refused, before the timer has looked.
     assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
     assert_eq!(readyz(&server).await, 503);
-    let log = server.log_text();
-    assert!(log.contains("was truncated"), "the log says why: {log}");
+    server.wait_log("was truncated").await;
 
     // Cut short but with its header: the header's page count tells.
     let server = Server::start(&[]).await;
@@ -163,8 +157,7 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
         .unwrap();
     assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
     assert_eq!(readyz(&server).await, 503);
-    let log = server.log_text();
-    assert!(log.contains("where its header counts"), "the log says why: {log}");
+    server.wait_log("where its header counts").await;
 }
 
 #[tokio::test]

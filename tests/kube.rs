@@ -41,6 +41,10 @@ async fn job(server: &Server, id: &str) -> Value {
 }
 
 /// Every status event of `id` from its first: (phase, reason), through jobStatus.
+/// The job's phase changes, (phase, reason), once it has finished: followed through
+/// `jobStatus` until it completes, then read from the recorded history, which holds the
+/// phases a subscription that started late would not see (a fast job may be done before
+/// the subscription starts).
 async fn status_events(server: &Server, id: &str) -> Vec<(String, Option<String>)> {
     let mut ws = GqlWs::connect(server).await;
     ws.subscribe(
@@ -49,22 +53,43 @@ async fn status_events(server: &Server, id: &str) -> Vec<(String, Option<String>
         json!({"id": id}),
     )
     .await;
-    let mut seen = Vec::new();
+    let mut last = None;
     loop {
         let msg = ws.recv().await;
         match msg["type"].as_str() {
             Some("next") => {
                 let e = &msg["payload"]["data"]["jobStatus"];
                 assert!(e.is_object(), "{msg}");
-                seen.push((
-                    e["phase"].as_str().unwrap().to_owned(),
-                    e["reason"].as_str().map(str::to_owned),
-                ));
+                last = Some(e["phase"].as_str().unwrap().to_owned());
             }
-            Some("complete") => return seen,
+            Some("complete") => break,
             _ => panic!("unexpected {msg}"),
         }
     }
+    let data = server
+        .gql_ok(
+            "query($id: ID!) { job(id: $id) { events(last: 1000) { phase previousPhase reason } } }",
+            json!({"id": id}),
+        )
+        .await;
+    let history: Vec<(String, Option<String>)> = data["job"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["phase"] != e["previousPhase"])
+        .map(|e| {
+            (
+                e["phase"].as_str().unwrap().to_owned(),
+                e["reason"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(
+        history.last().map(|e| &e.0),
+        last.as_ref(),
+        "jobStatus ended on the last recorded phase"
+    );
+    history
 }
 
 fn reason_of(job: &Value, type_: &str) -> Option<String> {

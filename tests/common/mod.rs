@@ -328,6 +328,20 @@ impl Server {
             .unwrap()
     }
 
+    /// Waits until jobgate's log has a line containing `needle` (its log is read from a pipe
+    /// by a thread of ours, so a line written before an answer may be read after it).
+    pub async fn wait_log(&self, needle: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.log_text().contains(needle) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "jobgate's log never said {needle:?}:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn log_text(&self) -> String {
         self.logs.lock().unwrap().join("\n")
     }
