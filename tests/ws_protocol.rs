@@ -211,22 +211,32 @@ async fn close_4400_for_malformed_messages() {
             .await;
         client.expect_close(4400).await;
     }
-    // A binary frame that is not UTF-8.
-    let mut client = Client::acked(&server).await;
-    client.ws.send(Message::binary(vec![0xc3, 0x28])).await.unwrap();
-    client.expect_close(4400).await;
 }
 
+/// Messages are JSON text; a binary frame is not one, whatever it holds (issue 12.7).
 #[tokio::test]
-async fn binary_frames_holding_json_are_accepted() {
+async fn binary_frames_get_4400_whatever_they_hold() {
     let server = Server::start(&[]).await;
-    let mut client = Client::connect(&server).await;
-    client
-        .ws
-        .send(Message::binary(br#"{"type":"connection_init"}"#.to_vec()))
-        .await
-        .unwrap();
-    client.expect(json!({"type": "connection_ack"})).await;
+    let frames: [Vec<u8>; 3] = [
+        br#"{"type":"connection_init"}"#.to_vec(),
+        br#"{"type":"ping"}"#.to_vec(),
+        vec![0xc3, 0x28],
+    ];
+    for frame in frames {
+        // Before the ack and after it.
+        for acked in [false, true] {
+            let mut client = if acked {
+                Client::acked(&server).await
+            } else {
+                Client::connect(&server).await
+            };
+            client.ws.send(Message::binary(frame.clone())).await.unwrap();
+            assert_eq!(
+                client.expect_close(4400).await,
+                "Invalid message received: binary frames are not allowed"
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use serde_json::Value;
 
-use crate::graphql::error::fill_codes;
+use crate::graphql::error::{deadline_exceeded, fill_codes};
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind};
 
 pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
@@ -44,6 +44,8 @@ impl ResponseType {
 pub struct HttpOptions {
     pub allow_batch: bool,
     pub max_batch: usize,
+    /// Longest one request of a batch may execute (zero: no limit); see `execute`.
+    pub request_timeout: std::time::Duration,
 }
 
 /// Picks the response type from the Accept header; `None` means 406.
@@ -255,9 +257,15 @@ fn not_acceptable() -> HttpResponse {
 }
 
 /// Executes what [`read_post`] or [`read_get`] accepted and answers with the right status.
+///
+/// Each request may execute for at most `timeout` (zero: no limit); one that runs longer is
+/// dropped where it waits and answered `DEADLINE_EXCEEDED`. Execution runs inside this future
+/// (async-graphql spawns nothing), so when the client goes away and hyper drops the handler,
+/// the work stops with it.
 pub async fn execute<E: Executor>(
     executor: &E,
     incoming: Incoming,
+    timeout: std::time::Duration,
     metrics: &crate::metrics::Metrics,
     session: impl Fn(Request) -> Request,
 ) -> HttpResponse {
@@ -303,7 +311,20 @@ pub async fn execute<E: Executor>(
         let flag = Arc::new(PreExecFailed::default());
         let request = session(request.data(flag.clone()));
         let started = std::time::Instant::now();
-        let response = executor.execute(request).await;
+        let response = if timeout.is_zero() {
+            executor.execute(request).await
+        } else {
+            match tokio::time::timeout(timeout, executor.execute(request)).await {
+                Ok(response) => response,
+                Err(_) => {
+                    tracing::warn!(
+                        timeout_ms = timeout.as_millis() as u64,
+                        "request stopped at its time limit"
+                    );
+                    Response::from_errors(vec![deadline_exceeded(timeout)])
+                }
+            }
+        };
         if let Ok(kind) = kind {
             metrics.graphql_request(kind.as_str(), started.elapsed());
         }

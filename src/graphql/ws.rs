@@ -87,6 +87,14 @@ const MAX_CLOSE_REASON: usize = 123;
 /// the client's receive buffer before it read it.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+/// The close reason for a binary frame. The reference server (`ws` adapter) happens to turn
+/// any frame into a string, but the protocol's messages are text and the graphql-ws client
+/// only sends text, so a binary frame is something else talking to us. 4400 rather than
+/// WebSocket's own 1003 (Unsupported Data): every other message we cannot take is 4400, and
+/// graphql-ws treats both as fatal, so a client sees one code for "not a message of this
+/// protocol".
+const BINARY_REFUSED: &str = "Invalid message received: binary frames are not allowed";
+
 /// Longest timer period used (about 30 years, as tokio caps `sleep`).
 const MAX_TIMER: Duration = Duration::from_secs(86_400 * 365 * 30);
 
@@ -120,6 +128,10 @@ pub struct WsConfig {
     /// Capacity, in frames, of each of the two outgoing queues (see the module docs). A full
     /// control queue closes the socket with 1013. Zero is treated as one.
     pub outgoing_queue: usize,
+    /// Longest a query or mutation may execute before it is stopped and answered with
+    /// `next` carrying a `DEADLINE_EXCEEDED` error, then `complete`. Subscriptions are not
+    /// bounded. Zero disables.
+    pub request_timeout: Duration,
 }
 
 impl Default for WsConfig {
@@ -133,6 +145,7 @@ impl Default for WsConfig {
             max_subscriptions: 100,
             idle_timeout: Duration::ZERO,
             outgoing_queue: 32,
+            request_timeout: Duration::ZERO,
             metrics: crate::metrics::Metrics::new(),
         }
     }
@@ -284,6 +297,7 @@ async fn run<E: Executor>(
         generation: 0,
         metrics: metrics.clone(),
         max_subscriptions: config.max_subscriptions,
+        request_timeout: config.request_timeout,
     };
     let exit = if protocol_ok {
         conn.serve(&mut stream, &config, &shutdown).await
@@ -339,6 +353,7 @@ struct Connection<E> {
     generation: u64,
     metrics: Arc<crate::metrics::Metrics>,
     max_subscriptions: usize,
+    request_timeout: Duration,
 }
 
 impl<E: Executor> Connection<E> {
@@ -428,18 +443,13 @@ impl<E: Executor> Connection<E> {
                         idle_since = Instant::now();
                         self.on_text(text.as_str())
                     }
-                    // The reference turns any frame into a string, so UTF-8 JSON in a binary
-                    // frame is accepted too.
-                    Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                        Ok(text) => {
-                            idle_since = Instant::now();
-                            self.on_text(text)
-                        }
-                        Err(_) => Some(Exit::close(
-                            4400,
-                            "Invalid message received: binary frame is not UTF-8",
-                        )),
-                    },
+                    // graphql-transport-ws messages are JSON text; a binary frame is not a
+                    // message of the protocol, so it gets the protocol's 4400 like any other
+                    // invalid message (see `BINARY_REFUSED`).
+                    Some(Ok(Message::Binary(_))) => {
+                        debug!("binary frame");
+                        Some(Exit::close(4400, BINARY_REFUSED))
+                    }
                 },
             };
             if let Some(exit) = exit {
@@ -565,6 +575,7 @@ impl<E: Executor> Connection<E> {
                 flag,
                 self.data.clone(),
                 self.metrics.clone(),
+                self.request_timeout,
             )
             .instrument(span),
         );
@@ -703,11 +714,31 @@ async fn run_operation(
     flag: Arc<PreExecFailed>,
     out: mpsc::Sender<Out>,
     metrics: Arc<crate::metrics::Metrics>,
+    timeout: Duration,
 ) -> OpDone {
     let started = Instant::now();
+    // A query or mutation yields once; its whole execution is bounded. (A client `complete`
+    // aborts a query at once; a mutation is left to finish, within this bound too.)
+    let deadline =
+        (kind != OperationKind::Subscription && !timeout.is_zero()).then(|| started + timeout.min(MAX_TIMER));
     let mut first = true;
     let frame = loop {
-        let Some(response) = stream.next().await else {
+        let item = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(item) => item,
+                Err(_) => {
+                    warn!(
+                        timeout_ms = timeout.as_millis() as u64,
+                        "operation stopped at its time limit"
+                    );
+                    metrics.graphql_request(kind.as_str(), started.elapsed());
+                    let response = Response::from_errors(vec![super::error::deadline_exceeded(timeout)]);
+                    break Out::Pair(next_frame(&id, &response), complete_frame(&id));
+                }
+            },
+            None => stream.next().await,
+        };
+        let Some(response) = item else {
             // The source ended: a subscription is complete. (A query always yields once.)
             break Out::Text(complete_frame(&id));
         };
@@ -1497,23 +1528,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn binary_frame_with_json_is_accepted() {
+    async fn binary_frames_get_4400_even_when_they_hold_json() {
         let server = TestServer::default().await;
-        let mut client = server.connect().await;
-        client
-            .ws
-            .send(tungstenite::Message::binary(
-                br#"{"type":"connection_init"}"#.to_vec(),
-            ))
-            .await
-            .unwrap();
-        client.expect(json!({"type": "connection_ack"})).await;
-        client
-            .ws
-            .send(tungstenite::Message::binary(vec![0xff, 0xfe]))
-            .await
-            .unwrap();
-        client.expect_close(4400).await;
+        for frame in [br#"{"type":"connection_init"}"#.to_vec(), vec![0xff, 0xfe]] {
+            let mut client = server.connect().await;
+            client.ws.send(tungstenite::Message::binary(frame)).await.unwrap();
+            assert_eq!(client.expect_close(4400).await, BINARY_REFUSED);
+        }
     }
 
     #[tokio::test]
@@ -1932,6 +1953,7 @@ mod tests {
             generation: 0,
             metrics: crate::metrics::Metrics::new(),
             max_subscriptions: 0,
+            request_timeout: Duration::ZERO,
         };
         assert!(conn.send_control(Out::Ping).is_none());
         assert!(matches!(conn.send_control(Out::Ping), Some(Exit::Close(1013, _))));
