@@ -107,8 +107,9 @@ pub struct WsConfig {
     /// Time allowed between the upgrade and the arrival of `connection_init` (4408 after it).
     /// Only the arrival counts: a slow init hook does not trigger it. Zero disables the check.
     pub init_timeout: Duration,
-    /// Period of the keepalive ping frames. A socket that sent no pong frame between two ticks
-    /// is dropped without a close frame (the client sees 1006 and reconnects). Zero disables.
+    /// Period of the keepalive ping frames. A socket that sent no pong frame echoing the last
+    /// ping between two ticks is dropped without a close frame (the client sees 1006 and
+    /// reconnects); unasked pong frames do not count. Zero disables.
     pub keepalive_interval: Duration,
     /// Largest message accepted from the client; tungstenite fails the read of a larger one
     /// and the socket is closed with 1009.
@@ -229,8 +230,8 @@ enum Out {
     /// A single-result operation's `next` and `complete`, in one queue slot so that the one
     /// permit its task reserved covers both.
     Pair(String, String),
-    /// A WebSocket ping frame (keepalive).
-    Ping,
+    /// A WebSocket ping frame (keepalive) with this payload, which the pong must echo.
+    Ping([u8; 8]),
 }
 
 enum Phase {
@@ -392,7 +393,13 @@ impl<E: Executor> Connection<E> {
             interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
             interval
         });
-        let mut awaiting_pong = false;
+        // The payload of the ping frame not yet answered. Only a pong frame carrying it counts:
+        // RFC 6455 lets a peer send pong frames unasked (a one-way heartbeat), and a peer that
+        // stopped reading could otherwise keep its socket, and every buffer behind it, forever
+        // with them. A peer that reads nothing never sees our ping (it sits behind the data
+        // the peer did not read), so it cannot answer it, and is dropped at the next tick.
+        let mut awaiting_pong: Option<[u8; 8]> = None;
+        let mut pings: u64 = 0;
         let idle_timeout = config.idle_timeout.min(MAX_TIMER);
         let mut idle_since = Instant::now();
 
@@ -416,12 +423,14 @@ impl<E: Executor> Connection<E> {
                     self.on_op_done(joined)
                 }
                 () = tick(&mut keepalive) => {
-                    if awaiting_pong {
-                        debug!("no pong frame since the last keepalive ping; dropping the socket");
+                    if awaiting_pong.is_some() {
+                        debug!("no pong frame for the last keepalive ping; dropping the socket");
                         Some(Exit::Terminate)
                     } else {
-                        awaiting_pong = true;
-                        self.send_control(Out::Ping)
+                        pings += 1;
+                        let payload = pings.to_be_bytes();
+                        awaiting_pong = Some(payload);
+                        self.send_control(Out::Ping(payload))
                     }
                 }
                 // The writer stopped (the socket failed while writing): nothing more can be sent.
@@ -431,8 +440,10 @@ impl<E: Executor> Connection<E> {
                     Some(Err(e)) => Some(read_error_exit(&e)),
                     // tungstenite has queued the close reply; the writer flushes it.
                     Some(Ok(Message::Close(_))) => Some(Exit::Quiet),
-                    Some(Ok(Message::Pong(_))) => {
-                        awaiting_pong = false;
+                    Some(Ok(Message::Pong(payload))) => {
+                        if awaiting_pong.is_some_and(|p| payload[..] == p[..]) {
+                            awaiting_pong = None;
+                        }
                         None
                     }
                     // tungstenite answers ping frames by itself on the next read or write.
@@ -1030,7 +1041,7 @@ async fn feed(sink: &mut SplitSink<WebSocket, Message>, out: Out) -> Result<(), 
             sink.feed(Message::text(first)).await?;
             sink.feed(Message::text(second)).await
         }
-        Out::Ping => sink.feed(Message::Ping(Default::default())).await,
+        Out::Ping(payload) => sink.feed(Message::Ping(payload.to_vec().into())).await,
     }
 }
 
@@ -1955,8 +1966,11 @@ mod tests {
             max_subscriptions: 0,
             request_timeout: Duration::ZERO,
         };
-        assert!(conn.send_control(Out::Ping).is_none());
-        assert!(matches!(conn.send_control(Out::Ping), Some(Exit::Close(1013, _))));
+        assert!(conn.send_control(Out::Ping([0; 8])).is_none());
+        assert!(matches!(
+            conn.send_control(Out::Ping([0; 8])),
+            Some(Exit::Close(1013, _))
+        ));
     }
 
     // --- keepalive -------------------------------------------------------------------------
