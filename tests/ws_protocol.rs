@@ -239,6 +239,42 @@ async fn binary_frames_get_4400_whatever_they_hold() {
     }
 }
 
+/// A message over --ws-max-message-bytes gets 1009 whether it comes in one frame or in many
+/// small continuation frames (issue 12.7: the fragmented one lost its TCP connection instead).
+#[tokio::test]
+async fn close_1009_for_an_oversized_message_in_one_frame_or_many() {
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    let server = Server::start(&["--ws-max-message-bytes", "4096", "--ws-max-frame-bytes", "1024"]).await;
+    // One frame, over the frame limit.
+    let mut client = Client::acked(&server).await;
+    client.send_text(&"x".repeat(2000)).await;
+    assert_eq!(client.expect_close(1009).await, "Message too big");
+    // A text message of 64 frames of 512 bytes, each within the frame limit.
+    for frames in [64, 1000] {
+        let mut client = Client::acked(&server).await;
+        let chunk = vec![b' '; 512];
+        for i in 0..frames {
+            let opcode = if i == 0 {
+                OpCode::Data(Data::Text)
+            } else {
+                OpCode::Data(Data::Continue)
+            };
+            let frame = Frame::message(chunk.clone(), opcode, i == frames - 1);
+            // The server may close (and stop reading) before the last frames go out.
+            if client.ws.feed(Message::Frame(frame)).await.is_err() {
+                break;
+            }
+        }
+        let _ = client.ws.flush().await;
+        assert_eq!(
+            client.expect_close(1009).await,
+            "Message too big",
+            "{frames} frames"
+        );
+    }
+}
+
 #[tokio::test]
 async fn close_4401_for_subscribe_before_ack() {
     let server = Server::start(&[]).await;

@@ -209,6 +209,14 @@ pub fn upgrade<E: Executor>(
 enum Exit {
     /// Send this close frame, then wait for the client's reply.
     Close(u16, Cow<'static, str>),
+    /// Send this close frame after a read error (an over-size message, a protocol error):
+    /// tungstenite reads nothing more after one, so the client's reply cannot be awaited.
+    /// The socket is held for [`CLOSE_GRACE`] after the frame is written instead of dropped
+    /// at once: the client may still be sending (the rest of a fragmented message), and
+    /// closing a socket with unread input makes the kernel send RST, which can destroy the
+    /// close frame before the client reads it (it does on some systems), leaving the client
+    /// with a reset instead of 1009.
+    CloseUnread(u16, Cow<'static, str>),
     /// Drop the socket without a close frame (keepalive failure: the peer is presumed dead,
     /// and a close frame would only sit in a full buffer).
     Terminate,
@@ -308,10 +316,16 @@ async fn run<E: Executor>(
     };
     debug!(?exit, "connection ending");
 
+    let mut hold = false;
     let wait_for_reply = match exit {
         Exit::Close(code, reason) => {
             let _ = close_tx.send((code, reason));
             true
+        }
+        Exit::CloseUnread(code, reason) => {
+            let _ = close_tx.send((code, reason));
+            hold = true;
+            false
         }
         Exit::Terminate => {
             writer.abort();
@@ -341,6 +355,11 @@ async fn run<E: Executor>(
         .await;
     }
     let _ = writer.await;
+    if hold {
+        // See Exit::CloseUnread. Bounded, and the gauges already count the socket as gone.
+        tokio::time::sleep(CLOSE_GRACE).await;
+    }
+    drop(stream);
 }
 
 struct Connection<E> {
@@ -707,9 +726,9 @@ fn read_error_exit(e: &axum::Error) -> Exit {
     // tungstenite's error type is not ours to name; its message for an oversized message is
     // "Space limit exceeded: Message too long: …".
     if e.to_string().contains("Space limit exceeded") {
-        Exit::close(1009, "Message too big")
+        Exit::CloseUnread(1009, "Message too big".into())
     } else {
-        Exit::close(1002, "WebSocket protocol error")
+        Exit::CloseUnread(1002, "WebSocket protocol error".into())
     }
 }
 
