@@ -705,11 +705,10 @@ async fn peer_that_stops_reading_is_dropped(heartbeat: bool) {
     // answers a ping. With `heartbeat`, it sends pong frames of its own, often.
     let (mut sink, mut stream) = client.ws.split();
     let beating = tokio::spawn(async move {
-        while heartbeat {
-            if sink.send(Message::Pong(b"beat".to_vec().into())).await.is_err() {
-                break;
+        if heartbeat {
+            while sink.send(Message::Pong(b"beat".to_vec().into())).await.is_ok() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     });
     // Each job's events carry 32 KiB of args; submit until the server lets the socket go.
@@ -731,15 +730,7 @@ async fn peer_that_stops_reading_is_dropped(heartbeat: bool) {
         gauges(&common::scrape(&server).await)
     );
     // Reading again drains what the kernel held, then meets the end of the connection.
-    let ended = tokio::time::timeout(WAIT, async {
-        loop {
-            match stream.next().await {
-                Some(Ok(_)) => continue,
-                Some(Err(_)) | None => break,
-            }
-        }
-    })
-    .await;
+    let ended = tokio::time::timeout(WAIT, async { while let Some(Ok(_)) = stream.next().await {} }).await;
     assert!(ended.is_ok(), "the TCP connection is still open");
     beating.abort();
 }

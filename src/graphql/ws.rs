@@ -603,9 +603,11 @@ impl<E: Executor> Connection<E> {
                 kind,
                 stream,
                 flag,
-                self.data.clone(),
-                self.metrics.clone(),
-                self.request_timeout,
+                OpEnv {
+                    out: self.data.clone(),
+                    metrics: self.metrics.clone(),
+                    timeout: self.request_timeout,
+                },
             )
             .instrument(span),
         );
@@ -735,6 +737,15 @@ fn read_error_exit(e: &axum::Error) -> Exit {
 // ---------------------------------------------------------------------------------------------
 // Operations
 
+/// What every operation of a connection shares.
+struct OpEnv {
+    /// The data queue.
+    out: mpsc::Sender<Out>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// The time limit of a query or mutation (zero: none).
+    timeout: Duration,
+}
+
 /// Runs one operation to its end and returns its terminal frame (see [`OpDone`]).
 async fn run_operation(
     id: String,
@@ -742,10 +753,13 @@ async fn run_operation(
     kind: OperationKind,
     mut stream: BoxStream<'static, Response>,
     flag: Arc<PreExecFailed>,
-    out: mpsc::Sender<Out>,
-    metrics: Arc<crate::metrics::Metrics>,
-    timeout: Duration,
+    env: OpEnv,
 ) -> OpDone {
+    let OpEnv {
+        out,
+        metrics,
+        timeout,
+    } = env;
     let started = Instant::now();
     // A query or mutation yields once; its whole execution is bounded. (A client `complete`
     // aborts a query at once; a mutation is left to finish, within this bound too.)
