@@ -4,8 +4,9 @@
 //! else is 415), `application/graphql-response+json` answers when the client accepts them
 //! (request errors are then 400) and `application/json` otherwise (always 200 for a
 //! well-formed request), 406 for an Accept header we cannot satisfy, 400 for malformed
-//! bodies, 405 for a mutation over GET, and batching only when enabled. Executing is the
-//! schema's business; this module never interprets a query beyond its operation type.
+//! bodies, 405 for a mutation over GET, and batching only when enabled, and the time limit
+//! of each request (`DEADLINE_EXCEEDED`). Executing is the schema's business; this module
+//! never interprets a query beyond its operation type.
 
 use std::sync::Arc;
 
