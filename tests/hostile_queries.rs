@@ -278,3 +278,67 @@ async fn a_request_past_its_time_limit_is_stopped_with_deadline_exceeded() {
         "{event}"
     );
 }
+
+/// A client that goes away stops its request: hyper drops the handler's future when the
+/// connection closes, and execution runs inside it (nothing is spawned), so the store stops
+/// being asked. (What kept running after the client left in issue 12.1 was work that never
+/// waits, which no drop can interrupt; the selection limit refuses that before it starts.)
+#[tokio::test]
+async fn a_request_stops_when_its_client_disconnects() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start(&[
+        "--request-timeout-ms",
+        "0",
+        "--max-query-selections",
+        "0",
+        "--max-query-complexity",
+        "0",
+    ])
+    .await;
+    // 2^15 store reads, each one `list` operation in the metrics.
+    let query = doubling(15, "jobs(first: 1) { totalCount }");
+    let reads = 1u32 << 15;
+    let lists = |m: &std::collections::HashMap<String, f64>| {
+        m.get("jobgate_store_operation_duration_seconds_count{op=\"list\"}")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    // A: on a raw connection, dropped as soon as the store works for it.
+    let body = json!({ "query": query }).to_string();
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    tcp.write_all(
+        format!(
+            "POST /graphql HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            server.addr,
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(WAIT, async {
+        while lists(&common::scrape(&server).await) == 0.0 {}
+    })
+    .await
+    .expect("the request never reached the store");
+    drop(tcp);
+    let at_drop = lists(&common::scrape(&server).await);
+    assert!(
+        at_drop < f64::from(reads) / 2.0,
+        "A was nearly done already: {at_drop}"
+    );
+    // B: the same request, answered. The store serves waiters in order, so had A gone on,
+    // all of A's reads would be done before B's last one.
+    let (status, body) = post(&server, json!({ "query": query })).await;
+    assert_eq!(
+        (status, &body["data"]["jobs"]["totalCount"]),
+        (200, &json!(0)),
+        "{body}"
+    );
+    let since_drop = lists(&common::scrape(&server).await) - at_drop;
+    assert!(
+        since_drop < f64::from(reads) * 1.5,
+        "{since_drop} reads since A's client left: A went on"
+    );
+}
