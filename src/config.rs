@@ -128,17 +128,29 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
 
-    /// Deepest selection a query may make.
+    /// Deepest selection a query may make (fragments expanded); 0 for no limit.
     #[arg(long, env = "JOBGATE_MAX_QUERY_DEPTH", default_value_t = 16)]
     pub max_query_depth: usize,
 
-    /// Highest complexity (fields selected, weighted) a query may have.
+    /// Highest complexity (fields selected, weighted, fragments expanded) a query may have;
+    /// 0 for no limit.
     #[arg(long, env = "JOBGATE_MAX_QUERY_COMPLEXITY", default_value_t = 2_000)]
     pub max_query_complexity: usize,
 
     /// Most aliases a query may use.
     #[arg(long, env = "JOBGATE_MAX_ALIASES", default_value_t = 30)]
     pub max_aliases: usize,
+
+    /// Most selections (fields, fragment spreads, inline fragments) a query may make once
+    /// its fragment spreads are expanded, checked before anything else, so a small query
+    /// that expands exponentially never runs; 0 for no limit.
+    #[arg(long, env = "JOBGATE_MAX_QUERY_SELECTIONS", default_value_t = 2_000)]
+    pub max_query_selections: usize,
+
+    /// Longest a query or mutation may execute, over HTTP or as a single-result WebSocket
+    /// operation, in milliseconds; it then answers DEADLINE_EXCEEDED. 0 for no limit.
+    #[arg(long, env = "JOBGATE_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
 
     /// Accept batched HTTP requests (a JSON array of requests).
     #[arg(long, env = "JOBGATE_ALLOW_BATCH")]
@@ -573,6 +585,7 @@ impl Config {
             max_depth: self.max_query_depth,
             max_complexity: self.max_query_complexity,
             max_aliases: self.max_aliases,
+            max_selections: self.max_query_selections,
             introspection: !self.disable_introspection,
             suggestions: !self.disable_suggestions,
         }
@@ -582,6 +595,7 @@ impl Config {
         HttpOptions {
             allow_batch: self.allow_batch,
             max_batch: self.max_batch,
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
         }
     }
 
@@ -594,6 +608,7 @@ impl Config {
             read_buffer_bytes: usize::try_from(self.ws_read_buffer_bytes).unwrap_or(usize::MAX),
             max_subscriptions: self.ws_max_subscriptions,
             idle_timeout: Duration::from_secs(self.ws_idle_timeout_secs),
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
             metrics,
             ..WsConfig::default()
         }

@@ -168,9 +168,13 @@ async fn execute_as_caller(state: &AppState, headers: &HeaderMap, incoming: gql_
             return unauthenticated(incoming.response_type, &e);
         }
     };
-    gql_http::execute(&state.schema, incoming, &state.metrics, |r| {
-        r.data(identity.clone())
-    })
+    gql_http::execute(
+        &state.schema,
+        incoming,
+        state.http.request_timeout,
+        &state.metrics,
+        |r| r.data(identity.clone()),
+    )
     .await
 }
 

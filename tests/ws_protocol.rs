@@ -211,22 +211,68 @@ async fn close_4400_for_malformed_messages() {
             .await;
         client.expect_close(4400).await;
     }
-    // A binary frame that is not UTF-8.
-    let mut client = Client::acked(&server).await;
-    client.ws.send(Message::binary(vec![0xc3, 0x28])).await.unwrap();
-    client.expect_close(4400).await;
 }
 
+/// Messages are JSON text; a binary frame is not one, whatever it holds (issue 12.7).
 #[tokio::test]
-async fn binary_frames_holding_json_are_accepted() {
+async fn binary_frames_get_4400_whatever_they_hold() {
     let server = Server::start(&[]).await;
-    let mut client = Client::connect(&server).await;
-    client
-        .ws
-        .send(Message::binary(br#"{"type":"connection_init"}"#.to_vec()))
-        .await
-        .unwrap();
-    client.expect(json!({"type": "connection_ack"})).await;
+    let frames: [Vec<u8>; 3] = [
+        br#"{"type":"connection_init"}"#.to_vec(),
+        br#"{"type":"ping"}"#.to_vec(),
+        vec![0xc3, 0x28],
+    ];
+    for frame in frames {
+        // Before the ack and after it.
+        for acked in [false, true] {
+            let mut client = if acked {
+                Client::acked(&server).await
+            } else {
+                Client::connect(&server).await
+            };
+            client.ws.send(Message::binary(frame.clone())).await.unwrap();
+            assert_eq!(
+                client.expect_close(4400).await,
+                "Invalid message received: binary frames are not allowed"
+            );
+        }
+    }
+}
+
+/// A message over --ws-max-message-bytes gets 1009 whether it comes in one frame or in many
+/// small continuation frames (issue 12.7: the fragmented one lost its TCP connection instead).
+#[tokio::test]
+async fn close_1009_for_an_oversized_message_in_one_frame_or_many() {
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    let server = Server::start(&["--ws-max-message-bytes", "4096", "--ws-max-frame-bytes", "1024"]).await;
+    // One frame, over the frame limit.
+    let mut client = Client::acked(&server).await;
+    client.send_text(&"x".repeat(2000)).await;
+    assert_eq!(client.expect_close(1009).await, "Message too big");
+    // A text message of 64 frames of 512 bytes, each within the frame limit.
+    for frames in [64, 1000] {
+        let mut client = Client::acked(&server).await;
+        let chunk = vec![b' '; 512];
+        for i in 0..frames {
+            let opcode = if i == 0 {
+                OpCode::Data(Data::Text)
+            } else {
+                OpCode::Data(Data::Continue)
+            };
+            let frame = Frame::message(chunk.clone(), opcode, i == frames - 1);
+            // The server may close (and stop reading) before the last frames go out.
+            if client.ws.feed(Message::Frame(frame)).await.is_err() {
+                break;
+            }
+        }
+        let _ = client.ws.flush().await;
+        assert_eq!(
+            client.expect_close(1009).await,
+            "Message too big",
+            "{frames} frames"
+        );
+    }
 }
 
 #[tokio::test]
@@ -597,6 +643,96 @@ async fn keepalive_drops_a_peer_that_never_answers() {
     assert!(opcodes.contains(&0x9), "no ping frame: {opcodes:?}");
     // Dropped like `terminate()`: no close frame.
     assert!(!opcodes.contains(&0x8), "a close frame was sent: {opcodes:?}");
+}
+
+/// Issue 15 / 12.6: a peer that subscribes, then stops reading (and so never sees, let alone
+/// answers, our pings) while events keep coming, so that every buffer between us fills, is
+/// dropped after the keepalive period, and its socket and subscription are freed.
+#[tokio::test]
+async fn keepalive_drops_a_peer_that_stops_reading_while_events_flow() {
+    peer_that_stops_reading_is_dropped(false).await;
+}
+
+/// The same peer sending pong frames unasked (RFC 6455 allows them as a one-way heartbeat):
+/// they answer no ping of ours and must not keep the socket open. (Before, each reset the
+/// keepalive, and only the control queue filling with one unanswered ping per period, 32 of
+/// them, closed the socket: 80 s at this period, past the wait limit.)
+#[tokio::test]
+async fn keepalive_ignores_unasked_pong_frames_from_a_peer_that_stops_reading() {
+    peer_that_stops_reading_is_dropped(true).await;
+}
+
+async fn peer_that_stops_reading_is_dropped(heartbeat: bool) {
+    let keepalive_ms = if heartbeat { "2500" } else { "200" };
+    let server = Server::start(&["--ws-keepalive-ms", keepalive_ms]).await;
+    // A small receive buffer, so that the server's writes block soon.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(server.addr).await.unwrap();
+    let mut request = server.ws_url().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", PROTOCOL.parse().unwrap());
+    let (ws, _) = tokio::time::timeout(
+        WAIT,
+        tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(tcp)),
+    )
+    .await
+    .expect("connect timed out")
+    .expect("websocket connect");
+    let mut client = Client {
+        ws,
+        protocol: Some(PROTOCOL.to_owned()),
+    };
+    client.send(json!({"type": "connection_init"})).await;
+    client.expect(json!({"type": "connection_ack"})).await;
+    client
+        .subscribe(
+            "events",
+            "subscription { jobEvents { cursor job { id spec { args } } } }",
+            json!({}),
+        )
+        .await;
+    client.expect_alive().await;
+    let gauges = |m: &std::collections::HashMap<String, f64>| {
+        (
+            m.get("jobgate_websocket_connections").copied(),
+            m.get("jobgate_active_subscriptions").copied(),
+        )
+    };
+    assert_eq!(gauges(&common::scrape(&server).await), (Some(1.0), Some(1.0)));
+    // From here on the client reads nothing: no message, no ping frame, so no pong frame
+    // answers a ping. With `heartbeat`, it sends pong frames of its own, often.
+    let (mut sink, mut stream) = client.ws.split();
+    let beating = tokio::spawn(async move {
+        if heartbeat {
+            while sink.send(Message::Pong(b"beat".to_vec().into())).await.is_ok() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    });
+    // Each job's events carry 32 KiB of args; submit until the server lets the socket go.
+    let big = "x".repeat(32 << 10);
+    let freed = tokio::time::timeout(WAIT, async {
+        loop {
+            for _ in 0..5 {
+                server.submit(json!({"command": ["true"], "args": [big]})).await;
+            }
+            if gauges(&common::scrape(&server).await) == (Some(0.0), Some(0.0)) {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        freed.is_ok(),
+        "the server kept a peer that stopped reading: {:?}",
+        gauges(&common::scrape(&server).await)
+    );
+    // Reading again drains what the kernel held, then meets the end of the connection.
+    let ended = tokio::time::timeout(WAIT, async { while let Some(Ok(_)) = stream.next().await {} }).await;
+    assert!(ended.is_ok(), "the TCP connection is still open");
+    beating.abort();
 }
 
 /// A client text frame (clients must mask) with a payload under 126 bytes.

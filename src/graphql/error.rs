@@ -28,6 +28,10 @@ pub enum Code {
     QuotaExceeded,
     /// A per-connection cap (subscriptions on one WebSocket).
     LimitExceeded,
+    /// The request ran longer than `--request-timeout-ms` and was stopped. A mutation may
+    /// still have taken effect (a submission the store already accepted stays); retry it with
+    /// the same `idempotencyKey`.
+    DeadlineExceeded,
 }
 
 impl Code {
@@ -42,6 +46,7 @@ impl Code {
             Code::RateLimited => "RATE_LIMITED",
             Code::QuotaExceeded => "QUOTA_EXCEEDED",
             Code::LimitExceeded => "LIMIT_EXCEEDED",
+            Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
         }
     }
 }
@@ -49,6 +54,23 @@ impl Code {
 /// A GraphQL error with a code and, for bad input, the offending field.
 pub fn error(code: Code, message: impl Into<String>) -> async_graphql::Error {
     async_graphql::Error::new(message).extend_with(|_, e| e.set("code", code.as_str()))
+}
+
+/// The `DEADLINE_EXCEEDED` error a transport answers when a query or mutation ran longer
+/// than its time limit and was stopped.
+pub fn deadline_exceeded(limit: std::time::Duration) -> ServerError {
+    let mut error = ServerError::new(
+        format!(
+            "the request ran longer than {} ms and was stopped",
+            limit.as_millis()
+        ),
+        None,
+    );
+    error
+        .extensions
+        .get_or_insert_with(Default::default)
+        .set("code", Code::DeadlineExceeded.as_str());
+    error
 }
 
 /// A `RATE_LIMITED` error saying when to try again.

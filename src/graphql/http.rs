@@ -4,8 +4,9 @@
 //! else is 415), `application/graphql-response+json` answers when the client accepts them
 //! (request errors are then 400) and `application/json` otherwise (always 200 for a
 //! well-formed request), 406 for an Accept header we cannot satisfy, 400 for malformed
-//! bodies, 405 for a mutation over GET, and batching only when enabled. Executing is the
-//! schema's business; this module never interprets a query beyond its operation type.
+//! bodies, 405 for a mutation over GET, and batching only when enabled, and the time limit
+//! of each request (`DEADLINE_EXCEEDED`). Executing is the schema's business; this module
+//! never interprets a query beyond its operation type.
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use serde_json::Value;
 
-use crate::graphql::error::fill_codes;
+use crate::graphql::error::{deadline_exceeded, fill_codes};
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind};
 
 pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
@@ -44,6 +45,8 @@ impl ResponseType {
 pub struct HttpOptions {
     pub allow_batch: bool,
     pub max_batch: usize,
+    /// Longest one request of a batch may execute (zero: no limit); see `execute`.
+    pub request_timeout: std::time::Duration,
 }
 
 /// Picks the response type from the Accept header; `None` means 406.
@@ -255,9 +258,15 @@ fn not_acceptable() -> HttpResponse {
 }
 
 /// Executes what [`read_post`] or [`read_get`] accepted and answers with the right status.
+///
+/// Each request may execute for at most `timeout` (zero: no limit); one that runs longer is
+/// dropped where it waits and answered `DEADLINE_EXCEEDED`. Execution runs inside this future
+/// (async-graphql spawns nothing), so when the client goes away and hyper drops the handler,
+/// the work stops with it.
 pub async fn execute<E: Executor>(
     executor: &E,
     incoming: Incoming,
+    timeout: std::time::Duration,
     metrics: &crate::metrics::Metrics,
     session: impl Fn(Request) -> Request,
 ) -> HttpResponse {
@@ -303,7 +312,20 @@ pub async fn execute<E: Executor>(
         let flag = Arc::new(PreExecFailed::default());
         let request = session(request.data(flag.clone()));
         let started = std::time::Instant::now();
-        let response = executor.execute(request).await;
+        let response = if timeout.is_zero() {
+            executor.execute(request).await
+        } else {
+            match tokio::time::timeout(timeout, executor.execute(request)).await {
+                Ok(response) => response,
+                Err(_) => {
+                    tracing::warn!(
+                        timeout_ms = timeout.as_millis() as u64,
+                        "request stopped at its time limit"
+                    );
+                    Response::from_errors(vec![deadline_exceeded(timeout)])
+                }
+            }
+        };
         if let Ok(kind) = kind {
             metrics.graphql_request(kind.as_str(), started.elapsed());
         }

@@ -10,9 +10,10 @@
 //! - [`PreExecutionFlag`] and [`PreExecFailed`]: `Schema::execute_stream*` reports parse and
 //!   validation failures (including depth, complexity, recursion and directive limits) as an
 //!   ordinary `Response` with errors, indistinguishable from a resolver error by shape. The
-//!   extension marks the request's [`PreExecFailed`] when its `parse_query` or `validation`
-//!   hook fails, so a transport can answer with graphql-transport-ws `error` (or HTTP 400)
-//!   instead of an execution result.
+//!   extension marks the request's [`PreExecFailed`] when its `prepare_request`, `parse_query`
+//!   or `validation` hook fails (the first covers refusals by later extensions made before
+//!   parsing, such as the shape limits in `limits`), so a transport can answer with
+//!   graphql-transport-ws `error` (or HTTP 400) instead of an execution result.
 //!
 //! It must not execute anything, hold state across requests, or know about a transport.
 //!
@@ -21,6 +22,7 @@
 //! too; then insert an `Arc<PreExecFailed>` into each request's data and read it after the
 //! first response.
 
+use std::any::TypeId;
 use std::sync::{
     Arc,
     atomic::{AtomicBool, Ordering},
@@ -28,7 +30,9 @@ use std::sync::{
 
 use async_graphql::{
     Request, ServerError, ServerResult, ValidationResult, Variables,
-    extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextValidation},
+    extensions::{
+        Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest, NextValidation,
+    },
     parser::types::{DocumentOperations, ExecutableDocument, OperationType},
 };
 
@@ -148,6 +152,28 @@ struct PreExecutionFlagExtension;
 
 #[async_trait::async_trait]
 impl Extension for PreExecutionFlagExtension {
+    /// Every refusal by a later extension's `prepare_request` (such as the shape limits,
+    /// which run before parsing) is a pre-execution error too. The request's data is not yet
+    /// the context's query data here, so the flag is taken from the request itself.
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        let flag = request
+            .data
+            .get(&TypeId::of::<Arc<PreExecFailed>>())
+            .and_then(|d| d.downcast_ref::<Arc<PreExecFailed>>())
+            .cloned();
+        let result = next.run(ctx, request).await;
+        if let (Err(_), Some(flag)) = (&result, flag) {
+            flag.mark_observed();
+            flag.set();
+        }
+        result
+    }
+
     async fn parse_query(
         &self,
         ctx: &ExtensionContext<'_>,

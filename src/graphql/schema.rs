@@ -1,7 +1,8 @@
 //! The root types (`Query`, `Mutation`, `Subscription`) and the schema builder.
 //!
 //! Resolvers translate between GraphQL and the job service and do nothing else: no rules,
-//! no storage. Limits on query shape (depth, complexity, aliases) are set here.
+//! no storage. Limits on query shape (depth, complexity, aliases, expanded size) are set here
+//! and checked by `limits`.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use futures::{Stream, StreamExt, stream};
 
 use crate::auth::Identity;
 use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, rate_limited};
-use crate::graphql::limits::AliasLimit;
+use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
     CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
@@ -29,6 +30,9 @@ pub struct QueryLimits {
     pub max_depth: usize,
     pub max_complexity: usize,
     pub max_aliases: usize,
+    /// Selections (fields and fragments) once fragment spreads are expanded, checked
+    /// before anything else.
+    pub max_selections: usize,
     pub introspection: bool,
     /// "Did you mean …?" in validation errors, which spell out parts of the schema.
     pub suggestions: bool,
@@ -40,6 +44,7 @@ impl Default for QueryLimits {
             max_depth: 16,
             max_complexity: 2_000,
             max_aliases: 30,
+            max_selections: 2_000,
             introspection: true,
             suggestions: true,
         }
@@ -53,9 +58,14 @@ pub fn build(service: JobService, limits: &QueryLimits, rates: Arc<RateLimits>) 
         .data(rates)
         .extension(PreExecutionFlag)
         .extension(ErrorCodes)
-        .extension(AliasLimit::new(limits.max_aliases))
-        .limit_depth(limits.max_depth)
-        .limit_complexity(limits.max_complexity)
+        // Depth and complexity are checked there too, with messages that name the limit;
+        // async-graphql's own `limit_depth`/`limit_complexity` say "too complex" for both.
+        .extension(ShapeLimit::new(ShapeLimits {
+            max_aliases: limits.max_aliases,
+            max_selections: limits.max_selections,
+            max_depth: limits.max_depth,
+            max_complexity: limits.max_complexity,
+        }))
         .limit_recursive_depth(64)
         .limit_directives(16);
     if !limits.introspection {

@@ -87,6 +87,14 @@ const MAX_CLOSE_REASON: usize = 123;
 /// the client's receive buffer before it read it.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+/// The close reason for a binary frame. The reference server (`ws` adapter) happens to turn
+/// any frame into a string, but the protocol's messages are text and the graphql-ws client
+/// only sends text, so a binary frame is something else talking to us. 4400 rather than
+/// WebSocket's own 1003 (Unsupported Data): every other message we cannot take is 4400, and
+/// graphql-ws treats both as fatal, so a client sees one code for "not a message of this
+/// protocol".
+const BINARY_REFUSED: &str = "Invalid message received: binary frames are not allowed";
+
 /// Longest timer period used (about 30 years, as tokio caps `sleep`).
 const MAX_TIMER: Duration = Duration::from_secs(86_400 * 365 * 30);
 
@@ -99,8 +107,9 @@ pub struct WsConfig {
     /// Time allowed between the upgrade and the arrival of `connection_init` (4408 after it).
     /// Only the arrival counts: a slow init hook does not trigger it. Zero disables the check.
     pub init_timeout: Duration,
-    /// Period of the keepalive ping frames. A socket that sent no pong frame between two ticks
-    /// is dropped without a close frame (the client sees 1006 and reconnects). Zero disables.
+    /// Period of the keepalive ping frames. A socket that sent no pong frame echoing the last
+    /// ping between two ticks is dropped without a close frame (the client sees 1006 and
+    /// reconnects); unasked pong frames do not count. Zero disables.
     pub keepalive_interval: Duration,
     /// Largest message accepted from the client; tungstenite fails the read of a larger one
     /// and the socket is closed with 1009.
@@ -120,6 +129,10 @@ pub struct WsConfig {
     /// Capacity, in frames, of each of the two outgoing queues (see the module docs). A full
     /// control queue closes the socket with 1013. Zero is treated as one.
     pub outgoing_queue: usize,
+    /// Longest a query or mutation may execute before it is stopped and answered with
+    /// `next` carrying a `DEADLINE_EXCEEDED` error, then `complete`. Subscriptions are not
+    /// bounded. Zero disables.
+    pub request_timeout: Duration,
 }
 
 impl Default for WsConfig {
@@ -133,6 +146,7 @@ impl Default for WsConfig {
             max_subscriptions: 100,
             idle_timeout: Duration::ZERO,
             outgoing_queue: 32,
+            request_timeout: Duration::ZERO,
             metrics: crate::metrics::Metrics::new(),
         }
     }
@@ -195,6 +209,14 @@ pub fn upgrade<E: Executor>(
 enum Exit {
     /// Send this close frame, then wait for the client's reply.
     Close(u16, Cow<'static, str>),
+    /// Send this close frame after a read error (an over-size message, a protocol error):
+    /// tungstenite reads nothing more after one, so the client's reply cannot be awaited.
+    /// The socket is held for [`CLOSE_GRACE`] after the frame is written instead of dropped
+    /// at once: the client may still be sending (the rest of a fragmented message), and
+    /// closing a socket with unread input makes the kernel send RST, which can destroy the
+    /// close frame before the client reads it (it does on some systems), leaving the client
+    /// with a reset instead of 1009.
+    CloseUnread(u16, Cow<'static, str>),
     /// Drop the socket without a close frame (keepalive failure: the peer is presumed dead,
     /// and a close frame would only sit in a full buffer).
     Terminate,
@@ -216,8 +238,8 @@ enum Out {
     /// A single-result operation's `next` and `complete`, in one queue slot so that the one
     /// permit its task reserved covers both.
     Pair(String, String),
-    /// A WebSocket ping frame (keepalive).
-    Ping,
+    /// A WebSocket ping frame (keepalive) with this payload, which the pong must echo.
+    Ping([u8; 8]),
 }
 
 enum Phase {
@@ -284,6 +306,7 @@ async fn run<E: Executor>(
         generation: 0,
         metrics: metrics.clone(),
         max_subscriptions: config.max_subscriptions,
+        request_timeout: config.request_timeout,
     };
     let exit = if protocol_ok {
         conn.serve(&mut stream, &config, &shutdown).await
@@ -293,10 +316,16 @@ async fn run<E: Executor>(
     };
     debug!(?exit, "connection ending");
 
+    let mut hold = false;
     let wait_for_reply = match exit {
         Exit::Close(code, reason) => {
             let _ = close_tx.send((code, reason));
             true
+        }
+        Exit::CloseUnread(code, reason) => {
+            let _ = close_tx.send((code, reason));
+            hold = true;
+            false
         }
         Exit::Terminate => {
             writer.abort();
@@ -326,6 +355,11 @@ async fn run<E: Executor>(
         .await;
     }
     let _ = writer.await;
+    if hold {
+        // See Exit::CloseUnread. Bounded, and the gauges already count the socket as gone.
+        tokio::time::sleep(CLOSE_GRACE).await;
+    }
+    drop(stream);
 }
 
 struct Connection<E> {
@@ -339,6 +373,7 @@ struct Connection<E> {
     generation: u64,
     metrics: Arc<crate::metrics::Metrics>,
     max_subscriptions: usize,
+    request_timeout: Duration,
 }
 
 impl<E: Executor> Connection<E> {
@@ -377,7 +412,13 @@ impl<E: Executor> Connection<E> {
             interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
             interval
         });
-        let mut awaiting_pong = false;
+        // The payload of the ping frame not yet answered. Only a pong frame carrying it counts:
+        // RFC 6455 lets a peer send pong frames unasked (a one-way heartbeat), and a peer that
+        // stopped reading could otherwise keep its socket, and every buffer behind it, forever
+        // with them. A peer that reads nothing never sees our ping (it sits behind the data
+        // the peer did not read), so it cannot answer it, and is dropped at the next tick.
+        let mut awaiting_pong: Option<[u8; 8]> = None;
+        let mut pings: u64 = 0;
         let idle_timeout = config.idle_timeout.min(MAX_TIMER);
         let mut idle_since = Instant::now();
 
@@ -401,12 +442,14 @@ impl<E: Executor> Connection<E> {
                     self.on_op_done(joined)
                 }
                 () = tick(&mut keepalive) => {
-                    if awaiting_pong {
-                        debug!("no pong frame since the last keepalive ping; dropping the socket");
+                    if awaiting_pong.is_some() {
+                        debug!("no pong frame for the last keepalive ping; dropping the socket");
                         Some(Exit::Terminate)
                     } else {
-                        awaiting_pong = true;
-                        self.send_control(Out::Ping)
+                        pings += 1;
+                        let payload = pings.to_be_bytes();
+                        awaiting_pong = Some(payload);
+                        self.send_control(Out::Ping(payload))
                     }
                 }
                 // The writer stopped (the socket failed while writing): nothing more can be sent.
@@ -416,8 +459,10 @@ impl<E: Executor> Connection<E> {
                     Some(Err(e)) => Some(read_error_exit(&e)),
                     // tungstenite has queued the close reply; the writer flushes it.
                     Some(Ok(Message::Close(_))) => Some(Exit::Quiet),
-                    Some(Ok(Message::Pong(_))) => {
-                        awaiting_pong = false;
+                    Some(Ok(Message::Pong(payload))) => {
+                        if awaiting_pong.is_some_and(|p| payload[..] == p[..]) {
+                            awaiting_pong = None;
+                        }
                         None
                     }
                     // tungstenite answers ping frames by itself on the next read or write.
@@ -428,18 +473,13 @@ impl<E: Executor> Connection<E> {
                         idle_since = Instant::now();
                         self.on_text(text.as_str())
                     }
-                    // The reference turns any frame into a string, so UTF-8 JSON in a binary
-                    // frame is accepted too.
-                    Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                        Ok(text) => {
-                            idle_since = Instant::now();
-                            self.on_text(text)
-                        }
-                        Err(_) => Some(Exit::close(
-                            4400,
-                            "Invalid message received: binary frame is not UTF-8",
-                        )),
-                    },
+                    // graphql-transport-ws messages are JSON text; a binary frame is not a
+                    // message of the protocol, so it gets the protocol's 4400 like any other
+                    // invalid message (see `BINARY_REFUSED`).
+                    Some(Ok(Message::Binary(_))) => {
+                        debug!("binary frame");
+                        Some(Exit::close(4400, BINARY_REFUSED))
+                    }
                 },
             };
             if let Some(exit) = exit {
@@ -563,8 +603,11 @@ impl<E: Executor> Connection<E> {
                 kind,
                 stream,
                 flag,
-                self.data.clone(),
-                self.metrics.clone(),
+                OpEnv {
+                    out: self.data.clone(),
+                    metrics: self.metrics.clone(),
+                    timeout: self.request_timeout,
+                },
             )
             .instrument(span),
         );
@@ -685,14 +728,23 @@ fn read_error_exit(e: &axum::Error) -> Exit {
     // tungstenite's error type is not ours to name; its message for an oversized message is
     // "Space limit exceeded: Message too long: …".
     if e.to_string().contains("Space limit exceeded") {
-        Exit::close(1009, "Message too big")
+        Exit::CloseUnread(1009, "Message too big".into())
     } else {
-        Exit::close(1002, "WebSocket protocol error")
+        Exit::CloseUnread(1002, "WebSocket protocol error".into())
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Operations
+
+/// What every operation of a connection shares.
+struct OpEnv {
+    /// The data queue.
+    out: mpsc::Sender<Out>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// The time limit of a query or mutation (zero: none).
+    timeout: Duration,
+}
 
 /// Runs one operation to its end and returns its terminal frame (see [`OpDone`]).
 async fn run_operation(
@@ -701,13 +753,36 @@ async fn run_operation(
     kind: OperationKind,
     mut stream: BoxStream<'static, Response>,
     flag: Arc<PreExecFailed>,
-    out: mpsc::Sender<Out>,
-    metrics: Arc<crate::metrics::Metrics>,
+    env: OpEnv,
 ) -> OpDone {
+    let OpEnv {
+        out,
+        metrics,
+        timeout,
+    } = env;
     let started = Instant::now();
+    // A query or mutation yields once; its whole execution is bounded. (A client `complete`
+    // aborts a query at once; a mutation is left to finish, within this bound too.)
+    let deadline =
+        (kind != OperationKind::Subscription && !timeout.is_zero()).then(|| started + timeout.min(MAX_TIMER));
     let mut first = true;
     let frame = loop {
-        let Some(response) = stream.next().await else {
+        let item = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(item) => item,
+                Err(_) => {
+                    warn!(
+                        timeout_ms = timeout.as_millis() as u64,
+                        "operation stopped at its time limit"
+                    );
+                    metrics.graphql_request(kind.as_str(), started.elapsed());
+                    let response = Response::from_errors(vec![super::error::deadline_exceeded(timeout)]);
+                    break Out::Pair(next_frame(&id, &response), complete_frame(&id));
+                }
+            },
+            None => stream.next().await,
+        };
+        let Some(response) = item else {
             // The source ended: a subscription is complete. (A query always yields once.)
             break Out::Text(complete_frame(&id));
         };
@@ -999,7 +1074,7 @@ async fn feed(sink: &mut SplitSink<WebSocket, Message>, out: Out) -> Result<(), 
             sink.feed(Message::text(first)).await?;
             sink.feed(Message::text(second)).await
         }
-        Out::Ping => sink.feed(Message::Ping(Default::default())).await,
+        Out::Ping(payload) => sink.feed(Message::Ping(payload.to_vec().into())).await,
     }
 }
 
@@ -1497,23 +1572,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn binary_frame_with_json_is_accepted() {
+    async fn binary_frames_get_4400_even_when_they_hold_json() {
         let server = TestServer::default().await;
-        let mut client = server.connect().await;
-        client
-            .ws
-            .send(tungstenite::Message::binary(
-                br#"{"type":"connection_init"}"#.to_vec(),
-            ))
-            .await
-            .unwrap();
-        client.expect(json!({"type": "connection_ack"})).await;
-        client
-            .ws
-            .send(tungstenite::Message::binary(vec![0xff, 0xfe]))
-            .await
-            .unwrap();
-        client.expect_close(4400).await;
+        for frame in [br#"{"type":"connection_init"}"#.to_vec(), vec![0xff, 0xfe]] {
+            let mut client = server.connect().await;
+            client.ws.send(tungstenite::Message::binary(frame)).await.unwrap();
+            assert_eq!(client.expect_close(4400).await, BINARY_REFUSED);
+        }
     }
 
     #[tokio::test]
@@ -1932,9 +1997,13 @@ mod tests {
             generation: 0,
             metrics: crate::metrics::Metrics::new(),
             max_subscriptions: 0,
+            request_timeout: Duration::ZERO,
         };
-        assert!(conn.send_control(Out::Ping).is_none());
-        assert!(matches!(conn.send_control(Out::Ping), Some(Exit::Close(1013, _))));
+        assert!(conn.send_control(Out::Ping([0; 8])).is_none());
+        assert!(matches!(
+            conn.send_control(Out::Ping([0; 8])),
+            Some(Exit::Close(1013, _))
+        ));
     }
 
     // --- keepalive -------------------------------------------------------------------------
