@@ -621,6 +621,18 @@ mod tests {
     }
 
     #[test]
+    fn principals_keep_tokens_and_jwt_subjects_apart() {
+        assert_eq!(token_principal("alice"), "token:alice");
+        assert_eq!(
+            jwt_principal("https://issuer.example", "alice"),
+            r#"jwt:["https://issuer.example","alice"]"#
+        );
+        // No issuer or subject can be chosen to collide with another pair.
+        assert_ne!(jwt_principal("a\",\"b", "c"), jwt_principal("a", "b\",\"c"));
+        assert_eq!(Identity::anonymous(Scope::All).principal, "anonymous");
+    }
+
+    #[test]
     fn a_bad_tokens_file_names_the_problem() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens.toml");

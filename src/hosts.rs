@@ -88,7 +88,7 @@ impl AllowedHosts {
             Host::Name(name) => {
                 name == "localhost"
                     || name.ends_with(".localhost")
-                    || self.names.iter().any(|n| *n == name)
+                    || self.names.contains(&name)
                     || self
                         .suffixes
                         .iter()
