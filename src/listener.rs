@@ -5,7 +5,7 @@
 //!   a reserve): one more is answered a canned 503 and closed at once, never queued, and
 //!   counted (`jobgate_http_connections_refused_total`), so a flood of connections cannot take
 //!   the file descriptors the store and the jobs need.
-//! - **Timeouts on the connection itself**, kept by [`Watched`], a wrapper of the socket that
+//! - **Timeouts on the connection itself**, kept by `Watched`, a wrapper of the socket that
 //!   sees every read and write, and told by the service when a request starts and ends:
 //!   - *header*: a new connection must deliver its first complete request head within
 //!     `--http-header-timeout-ms` of being accepted (so a connection that never sends a byte
