@@ -11,7 +11,10 @@
 //!     `--http-header-timeout-ms` of being accepted (so a connection that never sends a byte
 //!     is closed too); a later request, within that time of its first byte;
 //!   - *idle*: between requests, a kept-alive connection may wait `--http-idle-timeout-ms`
-//!     for the next one (writing the previous response counts as activity);
+//!     for the next one. A request counts as ended when its handler returns its response;
+//!     writing the response body counts as activity, so a client that stops reading a
+//!     response for that long is cut off too (jobgate streams no response bodies over HTTP:
+//!     subscriptions go over WebSocket);
 //!   - while a request's handler runs, neither applies; the body has its own timeout,
 //!     `--http-body-timeout-ms`, around reading it (`server.rs`, answered 408);
 //!   - an upgraded connection (a WebSocket: the response was 101) is never timed here; its
