@@ -427,15 +427,27 @@ async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
 
 #[tokio::test]
 async fn a_websocket_outlives_the_http_idle_timeout() {
-    let server = timed_server(&[]).await;
+    // Keepalive pings every 100 ms: a socket that does not answer one by the next is dropped.
+    let server = timed_server(&["--ws-keepalive-ms", "100"]).await;
     let mut ws = GqlWs::connect(&server).await;
-    // An HTTP connection opened after the socket went quiet, and closed for idleness: the
-    // socket has been quiet for longer than the idle timeout by then.
+    // An HTTP connection opened after the socket went quiet (no GraphQL message since the
+    // ack), and closed for idleness: by then the socket has been quiet longer than the idle
+    // timeout. Meanwhile the socket is read, so the client answers the server's pings.
     let mut idle = TcpStream::connect(server.addr).await.unwrap();
     idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .await
         .unwrap();
-    let answer = read_until_closed(&mut idle).await;
+    let closed = read_until_closed(&mut idle);
+    tokio::pin!(closed);
+    let answer = loop {
+        tokio::select! {
+            answer = &mut closed => break answer,
+            frame = futures::StreamExt::next(&mut ws.ws) => match frame {
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                other => panic!("the socket ended or spoke during the wait: {other:?}"),
+            },
+        }
+    };
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(timeouts(&scrape_once(&server).await, "idle") >= 1.0);
     // The socket still answers: a protocol ping, then a subscription.
