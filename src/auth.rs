@@ -324,9 +324,10 @@ fn token_principal(name: &str) -> String {
     format!("token:{name}")
 }
 
-/// A JWT bearer's principal: its issuer and subject, JSON-encoded so that no choice of either
-/// can make two pairs collide (`jwt:["https://issuer.example","carol"]`).
-fn jwt_principal(issuer: &str, subject: &str) -> String {
+/// A JWT bearer's principal: its issuer (`iss` as the token has it: a string, an array, or
+/// null when absent) and subject, JSON-encoded so that no choice of either can make two pairs
+/// collide (`jwt:["https://issuer.example","carol"]`).
+fn jwt_principal(issuer: &serde_json::Value, subject: &str) -> String {
     format!("jwt:{}", serde_json::json!([issuer, subject]))
 }
 
@@ -539,11 +540,7 @@ impl JwtVerifier {
                 }
             }
         }
-        let issuer = claims
-            .rest
-            .get("iss")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default();
+        let issuer = claims.rest.get("iss").unwrap_or(&serde_json::Value::Null);
         let principal = jwt_principal(issuer, &claims.sub);
         let strings = |claim: &str| -> Vec<String> {
             match claims.rest.get(claim) {
@@ -623,12 +620,20 @@ mod tests {
     #[test]
     fn principals_keep_tokens_and_jwt_subjects_apart() {
         assert_eq!(token_principal("alice"), "token:alice");
+        let iss = |s: &str| serde_json::Value::from(s);
         assert_eq!(
-            jwt_principal("https://issuer.example", "alice"),
+            jwt_principal(&iss("https://issuer.example"), "alice"),
             r#"jwt:["https://issuer.example","alice"]"#
         );
         // No issuer or subject can be chosen to collide with another pair.
-        assert_ne!(jwt_principal("a\",\"b", "c"), jwt_principal("a", "b\",\"c"));
+        assert_ne!(
+            jwt_principal(&iss("a\",\"b"), "c"),
+            jwt_principal(&iss("a"), "b\",\"c")
+        );
+        assert_ne!(
+            jwt_principal(&serde_json::Value::Null, "c"),
+            jwt_principal(&iss(""), "c")
+        );
         assert_eq!(Identity::anonymous(Scope::All).principal, "anonymous");
     }
 
