@@ -521,3 +521,44 @@ async fn connections_beyond_the_cap_are_refused_and_counted() {
     );
     drop(held);
 }
+
+#[tokio::test]
+async fn on_sigterm_a_request_in_flight_still_finishes() {
+    let mut server = Server::start(&[]).await;
+    let query = r#"{"query":"{ jobs { totalCount } }"}"#;
+    let mut in_flight = TcpStream::connect(server.addr).await.unwrap();
+    in_flight
+        .write_all(
+            format!(
+                "POST /graphql HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n",
+                query.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // `100 Continue` comes once the handler reads the body: the request is in flight.
+    let continued = b"HTTP/1.1 100 Continue\r\n\r\n";
+    let mut head = vec![0u8; continued.len()];
+    tokio::time::timeout(WAIT, in_flight.read_exact(&mut head))
+        .await
+        .expect("no 100 Continue")
+        .unwrap();
+    assert_eq!(head, continued, "{}", String::from_utf8_lossy(&head));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !server.log_text().contains("shutdown requested") {
+        assert!(tokio::time::Instant::now() < deadline, "{}", server.log_text());
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Shutdown has begun; the request is answered all the same, and its connection closed.
+    in_flight.write_all(query.as_bytes()).await.unwrap();
+    let answer = read_until_closed(&mut in_flight).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""totalCount":0"#), "{answer}");
+    assert!(server.terminate().await.success(), "{}", server.log_text());
+}
