@@ -913,7 +913,9 @@ async fn submit_throughput(opts: &Opts, durability: &str, table: &mut Table) {
     println!("  server stopped: {}", server.stop().await);
 }
 
-/// Most sockets this process may open, keeping room for everything else.
+/// Most sockets this process may open, keeping room for everything else. jobgate, started
+/// with the same limit, accepts at most that limit less 256 connections (its default
+/// `--max-connections`), so the budget stays 64 below that, for the HTTP clients.
 fn socket_budget() -> usize {
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
     let soft = limits
@@ -922,7 +924,7 @@ fn socket_budget() -> usize {
         .and_then(|l| l.split_whitespace().nth(3))
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1024);
-    soft.saturating_sub(256).max(1)
+    soft.saturating_sub(256 + 64).max(1)
 }
 
 async fn subscriptions(opts: &Opts, table: &mut Table) {

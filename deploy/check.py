@@ -95,6 +95,7 @@ ANNOUNCED = {
     "jwt_namespaces_claim": str,
     "jwt_roles_claim": str,
     "allowed_origins": list,
+    "allowed_hosts": list,
     "mutations_per_minute": int,
     "connections_per_minute": int,
     "subscriptions_per_minute": int,

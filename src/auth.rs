@@ -27,8 +27,13 @@ use crate::jobs::model::Scope;
 /// The caller, once authenticated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
-    /// Recorded as the submitter of the jobs it submits; the key of its rate limits.
+    /// The human name, recorded and shown as the submitter of the jobs it submits: a token's
+    /// name, a JWT's `sub`, `anonymous`. Two kinds of credential may give the same name.
     pub name: String,
+    /// Who it is, unambiguously: `token:<name>` for API tokens, `jwt:["<iss>","<sub>"]` for
+    /// JWTs, `anonymous`. The key of its rate limits and the scope of its idempotency keys,
+    /// so that a JWT whose `sub` is an API token's name shares nothing with that token.
+    pub principal: String,
     pub scope: Scope,
     pub method: Method,
 }
@@ -45,6 +50,7 @@ impl Identity {
     pub fn anonymous(scope: Scope) -> Self {
         Self {
             name: "anonymous".to_owned(),
+            principal: "anonymous".to_owned(),
             scope,
             method: Method::Anonymous,
         }
@@ -141,6 +147,9 @@ impl AuthSettings {
 
 type Keys = HashMap<String, (Algorithm, DecodingKey)>;
 
+/// Clock skew allowed between the issuer and jobgate, in seconds, for `exp`, `nbf` and `iat`.
+const JWT_LEEWAY_SECS: u64 = 30;
+
 /// How often, at most, an unknown `kid` makes jobgate read the JWKS file again.
 const JWKS_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -203,6 +212,7 @@ impl Auth {
                 digest(token),
                 Identity {
                     name: "api-token".to_owned(),
+                    principal: token_principal("api-token"),
                     scope: Scope::All,
                     method: Method::ApiToken,
                 },
@@ -234,6 +244,7 @@ impl Auth {
                     )));
                 }
                 let identity = Identity {
+                    principal: token_principal(&entry.name),
                     name: entry.name,
                     scope: scope_of(entry.namespaces, entry.admin),
                     method: Method::ApiToken,
@@ -306,6 +317,18 @@ impl Auth {
         });
         self.check_bearer(value)
     }
+}
+
+/// An API token holder's principal: its name in the `token:` space, apart from JWT subjects.
+fn token_principal(name: &str) -> String {
+    format!("token:{name}")
+}
+
+/// A JWT bearer's principal: its issuer (`iss` as the token has it: a string, an array, or
+/// null when absent) and subject, JSON-encoded so that no choice of either can make two pairs
+/// collide (`jwt:["https://issuer.example","carol"]`).
+fn jwt_principal(issuer: &serde_json::Value, subject: &str) -> String {
+    format!("jwt:{}", serde_json::json!([issuer, subject]))
 }
 
 fn digest(s: &str) -> [u8; 32] {
@@ -382,15 +405,26 @@ impl JwtVerifier {
             return Ok(None);
         }
         let mut validation = Validation::new(Algorithm::HS256);
-        validation.leeway = 30;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.leeway = JWT_LEEWAY_SECS;
+        // `nbf` is checked with the same leeway as `exp` (jsonwebtoken skips it by default);
+        // `iat` in `verify`, which jsonwebtoken does not check at all.
+        validation.validate_nbf = true;
+        // A configured audience or issuer is required, not merely compared when present: a
+        // token minted for another service (no `aud`) or by another issuer (no `iss`) must not
+        // pass because it left the claim out.
+        let mut required = vec!["exp", "sub"];
         match &settings.audience {
-            Some(aud) => validation.set_audience(&[aud]),
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
         if let Some(iss) = &settings.issuer {
             validation.set_issuer(&[iss]);
+            required.push("iss");
         }
+        validation.set_required_spec_claims(&required);
         Ok(Some(Self {
             keys: std::sync::RwLock::new(Arc::new(keys)),
             hs256,
@@ -479,17 +513,35 @@ impl JwtVerifier {
             AuthError::InvalidJwt(
                 match e.kind() {
                     ErrorKind::ExpiredSignature => "expired",
-                    ErrorKind::ImmatureSignature => "not valid yet",
+                    ErrorKind::ImmatureSignature => "not valid yet (`nbf`)",
                     ErrorKind::InvalidAudience => "wrong audience",
                     ErrorKind::InvalidIssuer => "wrong issuer",
                     ErrorKind::InvalidSignature => "bad signature",
-                    ErrorKind::MissingRequiredClaim(_) => "a required claim (exp, sub) is missing",
+                    ErrorKind::MissingRequiredClaim(claim) => {
+                        return AuthError::InvalidJwt(format!("the required claim `{claim}` is missing"));
+                    }
                     _ => "malformed",
                 }
                 .into(),
             )
         })?;
         let claims = data.claims;
+        // Issued in the future (beyond the leeway): a wrong clock or a forged time; jsonwebtoken
+        // does not look at `iat`.
+        match claims.rest.get("iat") {
+            None => {}
+            Some(iat) => {
+                let iat = iat
+                    .as_f64()
+                    .ok_or_else(|| AuthError::InvalidJwt("`iat` is not a number".into()))?;
+                let now = chrono::Utc::now().timestamp() as f64;
+                if iat > now + JWT_LEEWAY_SECS as f64 {
+                    return Err(AuthError::InvalidJwt("issued in the future (`iat`)".into()));
+                }
+            }
+        }
+        let issuer = claims.rest.get("iss").unwrap_or(&serde_json::Value::Null);
+        let principal = jwt_principal(issuer, &claims.sub);
         let strings = |claim: &str| -> Vec<String> {
             match claims.rest.get(claim) {
                 Some(serde_json::Value::Array(items)) => items
@@ -507,6 +559,7 @@ impl JwtVerifier {
         let admin = strings(&self.roles_claim).iter().any(|r| r == "admin");
         Ok(Identity {
             name: claims.sub,
+            principal,
             scope: scope_of(strings(&self.namespaces_claim), admin),
             method: Method::Jwt,
         })
@@ -562,6 +615,26 @@ mod tests {
             auth.check_init_payload(&serde_json::Value::Null),
             Err(AuthError::Missing)
         );
+    }
+
+    #[test]
+    fn principals_keep_tokens_and_jwt_subjects_apart() {
+        assert_eq!(token_principal("alice"), "token:alice");
+        let iss = |s: &str| serde_json::Value::from(s);
+        assert_eq!(
+            jwt_principal(&iss("https://issuer.example"), "alice"),
+            r#"jwt:["https://issuer.example","alice"]"#
+        );
+        // No issuer or subject can be chosen to collide with another pair.
+        assert_ne!(
+            jwt_principal(&iss("a\",\"b"), "c"),
+            jwt_principal(&iss("a"), "b\",\"c")
+        );
+        assert_ne!(
+            jwt_principal(&serde_json::Value::Null, "c"),
+            jwt_principal(&iss(""), "c")
+        );
+        assert_eq!(Identity::anonymous(Scope::All).principal, "anonymous");
     }
 
     #[test]

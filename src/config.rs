@@ -214,6 +214,35 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
 
+    /// Host names requests may address (the `Host` header, port ignored) besides IP
+    /// addresses, `localhost` and `*.localhost`, comma-separated: `jobgate.example.com`,
+    /// `.example.com` for it and every name under it, or `*` for any (when a proxy in front
+    /// checks Host itself). Other names get 421, which defeats DNS rebinding.
+    #[arg(long, env = "JOBGATE_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
+    /// Milliseconds a connection has to send a complete request head: from its opening for
+    /// its first request, from the first byte of each later one; then it is closed. 0 for no
+    /// limit.
+    #[arg(long, env = "JOBGATE_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub http_header_timeout_ms: u64,
+
+    /// Milliseconds a kept-alive HTTP connection may wait for its next request before it is
+    /// closed (WebSockets are not affected). 0 for no limit.
+    #[arg(long, env = "JOBGATE_HTTP_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub http_idle_timeout_ms: u64,
+
+    /// Milliseconds a request has to send its whole body once its head has arrived; then it
+    /// is answered 408 and its connection closed. 0 for no limit.
+    #[arg(long, env = "JOBGATE_HTTP_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub http_body_timeout_ms: u64,
+
+    /// Most TCP connections (HTTP and WebSocket) open at once; a further one is answered 503
+    /// and closed at once. 0: the open-file limit (RLIMIT_NOFILE) less 256 for the store,
+    /// logs and jobs.
+    #[arg(long, env = "JOBGATE_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+
     /// Mutations (submitJob, cancelJob) one identity may make per minute; 0 for no limit.
     #[arg(long, env = "JOBGATE_MUTATIONS_PER_MINUTE", default_value_t = 0)]
     pub mutations_per_minute: u32,
@@ -437,6 +466,7 @@ impl Config {
                 )));
             }
         }
+        crate::hosts::AllowedHosts::parse(&self.allowed_hosts).map_err(ConfigError::Invalid)?;
         self.auth_settings().map(|_| ())
     }
 
@@ -596,6 +626,22 @@ impl Config {
             allow_batch: self.allow_batch,
             max_batch: self.max_batch,
             request_timeout: Duration::from_millis(self.request_timeout_ms),
+        }
+    }
+
+    /// The Host allowlist (validated in `validate`).
+    pub fn allowed_hosts(&self) -> crate::hosts::AllowedHosts {
+        crate::hosts::AllowedHosts::parse(&self.allowed_hosts).unwrap_or_default()
+    }
+
+    /// Per-connection limits of the HTTP server.
+    pub fn connection_limits(&self) -> crate::listener::ConnectionLimits {
+        let ms = |v: u64| (v > 0).then(|| Duration::from_millis(v));
+        crate::listener::ConnectionLimits {
+            header_timeout: ms(self.http_header_timeout_ms),
+            idle_timeout: ms(self.http_idle_timeout_ms),
+            body_timeout: ms(self.http_body_timeout_ms),
+            max_connections: self.max_connections,
         }
     }
 

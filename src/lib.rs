@@ -6,6 +6,9 @@
 //! - [`config`]: one `Config` from flags, `JOBGATE_*` variables and a TOML file;
 //! - [`server`]: the axum router (`/graphql`, `/graphiql`, `/healthz`, `/readyz`), wiring,
 //!   graceful shutdown;
+//! - [`listener`]: the accept loop on hyper: the connection cap, header, idle and body
+//!   timeouts, TCP_NODELAY;
+//! - [`hosts`]: which `Host` a request may name (DNS rebinding);
 //! - [`graphql`]: schema types and resolvers, error codes, the HTTP and graphql-transport-ws
 //!   transports;
 //! - [`jobs`]: the domain (`model`), the one writer of job state (`service`), and the event
@@ -27,8 +30,10 @@ pub mod auth;
 pub mod config;
 pub mod executor;
 pub mod graphql;
+pub mod hosts;
 pub mod jobs;
 pub mod limits;
+pub mod listener;
 pub mod metrics;
 pub mod server;
 pub mod store;

@@ -62,6 +62,11 @@ pub struct OperationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TimeoutLabels {
+    pub timeout: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StoreLabels {
     pub op: &'static str,
 }
@@ -91,6 +96,14 @@ pub struct Metrics {
     pub rate_limited: Family<LimitLabels, Counter>,
     pub ws_connections: Gauge,
     pub active_subscriptions: Gauge,
+    /// Open TCP connections (HTTP and WebSocket), set by the accept loop.
+    pub http_connections: Gauge,
+    /// Connections closed at once because `--max-connections` were open.
+    pub http_connections_refused: Counter,
+    /// Connections closed (or requests answered 408) by a timeout: `header`, `idle`, `body`.
+    pub http_timeouts: Family<TimeoutLabels, Counter>,
+    /// Requests refused (421) for naming a Host jobgate does not answer to.
+    pub misdirected_requests: Counter,
     pub graphql_duration: Histograms<OperationLabels>,
     pub store_latency: Histograms<StoreLabels>,
 }
@@ -111,6 +124,10 @@ impl Default for Metrics {
             rate_limited: Family::default(),
             ws_connections: Gauge::default(),
             active_subscriptions: Gauge::default(),
+            http_connections: Gauge::default(),
+            http_connections_refused: Counter::default(),
+            http_timeouts: Family::default(),
+            misdirected_requests: Counter::default(),
             graphql_duration: Family::new_with_constructor(seconds_histogram),
             store_latency: Family::new_with_constructor(seconds_histogram),
         }
@@ -194,6 +211,12 @@ impl Metrics {
                 limit: limit.to_owned(),
             })
             .inc();
+    }
+
+    /// A connection closed, or a request answered 408, by the `header`, `idle` or `body`
+    /// timeout.
+    pub fn http_timeout(&self, timeout: &'static str) {
+        self.http_timeouts.get_or_create(&TimeoutLabels { timeout }).inc();
     }
 
     pub fn graphql_request(&self, operation: &'static str, took: Duration) {
@@ -285,6 +308,26 @@ pub fn render(metrics: &Metrics, service: &JobService) -> String {
         "active_subscriptions",
         "Running GraphQL subscriptions over all WebSocket connections",
         m.active_subscriptions.clone(),
+    );
+    registry.register(
+        "http_connections",
+        "Open TCP connections, HTTP and WebSocket",
+        m.http_connections.clone(),
+    );
+    registry.register(
+        "http_connections_refused",
+        "Connections closed at once because --max-connections were already open",
+        m.http_connections_refused.clone(),
+    );
+    registry.register(
+        "http_timeouts",
+        "Connections closed, or requests answered 408, by a timeout: header, idle, body",
+        m.http_timeouts.clone(),
+    );
+    registry.register(
+        "misdirected_requests",
+        "Requests answered 421 for a Host that is not an IP address, localhost or in --allowed-hosts",
+        m.misdirected_requests.clone(),
     );
     registry.register(
         "broadcast_lag_recoveries",

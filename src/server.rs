@@ -2,9 +2,11 @@
 //! shutdown.
 //!
 //! Routes: `/graphql` (POST and GET over HTTP, WebSocket upgrade on GET), `/graphiql`,
-//! `/healthz`, `/readyz`, and `/`, the dashboard (see `web`). Shutdown, on
-//! SIGTERM or SIGINT: stop accepting, close every WebSocket with 1001 so clients reconnect
-//! and resume, let HTTP requests finish, stop local work, drain store writes, exit.
+//! `/healthz`, `/readyz`, and `/`, the dashboard (see `web`). Every request must first name
+//! a Host jobgate answers to (`hosts`, 421 otherwise), on every route. Connections are
+//! accepted, capped and timed by `listener`. Shutdown, on SIGTERM or SIGINT: stop accepting,
+//! close every WebSocket with 1001 so clients reconnect and resume, let HTTP requests finish,
+//! stop local work, drain store writes, exit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,11 +15,11 @@ use anyhow::Context as _;
 use async_graphql::Data;
 use axum::body::Bytes;
 use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
-use axum::extract::{DefaultBodyLimit, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use futures::FutureExt;
 use tokio::net::TcpListener;
@@ -34,6 +36,7 @@ use crate::graphql::error::Code;
 use crate::graphql::http::{self as gql_http, HttpOptions, ResponseType};
 use crate::graphql::schema::{self, JobgateSchema};
 use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
+use crate::hosts::AllowedHosts;
 use crate::jobs::service::JobService;
 use crate::limits::{Limited, RateLimits};
 use crate::metrics::Metrics;
@@ -50,6 +53,10 @@ pub struct AppState {
     /// Origins (`scheme://host[:port]`) a browser may call from besides jobgate's own;
     /// `*` for any.
     pub allowed_origins: Arc<Vec<String>>,
+    /// Host names requests may address besides IP literals and `localhost` (see `hosts`).
+    pub allowed_hosts: Arc<AllowedHosts>,
+    /// Time a request has to deliver its body once its head has arrived; `None`: no limit.
+    pub body_timeout: Option<Duration>,
     pub http: HttpOptions,
     pub ws: WsConfig,
     /// Cancelled when jobgate begins to shut down.
@@ -61,6 +68,7 @@ pub struct AppState {
 /// The router over a built state; tests and `run` share it.
 pub fn app(state: AppState, max_body_bytes: usize) -> Router {
     let cors = cors_layer(&state.allowed_origins);
+    let hosts = (state.allowed_hosts.clone(), state.metrics.clone());
     let router = Router::new()
         .route("/graphql", get(graphql_get).post(graphql_post))
         .route("/graphiql", get(graphiql))
@@ -76,10 +84,36 @@ pub fn app(state: AppState, max_body_bytes: usize) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(internal_error))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state);
-    match cors {
+    let router = match cors {
         Some(cors) => router.layer(cors),
         None => router,
+    };
+    // Outermost: a request for a foreign Host gets nothing else, not even CORS headers.
+    router.layer(axum::middleware::from_fn_with_state(hosts, check_host))
+}
+
+/// Refuses (421) a request whose Host (or absolute-form target) jobgate does not answer to,
+/// before authentication, body or upgrade: a browser pointed at jobgate by a rebound DNS
+/// name sends that name (see `hosts`).
+async fn check_host(
+    State((hosts, metrics)): State<(Arc<AllowedHosts>, Arc<crate::metrics::Metrics>)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let header = request
+        .headers()
+        .get(header::HOST)
+        .map(|v| v.to_str().ok().filter(|h| hosts.allows(h)).is_some());
+    let target = request.uri().authority().map(|a| hosts.allows(a.as_str()));
+    if header == Some(false) || target == Some(false) {
+        metrics.misdirected_requests.inc();
+        return (
+            StatusCode::MISDIRECTED_REQUEST,
+            "jobgate does not answer to this Host: use its IP address, localhost, or a name of --allowed-hosts\n",
+        )
+            .into_response();
     }
+    next.run(request).await
 }
 
 /// CORS for the allowed origins; none when only jobgate's own pages may call it (a
@@ -106,6 +140,9 @@ fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
 /// Whether a WebSocket upgrade's `Origin` may open a socket: absent (not a browser), jobgate's
 /// own (same host), or allowed. Browsers send any page's WebSocket upgrades with the user's
 /// network position and cookies, and CORS does not cover WebSocket, so this is the check.
+/// "Same host" trusts the `Host` header only because `check_host` has already refused every
+/// Host but IP literals, `localhost` and `--allowed-hosts`: a page whose origin equals such a
+/// Host is jobgate's own (or served from the same origin), never a rebound attacker's name.
 fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
         return true;
@@ -178,7 +215,36 @@ async fn execute_as_caller(state: &AppState, headers: &HeaderMap, incoming: gql_
     .await
 }
 
-async fn graphql_post(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+/// 408 for a body that did not arrive in time; the connection is closed after it (what is
+/// left of the body could not be told from the next request).
+fn body_timed_out() -> Response {
+    (
+        StatusCode::REQUEST_TIMEOUT,
+        [(header::CONNECTION, HeaderValue::from_static("close"))],
+        "the request body did not arrive in time\n",
+    )
+        .into_response()
+}
+
+async fn graphql_post(State(state): State<AppState>, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    // Read under the body limit (`DefaultBodyLimit`, 413) and the body timeout (408).
+    let read = Bytes::from_request(Request::from_parts(parts, body), &state);
+    let read = match state.body_timeout {
+        Some(limit) => match tokio::time::timeout(limit, read).await {
+            Ok(read) => read,
+            Err(_) => {
+                state.metrics.http_timeout("body");
+                return body_timed_out();
+            }
+        },
+        None => read.await,
+    };
+    let body = match read {
+        Ok(body) => body,
+        Err(rejection) => return rejection.into_response(),
+    };
     let incoming = match gql_http::read_post(&headers, &body, &state.http) {
         Ok(incoming) => incoming,
         Err(response) => return *response,
@@ -212,7 +278,7 @@ async fn graphql_get(
                     metrics.auth_failure(e.reason());
                     InitError::Forbidden(e.to_string())
                 })?;
-                if let Err(wait) = rates.check(Limited::Connections, &identity.name) {
+                if let Err(wait) = rates.check(Limited::Connections, &identity.principal) {
                     metrics.rate_limited(Limited::Connections.as_str());
                     return Err(InitError::TryLater(format!(
                         "too many connections: retry in {} s",
@@ -331,8 +397,10 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         rates,
         metrics: metrics.clone(),
         allowed_origins: Arc::new(config.allowed_origins.clone()),
+        allowed_hosts: Arc::new(config.allowed_hosts()),
+        body_timeout: config.connection_limits().body_timeout,
         http: config.http(),
-        ws: config.ws(metrics),
+        ws: config.ws(metrics.clone()),
         shutdown: shutdown.clone(),
         connections: TaskTracker::new(),
     };
@@ -340,15 +408,16 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let addr = listener.local_addr()?;
     tracing::info!(%addr, executor = service.executor_kind(), data_dir = %config.data_dir.display(), "jobgate listening on http://{addr} (dashboard at http://{addr}/, GraphiQL at http://{addr}/graphiql)");
     let router = app(state, config.max_body_bytes);
-    // Small frames (a status event) go out at once instead of waiting for Nagle's algorithm.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(listener, router).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let grace = Duration::from_secs(config.shutdown_timeout_secs);
-    let result = server.await;
+    crate::listener::serve(
+        listener,
+        router,
+        config.connection_limits(),
+        metrics.clone(),
+        shutdown.clone(),
+        grace,
+    )
+    .await;
     // WebSockets were told to close with 1001 when `shutdown` fired; let them finish.
     connections.close();
     if tokio::time::timeout(grace, connections.wait()).await.is_err() {
@@ -358,7 +427,6 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     if tokio::time::timeout(grace, service.shutdown()).await.is_err() {
         tracing::error!("shutdown did not finish within {grace:?}; exiting anyway");
     }
-    result.context("serving HTTP")?;
     tracing::info!("jobgate stopped");
     Ok(())
 }

@@ -19,7 +19,7 @@ use crate::graphql::types::{
     PageInfo, SubmitJobInput, SubmitJobPayload, TemplateObject,
 };
 use crate::jobs::model::{self, JobEvent};
-use crate::jobs::service::JobService;
+use crate::jobs::service::{JobService, Submitter};
 use crate::limits::{Limited, RateLimits};
 
 pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
@@ -94,7 +94,7 @@ pub(crate) fn caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<&'c Iden
 fn rate_limit(ctx: &Context<'_>, what: Limited) -> async_graphql::Result<()> {
     let identity = caller(ctx)?;
     match ctx.data_opt::<Arc<RateLimits>>() {
-        Some(limits) => limits.check(what, &identity.name).map_err(|wait| {
+        Some(limits) => limits.check(what, &identity.principal).map_err(|wait| {
             if let Ok(service) = ctx.data::<JobService>() {
                 service.metrics().rate_limited(what.as_str());
             }
@@ -235,7 +235,14 @@ impl Mutation {
         }
         let identity = caller(ctx)?;
         let submitted = service
-            .submit(input.into(), Some(identity.name.clone()), &identity.scope)
+            .submit(
+                input.into(),
+                Some(Submitter {
+                    name: identity.name.clone(),
+                    principal: identity.principal.clone(),
+                }),
+                &identity.scope,
+            )
             .await
             .api()?;
         Ok(SubmitJobPayload {

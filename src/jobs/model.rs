@@ -789,9 +789,14 @@ pub struct Job {
     pub message: Option<String>,
     pub result: Option<String>,
     pub idempotency_key: Option<String>,
-    /// Who submitted the job (the authenticated identity), when known.
+    /// Who submitted the job (the authenticated identity's name, as shown), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitter: Option<String>,
+    /// The submitter's principal (`token:…`, `jwt:…`, `anonymous`), which scopes its
+    /// idempotency keys; never shown. Absent on jobs stored before principals existed, whose
+    /// keys are scoped by `submitter` (see [`Job::key_scope`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitter_key: Option<String>,
     /// The last status the executor observed.
     pub workload: WorkloadStatus,
     /// The cursor of the last event recorded for this job.
@@ -832,9 +837,16 @@ impl Job {
             result: None,
             idempotency_key,
             submitter: None,
+            submitter_key: None,
             workload: WorkloadStatus::default(),
             last_event_seq: 0,
         }
+    }
+
+    /// What the job's idempotency key is scoped by: its submitter's principal, or, for a job
+    /// stored before principals existed, its submitter's name.
+    pub fn key_scope(&self) -> Option<&str> {
+        self.submitter_key.as_deref().or(self.submitter.as_deref())
     }
 
     /// Folds an executor's observation into the job. Returns the transition to record, or

@@ -145,6 +145,14 @@ pub struct ActivityBucket {
 }
 
 /// The result of a submit: the job, and whether this call created it.
+/// Who submits a job: the name its `submitter` shows, and the principal that scopes its
+/// idempotency keys (two identities may share a name, never a principal).
+#[derive(Clone, Debug)]
+pub struct Submitter {
+    pub name: String,
+    pub principal: String,
+}
+
 #[derive(Clone, Debug)]
 pub struct Submitted {
     pub job: Arc<Job>,
@@ -259,12 +267,13 @@ impl JobService {
         Ok(Self { inner })
     }
 
-    /// Validates and durably accepts a job; answers once it is committed, PENDING.
+    /// Validates and durably accepts a job; answers once it is committed, PENDING. Its
+    /// idempotency key is scoped by `submitter.principal`.
     #[tracing::instrument(skip_all, fields(job))]
     pub async fn submit(
         &self,
         request: SubmitRequest,
-        submitter: Option<String>,
+        submitter: Option<Submitter>,
         scope: &Scope,
     ) -> Result<Submitted, ServiceError> {
         let metrics = &self.inner.metrics;
@@ -283,7 +292,7 @@ impl JobService {
     async fn try_submit(
         &self,
         request: SubmitRequest,
-        submitter: Option<String>,
+        submitter: Option<Submitter>,
         scope: &Scope,
     ) -> Result<Submitted, ServiceError> {
         let spec: JobSpec = request.validate(&self.inner.limits)?;
@@ -307,7 +316,10 @@ impl JobService {
         let id = uuid::Uuid::now_v7().to_string();
         tracing::Span::current().record("job", id.as_str());
         let mut job = Job::accepted(id, spec, request.idempotency_key, Utc::now());
-        job.submitter = submitter;
+        if let Some(submitter) = submitter {
+            job.submitter = Some(submitter.name);
+            job.submitter_key = Some(submitter.principal);
+        }
         let (reply, answer) = oneshot::channel();
         self.command(Command::Submit {
             job: Box::new(job),
@@ -1094,12 +1106,12 @@ impl Writer {
                     let scoped_key = job
                         .idempotency_key
                         .as_deref()
-                        .map(|k| crate::store::scoped_key(job.submitter.as_deref(), k));
+                        .map(|k| crate::store::scoped_key(job.key_scope(), k));
                     if let (Some(key), Some(scoped)) = (&job.idempotency_key, &scoped_key) {
                         let existing = match keys.get(scoped) {
                             Some((fp, id)) => Some((fp.clone(), id.clone())),
                             None => tx
-                                .find_by_idempotency_key(job.submitter.as_deref(), key)
+                                .find_by_idempotency_key(job.key_scope(), key)
                                 .await?
                                 .map(|k| (k.fingerprint, k.job.id)),
                         };

@@ -565,7 +565,7 @@ impl StoreTx {
         .bind(
             job.idempotency_key
                 .as_deref()
-                .map(|k| scoped_key(job.submitter.as_deref(), k)),
+                .map(|k| scoped_key(job.key_scope(), k)),
         )
         .bind(fingerprint)
         .bind(serde_json::to_string(job)?)
