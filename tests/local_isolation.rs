@@ -154,7 +154,10 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
     if skip_unless_root("a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants") {
         return;
     }
+    // Credentials kept as an operator should: readable by jobgate's user only (jobgate
+    // cannot hide a world-readable file; docs/CONFIG.md says so).
     let secrets = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(secrets.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let tokens = two_tenants(secrets.path());
     let jwt_secret = secrets.path().join("jwt.secret");
     std::fs::write(&jwt_secret, JWT_SECRET).unwrap();
@@ -230,7 +233,7 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
     let log = done["logs"].as_str().unwrap();
 
     let read: Vec<&str> = log.lines().filter(|l| l.starts_with("READ ")).collect();
-    assert!(read.is_empty(), "bob's job read what it must not:\n{}", read.join("\n"));
+    assert!(read.is_empty(), "bob's job read what it must not:\n{}\n\nits log:\n{log}", read.join("\n"));
     assert_eq!(
         log.lines().filter(|l| l.starts_with("DENIED ")).count(),
         targets.len() + 1,
