@@ -216,7 +216,8 @@ mod tests {
 
     #[test]
     fn only_directories_everyone_can_reach_stay_in_the_path() {
-        let private = tempfile::tempdir().unwrap(); // mode 0700
+        let private = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         let path = format!("{}:relative/bin:/bin:/nonexistent", private.path().display());
         assert_eq!(reachable_path(&path), "/bin");
         assert_eq!(reachable_path("relative"), "/usr/local/bin:/usr/bin:/bin");
