@@ -529,7 +529,11 @@ impl Config {
     /// that jobgate, not being root, could not make.
     pub fn run_as(&self) -> Result<Option<RunAs>, ConfigError> {
         let root = nix::unistd::geteuid().is_root();
-        let given = self.run_as_user.as_deref().map(str::trim).filter(|u| !u.is_empty());
+        let given = self
+            .run_as_user
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty());
         let spec = match (given, root) {
             (Some(spec), true) => spec,
             (Some(spec), false) => {
@@ -552,9 +556,9 @@ impl Config {
 
     /// `--local-work-dir`, or `<temp dir>/jobgate-<uid>`.
     fn local_work_root(&self) -> PathBuf {
-        self.local_work_dir.clone().unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("jobgate-{}", nix::unistd::geteuid()))
-        })
+        self.local_work_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("jobgate-{}", nix::unistd::geteuid())))
     }
 
     /// Who may call, from the authentication settings: see `--anonymous`.
@@ -745,6 +749,11 @@ impl Config {
             kill_grace: Duration::from_millis(self.local_kill_grace_ms),
             max_log_bytes: self.local_max_log_bytes,
             path,
+            credential_files: [&self.api_tokens_file, &self.jwt_hs256_secret_file, &self.config]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
         })
     }
 }

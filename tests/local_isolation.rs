@@ -31,8 +31,13 @@ fn skip_unless_root(test: &str) -> bool {
         return false;
     }
     let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    assert!(!ci, "{test} needs root, and CI must run it: run the tests as root");
-    eprintln!("\n*** SKIPPED {test}: it needs root (jobs run as another user only when jobgate is root) ***\n");
+    assert!(
+        !ci,
+        "{test} needs root, and CI must run it: run the tests as root"
+    );
+    eprintln!(
+        "\n*** SKIPPED {test}: it needs root (jobs run as another user only when jobgate is root) ***\n"
+    );
     true
 }
 
@@ -92,7 +97,10 @@ async fn finished(server: &Server, token: Option<&str>, id: &str) -> Value {
         if matches!(job["phase"].as_str(), Some("SUCCEEDED" | "FAILED" | "CANCELLED")) {
             return job.clone();
         }
-        assert!(tokio::time::Instant::now() < deadline, "job {id} never finished: {body}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {id} never finished: {body}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -123,7 +131,10 @@ fn check_env(log: &str, own: &[&str], forbidden_values: &[&str]) {
         .skip(1)
         .take_while(|l| *l != "ENV-END")
         .collect();
-    assert!(env.iter().any(|l| l.starts_with("PATH=")), "no environment printed: {log}");
+    assert!(
+        env.iter().any(|l| l.starts_with("PATH=")),
+        "no environment printed: {log}"
+    );
     let allowed = [
         "PATH",
         "HOME",
@@ -144,7 +155,10 @@ fn check_env(log: &str, own: &[&str], forbidden_values: &[&str]) {
             "the job saw {line:?}, which jobgate's environment must not pass on:\n{log}"
         );
         for value in forbidden_values {
-            assert!(!line.contains(value), "the job's environment holds {value:?}: {line}");
+            assert!(
+                !line.contains(value),
+                "the job's environment holds {value:?}: {line}"
+            );
         }
     }
 }
@@ -172,6 +186,8 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
         &[
             ("JOBGATE_API_TOKEN", ENV_TOKEN),
             ("JOBGATE_JWT_HS256_SECRET_FILE", jwt_secret.to_str().unwrap()),
+            // Explicitly, though it is the default as root.
+            ("JOBGATE_RUN_AS_USER", "65534:65534"),
         ],
     )
     .await;
@@ -188,7 +204,10 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
     .await;
     let done = finished(&server, Some(ALICE), &alice).await;
     assert_eq!(done["phase"], "SUCCEEDED", "{done}");
-    assert_eq!(done["result"], "alice-result-marker\n", "results come back: {done}");
+    assert_eq!(
+        done["result"], "alice-result-marker\n",
+        "results come back: {done}"
+    );
     let alice_log = done["logs"].as_str().unwrap();
     let alice_dir = alice_log
         .lines()
@@ -207,7 +226,12 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
         "alice's log is among jobgate's files: {targets:?}"
     );
     targets.extend([
-        server.data_dir.join("logs").join(format!("{alice}.log")).display().to_string(),
+        server
+            .data_dir
+            .join("logs")
+            .join(format!("{alice}.log"))
+            .display()
+            .to_string(),
         format!("{alice_dir}/note.txt"),
         tokens.display().to_string(),
         jwt_secret.display().to_string(),
@@ -227,13 +251,22 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
          ln -s '{}' \"$JOBGATE_RESULT_FILE\"\n",
         jwt_secret.display()
     ));
-    let bob = submit_as(&server, Some(BOB), json!({"namespace": "team-b", "command": sh(&script)})).await;
+    let bob = submit_as(
+        &server,
+        Some(BOB),
+        json!({"namespace": "team-b", "command": sh(&script)}),
+    )
+    .await;
     let done = finished(&server, Some(BOB), &bob).await;
     assert_eq!(done["phase"], "SUCCEEDED", "{done}");
     let log = done["logs"].as_str().unwrap();
 
     let read: Vec<&str> = log.lines().filter(|l| l.starts_with("READ ")).collect();
-    assert!(read.is_empty(), "bob's job read what it must not:\n{}\n\nits log:\n{log}", read.join("\n"));
+    assert!(
+        read.is_empty(),
+        "bob's job read what it must not:\n{}\n\nits log:\n{log}",
+        read.join("\n")
+    );
     assert_eq!(
         log.lines().filter(|l| l.starts_with("DENIED ")).count(),
         targets.len() + 1,
@@ -242,7 +275,11 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
     for secret in ["alice-log-marker", "alice-file-marker", JWT_SECRET, ENV_TOKEN] {
         assert!(!log.contains(secret), "bob's log holds {secret:?}:\n{log}");
     }
-    assert_ne!(done["result"].as_str(), Some(JWT_SECRET), "a link as result file is followed");
+    assert_ne!(
+        done["result"].as_str(),
+        Some(JWT_SECRET),
+        "a link as result file is followed"
+    );
     assert!(done["result"].is_null(), "{done}");
     assert_eq!(
         log.lines().find(|l| l.starts_with("uid ")),
@@ -250,7 +287,11 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
         "{log}"
     );
     let groups = log.lines().find(|l| l.starts_with("Groups:")).unwrap_or_default();
-    assert_eq!(groups.trim(), "Groups:", "supplementary groups are dropped: {log}");
+    assert_eq!(
+        groups.trim(),
+        "Groups:",
+        "supplementary groups are dropped: {log}"
+    );
     let data_dir = server.data_dir.display().to_string();
     let secrets_dir = secrets.path().display().to_string();
     check_env(log, &[], &[ENV_TOKEN, JWT_SECRET, &data_dir, &secrets_dir]);
@@ -261,7 +302,14 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
 #[tokio::test]
 async fn a_job_runs_in_a_directory_of_its_own_outside_the_data_directory_with_a_private_environment() {
     let secret_value = "postgres://jobgate:hunter2@db/jobgate";
-    let server = Server::start_with_env(&[], &[("JOBGATE_DATABASE_URL", secret_value), ("AWS_SECRET_ACCESS_KEY", secret_value)]).await;
+    let server = Server::start_with_env(
+        &[],
+        &[
+            ("JOBGATE_DATABASE_URL", secret_value),
+            ("AWS_SECRET_ACCESS_KEY", secret_value),
+        ],
+    )
+    .await;
     let id = server
         .submit(json!({
             "command": sh("echo \"pwd $PWD\"; echo \"home $HOME\"; echo \"tmp $TMPDIR\"; \
@@ -281,11 +329,18 @@ async fn a_job_runs_in_a_directory_of_its_own_outside_the_data_directory_with_a_
     };
     let pwd = PathBuf::from(field("pwd"));
     let data_dir = server.data_dir.canonicalize().unwrap();
-    assert!(!pwd.starts_with(&data_dir), "the job ran inside the data directory: {log}");
+    assert!(
+        !pwd.starts_with(&data_dir),
+        "the job ran inside the data directory: {log}"
+    );
     assert!(pwd.ends_with(&id), "{log}");
     assert_eq!(field("home"), pwd.display().to_string());
     assert_eq!(field("tmp"), pwd.join("tmp").display().to_string());
-    let uid = if is_root() { NOBODY } else { nix::unistd::geteuid().as_raw() };
+    let uid = if is_root() {
+        NOBODY
+    } else {
+        nix::unistd::geteuid().as_raw()
+    };
     assert_eq!(field("dir"), format!("700 {uid}"), "{log}");
     assert!(log.lines().any(|l| l == "tmp-writable"), "{log}");
     check_env(
@@ -297,7 +352,10 @@ async fn a_job_runs_in_a_directory_of_its_own_outside_the_data_directory_with_a_
     let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
     assert_eq!(mode(&server.data_dir), 0o700);
     assert_eq!(mode(&server.data_dir.join("logs")), 0o700);
-    assert_eq!(mode(&server.data_dir.join("logs").join(format!("{id}.log"))), 0o600);
+    assert_eq!(
+        mode(&server.data_dir.join("logs").join(format!("{id}.log"))),
+        0o600
+    );
     assert!(!pwd.exists(), "the job's directory is removed when it ends");
 }
 
@@ -383,12 +441,19 @@ async fn jobgate_refuses_to_serve_several_tenants_when_every_job_would_run_as_it
     ])
     .unwrap_err();
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("anonymous callers may use every namespace"), "{stderr}");
+    assert!(
+        stderr.contains("anonymous callers may use every namespace"),
+        "{stderr}"
+    );
 
     // One scope, however many tokens: one tenant. Or tenants that trust each other.
     run(&["--api-tokens-file", one_tenant.to_str().unwrap()]).expect("one tenant is served");
-    run(&["--api-tokens-file", tokens.to_str().unwrap(), "--local-trusted-tenants"])
-        .expect("trusted tenants are served");
+    run(&[
+        "--api-tokens-file",
+        tokens.to_str().unwrap(),
+        "--local-trusted-tenants",
+    ])
+    .expect("trusted tenants are served");
 }
 
 #[tokio::test]

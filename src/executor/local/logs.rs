@@ -156,7 +156,6 @@ impl LogWriter {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

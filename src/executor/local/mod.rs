@@ -70,6 +70,9 @@ pub struct LocalConfig {
     pub max_log_bytes: u64,
     /// The PATH jobs see (for jobs of another user, directories they can reach).
     pub path: String,
+    /// jobgate's credential files (tokens, HS256 secret, config): jobgate warns at start
+    /// about those the jobs' user could read.
+    pub credential_files: Vec<PathBuf>,
 }
 
 /// What a runner keeps in `WorkloadStatus::executor_state`.
@@ -169,8 +172,8 @@ impl LocalExecutor {
         let work_dir = match work_dir {
             Ok(dir) => dir,
             Err(source) => {
-            // Nothing was started: forget the runner, or the launcher's retry would find it
-            // and report the job launched while nothing runs it.
+                // Nothing was started: forget the runner, or the launcher's retry would find it
+                // and report the job launched while nothing runs it.
                 inner.runners.lock().expect("poisoned").remove(&job.id);
                 return Err(ExecutorError::Prepare {
                     job: job.id.clone(),
@@ -244,7 +247,10 @@ fn prepare_dirs(config: &LocalConfig) -> std::io::Result<()> {
         ));
     }
     let private = |dir: &Path| -> std::io::Result<()> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
         if std::fs::metadata(dir)?.permissions().mode() & 0o077 != 0 {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         }
@@ -253,6 +259,17 @@ fn prepare_dirs(config: &LocalConfig) -> std::io::Result<()> {
     private(&config.data_dir)?;
     private(&config.data_dir.join("logs"))?;
     sandbox::prepare_root(&config.work_root)?;
+    if let Some(user) = &config.run_as {
+        for file in &config.credential_files {
+            if sandbox::readable_by_all(file) {
+                tracing::warn!(
+                    file = %file.display(),
+                    "local jobs (run as {}) can read this credential file, as every user can: make it readable by jobgate's user only (0600)",
+                    user.name
+                );
+            }
+        }
+    }
     if config.run_as.is_some() && !sandbox::reachable_by_all(&config.work_root) {
         return Err(std::io::Error::other(format!(
             "jobs could not reach their directories in {}: some directory on the way lets others no further (mode o-x); set --local-work-dir elsewhere",
@@ -769,7 +786,6 @@ async fn watch_run(
     };
     (index, outcome)
 }
-
 
 /// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot.
 fn proc_start_time(pid: i32) -> Option<u64> {

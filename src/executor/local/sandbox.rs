@@ -49,7 +49,11 @@ impl RunAs {
             },
             Err(_) => match User::from_name(user).map_err(lookup_failed)? {
                 Some(found) => (found.name, found.uid.as_raw(), Some(found.gid.as_raw())),
-                None => return Err(format!("--run-as-user {spec:?}: there is no user {user:?} on this machine")),
+                None => {
+                    return Err(format!(
+                        "--run-as-user {spec:?}: there is no user {user:?} on this machine"
+                    ));
+                }
             },
         };
         let gid = match group {
@@ -83,6 +87,16 @@ pub fn reachable_by_all(dir: &Path) -> bool {
             .all(|a| std::fs::metadata(a).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o001 != 0))
 }
 
+/// Whether every user may read `file`: it lets others read it, in a directory every user may
+/// reach.
+pub fn readable_by_all(file: &Path) -> bool {
+    let Ok(file) = std::path::absolute(file) else {
+        return false;
+    };
+    std::fs::metadata(&file).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+        && file.parent().is_some_and(reachable_by_all)
+}
+
 /// The directories of `path` that every user may reach, in order: the PATH of jobs that run
 /// as another user than jobgate (`/root/.cargo/bin` is of no use to `nobody`, and a program
 /// found there could not be started). The standard directories when none is left.
@@ -101,7 +115,10 @@ pub fn reachable_path(path: &str) -> String {
 /// Makes the work root if needed and checks it is jobgate's own directory (not a link, not
 /// someone else's: in a shared /tmp another user could have made it first), mode 0711.
 pub fn prepare_root(root: &Path) -> io::Result<()> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o711).create(root)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(root)?;
     let meta = std::fs::symlink_metadata(root)?;
     let me = nix::unistd::geteuid().as_raw();
     if !meta.is_dir() {
@@ -165,8 +182,12 @@ pub async fn remove_work_dir(dir: PathBuf) {
     match removed {
         Ok(Ok(())) => {}
         Ok(Err(e)) if e.kind() == io::ErrorKind::NotFound => {}
-        Ok(Err(e)) => tracing::warn!(dir = %dir.display(), error = %e, "a finished job's working directory was not removed"),
-        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "removing a finished job's working directory failed"),
+        Ok(Err(e)) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "a finished job's working directory was not removed")
+        }
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "removing a finished job's working directory failed")
+        }
     }
 }
 
@@ -210,7 +231,11 @@ mod tests {
         assert!(bare.contains("4000123:GID"), "{bare}");
         assert_eq!(
             RunAs::resolve("4000123:4000124").unwrap(),
-            RunAs { name: "4000123".into(), uid: 4000123, gid: 4000124 }
+            RunAs {
+                name: "4000123".into(),
+                uid: 4000123,
+                gid: 4000124
+            }
         );
     }
 
@@ -229,7 +254,10 @@ mod tests {
         let root = root_parent.path().join("work");
         let dir = prepare_work_dir(&root, "job-1", None).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-        assert_eq!((mode(&root), mode(&dir), mode(&dir.join("tmp"))), (0o711, 0o700, 0o700));
+        assert_eq!(
+            (mode(&root), mode(&dir), mode(&dir.join("tmp"))),
+            (0o711, 0o700, 0o700)
+        );
         assert!(prepare_work_dir(&root, "../escape", None).is_err());
 
         let secret = root_parent.path().join("secret");
