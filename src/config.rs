@@ -310,7 +310,8 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
     pub shutdown_timeout_secs: u64,
 
-    /// PATH given to local jobs (jobgate's own environment is not passed on).
+    /// jobgate's own PATH: what local jobs see unless `--local-path` says otherwise (filtered
+    /// for jobs of another user); the rest of jobgate's environment is not passed on.
     #[arg(
         long,
         env = "PATH",
