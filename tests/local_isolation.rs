@@ -468,6 +468,15 @@ async fn the_run_as_user_must_exist_must_not_be_root_and_needs_jobgate_to_be_roo
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(expected), "{args:?}: {expected:?} in {stderr}");
     };
+    // From the config file too.
+    let file = dir.path().join("jobgate.toml");
+    let (user, expected) = if is_root() {
+        ("root", "is root")
+    } else {
+        ("nobody", "not root")
+    };
+    std::fs::write(&file, format!("run_as_user = \"{user}\"\n")).unwrap();
+    refused(&["--config", file.to_str().unwrap()], expected);
     if is_root() {
         refused(&["--run-as-user", "root"], "is root");
         refused(&["--run-as-user", "0:0"], "is root");
