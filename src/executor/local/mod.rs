@@ -1,15 +1,16 @@
 //! The local executor: runs jobs as processes on this machine, with batch/v1 Job semantics.
 //!
 //! It owns one runner task per job, the job's process groups, its log files under the data
-//! directory ([`logs`]) and its working directory outside it ([`sandbox`]). Each run is a
+//! directory (`logs`) and its working directory outside it ([`sandbox`]). Each run is a
 //! process group of its own (so a cancel or a deadline stops children too), runs as the
 //! unprivileged `--run-as-user` when jobgate is root, in the job's own directory (its HOME,
 //! with its TMPDIR inside), and sees an environment built from nothing: PATH, HOME, TMPDIR,
 //! LANG, the job's `env`, `JOB_COMPLETION_INDEX`, `JOBGATE_JOB_ID` and `JOBGATE_RESULT_FILE`
-//! (a file in its directory, which jobgate reads back after the run). Like the Job controller it honours `completions` (every index must
-//! succeed once), `parallelism`, `backoffLimit` (failed runs are retried with exponential
-//! back-off until the count of failures exceeds it) and `activeDeadlineSeconds`, and reports
-//! conditions `SuccessCriteriaMet`+`Complete` or `FailureTarget`+`Failed`.
+//! (a file in its directory, which jobgate reads back after the run). Like the Job
+//! controller it honours `completions` (every index must succeed once), `parallelism`,
+//! `backoffLimit` (failed runs are retried with exponential back-off until the count of
+//! failures exceeds it) and `activeDeadlineSeconds`, and reports conditions
+//! `SuccessCriteriaMet`+`Complete` or `FailureTarget`+`Failed`.
 //!
 //! The runner state that must survive a restart (which indexes completed, which process
 //! groups were running) travels in the reported status and so lives in the store: on
