@@ -259,6 +259,16 @@ fn prepare_dirs(config: &LocalConfig) -> std::io::Result<()> {
     };
     private(&config.data_dir)?;
     private(&config.data_dir.join("logs"))?;
+    if let Some(user) = &config.run_as {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata(&config.data_dir)?.uid() == user.uid {
+            return Err(std::io::Error::other(format!(
+                "the data directory {} belongs to {}, the user jobs run as: give it to jobgate's user",
+                config.data_dir.display(),
+                user.name
+            )));
+        }
+    }
     sandbox::prepare_root(&config.work_root)?;
     if let Some(user) = &config.run_as {
         for file in &config.credential_files {
