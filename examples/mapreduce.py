@@ -8,8 +8,9 @@ a part file. The reduce step is a second job with `dependsOn: [<map id>]`: jobga
 adds the parts up and writes the total as its result. Had the map failed, the reduce would
 fail at once with reason DependencyFailed.
 
-Runs against the local executor as is (both steps share a directory on this machine); on
-Kubernetes the steps would share a volume or object storage instead.
+Runs against the local executor as is (both steps share a directory on this machine, which
+the jobs' user must be able to write: `--dir` must be, the default one is); on Kubernetes the
+steps would share a volume or object storage instead.
 
     cargo run --release &          # jobgate on http://127.0.0.1:8080
     python3 examples/mapreduce.py  # or: python3 examples/mapreduce.py --url http://host:port
@@ -66,7 +67,12 @@ def main():
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="where jobgate listens")
     parser.add_argument("--dir", help="the shared directory (default: a new temporary one)")
     args = parser.parse_args()
-    shared = args.dir or tempfile.mkdtemp(prefix="jobgate-wordcount-")
+    shared = args.dir
+    if not shared:
+        shared = tempfile.mkdtemp(prefix="jobgate-wordcount-")
+        # jobgate may run its jobs as another user (`nobody`, when it runs as root): let
+        # them write their parts here, as in /tmp.
+        os.chmod(shared, 0o1777)
     with open(os.path.join(shared, "input.txt"), "w") as f:
         f.write("\n".join(LINES) + "\n")
 

@@ -279,6 +279,21 @@ impl Auth {
         self.jwt.is_some()
     }
 
+    /// Who a static token or anonymous access lets in, with their scopes, sorted by name
+    /// (JWTs are not listed: their claims may name any namespaces).
+    pub fn static_scopes(&self) -> Vec<(&str, &Scope)> {
+        let mut scopes: Vec<(&str, &Scope)> = self
+            .tokens
+            .values()
+            .map(|identity| (identity.name.as_str(), &identity.scope))
+            .collect();
+        scopes.sort_by_key(|(name, _)| *name);
+        if let Some(scope) = &self.anonymous {
+            scopes.push(("anonymous callers", scope));
+        }
+        scopes
+    }
+
     fn check_bearer(&self, value: Option<&str>) -> Result<Identity, AuthError> {
         let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
             return self

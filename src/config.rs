@@ -16,10 +16,11 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::auth::{AuthSettings, JwtSettings};
+use crate::auth::{Auth, AuthSettings, JwtSettings};
 use crate::executor::kube::KubeConfig;
 use crate::executor::kube::manifest::ManifestDefaults;
 use crate::executor::local::LocalConfig;
+use crate::executor::local::sandbox::{self, RunAs};
 use crate::graphql::http::HttpOptions;
 use crate::graphql::schema::QueryLimits;
 use crate::graphql::ws::WsConfig;
@@ -61,7 +62,8 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Directory for the SQLite database, job logs and job working directories.
+    /// Directory for the SQLite database and job logs; jobgate makes it mode 0700 (local
+    /// jobs never get a path into it).
     #[arg(long, env = "JOBGATE_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
 
@@ -310,6 +312,29 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_LOCAL_MAX_LOG_BYTES", default_value_t = 8 << 20)]
     pub local_max_log_bytes: u64,
 
+    /// Local executor: the user every job runs as, `USER`, `UID`, `USER:GROUP` or `UID:GID`
+    /// (uid, gid, no supplementary groups). Only root can switch users: when jobgate runs as
+    /// root the default is `nobody`; root itself is refused.
+    #[arg(long, env = "JOBGATE_RUN_AS_USER")]
+    pub run_as_user: Option<String>,
+
+    /// Local executor: where each job gets its own working directory (mode 0700, its HOME and
+    /// TMPDIR), outside the data directory; removed when the job ends. Default:
+    /// `<temp dir>/jobgate-<uid>`.
+    #[arg(long, env = "JOBGATE_LOCAL_WORK_DIR")]
+    pub local_work_dir: Option<PathBuf>,
+
+    /// Local executor: the PATH jobs see. Default: jobgate's own PATH, keeping only the
+    /// directories every user can reach when jobs run as another user.
+    #[arg(long, env = "JOBGATE_LOCAL_PATH")]
+    pub local_path: Option<String>,
+
+    /// Local executor: serve callers of different namespaces although every job runs as
+    /// jobgate's own user (jobgate is not root), so any job can read jobgate's database, logs
+    /// and credentials. Only for tenants that may see everything anyway (tests, demos).
+    #[arg(long, env = "JOBGATE_LOCAL_TRUSTED_TENANTS")]
+    pub local_trusted_tenants: bool,
+
     /// Events held for live subscribers; one further behind is caught up from the store.
     #[arg(long, env = "JOBGATE_BROADCAST_CAPACITY", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub broadcast_capacity: u64,
@@ -326,7 +351,8 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
     pub shutdown_timeout_secs: u64,
 
-    /// PATH given to local jobs (jobgate's own environment is not passed on).
+    /// jobgate's own PATH: what local jobs see unless `--local-path` says otherwise (filtered
+    /// for jobs of another user); the rest of jobgate's environment is not passed on.
     #[arg(
         long,
         env = "PATH",
@@ -467,7 +493,115 @@ impl Config {
             }
         }
         crate::hosts::AllowedHosts::parse(&self.allowed_hosts).map_err(ConfigError::Invalid)?;
-        self.auth_settings().map(|_| ())
+        self.auth_settings()?;
+        if self.executor == ExecutorKind::Local {
+            self.validate_local()?;
+        }
+        Ok(())
+    }
+
+    /// The local executor's isolation settings: a user to switch to that exists and is not
+    /// root, a work directory outside the data directory, and no tenants sharing jobgate's
+    /// own user unless told they may.
+    fn validate_local(&self) -> Result<(), ConfigError> {
+        let run_as = self.run_as()?;
+        let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+        let (work, data) = (absolute(&self.local_work_root()), absolute(&self.data_dir));
+        if work.starts_with(&data) || data.starts_with(&work) {
+            return Err(ConfigError::Invalid(format!(
+                "--local-work-dir {} and --data-dir {} must not contain one another: jobs must get no path into jobgate's data",
+                work.display(),
+                data.display()
+            )));
+        }
+        if run_as.is_some() || self.local_trusted_tenants {
+            return Ok(());
+        }
+        if let Some(why) = self.tenants_differ()? {
+            return Err(ConfigError::Invalid(format!(
+                "the local executor would run every job as jobgate's own user (uid {}) while callers have different namespaces ({why}): any tenant's job could read the others' logs and results and jobgate's database and credentials. Run jobgate as root, so that jobs run as an unprivileged user (--run-as-user, `nobody` by default); use --executor kubernetes for tenants that must not trust each other; or, if every caller may see everything anyway, set --local-trusted-tenants",
+                nix::unistd::geteuid()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Why callers can have different scopes, if they can: JWTs (whose claims name any
+    /// namespaces), or static tokens and anonymous access with different namespaces once
+    /// narrowed to `--allowed-namespaces`. Reads the tokens file.
+    fn tenants_differ(&self) -> Result<Option<String>, ConfigError> {
+        let settings = self.auth_settings()?;
+        if settings.jwt.hs256_secret_file.is_some() || settings.jwt.jwks_file.is_some() {
+            return Ok(Some(
+                "JWTs are accepted, and their claims may name any namespaces".to_owned(),
+            ));
+        }
+        let auth = Auth::load(&settings).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let allowed: std::collections::BTreeSet<String> = self.allowed_namespaces().into_iter().collect();
+        let usable = |scope: &Scope| -> Option<std::collections::BTreeSet<String>> {
+            match (scope.list(), allowed.is_empty()) {
+                (None, true) => None,
+                (None, false) => Some(allowed.clone()),
+                (Some(set), true) => Some(set.clone()),
+                (Some(set), false) => Some(set.intersection(&allowed).cloned().collect()),
+            }
+        };
+        let text = |set: &Option<std::collections::BTreeSet<String>>| match set {
+            None => "every namespace".to_owned(),
+            Some(set) => set.iter().cloned().collect::<Vec<_>>().join(","),
+        };
+        let scopes = auth.static_scopes();
+        let Some((first, first_scope)) = scopes.first() else {
+            return Ok(None);
+        };
+        let first_usable = usable(first_scope);
+        Ok(scopes.iter().find_map(|(name, scope)| {
+            let other = usable(scope);
+            (other != first_usable).then(|| {
+                format!(
+                    "{first} may use {}, {name} may use {}",
+                    text(&first_usable),
+                    text(&other)
+                )
+            })
+        }))
+    }
+
+    /// The user local jobs run as: `--run-as-user`, or `nobody` when jobgate is root; none
+    /// (jobgate's own user) otherwise. Refuses a user that does not exist, root, and a switch
+    /// that jobgate, not being root, could not make.
+    pub fn run_as(&self) -> Result<Option<RunAs>, ConfigError> {
+        let root = nix::unistd::geteuid().is_root();
+        let given = self
+            .run_as_user
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty());
+        let spec = match (given, root) {
+            (Some(spec), true) => spec,
+            (Some(spec), false) => {
+                return Err(ConfigError::Invalid(format!(
+                    "--run-as-user {spec:?}: jobgate runs as uid {}, not root, so it cannot start jobs as another user; run it as root, or leave --run-as-user unset (jobs then run as jobgate's own user: see docs/CONFIG.md)",
+                    nix::unistd::geteuid()
+                )));
+            }
+            (None, true) => "nobody",
+            (None, false) => return Ok(None),
+        };
+        RunAs::resolve(spec).map(Some).map_err(|e| {
+            ConfigError::Invalid(if given.is_none() {
+                format!("jobgate runs as root, so local jobs run as an unprivileged user, `nobody` by default: {e}; set --run-as-user (USER or UID:GID)")
+            } else {
+                e
+            })
+        })
+    }
+
+    /// `--local-work-dir`, or `<temp dir>/jobgate-<uid>`.
+    fn local_work_root(&self) -> PathBuf {
+        self.local_work_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("jobgate-{}", nix::unistd::geteuid())))
     }
 
     /// Who may call, from the authentication settings: see `--anonymous`.
@@ -660,14 +794,28 @@ impl Config {
         }
     }
 
-    pub fn local(&self) -> LocalConfig {
-        LocalConfig {
+    /// The local executor's settings; resolves `--run-as-user` again (see [`Config::run_as`]).
+    pub fn local(&self) -> Result<LocalConfig, ConfigError> {
+        let run_as = self.run_as()?;
+        let path = match (&self.local_path, &run_as) {
+            (Some(path), _) => path.clone(),
+            (None, Some(_)) => sandbox::reachable_path(&self.job_path),
+            (None, None) => self.job_path.clone(),
+        };
+        Ok(LocalConfig {
             data_dir: self.data_dir.clone(),
+            work_root: self.local_work_root(),
+            run_as,
             retry_delay: Duration::from_millis(self.local_retry_delay_ms),
             retry_delay_cap: Duration::from_millis(self.local_retry_delay_cap_ms),
             kill_grace: Duration::from_millis(self.local_kill_grace_ms),
             max_log_bytes: self.local_max_log_bytes,
-            path: self.job_path.clone(),
-        }
+            path,
+            credential_files: [&self.api_tokens_file, &self.jwt_hs256_secret_file, &self.config]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
+        })
     }
 }

@@ -358,7 +358,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let (observations_tx, observations_rx) = mpsc::channel(1024);
     let executor: Arc<dyn Executor> = match config.executor {
         ExecutorKind::Local => Arc::new(
-            LocalExecutor::new(config.local(), observations_tx).context("preparing the local executor")?,
+            LocalExecutor::new(config.local()?, observations_tx).context("preparing the local executor")?,
         ),
         ExecutorKind::Kubernetes => Arc::new(
             KubeExecutor::connect(config.kube(workloads.clone(), metrics.clone()), observations_tx)

@@ -273,6 +273,12 @@ async fn jobs_waiting_for_dependencies_survive_a_restart() {
 async fn the_readme_mapreduce_example_runs_on_the_local_executor() {
     let server = Server::start(&[]).await;
     let shared = tempfile::tempdir().unwrap();
+    // The jobs may run as another user than this test (`nobody`, when jobgate is root).
+    std::fs::set_permissions(
+        shared.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mapreduce.py");
     let url = server.url("");
     let url = url.trim_end_matches('/').to_owned();

@@ -242,17 +242,24 @@ async fn retries_stop_at_the_backoff_limit() {
 async fn a_job_past_its_deadline_fails_with_deadline_exceeded() {
     let server = Server::start(&[]).await;
     let id = server
-        .submit(json!({"command": sh("echo $$ > leader.pid; sleep 300"), "activeDeadlineSeconds": 1}))
+        .submit(json!({"command": sh("echo leader $$; sleep 300"), "activeDeadlineSeconds": 1}))
         .await;
     let events = history(&server, &id).await;
     assert_eq!(phases(&events), ["PENDING", "RUNNING", "FAILED"]);
     assert_eq!(events.last().unwrap().reason.as_deref(), Some("DeadlineExceeded"));
-    let pid = read_pid(&server, &id, "leader.pid");
+    // Its working directory is gone with the job; its log stays.
+    let logs = server.job_with(&id, "logs(tailLines: 10)").await;
+    let pid = logs["logs"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("leader ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {logs}"));
     wait_gone(pid).await;
 }
 
 fn read_pid(server: &Server, id: &str, file: &str) -> i32 {
-    let path = server.data_dir.join("work").join(id).join(file);
+    let path = server.work_dir(id).join(file);
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .trim()
@@ -303,7 +310,7 @@ async fn cancel_stops_the_whole_process_group() {
         }))
         .await;
     server.wait_phase(&id, "RUNNING").await;
-    wait_file(&server.data_dir.join("work").join(&id).join("child.pid")).await;
+    wait_file(&server.work_dir(&id).join("child.pid")).await;
     let (leader, child) = (
         read_pid(&server, &id, "leader.pid"),
         read_pid(&server, &id, "child.pid"),
@@ -358,7 +365,7 @@ async fn completions_run_every_index_at_most_parallelism_at_a_time() {
     let server = Server::start(&[]).await;
     let id = server
         .submit(json!({
-            "command": sh("echo start $JOB_COMPLETION_INDEX; sleep 0.4; touch done-$JOB_COMPLETION_INDEX; echo end $JOB_COMPLETION_INDEX"),
+            "command": sh("echo start $JOB_COMPLETION_INDEX; sleep 0.4; echo end $JOB_COMPLETION_INDEX"),
             "completions": 5,
             "parallelism": 2,
         }))
@@ -370,17 +377,6 @@ async fn completions_run_every_index_at_most_parallelism_at_a_time() {
         job["progress"],
         json!({"succeeded": 5, "failed": 0, "active": 0, "total": 5})
     );
-    for i in 0..5 {
-        assert!(
-            server
-                .data_dir
-                .join("work")
-                .join(&id)
-                .join(format!("done-{i}"))
-                .exists(),
-            "index {i} never ran"
-        );
-    }
     // Concurrency from the log: starts minus ends never exceed parallelism.
     let logs = server
         .gql_ok(
@@ -388,6 +384,13 @@ async fn completions_run_every_index_at_most_parallelism_at_a_time() {
             json!({"id": id}),
         )
         .await;
+    let text = logs["job"]["logs"].as_str().unwrap();
+    for i in 0..5 {
+        assert!(
+            text.lines().any(|l| l == format!("end {i}")),
+            "index {i} never ran: {text}"
+        );
+    }
     let mut running = 0;
     let mut most = 0;
     for line in logs["job"]["logs"].as_str().unwrap().lines() {
@@ -648,7 +651,7 @@ async fn a_run_in_progress_at_a_crash_counts_as_failed_with_gateway_restarted() 
         .submit(json!({"command": sh("echo $$ > leader.pid; sleep 300"), "backoffLimit": 0}))
         .await;
     server.wait_phase(&id, "RUNNING").await;
-    wait_file(&server.data_dir.join("work").join(&id).join("leader.pid")).await;
+    wait_file(&server.work_dir(&id).join("leader.pid")).await;
     let orphan = read_pid(&server, &id, "leader.pid");
     server.kill9();
     assert!(alive(orphan), "the run outlives a kill -9 of jobgate");
@@ -675,7 +678,7 @@ async fn an_interrupted_run_is_retried_after_a_restart_when_the_backoff_limit_al
             "backoffLimit": 1,
         }))
         .await;
-    wait_file(&server.data_dir.join("work").join(&id).join("leader.pid")).await;
+    wait_file(&server.work_dir(&id).join("leader.pid")).await;
     // The run must be on record (RUNNING is committed with it) before the crash; a kill
     // before that loses no attempt to count.
     server.wait_phase(&id, "RUNNING").await;
@@ -886,9 +889,12 @@ async fn job_logs_of_a_job_cancelled_before_it_ran_completes() {
 
 #[tokio::test]
 async fn a_job_whose_working_directory_cannot_be_made_waits_then_runs_once_it_can() {
-    let server = Server::start(&[]).await;
-    let work = server.data_dir.join("work");
-    std::fs::remove_dir_all(&work).ok();
+    // A work directory of its own, since the default one is shared by every test.
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(parent.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let work = parent.path().join("work");
+    let server = Server::start(&["--local-work-dir", work.to_str().unwrap()]).await;
+    std::fs::remove_dir_all(&work).unwrap();
     std::fs::write(&work, "not a directory").unwrap();
     let id = server.submit(json!({ "command": sh("exit 0") })).await;
     // The launch failed and is retried: the job waits PENDING with the reason.

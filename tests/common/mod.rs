@@ -19,6 +19,11 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+/// The local executor's default `--local-work-dir`.
+pub fn default_work_root() -> PathBuf {
+    std::env::temp_dir().join(format!("jobgate-{}", nix::unistd::geteuid()))
+}
+
 /// Generous limits so a slow CI machine never hangs a test forever; never assertions.
 pub const WAIT: Duration = Duration::from_secs(60);
 
@@ -104,6 +109,10 @@ impl Server {
             "300".into(),
             "--log".into(),
             "info,tower_http=warn".into(),
+            // Tests serve several tenants; run as an ordinary user, jobgate would refuse to
+            // on the local executor (as root, jobs run as `nobody` and this changes nothing).
+            // tests/local_isolation.rs checks the refusal and the isolation.
+            "--local-trusted-tenants".into(),
         ];
         args.extend(extra.iter().cloned());
         let binary = env!("CARGO_BIN_EXE_jobgate");
@@ -167,6 +176,12 @@ impl Server {
             http: reqwest::Client::new(),
             wrapper: wrapper.to_vec(),
         }
+    }
+
+    /// A local job's working directory under the default `--local-work-dir`; it exists while
+    /// the job runs and is removed when it ends.
+    pub fn work_dir(&self, id: &str) -> PathBuf {
+        default_work_root().join(id)
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -2,7 +2,9 @@
 // catches up on everything that happened meanwhile from its last cursor, without a reload.
 
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { launchBrowser, openPage, startJobgate, waitFor, waitText } from './harness.mjs';
@@ -11,7 +13,11 @@ const COUNTS = '{ jobStats { counts { pending running succeeded failed cancelled
 
 test('after the server drops and returns, the view catches up with no update lost', async () => {
   const jobgate = await startJobgate();
-  const gate = `${jobgate.dataDir}/gate`;
+  // Not in the data directory, which is jobgate's alone (0700): the job may run as another
+  // user (nobody, when jobgate is root).
+  const gateDir = mkdtempSync(join(tmpdir(), 'jobgate-e2e-gate-'));
+  chmodSync(gateDir, 0o755);
+  const gate = join(gateDir, 'gate');
   const held = await jobgate.submit({
     name: 'held',
     command: ['sh', '-c', `while [ ! -e ${gate} ]; do sleep 0.05; done; echo released`],
@@ -69,4 +75,5 @@ test('after the server drops and returns, the view catches up with no update los
   // Only the failed attempts to reach the server while it was away may complain.
   const unexpected = page.problems.filter((p) => !/WebSocket|ERR_INTERNET_DISCONNECTED|ERR_CONNECTION_REFUSED|Failed to load resource/.test(p));
   assert.deepEqual(unexpected, []);
+  rmSync(gateDir, { recursive: true, force: true });
 });

@@ -1,17 +1,26 @@
 //! The local executor: runs jobs as processes on this machine, with batch/v1 Job semantics.
 //!
-//! It owns one runner task per job, the job's process groups, its log files and result
-//! files under the data directory. Each run is a process group of its own (so a cancel or a
-//! deadline stops children too) and gets `JOB_COMPLETION_INDEX`, `JOBGATE_JOB_ID` and
-//! `JOBGATE_RESULT_FILE`. Like the Job controller it honours `completions` (every index must
-//! succeed once), `parallelism`, `backoffLimit` (failed runs are retried with exponential
-//! back-off until the count of failures exceeds it) and `activeDeadlineSeconds`, and reports
-//! conditions `SuccessCriteriaMet`+`Complete` or `FailureTarget`+`Failed`.
+//! It owns one runner task per job, the job's process groups, its log files under the data
+//! directory (`logs`) and its working directory outside it ([`sandbox`]). Each run is a
+//! process group of its own (so a cancel or a deadline stops children too), runs as the
+//! unprivileged `--run-as-user` when jobgate is root, in the job's own directory (its HOME,
+//! with its TMPDIR inside), and sees an environment built from nothing: PATH, HOME, TMPDIR,
+//! LANG, the job's `env`, `JOB_COMPLETION_INDEX`, `JOBGATE_JOB_ID` and `JOBGATE_RESULT_FILE`
+//! (a file in its directory, which jobgate reads back after the run). Like the Job
+//! controller it honours `completions` (every index must succeed once), `parallelism`,
+//! `backoffLimit` (failed runs are retried with exponential back-off until the count of
+//! failures exceeds it) and `activeDeadlineSeconds`, and reports conditions
+//! `SuccessCriteriaMet`+`Complete` or `FailureTarget`+`Failed`.
 //!
 //! The runner state that must survive a restart (which indexes completed, which process
 //! groups were running) travels in the reported status and so lives in the store: on
 //! adoption after a restart, runs that were in progress are killed and counted as failed
-//! attempts (`GatewayRestarted`). It must not write the store or decide phases.
+//! attempts (`GatewayRestarted`). A job's directory lives as long as the job: retries and
+//! restarts find it, and it is removed once the job has finished or been cancelled. It must
+//! not write the store or decide phases, nor hand a job any path into the data directory.
+
+mod logs;
+pub mod sandbox;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -25,7 +34,6 @@ use futures::FutureExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
@@ -36,14 +44,23 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
+use self::logs::{LogWriter, copy_lines, read_log_tail};
+use self::sandbox::RunAs;
 use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, clip};
 use crate::jobs::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus};
 
 /// Settings of the local executor.
 #[derive(Clone, Debug)]
 pub struct LocalConfig {
-    /// Where logs, results and working directories go.
+    /// jobgate's own directory (the database, logs): made mode 0700; no job gets a path
+    /// into it.
     pub data_dir: PathBuf,
+    /// Where each job gets its own working directory (`--local-work-dir`); outside the data
+    /// directory.
+    pub work_root: PathBuf,
+    /// The user every run switches to; `None` runs jobs as jobgate's own user, which is
+    /// refused when that is root.
+    pub run_as: Option<RunAs>,
     /// The delay before the first retry of a failed run; doubled per failure, capped at
     /// [`LocalConfig::retry_delay_cap`] (the Job controller uses 10 s and 6 min).
     pub retry_delay: Duration,
@@ -52,8 +69,11 @@ pub struct LocalConfig {
     pub kill_grace: Duration,
     /// Output kept per job; older output is dropped once the log has rotated twice.
     pub max_log_bytes: u64,
-    /// The PATH jobs see.
+    /// The PATH jobs see (for jobs of another user, directories they can reach).
     pub path: String,
+    /// jobgate's credential files (tokens, HS256 secret, config): jobgate warns at start
+    /// about those the jobs' user could read.
+    pub credential_files: Vec<PathBuf>,
 }
 
 /// What a runner keeps in `WorkloadStatus::executor_state`.
@@ -117,8 +137,7 @@ impl Inner {
 
 impl LocalExecutor {
     pub fn new(config: LocalConfig, observations: ObservationSender) -> Result<Self, std::io::Error> {
-        std::fs::create_dir_all(config.data_dir.join("logs"))?;
-        std::fs::create_dir_all(config.data_dir.join("work"))?;
+        prepare_dirs(&config)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -149,16 +168,20 @@ impl LocalExecutor {
             runners.insert(job.id.clone(), token.clone());
             token
         };
-        let work_dir = inner.config.data_dir.join("work").join(&job.id);
-        if let Err(source) = std::fs::create_dir_all(&work_dir) {
-            // Nothing was started: forget the runner, or the launcher's retry would find it
-            // and report the job launched while nothing runs it.
-            inner.runners.lock().expect("poisoned").remove(&job.id);
-            return Err(ExecutorError::Prepare {
-                job: job.id.clone(),
-                source,
-            });
-        }
+        let work_dir =
+            sandbox::prepare_work_dir(&inner.config.work_root, &job.id, inner.config.run_as.as_ref());
+        let work_dir = match work_dir {
+            Ok(dir) => dir,
+            Err(source) => {
+                // Nothing was started: forget the runner, or the launcher's retry would find it
+                // and report the job launched while nothing runs it.
+                inner.runners.lock().expect("poisoned").remove(&job.id);
+                return Err(ExecutorError::Prepare {
+                    job: job.id.clone(),
+                    source,
+                });
+            }
+        };
         let fallback = Observation {
             job_id: job.id.clone(),
             status: job.workload.clone(),
@@ -214,6 +237,59 @@ fn log_path(data_dir: &Path, job_id: &str) -> PathBuf {
     data_dir.join("logs").join(format!("{job_id}.log"))
 }
 
+/// The data directory and its `logs` become jobgate's alone (0700), and the work root is
+/// made. Jobs never run as root: a configuration that would is refused here too, whatever
+/// the caller checked.
+fn prepare_dirs(config: &LocalConfig) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if config.run_as.is_none() && nix::unistd::geteuid().is_root() {
+        return Err(std::io::Error::other(
+            "jobgate runs as root and no --run-as-user was given: refusing to run jobs as root",
+        ));
+    }
+    let private = |dir: &Path| -> std::io::Result<()> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        if std::fs::metadata(dir)?.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(())
+    };
+    private(&config.data_dir)?;
+    private(&config.data_dir.join("logs"))?;
+    if let Some(user) = &config.run_as {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata(&config.data_dir)?.uid() == user.uid {
+            return Err(std::io::Error::other(format!(
+                "the data directory {} belongs to {}, the user jobs run as: give it to jobgate's user",
+                config.data_dir.display(),
+                user.name
+            )));
+        }
+    }
+    sandbox::prepare_root(&config.work_root)?;
+    if let Some(user) = &config.run_as {
+        for file in &config.credential_files {
+            if sandbox::readable_by_all(file) {
+                tracing::warn!(
+                    file = %file.display(),
+                    "local jobs (run as {}) can read this credential file, as every user can: make it readable by jobgate's user only (0600)",
+                    user.name
+                );
+            }
+        }
+    }
+    if config.run_as.is_some() && !sandbox::reachable_by_all(&config.work_root) {
+        return Err(std::io::Error::other(format!(
+            "jobs could not reach their directories in {}: some directory on the way lets others no further (mode o-x); set --local-work-dir elsewhere",
+            config.work_root.display()
+        )));
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Executor for LocalExecutor {
     fn kind(&self) -> &'static str {
@@ -248,6 +324,7 @@ impl Executor for LocalExecutor {
                 for run in &state.runs {
                     kill_leftover(run);
                 }
+                sandbox::remove_work_dir(self.inner.config.work_root.join(job_id)).await;
             }
         }
         Ok(())
@@ -332,45 +409,6 @@ impl Executor for LocalExecutor {
     }
 }
 
-/// The last `n` lines of a job's log, reaching into the rotated file when needed; nothing
-/// when the job has written nothing yet.
-async fn read_log_tail(path: &Path, n: usize, max_bytes: u64) -> std::io::Result<Vec<String>> {
-    let mut lines = match tail(path, n, max_bytes).await {
-        Ok(lines) => lines,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    if lines.len() < n {
-        // Older lines live in the rotated file.
-        match tail(&path.with_extension("log.1"), n - lines.len(), max_bytes).await {
-            Ok(mut older) => {
-                older.append(&mut lines);
-                lines = older;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(lines)
-}
-
-/// The last `n` lines of a file, reading at most `max_bytes` from its end.
-async fn tail(path: &Path, n: usize, max_bytes: u64) -> std::io::Result<Vec<String>> {
-    let mut file = tokio::fs::File::open(path).await?;
-    let len = file.metadata().await?.len();
-    let start = len.saturating_sub(max_bytes);
-    file.seek(std::io::SeekFrom::Start(start)).await?;
-    let mut buf = Vec::with_capacity((len - start) as usize);
-    file.read_to_end(&mut buf).await?;
-    let text = String::from_utf8_lossy(&buf);
-    let mut lines: Vec<&str> = text.lines().collect();
-    if start > 0 && !lines.is_empty() {
-        lines.remove(0); // probably cut mid-line
-    }
-    let skip = lines.len().saturating_sub(n);
-    Ok(lines[skip..].iter().map(|l| (*l).to_owned()).collect())
-}
-
 /// How one run ended.
 enum RunOutcome {
     Succeeded { result: Option<String> },
@@ -395,8 +433,15 @@ impl Runner {
     async fn run(mut self) {
         let id = self.job.id.clone();
         let stopped = self.drive().await;
-        if let Err(Stop::Cancelled) = stopped {
-            tracing::info!(job = %id, "local job cancelled; its processes are stopped");
+        match stopped {
+            // Finished: `finish` removed the directory, unless the job had ended before.
+            Ok(()) => sandbox::remove_work_dir(self.work_dir.clone()).await,
+            Err(Stop::Cancelled) => {
+                tracing::info!(job = %id, "local job cancelled; its processes are stopped");
+                sandbox::remove_work_dir(self.work_dir.clone()).await;
+            }
+            // The job goes on after a restart, in the same directory.
+            Err(Stop::Shutdown) => {}
         }
         self.inner.runners.lock().expect("poisoned").remove(&id);
         self.inner.close_log(&id);
@@ -420,7 +465,9 @@ impl Runner {
         }
     }
 
-    fn finish(&mut self, success: bool, reason: &str, message: &str) {
+    /// Records the job's outcome and reports it, once its working directory is gone (so
+    /// that whoever learns the job finished finds nothing of it left for other jobs).
+    async fn finish(&mut self, success: bool, reason: &str, message: &str) {
         let now = Utc::now();
         let (first, second) = if success {
             ("SuccessCriteriaMet", "Complete")
@@ -437,6 +484,8 @@ impl Runner {
         }
         self.status.active = 0;
         self.set_state(&RunnerState::default());
+        sandbox::remove_work_dir(self.work_dir.clone()).await;
+        self.report().await;
     }
 
     /// Runs the job to its end; `Err` when it was stopped from outside.
@@ -462,8 +511,7 @@ impl Runner {
             if self.status.failed > spec.backoff_limit {
                 let message =
                     "runs in progress were lost when jobgate restarted and the backoff limit is reached";
-                self.finish(false, "GatewayRestarted", message);
-                self.report().await;
+                self.finish(false, "GatewayRestarted", message).await;
                 return Ok(());
             }
             self.report().await;
@@ -532,8 +580,7 @@ impl Runner {
             }
             if runs.is_empty() && pending.is_empty() {
                 let message = "Reached expected number of succeeded pods";
-                self.finish(true, "CompletionsReached", message);
-                self.report().await;
+                self.finish(true, "CompletionsReached", message).await;
                 return Ok(());
             }
 
@@ -597,8 +644,7 @@ impl Runner {
         message: &str,
     ) -> Result<(), Stop> {
         self.stop_all(runs, groups).await;
-        self.finish(false, reason, message);
-        self.report().await;
+        self.finish(false, reason, message).await;
         Ok(())
     }
 
@@ -640,10 +686,11 @@ impl Runner {
             .args(&spec.args)
             .current_dir(&self.work_dir)
             // The job sees only what it was given plus a minimal base, never jobgate's own
-            // environment (which may hold credentials).
+            // environment (which may hold credentials) nor a path into the data directory.
             .env_clear()
             .env("PATH", &self.inner.config.path)
             .env("HOME", &self.work_dir)
+            .env("TMPDIR", self.work_dir.join("tmp"))
             .env("LANG", "C.UTF-8")
             .envs(spec.env.iter().map(|v| (&v.name, &v.value)))
             .env("JOB_COMPLETION_INDEX", index.to_string())
@@ -654,6 +701,11 @@ impl Runner {
             .stderr(error_writer)
             .process_group(0)
             .kill_on_drop(false);
+        if let Some(user) = &self.inner.config.run_as {
+            // With a uid set, the standard library also drops every supplementary group
+            // (setgroups(0)) before setuid; it forks rather than using posix_spawn then.
+            command.uid(user.uid).gid(user.gid);
+        }
         let spawned = command.spawn();
         // Our copies of the write ends must close, or the pipe never reaches end of file.
         drop(command);
@@ -680,6 +732,7 @@ impl Runner {
             index,
             attempt,
             result_file,
+            self.inner.config.run_as.as_ref().map(|user| user.uid),
             log,
         ));
         Ok(record)
@@ -714,6 +767,7 @@ async fn watch_run(
     index: i32,
     attempt: i32,
     result_file: PathBuf,
+    result_owner: Option<u32>,
     log: Arc<LogWriter>,
 ) -> (i32, RunOutcome) {
     let copy = output.map(|s| tokio::spawn(copy_lines(s, log.clone())));
@@ -722,7 +776,7 @@ async fn watch_run(
     if let Some(copy) = copy {
         let _ = tokio::time::timeout(Duration::from_secs(2), copy).await;
     }
-    let result = read_result(&result_file).await;
+    let result = sandbox::read_result(&result_file, result_owner).await;
     let outcome = match status {
         Ok(s) if s.success() => RunOutcome::Succeeded { result },
         Ok(s) => {
@@ -751,114 +805,6 @@ async fn watch_run(
         },
     };
     (index, outcome)
-}
-
-async fn read_result(path: &Path) -> Option<String> {
-    let file = tokio::fs::File::open(path).await.ok()?;
-    let mut buf = Vec::new();
-    file.take(MAX_RESULT_BYTES as u64)
-        .read_to_end(&mut buf)
-        .await
-        .ok()?;
-    Some(clip(String::from_utf8_lossy(&buf).into_owned(), MAX_RESULT_BYTES))
-}
-
-/// Longest line kept in a log; longer ones are cut.
-const MAX_LINE: usize = 16 * 1024;
-
-async fn copy_lines(stream: impl AsyncRead + Unpin, log: Arc<LogWriter>) {
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match (&mut reader)
-            .take(MAX_LINE as u64)
-            .read_until(b'\n', &mut line)
-            .await
-        {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                if line.last() != Some(&b'\n') {
-                    line.push(b'\n');
-                }
-                log.append(&line).await;
-            }
-        }
-    }
-}
-
-/// A job's log file, bounded: past `max_bytes` it is rotated to `<id>.log.1`, so at most
-/// twice that is kept.
-struct LogWriter {
-    path: PathBuf,
-    max_bytes: u64,
-    file: tokio::sync::Mutex<Option<(tokio::fs::File, u64)>>,
-    /// Each line as written, for followers.
-    lines: tokio::sync::broadcast::Sender<Arc<str>>,
-}
-
-/// Lines a follower may fall behind by before it is told some were skipped.
-const FOLLOW_BUFFER: usize = 1024;
-
-impl LogWriter {
-    fn new(path: PathBuf, max_bytes: u64) -> Arc<Self> {
-        Arc::new(Self {
-            path,
-            max_bytes,
-            file: tokio::sync::Mutex::new(None),
-            lines: tokio::sync::broadcast::channel(FOLLOW_BUFFER).0,
-        })
-    }
-
-    /// The last `n` lines and a receiver of every later one, taken under the write lock so
-    /// that no line is missed or seen twice.
-    async fn follow(
-        &self,
-        n: usize,
-    ) -> std::io::Result<(Vec<String>, tokio::sync::broadcast::Receiver<Arc<str>>)> {
-        let guard = self.file.lock().await;
-        let live = self.lines.subscribe();
-        let past = read_log_tail(&self.path, n, self.max_bytes).await?;
-        drop(guard);
-        Ok((past, live))
-    }
-
-    async fn append(&self, line: &[u8]) {
-        let mut guard = self.file.lock().await;
-        if guard.is_none() {
-            let file = tokio::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-                .await;
-            let Ok(file) = file else { return };
-            let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
-            *guard = Some((file, len));
-        }
-        let Some((file, len)) = guard.as_mut() else { return };
-        if *len + line.len() as u64 > self.max_bytes {
-            let _ = file.flush().await;
-            let _ = tokio::fs::rename(&self.path, self.path.with_extension("log.1")).await;
-            match tokio::fs::File::create(&self.path).await {
-                Ok(fresh) => {
-                    *file = fresh;
-                    *len = 0;
-                }
-                Err(_) => return,
-            }
-        }
-        if file.write_all(line).await.is_ok() {
-            *len += line.len() as u64;
-            if self.lines.receiver_count() > 0 {
-                let text = String::from_utf8_lossy(line);
-                let _ = self.lines.send(Arc::from(text.trim_end_matches(['\n', '\r'])));
-            }
-        }
-    }
-
-    async fn last_lines(&self, n: usize) -> Vec<String> {
-        tail(&self.path, n, 64 * 1024).await.unwrap_or_default()
-    }
 }
 
 /// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot.
@@ -913,17 +859,5 @@ mod tests {
         let me = std::process::id() as i32;
         assert!(proc_start_time(me).is_some());
         assert_eq!(proc_start_time(me), proc_start_time(me));
-    }
-
-    #[tokio::test]
-    async fn tail_returns_last_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x.log");
-        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
-        std::fs::write(&path, text).unwrap();
-        let lines = tail(&path, 3, 1 << 20).await.unwrap();
-        assert_eq!(lines, vec!["line 97", "line 98", "line 99"]);
-        let few = tail(&path, 3, 20).await.unwrap();
-        assert_eq!(few.last().map(String::as_str), Some("line 99"));
     }
 }
