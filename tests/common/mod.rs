@@ -262,7 +262,8 @@ impl Server {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "never: {what}; last {job}"
+                "never: {what}; last {job}; jobgate's log:\n{}",
+                self.log_text()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

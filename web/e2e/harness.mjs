@@ -3,7 +3,7 @@
 // by playwright-core. tests/dashboard.rs runs each *.test.mjs here with node's test runner.
 
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after } from 'node:test';
@@ -22,6 +22,18 @@ export async function cleanUp() {
 // the file; scripts (screenshots, bench) call cleanUp() themselves, since node:test would run
 // the hook as soon as it saw no test to wait for.
 if (process.env.NODE_TEST_CONTEXT) after(cleanUp);
+
+/**
+ * A directory a test and its jobs share (for gate files): not the data directory, which is
+ * jobgate's alone (0700), since jobs may run as another user (nobody, when jobgate is root).
+ * Removed with everything else at clean-up.
+ */
+export function sharedDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'jobgate-e2e-shared-'));
+  chmodSync(dir, 0o755);
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
 
 /** A jobgate process. `restart()` brings it back on the same port and data directory. */
 class Jobgate {

@@ -2,22 +2,17 @@
 // catches up on everything that happened meanwhile from its last cursor, without a reload.
 
 import assert from 'node:assert/strict';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { launchBrowser, openPage, startJobgate, waitFor, waitText } from './harness.mjs';
+import { launchBrowser, openPage, sharedDir, startJobgate, waitFor, waitText } from './harness.mjs';
 
 const COUNTS = '{ jobStats { counts { pending running succeeded failed cancelled } } }';
 
 test('after the server drops and returns, the view catches up with no update lost', async () => {
   const jobgate = await startJobgate();
-  // Not in the data directory, which is jobgate's alone (0700): the job may run as another
-  // user (nobody, when jobgate is root).
-  const gateDir = mkdtempSync(join(tmpdir(), 'jobgate-e2e-gate-'));
-  chmodSync(gateDir, 0o755);
-  const gate = join(gateDir, 'gate');
+  const gate = join(sharedDir(), 'gate');
   const held = await jobgate.submit({
     name: 'held',
     command: ['sh', '-c', `while [ ! -e ${gate} ]; do sleep 0.05; done; echo released`],
@@ -75,5 +70,4 @@ test('after the server drops and returns, the view catches up with no update los
   // Only the failed attempts to reach the server while it was away may complain.
   const unexpected = page.problems.filter((p) => !/WebSocket|ERR_INTERNET_DISCONNECTED|ERR_CONNECTION_REFUSED|Failed to load resource/.test(p));
   assert.deepEqual(unexpected, []);
-  rmSync(gateDir, { recursive: true, force: true });
 });

@@ -2,9 +2,10 @@
 // all without a reload; and a job submitted elsewhere appearing in the table live.
 
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { launchBrowser, openPage, startJobgate, waitFor, waitText } from './harness.mjs';
+import { launchBrowser, openPage, sharedDir, startJobgate, waitFor, waitText } from './harness.mjs';
 
 test('a job submitted from the form appears and reaches Succeeded without a reload', async () => {
   const jobgate = await startJobgate();
@@ -53,7 +54,7 @@ test('a job submitted through the API appears in the table and moves live', asyn
     window.__sameDocument = true;
   });
   // Held at Running until the test lets it finish, so both phases are seen.
-  const gate = `${jobgate.dataDir}/gate`;
+  const gate = join(sharedDir(), 'gate');
   const id = await jobgate.submit({
     name: 'elsewhere',
     command: ['sh', '-c', `while [ ! -e ${gate} ]; do sleep 0.05; done; echo done`],
