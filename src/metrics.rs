@@ -14,7 +14,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -328,6 +328,11 @@ pub fn render(metrics: &Metrics, service: &JobService) -> String {
         "misdirected_requests",
         "Requests answered 421 for a Host that is not an IP address, localhost or in --allowed-hosts",
         m.misdirected_requests.clone(),
+    );
+    registry.register(
+        "store_writable",
+        "1 while the store takes writes; 0 after a failed write (a full disk) until a probe write succeeds, or while the database file is deleted, replaced or truncated (the log says which)",
+        ConstGauge::new(i64::from(service.store_writable())),
     );
     registry.register(
         "broadcast_lag_recoveries",

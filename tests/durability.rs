@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Server, SmallDisk, WAIT};
+use common::{Server, SmallDisk, WAIT, scrape};
 use serde_json::{Value, json};
 
 const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
@@ -95,12 +95,14 @@ async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_resta
     assert_eq!(refused.len(), 5, "a full disk never refused a submission");
     assert_eq!(readyz(&server).await, 503, "unready while the store cannot write");
     server.wait_log("the store cannot write").await;
+    assert_eq!(scrape(&server).await["jobgate_store_writable"], 0.0);
     // Nothing refused was created.
     assert_eq!(names(&server).await, accepted);
 
     // Room again: jobgate notices by itself, with no restart and no request.
     disk.free();
     until_ready_is(&server, 200).await;
+    assert_eq!(scrape(&server).await["jobgate_store_writable"], 1.0);
     let after = try_submit(&server, "after")
         .await
         .expect("accepted once there is room");

@@ -565,6 +565,11 @@ impl JobService {
         &self.inner.metrics
     }
 
+    /// Whether the store takes writes now (see `Store::health`).
+    pub fn store_writable(&self) -> bool {
+        self.inner.store.health().is_none()
+    }
+
     pub fn bus(&self) -> &Arc<EventBus> {
         &self.inner.bus
     }

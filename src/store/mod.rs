@@ -176,7 +176,8 @@ impl Store {
         Ok(Self {
             pool,
             writer: Arc::new(tokio::sync::Mutex::new(None)),
-            options,
+            // A fresh write connection must never create an empty database where ours was.
+            options: options.create_if_missing(false),
             db_identity: (meta.dev(), meta.ino()),
             db_path,
             health: Arc::new(Mutex::new(None)),
