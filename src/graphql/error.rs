@@ -103,7 +103,13 @@ impl From<ServiceError> for ApiError {
             ServiceError::ShuttingDown => error(Code::Unavailable, "jobgate is shutting down; retry shortly"),
             ServiceError::Unavailable(m) => error(Code::Unavailable, m),
             ServiceError::Store(cause) => {
-                tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
+                // The writer logged why the store cannot write, once, when it began: one line
+                // per refused request would flood a log that may share the full disk.
+                if ServiceError::store_unwritable(&cause) {
+                    tracing::debug!(error = %cause, "write refused while the store cannot write");
+                } else {
+                    tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
+                }
                 error(
                     Code::Unavailable,
                     "jobgate could not use its store and changed nothing; retry shortly",

@@ -71,6 +71,12 @@ pub enum ServiceError {
 }
 
 impl ServiceError {
+    /// Whether a store error is a write refused while the store cannot write (already
+    /// logged by the writer when it began).
+    pub fn store_unwritable(cause: &StoreError) -> bool {
+        matches!(cause, StoreError::Write(_) | StoreError::Files(_))
+    }
+
     /// A short, fixed name for metrics labels.
     pub fn reason(&self) -> &'static str {
         match self {
