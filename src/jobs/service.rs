@@ -744,7 +744,7 @@ const CANCEL_BATCH: i64 = 64;
 /// is asked again after a back-off.
 async fn canceller(inner: Arc<Inner>) {
     // Jobs whose cancel is running now, so that a wake-up does not start a second one.
-    let in_flight: Arc<DashMap<String, ()>> = Arc::new(DashMap::new());
+    let mut in_flight: std::collections::HashSet<String> = std::collections::HashSet::new();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, bool)>();
     let mut backoff = launch_backoff();
     let mut retry = false;
@@ -752,7 +752,7 @@ async fn canceller(inner: Arc<Inner>) {
         match inner.store.pending_cancellations(CANCEL_BATCH).await {
             Ok(jobs) => {
                 for job in jobs {
-                    if in_flight.insert(job.id.clone(), ()).is_some() {
+                    if !in_flight.insert(job.id.clone()) {
                         continue;
                     }
                     let executor = inner.executor.clone();
