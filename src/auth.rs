@@ -22,7 +22,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::jobs::model::Scope;
+use crate::model::Scope;
 
 /// The caller, once authenticated.
 #[derive(Clone, Debug, PartialEq, Eq)]

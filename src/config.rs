@@ -24,11 +24,11 @@ use crate::executor::local::sandbox::{self, RunAs};
 use crate::graphql::http::HttpOptions;
 use crate::graphql::schema::QueryLimits;
 use crate::graphql::ws::WsConfig;
-use crate::jobs::model::{Scope, TemplateInputs, ValidationLimits};
 use crate::jobs::service::ServiceConfig;
 use crate::jobs::template::{self, Runtime};
 use crate::limits::RateLimitSettings;
 use crate::metrics::Metrics;
+use crate::model::{Scope, TemplateInputs, ValidationLimits};
 use crate::store::Durability;
 use crate::templates::{TemplateError, TemplateSet};
 

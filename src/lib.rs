@@ -21,7 +21,7 @@
 //! - [`web`]: browser assets embedded at build time (GraphiQL).
 //!
 //! Dependencies point one way: `graphql → jobs::service → {store, executor, jobs::bus} →
-//! jobs::model`. The channels: resolvers send commands to the service's writer task
+//! model`. The channels: resolvers send commands to the service's writer task
 //! (`mpsc`); executors send observations to it (`mpsc`); the writer commits, then publishes
 //! events on a `tokio::broadcast` that every subscription reads, catching up from the store
 //! when it lags.
@@ -35,6 +35,7 @@ pub mod jobs;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
+pub mod model;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
-use crate::jobs::model::{Job, WorkloadStatus};
+use crate::model::{Job, WorkloadStatus};
 
 /// What an executor saw of one job's workload.
 #[derive(Clone, Debug)]

@@ -18,9 +18,9 @@ use crate::graphql::types::{
     CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
     PageInfo, SubmitJobInput, SubmitJobPayload, TemplateObject,
 };
-use crate::jobs::model::{self, JobEvent};
 use crate::jobs::service::{JobService, Submitter};
 use crate::limits::{Limited, RateLimits};
+use crate::model::{self, JobEvent};
 
 pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
 

@@ -9,9 +9,9 @@ use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use crate::graphql::error::OrApiError;
-use crate::jobs::model::{self, Job, JobEvent};
 use crate::jobs::service::JobService;
 use crate::jobs::template::{FieldType, Template, TemplateField};
+use crate::model::{self, Job, JobEvent};
 
 /// Where a job is in its life; phases only move forward.
 #[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
-use crate::jobs::model::JobEvent;
+use crate::model::JobEvent;
 use crate::store::{Store, StoreError};
 
 /// How many events one catch-up read takes from the store.

@@ -32,12 +32,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::executor::{Executor, ExecutorError, LogLine, Observation, RunInfo};
 use crate::jobs::bus::EventBus;
-use crate::jobs::model::{
+use crate::jobs::template::{self, Runtime, Template};
+use crate::metrics::Metrics;
+use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, JobSpec, Scope, SubmitRequest, Transition, ValidationError,
     ValidationLimits,
 };
-use crate::jobs::template::{self, Runtime, Template};
-use crate::metrics::Metrics;
 use crate::store::{JobPage, Store, StoreError, StoreTx};
 use crate::templates::TemplateSet;
 

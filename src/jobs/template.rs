@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use crate::jobs::model::ValidationLimits;
+use crate::model::ValidationLimits;
 use crate::templates::{TemplateSet, WorkloadTemplate};
 
 /// What kind of value a field takes, so that a client knows which control to show.

@@ -28,7 +28,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions as _, Connection as _, Row, SqlitePool};
 use tokio::sync::OwnedMutexGuard;
 
-use crate::jobs::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
+use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
 
 /// Why a store operation failed. Never shown to clients: the caller logs it and answers a
 /// generic error.

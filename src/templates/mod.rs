@@ -37,7 +37,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::jobs::model::{Job, ValidationError};
+use crate::model::{Job, ValidationError};
 
 pub use rules::StatusRules;
 

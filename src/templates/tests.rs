@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::jobs::model::{JobPhase, JobSpec, MappedPhase, WorkloadStatus};
+use crate::model::{JobPhase, JobSpec, MappedPhase, WorkloadStatus};
 
 fn builtin(name: &str) -> Arc<WorkloadTemplate> {
     TemplateSet::load(None).unwrap().get(name).unwrap().clone()

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, Re
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::jobs::model::{Job, ResourceList};
+use crate::model::{Job, ResourceList};
 
 /// The label every object jobgate creates carries, and the one its watchers select on.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -160,7 +160,7 @@ fn quantities(list: &ResourceList) -> Option<BTreeMap<String, Quantity>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::model::{
+    use crate::model::{
         EnvVar as ModelEnv, ResourceRequirements as ModelResources, SubmitRequest, ValidationLimits,
     };
 

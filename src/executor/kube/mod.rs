@@ -40,7 +40,7 @@ use tokio_util::task::TaskTracker;
 use self::manifest::{CONTAINER_NAME, JOB_ID_LABEL, MANAGED_SELECTOR, ManifestDefaults, workload_name};
 use self::status::{PodInfo, PodPhase};
 use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, RunInfo};
-use crate::jobs::model::{Job, WorkloadStatus};
+use crate::model::{Job, WorkloadStatus};
 use crate::templates::TemplateSet;
 
 /// Settings of the Kubernetes executor.

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::executor::clip;
-use crate::jobs::model::{Condition, MAX_RESULT_BYTES, WorkloadStatus};
+use crate::model::{Condition, MAX_RESULT_BYTES, WorkloadStatus};
 
 /// A Kubernetes timestamp as jobgate's.
 fn time(t: &Time) -> Option<DateTime<Utc>> {
@@ -273,7 +273,7 @@ pub fn vanished<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::model::JobPhase;
+    use crate::model::JobPhase;
 
     fn job(status: serde_json::Value) -> K8sJob {
         serde_json::from_value(serde_json::json!({

@@ -31,7 +31,7 @@ use super::manifest::{
 use super::status::PodInfo;
 use super::{Inner, WatcherHealth, label, launch_error, resource_version};
 use crate::executor::ExecutorError;
-use crate::jobs::model::{Job, JobPhase, MappedPhase, WorkloadStatus};
+use crate::model::{Job, JobPhase, MappedPhase, WorkloadStatus};
 use crate::templates::rules::STATUS_UNDERSTOOD;
 use crate::templates::{Retention, Stamp, WorkloadTemplate};
 

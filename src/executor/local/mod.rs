@@ -47,7 +47,7 @@ use futures::stream::BoxStream;
 use self::logs::{LogWriter, copy_lines, read_log_tail};
 use self::sandbox::RunAs;
 use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, clip};
-use crate::jobs::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus};
+use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus};
 
 /// Settings of the local executor.
 #[derive(Clone, Debug)]

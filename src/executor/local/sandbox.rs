@@ -21,7 +21,7 @@ use nix::unistd::{Group, Uid, User};
 use tokio::io::AsyncReadExt;
 
 use crate::executor::clip;
-use crate::jobs::model::MAX_RESULT_BYTES;
+use crate::model::MAX_RESULT_BYTES;
 
 /// The unprivileged user every local run switches to (`--run-as-user`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,376 @@
+//! A job as jobgate knows it (`Job`) and every change it may go through: acceptance, launch,
+//! observation of its workload, cancellation and its dependencies. Each change returns the
+//! `Transition` to record, or nothing when the job did not change.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::events::Transition;
+use super::phase::{Condition, JobPhase, Progress, WorkloadStatus};
+use super::spec::JobSpec;
+
+/// A job as jobgate knows it: its spec plus its observed state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub id: String,
+    pub spec: JobSpec,
+    pub phase: JobPhase,
+    pub submitted_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// jobgate's conditions, explaining each phase it entered, plus the workload's own.
+    pub conditions: Vec<Condition>,
+    pub progress: Progress,
+    pub message: Option<String>,
+    pub result: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// Who submitted the job (the authenticated identity's name, as shown), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitter: Option<String>,
+    /// The submitter's principal (`token:…`, `jwt:…`, `anonymous`), which scopes its
+    /// idempotency keys; never shown. Absent on jobs stored before principals existed, whose
+    /// keys are scoped by `submitter` (see [`Job::key_scope`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitter_key: Option<String>,
+    /// The last status the executor observed.
+    pub workload: WorkloadStatus,
+    /// The cursor of the last event recorded for this job.
+    pub last_event_seq: i64,
+}
+
+impl Job {
+    /// A freshly accepted job, PENDING.
+    pub fn accepted(id: String, spec: JobSpec, idempotency_key: Option<String>, now: DateTime<Utc>) -> Self {
+        let total = Some(spec.completions);
+        Self {
+            id,
+            spec,
+            phase: JobPhase::Pending,
+            submitted_at: now,
+            started_at: None,
+            finished_at: None,
+            conditions: vec![Condition::truthy(
+                "Accepted",
+                "Submitted",
+                Some("accepted by jobgate".into()),
+                now,
+            )],
+            progress: Progress {
+                total,
+                ..Progress::default()
+            },
+            message: None,
+            result: None,
+            idempotency_key,
+            submitter: None,
+            submitter_key: None,
+            workload: WorkloadStatus::default(),
+            last_event_seq: 0,
+        }
+    }
+
+    /// What the job's idempotency key is scoped by: its submitter's principal, or, for a job
+    /// stored before principals existed, its submitter's name.
+    pub fn key_scope(&self) -> Option<&str> {
+        self.submitter_key.as_deref().or(self.submitter.as_deref())
+    }
+
+    /// Folds an executor's observation into the job. Returns the transition to record, or
+    /// `None` when nothing a client can see changed. A terminal job never changes, and a
+    /// stale status can never move the phase backward.
+    pub fn observe(&mut self, status: WorkloadStatus, now: DateTime<Utc>) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let derived = status.derive_phase();
+        let progress = Progress {
+            succeeded: status.succeeded,
+            failed: status.failed,
+            active: status.active,
+            ready: status.ready,
+            total: match &status.mapped {
+                Some(_) => status.total,
+                None => Some(self.spec.completions),
+            },
+        };
+        let before = (self.progress, self.result.clone(), self.message.clone());
+        let previous = self.phase;
+        self.progress = progress;
+        if status.result.is_some() {
+            self.result.clone_from(&status.result);
+        }
+        if status.message.is_some() {
+            self.message.clone_from(&status.message);
+        }
+        if self.started_at.is_none() {
+            self.started_at = status.start_time;
+        }
+        self.workload = status;
+        let moved = previous.can_advance_to(derived.phase);
+        if moved {
+            // A failure keeps the cause the executor saw after the condition's summary,
+            // e.g. "Job has reached the specified backoff limit: run 3 exited with code 1".
+            let detail = match (&derived.message, &self.workload.message) {
+                (Some(summary), Some(cause)) if derived.phase == JobPhase::Failed => {
+                    Some(format!("{summary}: {cause}"))
+                }
+                (Some(summary), _) => Some(summary.clone()),
+                (None, cause) => cause.clone(),
+            };
+            self.enter(
+                derived.phase,
+                derived.reason.clone(),
+                derived.message.clone(),
+                now,
+            );
+            self.message = detail;
+        }
+        let after = (self.progress, self.result.clone(), self.message.clone());
+        if !moved && before == after {
+            return None;
+        }
+        let message_changed = before.2 != after.2;
+        Some(Transition {
+            previous_phase: Some(previous),
+            phase: self.phase,
+            reason: if moved {
+                derived.reason
+            } else {
+                Some("ProgressUpdated".into())
+            },
+            message: if moved || message_changed {
+                self.message.clone()
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Records that creating the job's workload failed for a reason that may pass (the
+    /// cluster is unreachable, overloaded or forbids it for now): the job stays PENDING with a
+    /// `WorkloadCreated=False` condition saying why. Returns a transition only when the reason
+    /// changes, so that retries do not flood the history.
+    pub fn launch_delayed(&mut self, reason: &str, message: &str, now: DateTime<Utc>) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let unchanged = self.conditions.iter().any(|c| {
+            c.type_ == WORKLOAD_CREATED && c.status == "False" && c.reason.as_deref() == Some(reason)
+        });
+        if unchanged {
+            return None;
+        }
+        self.set_workload_created("False", reason, message, now);
+        self.message = Some(message.to_owned());
+        Some(Transition {
+            previous_phase: Some(self.phase),
+            phase: self.phase,
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+        })
+    }
+
+    /// Records that the workload exists after earlier failed attempts; nothing to record when
+    /// the first attempt succeeded.
+    pub fn launch_succeeded(&mut self, now: DateTime<Utc>) -> Option<Transition> {
+        let delayed = self
+            .conditions
+            .iter()
+            .any(|c| c.type_ == WORKLOAD_CREATED && c.status == "False");
+        if self.phase.is_terminal() || !delayed {
+            return None;
+        }
+        let message = "the workload was created";
+        self.set_workload_created("True", "Created", message, now);
+        self.message = None;
+        Some(Transition {
+            previous_phase: Some(self.phase),
+            phase: self.phase,
+            reason: Some("WorkloadCreated".into()),
+            message: Some(message.into()),
+        })
+    }
+
+    /// Fails a job whose workload cannot be created (the cluster rejected it for good).
+    pub fn launch_failed(&mut self, reason: &str, message: &str, now: DateTime<Utc>) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let previous = self.phase;
+        self.set_workload_created("False", reason, message, now);
+        self.enter(
+            JobPhase::Failed,
+            Some(reason.to_owned()),
+            Some(message.to_owned()),
+            now,
+        );
+        Some(Transition {
+            previous_phase: Some(previous),
+            phase: JobPhase::Failed,
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+        })
+    }
+
+    fn set_workload_created(&mut self, status: &str, reason: &str, message: &str, now: DateTime<Utc>) {
+        self.conditions.retain(|c| c.type_ != WORKLOAD_CREATED);
+        self.conditions.push(Condition {
+            type_: WORKLOAD_CREATED.to_owned(),
+            status: status.to_owned(),
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            last_transition_time: Some(now),
+        });
+    }
+
+    /// Holds a just-accepted job until `waiting` (the dependencies that have not finished)
+    /// succeed: it stays PENDING with a `DependenciesSucceeded=False` condition.
+    pub fn wait_for_dependencies(&mut self, waiting: &[String], now: DateTime<Utc>) -> Transition {
+        let message = format!("waiting for {} to succeed", jobs_named(waiting));
+        self.set_dependencies_condition("False", WAITING_FOR_DEPENDENCIES, &message, now);
+        self.message = Some(message.clone());
+        Transition {
+            previous_phase: Some(self.phase),
+            phase: self.phase,
+            reason: Some(WAITING_FOR_DEPENDENCIES.into()),
+            message: Some(message),
+        }
+    }
+
+    /// Whether the job is held until its dependencies succeed.
+    pub fn is_waiting_for_dependencies(&self) -> bool {
+        !self.phase.is_terminal()
+            && self
+                .conditions
+                .iter()
+                .any(|c| c.type_ == DEPENDENCIES_SUCCEEDED && c.status == "False")
+    }
+
+    /// Every dependency succeeded: the job may launch.
+    pub fn dependencies_succeeded(&mut self, now: DateTime<Utc>) -> Option<Transition> {
+        if !self.is_waiting_for_dependencies() {
+            return None;
+        }
+        let message = "every dependency succeeded; the job can start".to_owned();
+        self.set_dependencies_condition("True", DEPENDENCIES_SUCCEEDED, &message, now);
+        self.message = None;
+        Some(Transition {
+            previous_phase: Some(self.phase),
+            phase: self.phase,
+            reason: Some(DEPENDENCIES_SUCCEEDED.into()),
+            message: Some(message),
+        })
+    }
+
+    /// A dependency ended without success (`phase`): the job fails without running.
+    pub fn dependency_failed(
+        &mut self,
+        dependency: &str,
+        phase: JobPhase,
+        now: DateTime<Utc>,
+    ) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let previous = self.phase;
+        let message = format!("dependency {dependency} ended {phase}, so this job will not run");
+        self.set_dependencies_condition("False", DEPENDENCY_FAILED, &message, now);
+        self.enter(
+            JobPhase::Failed,
+            Some(DEPENDENCY_FAILED.into()),
+            Some(message.clone()),
+            now,
+        );
+        Some(Transition {
+            previous_phase: Some(previous),
+            phase: JobPhase::Failed,
+            reason: Some(DEPENDENCY_FAILED.into()),
+            message: Some(message),
+        })
+    }
+
+    fn set_dependencies_condition(&mut self, status: &str, reason: &str, message: &str, now: DateTime<Utc>) {
+        self.conditions.retain(|c| c.type_ != DEPENDENCIES_SUCCEEDED);
+        self.conditions.push(Condition {
+            type_: DEPENDENCIES_SUCCEEDED.to_owned(),
+            status: status.to_owned(),
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            last_transition_time: Some(now),
+        });
+    }
+
+    /// Cancels the job, if it has not finished.
+    pub fn cancel(&mut self, now: DateTime<Utc>) -> Option<Transition> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let previous = self.phase;
+        let message = Some("cancelled by request".to_owned());
+        self.enter(
+            JobPhase::Cancelled,
+            Some("CancelledByUser".into()),
+            message.clone(),
+            now,
+        );
+        self.progress.active = 0;
+        Some(Transition {
+            previous_phase: Some(previous),
+            phase: JobPhase::Cancelled,
+            reason: Some("CancelledByUser".into()),
+            message,
+        })
+    }
+
+    fn enter(
+        &mut self,
+        phase: JobPhase,
+        reason: Option<String>,
+        message: Option<String>,
+        now: DateTime<Utc>,
+    ) {
+        let type_ = match phase {
+            JobPhase::Pending => "Pending",
+            JobPhase::Running => "Running",
+            JobPhase::Succeeded => "Complete",
+            JobPhase::Failed => "Failed",
+            JobPhase::Cancelled => "Cancelled",
+        };
+        self.phase = phase;
+        if phase == JobPhase::Running && self.started_at.is_none() {
+            self.started_at = Some(now);
+        }
+        if phase.is_terminal() {
+            self.finished_at = Some(self.workload.completion_time.unwrap_or(now));
+        }
+        if message.is_some() {
+            self.message.clone_from(&message);
+        }
+        self.conditions.retain(|c| c.type_ != type_);
+        self.conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: "True".to_owned(),
+            reason: reason.or_else(|| Some(type_.to_owned())),
+            message,
+            last_transition_time: Some(now),
+        });
+    }
+}
+
+/// The condition that says whether a job's workload could be created.
+pub const WORKLOAD_CREATED: &str = "WorkloadCreated";
+/// The condition that says whether a job's dependencies have succeeded (jobs with `dependsOn`).
+pub const DEPENDENCIES_SUCCEEDED: &str = "DependenciesSucceeded";
+pub const WAITING_FOR_DEPENDENCIES: &str = "WaitingForDependencies";
+pub const DEPENDENCY_FAILED: &str = "DependencyFailed";
+
+/// "job a", "jobs a and b", "jobs a, b and 3 more".
+fn jobs_named(ids: &[String]) -> String {
+    match ids {
+        [one] => format!("job {one}"),
+        [a, b] => format!("jobs {a} and {b}"),
+        [a, b, rest @ ..] => format!("jobs {a}, {b} and {} more", rest.len()),
+        [] => "no job".to_owned(),
+    }
+}

@@ -1,0 +1,28 @@
+//! The job domain, at the bottom of the crate: what a job is, which inputs are valid, and how
+//! a phase is derived from a workload's status.
+//!
+//! This module owns the types every other layer speaks (`Job`, `JobSpec`, `JobPhase`,
+//! `JobEvent`, `WorkloadStatus`, `JobFilter`, `Scope`) and the rules over them: input
+//! validation and the forward-only phase rules. It imports nothing else of jobgate's and does
+//! no I/O, so that the rules can be tested alone and reused unchanged by the store, every
+//! executor, the service and the API. Nothing here may import from another module of the
+//! crate: everything else imports this.
+
+mod events;
+mod filter;
+mod job;
+mod phase;
+mod scope;
+mod spec;
+mod validation;
+
+pub use events::{JobEvent, Transition};
+pub use filter::JobFilter;
+pub use job::{DEPENDENCIES_SUCCEEDED, DEPENDENCY_FAILED, Job, WAITING_FOR_DEPENDENCIES, WORKLOAD_CREATED};
+pub use phase::{Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, WorkloadStatus};
+pub use scope::Scope;
+pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
+pub use validation::{MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError, ValidationLimits};
+
+#[cfg(test)]
+mod tests;

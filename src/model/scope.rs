@@ -1,0 +1,41 @@
+//! `Scope`: the namespaces a caller may see and use. A job outside a caller's scope does not
+//! exist for them.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::job::Job;
+
+/// The namespaces a caller may see and use: every one (an admin, or open access), or a set.
+/// A job outside the caller's scope does not exist for them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    #[default]
+    All,
+    Namespaces(Arc<BTreeSet<String>>),
+}
+
+impl Scope {
+    pub fn namespaces<I: IntoIterator<Item = S>, S: Into<String>>(namespaces: I) -> Self {
+        Self::Namespaces(Arc::new(namespaces.into_iter().map(Into::into).collect()))
+    }
+
+    pub fn allows(&self, namespace: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Namespaces(set) => set.contains(namespace),
+        }
+    }
+
+    /// The namespaces, or `None` for every one.
+    pub fn list(&self) -> Option<&BTreeSet<String>> {
+        match self {
+            Self::All => None,
+            Self::Namespaces(set) => Some(set),
+        }
+    }
+
+    pub fn sees(&self, job: &Job) -> bool {
+        self.allows(&job.spec.namespace)
+    }
+}
