@@ -1,0 +1,419 @@
+//! `JobService`: the one place job state changes.
+//!
+//! It owns the write path: every submit, cancel, launch mark and executor observation is a
+//! command to a single writer task, which applies a batch of commands in one store
+//! transaction, then updates the in-memory cache and publishes the recorded events in
+//! cursor order. One writer means no lost update between concurrent observations, a
+//! serialised idempotency check, and events that reach the bus in the order they were
+//! committed. Nobody is answered before their change is committed.
+//!
+//! It also owns the launcher, which hands accepted jobs to the executor after `submitJob`
+//! has answered (the store's `launched` flag is the outbox), the canceller, which stops the
+//! workloads of cancelled jobs (the store's `pending_cancellations` is its outbox, so a
+//! restart in between does not let a cancelled workload run on), and recovery at start.
+//!
+//! When the store cannot write (a full disk, a deleted or truncated database file), the
+//! writer answers every submit and cancel with an error and changes nothing, keeps the
+//! executors' observations to apply later, marks the store unhealthy (so `/readyz` fails),
+//! and probes it every second until a write succeeds again.
+//!
+//! It must not know about GraphQL or HTTP: callers get domain types and [`ServiceError`].
+//!
+//! - this file: the handle, its start and shutdown, and the commands (`submit`, `cancel`);
+//! - `feed`: reads and the event feeds subscriptions use (`job`, `jobs`, `events`,
+//!   `watch_job`, logs, stats);
+//! - `writer`: the one task that applies commands and observations to the store;
+//! - `launcher`: the launcher and the canceller, which talk to the executor.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use dashmap::DashMap;
+
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::executor::{Executor, Observation};
+use crate::jobs::bus::EventBus;
+use crate::jobs::template::{self, Runtime, Template};
+use crate::metrics::Metrics;
+use crate::model::{Job, JobPhase, JobSpec, Scope, SubmitRequest, ValidationError, ValidationLimits};
+use crate::store::{Store, StoreError};
+use crate::templates::TemplateSet;
+
+mod feed;
+mod launcher;
+mod writer;
+
+use launcher::{LaunchOutcome, canceller, launcher};
+use writer::Writer;
+
+/// What a client can be told went wrong. Internal causes are logged, never shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error("idempotencyKey {key:?} was already used for a different job input")]
+    IdempotencyConflict { key: String },
+    #[error("no job with id {id:?}")]
+    NotFound { id: String },
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// What was asked cannot be done now, for a reason an operator can fix (a workload kind
+    /// that is not installed in the cluster).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The caller may not do this (a namespace outside its scope).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The namespace holds as many active jobs as it may.
+    #[error(
+        "namespace {namespace:?} already has {limit} active jobs (PENDING or RUNNING), its quota; submit again when some have finished"
+    )]
+    QuotaExceeded { namespace: String, limit: u64 },
+    #[error("jobgate is shutting down")]
+    ShuttingDown,
+    #[error("the store is unavailable")]
+    Store(#[from] StoreError),
+}
+
+impl ServiceError {
+    /// Whether a store error is a write refused while the store cannot write (already
+    /// logged by the writer when it began).
+    pub fn store_unwritable(cause: &StoreError) -> bool {
+        matches!(cause, StoreError::Write(_) | StoreError::Files(_))
+    }
+
+    /// A short, fixed name for metrics labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "invalid",
+            Self::IdempotencyConflict { .. } => "idempotency_conflict",
+            Self::NotFound { .. } => "not_found",
+            Self::FailedPrecondition(_) => "failed_precondition",
+            Self::Unavailable(_) => "unavailable",
+            Self::Forbidden(_) => "forbidden",
+            Self::QuotaExceeded { .. } => "quota_exceeded",
+            Self::ShuttingDown => "shutting_down",
+            Self::Store(_) => "store",
+        }
+    }
+}
+
+/// Settings of the job service.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    pub limits: ValidationLimits,
+    /// Capacity of the event broadcast channel; a subscriber further behind is caught up
+    /// from the store.
+    pub broadcast_capacity: usize,
+    /// The most PENDING or RUNNING jobs one namespace may hold; 0 for no limit.
+    pub max_active_per_namespace: u64,
+    pub metrics: Arc<Metrics>,
+    /// The most commands the writer applies in one transaction.
+    pub max_batch: usize,
+    /// The templates clients may name, as `templates` describes them (availability is the
+    /// executor's, asked each time).
+    pub templates: Vec<Template>,
+    /// The workload templates (all but `container`).
+    pub workload_templates: Arc<TemplateSet>,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            limits: ValidationLimits::default(),
+            broadcast_capacity: 4096,
+            max_active_per_namespace: 0,
+            metrics: Metrics::new(),
+            max_batch: 256,
+            templates: template::builtin(
+                &ValidationLimits::default(),
+                Runtime::Local,
+                &TemplateSet::default(),
+            ),
+            workload_templates: Arc::new(TemplateSet::default()),
+        }
+    }
+}
+
+/// Counts by phase and recent activity, consistent with `cursor` (see [`JobService::stats`]).
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// The newest event the snapshot includes; 0 when there is none.
+    pub cursor: i64,
+    pub counts: HashMap<JobPhase, i64>,
+    pub activity: Vec<ActivityBucket>,
+}
+
+/// Submissions and completions in one bucket.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActivityBucket {
+    /// Unix seconds.
+    pub start: i64,
+    pub submitted: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+/// The result of a submit: the job, and whether this call created it.
+/// Who submits a job: the name its `submitter` shows, and the principal that scopes its
+/// idempotency keys (two identities may share a name, never a principal).
+#[derive(Clone, Debug)]
+pub struct Submitter {
+    pub name: String,
+    pub principal: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Submitted {
+    pub job: Arc<Job>,
+    pub created: bool,
+}
+
+enum Command {
+    Submit {
+        job: Box<Job>,
+        fingerprint: String,
+        /// The submitter's namespaces: dependencies outside them do not exist for it.
+        scope: Scope,
+        reply: oneshot::Sender<Result<Submitted, ServiceError>>,
+    },
+    Cancel {
+        id: String,
+        scope: Scope,
+        reply: oneshot::Sender<Result<Arc<Job>, ServiceError>>,
+    },
+    Observe(Observation),
+    /// Records what became of launch attempts; answered whether it was committed.
+    Launched {
+        outcome: LaunchOutcome,
+        reply: oneshot::Sender<bool>,
+    },
+    /// The workloads of these cancelled jobs are stopped; answered whether it was committed.
+    CancellationsDone {
+        ids: Vec<String>,
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+/// A cheap, cloneable handle to the job service.
+#[derive(Clone)]
+pub struct JobService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    bus: Arc<EventBus>,
+    executor: Arc<dyn Executor>,
+    limits: ValidationLimits,
+    max_active_per_namespace: u64,
+    metrics: Arc<Metrics>,
+    templates: Vec<Template>,
+    workload_templates: Arc<TemplateSet>,
+    commands: mpsc::Sender<Command>,
+    /// Jobs not yet finished, as last committed. Written by the writer task only; read by
+    /// anyone. Finished jobs are read from the store.
+    active: DashMap<String, Arc<Job>>,
+    launch_wanted: Notify,
+    /// Wakes the canceller: a cancellation was committed.
+    cancel_wanted: Notify,
+    /// Cancelled when shutdown begins: no new commands, no more launches.
+    shutdown: CancellationToken,
+    /// Cancelled once the executor has stopped: the writer drains its queue and ends.
+    writer_stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl JobService {
+    /// Starts the service: loads unfinished jobs, starts the writer and the launcher, and
+    /// hands jobs launched before a restart back to the executor.
+    pub async fn start(
+        store: Store,
+        executor: Arc<dyn Executor>,
+        observations: mpsc::Receiver<Observation>,
+        config: ServiceConfig,
+    ) -> Result<Self, ServiceError> {
+        let head = store.last_event_seq().await?;
+        let bus = Arc::new(EventBus::new(store.clone(), config.broadcast_capacity, head));
+        let (commands, commands_rx) = mpsc::channel(config.max_batch * 4);
+        let unfinished = store.unfinished_jobs().await?;
+        let active = DashMap::new();
+        for r in &unfinished {
+            active.insert(r.job.id.clone(), Arc::new(r.job.clone()));
+        }
+        let inner = Arc::new(Inner {
+            store,
+            bus,
+            executor,
+            limits: config.limits,
+            max_active_per_namespace: config.max_active_per_namespace,
+            metrics: config.metrics,
+            templates: config.templates,
+            workload_templates: config.workload_templates,
+            commands,
+            active,
+            launch_wanted: Notify::new(),
+            cancel_wanted: Notify::new(),
+            shutdown: CancellationToken::new(),
+            writer_stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        let writer = Writer {
+            inner: inner.clone(),
+            max_batch: config.max_batch,
+        };
+        inner.tasks.spawn(writer.run(commands_rx, observations));
+        // Jobs launched before a restart go back to the executor, which reconciles them;
+        // jobs never launched are the launcher's.
+        for r in unfinished.into_iter().filter(|r| r.launched) {
+            let id = r.job.id.clone();
+            if let Err(e) = inner.executor.adopt(Arc::new(r.job)).await {
+                tracing::error!(job = %id, error = %e, "could not adopt job after restart");
+            }
+        }
+        inner.executor.start().await;
+        inner.tasks.spawn(launcher(inner.clone()));
+        inner.tasks.spawn(canceller(inner.clone()));
+        Ok(Self { inner })
+    }
+
+    /// Validates and durably accepts a job; answers once it is committed, PENDING. Its
+    /// idempotency key is scoped by `submitter.principal`.
+    #[tracing::instrument(skip_all, fields(job))]
+    pub async fn submit(
+        &self,
+        request: SubmitRequest,
+        submitter: Option<Submitter>,
+        scope: &Scope,
+    ) -> Result<Submitted, ServiceError> {
+        let metrics = &self.inner.metrics;
+        metrics.jobs_submitted.inc();
+        let result = self.try_submit(request, submitter, scope).await;
+        match &result {
+            Ok(s) if s.created => {
+                metrics.jobs_accepted.inc();
+            }
+            Ok(_) => {}
+            Err(e) => metrics.rejected(e.reason()),
+        }
+        result
+    }
+
+    async fn try_submit(
+        &self,
+        request: SubmitRequest,
+        submitter: Option<Submitter>,
+        scope: &Scope,
+    ) -> Result<Submitted, ServiceError> {
+        let spec: JobSpec = request.validate(&self.inner.limits)?;
+        if !scope.allows(&spec.namespace) {
+            return Err(ServiceError::Forbidden(format!(
+                "you may not use namespace {:?}",
+                spec.namespace
+            )));
+        }
+        if let Some(t) = self.inner.workload_templates.get(&spec.template) {
+            t.validate_parameters(spec.parameters.as_ref())?;
+        }
+        // Refused now rather than accepted to wait: nothing would ever run it.
+        self.inner
+            .executor
+            .template_available(&spec.template)
+            .map_err(|why| {
+                ServiceError::Unavailable(format!("template {} is not available: {why}", spec.template))
+            })?;
+        let fingerprint = spec.fingerprint();
+        let id = uuid::Uuid::now_v7().to_string();
+        tracing::Span::current().record("job", id.as_str());
+        let mut job = Job::accepted(id, spec, request.idempotency_key, Utc::now());
+        if let Some(submitter) = submitter {
+            job.submitter = Some(submitter.name);
+            job.submitter_key = Some(submitter.principal);
+        }
+        let (reply, answer) = oneshot::channel();
+        self.command(Command::Submit {
+            job: Box::new(job),
+            fingerprint,
+            scope: scope.clone(),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| ServiceError::ShuttingDown)?
+    }
+
+    /// Cancels a PENDING or RUNNING job: records CANCELLED, then stops its workload.
+    #[tracing::instrument(skip_all, fields(job = %id))]
+    pub async fn cancel(&self, id: &str, scope: &Scope) -> Result<Arc<Job>, ServiceError> {
+        // Another tenant's job does not exist for this caller, whatever state it is in.
+        if self.job(id, scope).await?.is_none() {
+            return Err(ServiceError::NotFound { id: id.to_owned() });
+        }
+        // A workload that finished before the cancel keeps its true outcome, which the
+        // executor is about to report.
+        if self.inner.executor.has_finished(id) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "job {id} has already finished; its outcome is being recorded"
+            )));
+        }
+        let (reply, answer) = oneshot::channel();
+        self.command(Command::Cancel {
+            id: id.to_owned(),
+            scope: scope.clone(),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| ServiceError::ShuttingDown)?
+    }
+
+    async fn command(&self, command: Command) -> Result<(), ServiceError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(ServiceError::ShuttingDown);
+        }
+        self.inner
+            .commands
+            .send(command)
+            .await
+            .map_err(|_| ServiceError::ShuttingDown)
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// Whether the store takes writes now (see `Store::health`).
+    pub fn store_writable(&self) -> bool {
+        self.inner.store.health().is_none()
+    }
+
+    pub fn bus(&self) -> &Arc<EventBus> {
+        &self.inner.bus
+    }
+
+    /// Whether the store answers and the executor takes work.
+    pub async fn is_ready(&self) -> bool {
+        !self.inner.shutdown.is_cancelled() && self.inner.executor.is_ready() && self.inner.store.ping().await
+    }
+
+    pub fn executor_kind(&self) -> &'static str {
+        self.inner.executor.kind()
+    }
+
+    /// Stops taking commands, stops the executor's work, drains every write and closes the
+    /// store. Jobs left RUNNING are reconciled at the next start.
+    pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        inner.shutdown.cancel();
+        // Stop the work first, so that every observation it made is queued before the
+        // writer drains the queue and ends.
+        inner.executor.shutdown().await;
+        inner.writer_stop.cancel();
+        inner.tasks.close();
+        inner.tasks.wait().await;
+        inner.store.close().await;
+    }
+}

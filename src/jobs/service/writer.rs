@@ -1,0 +1,571 @@
+//! The writer: the one task that changes job state.
+//!
+//! It takes commands (submit, cancel, launch results, cancellations done) and the executors'
+//! observations, applies a batch of them in one store transaction, then updates the cache and
+//! publishes the recorded events in cursor order. Nobody is answered before their change is
+//! committed. When the store cannot write it answers UNAVAILABLE, keeps observations for
+//! later and probes the store until a write succeeds.
+//!
+//! It must not call the executor (the launcher and canceller do) nor wait on anything but the
+//! store, so that one slow workload never holds up every job's writes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::mpsc;
+
+use super::{Command, Inner, ServiceError, Submitted};
+use crate::executor::Observation;
+use crate::model::{Job, JobEvent, JobPhase, Transition, ValidationError};
+use crate::store::{Store, StoreError, StoreTx};
+
+/// How often the writer checks that the store can write (and, after a failure, probes it).
+const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+pub(super) struct Writer {
+    pub(super) inner: Arc<Inner>,
+    pub(super) max_batch: usize,
+}
+
+/// A change made in the current batch, to publish once it is committed.
+struct Recorded {
+    event: Arc<JobEvent>,
+}
+
+impl Writer {
+    pub(super) async fn run(
+        self,
+        mut commands: mpsc::Receiver<Command>,
+        mut observations: mpsc::Receiver<Observation>,
+    ) {
+        let mut batch = Vec::with_capacity(self.max_batch);
+        // Observations a failed write could not record, the newest per job, oldest first:
+        // they lead the next batch, so nothing an executor saw is lost to a full disk.
+        let mut deferred: Vec<Observation> = Vec::new();
+        let mut health = tokio::time::interval(HEALTH_CHECK_INTERVAL);
+        health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            // Wait for the first command; stop once shutdown is requested and nothing is left.
+            let first = tokio::select! {
+                biased;
+                c = commands.recv() => c,
+                o = observations.recv() => o.map(Command::Observe),
+                _ = self.inner.writer_stop.cancelled() => None,
+                _ = health.tick() => {
+                    if self.check_health().await && !deferred.is_empty() {
+                        let retried = std::mem::take(&mut deferred).into_iter().map(Command::Observe).collect();
+                        self.apply(retried, &mut deferred).await;
+                    }
+                    continue;
+                }
+            };
+            batch.extend(std::mem::take(&mut deferred).into_iter().map(Command::Observe));
+            let Some(first) = first else {
+                // Finish what was already queued before stopping.
+                commands.close();
+                observations.close();
+                while let Ok(c) = commands.try_recv() {
+                    batch.push(c);
+                }
+                while let Ok(o) = observations.try_recv() {
+                    batch.push(Command::Observe(o));
+                }
+                if !batch.is_empty() {
+                    self.apply(std::mem::take(&mut batch), &mut deferred).await;
+                }
+                for o in &deferred {
+                    tracing::error!(job = %o.job_id, "observation not recorded: the store could not write before jobgate stopped; the executor reconciles the job at the next start");
+                }
+                return;
+            };
+            batch.push(first);
+            while batch.len() < self.max_batch {
+                match commands.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            while batch.len() < self.max_batch {
+                match observations.try_recv() {
+                    Ok(o) => batch.push(Command::Observe(o)),
+                    Err(_) => break,
+                }
+            }
+            self.apply(std::mem::take(&mut batch), &mut deferred).await;
+        }
+    }
+
+    /// Checks that the store can write, on a timer: the database file must still be whole,
+    /// and after a failure a probe write must succeed. Returns whether it can.
+    async fn check_health(&self) -> bool {
+        let store = &self.inner.store;
+        let problem = match store.check_files() {
+            Err(e) => Some(e.to_string()),
+            Ok(()) if store.health().is_none() => None,
+            Ok(()) => store.probe_write().await.err().map(|e| e.to_string()),
+        };
+        self.set_health(problem)
+    }
+
+    /// Records whether the store can write, logging each change once; returns whether it can.
+    fn set_health(&self, problem: Option<String>) -> bool {
+        let writable = problem.is_none();
+        if self.inner.store.set_health(problem.clone()) {
+            match problem {
+                Some(why) => tracing::error!(
+                    error = %why,
+                    "the store cannot write: jobgate is not ready, and refuses submissions and cancels (changing nothing) until a write succeeds again"
+                ),
+                None => tracing::info!("the store writes again: jobgate is ready"),
+            }
+        }
+        writable
+    }
+
+    /// Applies a batch in one transaction, then publishes and answers. A failed write is
+    /// tried once more on a fresh connection (the first may have been left in a bad state),
+    /// then every caller is answered with an error, nothing having changed, and the batch's
+    /// observations go to `deferred`.
+    async fn apply(&self, batch: Vec<Command>, deferred: &mut Vec<Observation>) {
+        let store = &self.inner.store;
+        let mut failure = None;
+        for attempt in 1..=2 {
+            let started = std::time::Instant::now();
+            // Never write into a database file that is gone or cut short: the commit would
+            // succeed, and be lost.
+            let applied = match store.check_files() {
+                Ok(()) => self.try_apply(&batch).await,
+                Err(e) => Err(e),
+            };
+            self.inner.metrics.store_op("write", started.elapsed());
+            match applied {
+                Ok(outcome) => {
+                    self.set_health(None);
+                    return self.publish(batch, outcome);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, attempt, commands = batch.len(), "store write failed; nothing of it was committed");
+                    let files = matches!(e, StoreError::Files(_));
+                    failure = Some(e.to_string());
+                    if files {
+                        break;
+                    }
+                }
+            }
+        }
+        let why = failure.unwrap_or_default();
+        self.set_health(Some(why.clone()));
+        for command in batch {
+            match command {
+                Command::Submit { reply, .. } => {
+                    let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
+                }
+                Command::Cancel { reply, .. } => {
+                    let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
+                }
+                Command::Observe(o) => {
+                    deferred.retain(|d| d.job_id != o.job_id);
+                    deferred.push(o);
+                }
+                Command::Launched { reply, .. } | Command::CancellationsDone { reply, .. } => {
+                    let _ = reply.send(false);
+                }
+            }
+        }
+    }
+
+    async fn current(
+        &self,
+        tx: &mut StoreTx,
+        touched: &HashMap<String, Job>,
+        id: &str,
+    ) -> Result<Option<Job>, StoreError> {
+        if let Some(job) = touched.get(id) {
+            return Ok(Some(job.clone()));
+        }
+        if let Some(job) = self.inner.active.get(id) {
+            return Ok(Some((**job).clone()));
+        }
+        tx.get_job(id).await
+    }
+
+    async fn record(
+        tx: &mut StoreTx,
+        job: &mut Job,
+        transition: &Transition,
+        recorded: &mut Vec<Recorded>,
+    ) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let seq = tx.append_event(job, transition, now).await?;
+        job.last_event_seq = seq;
+        tx.save_job(job).await?;
+        recorded.push(Recorded {
+            event: Arc::new(JobEvent {
+                seq,
+                job_id: job.id.clone(),
+                phase: transition.phase,
+                previous_phase: transition.previous_phase,
+                at: now,
+                reason: transition.reason.clone(),
+                message: transition.message.clone(),
+                job: Arc::new(job.clone()),
+            }),
+        });
+        Ok(())
+    }
+
+    /// A just-accepted job with dependencies: fails at once if one has already failed or been
+    /// cancelled, waits (out of the launch outbox) if some have not finished, and otherwise
+    /// launches as any job.
+    async fn await_dependencies(
+        tx: &mut StoreTx,
+        job: &mut Job,
+        dependencies: &[(String, JobPhase)],
+        recorded: &mut Vec<Recorded>,
+    ) -> Result<(), StoreError> {
+        tx.add_dependencies(&job.id, &job.spec.depends_on).await?;
+        let now = Utc::now();
+        let failed = dependencies
+            .iter()
+            .find(|(_, phase)| phase.is_terminal() && *phase != JobPhase::Succeeded);
+        if let Some((id, phase)) = failed {
+            if let Some(transition) = job.dependency_failed(id, *phase, now) {
+                Self::record(tx, job, &transition, recorded).await?;
+                tx.mark_launched(&job.id).await?; // out of the outbox: it never runs
+            }
+            return Ok(());
+        }
+        let waiting: Vec<String> = dependencies
+            .iter()
+            .filter(|(_, phase)| !phase.is_terminal())
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !waiting.is_empty() {
+            tx.hold(&job.id, &job.spec.depends_on).await?;
+            let transition = job.wait_for_dependencies(&waiting, now);
+            Self::record(tx, job, &transition, recorded).await?;
+        }
+        Ok(())
+    }
+
+    /// For every job that reached a terminal phase in this batch (including those this very
+    /// step fails, so that failures cascade), the jobs waiting for it: released into the
+    /// launch outbox once all their dependencies succeeded, failed `DependencyFailed` as soon
+    /// as one did not. Returns whether any job was released.
+    async fn settle_dependents(
+        &self,
+        tx: &mut StoreTx,
+        touched: &mut HashMap<String, Job>,
+        recorded: &mut Vec<Recorded>,
+    ) -> Result<bool, StoreError> {
+        let mut released = false;
+        let mut next = 0;
+        while next < recorded.len() {
+            let event = recorded[next].event.clone();
+            next += 1;
+            let finished = event.phase.is_terminal() && event.previous_phase.is_none_or(|p| !p.is_terminal());
+            if !finished {
+                continue;
+            }
+            for id in tx.dependents(&event.job_id).await? {
+                let Some(mut dependent) = self.current(tx, touched, &id).await? else {
+                    continue;
+                };
+                if !dependent.is_waiting_for_dependencies() {
+                    continue;
+                }
+                let now = Utc::now();
+                if event.phase != JobPhase::Succeeded {
+                    if let Some(transition) = dependent.dependency_failed(&event.job_id, event.phase, now) {
+                        Self::record(tx, &mut dependent, &transition, recorded).await?;
+                        tx.mark_launched(&id).await?;
+                        touched.insert(id, dependent);
+                    }
+                    continue;
+                }
+                let mut all_succeeded = true;
+                for dependency in dependent.spec.depends_on.clone() {
+                    let phase = self.current(tx, touched, &dependency).await?.map(|j| j.phase);
+                    if phase != Some(JobPhase::Succeeded) {
+                        all_succeeded = false;
+                        break;
+                    }
+                }
+                if all_succeeded && let Some(transition) = dependent.dependencies_succeeded(now) {
+                    Self::record(tx, &mut dependent, &transition, recorded).await?;
+                    tx.release(&id).await?;
+                    touched.insert(id, dependent);
+                    released = true;
+                }
+            }
+        }
+        Ok(released)
+    }
+
+    /// Everything a committed batch must still do.
+    async fn try_apply(&self, batch: &[Command]) -> Result<Outcome, StoreError> {
+        let mut tx = self.inner.store.begin().await?;
+        let mut touched: HashMap<String, Job> = HashMap::new();
+        let mut recorded = Vec::new();
+        let mut answers: Vec<Answer> = Vec::with_capacity(batch.len());
+        // Keys accepted earlier in this batch: key → (fingerprint, job id).
+        let mut keys: HashMap<String, (String, String)> = HashMap::new();
+        let mut launch = false;
+        let mut cancelled = false;
+        for command in batch {
+            match command {
+                Command::Submit {
+                    job,
+                    fingerprint,
+                    scope,
+                    ..
+                } => {
+                    let scoped_key = job
+                        .idempotency_key
+                        .as_deref()
+                        .map(|k| crate::store::scoped_key(job.key_scope(), k));
+                    if let (Some(key), Some(scoped)) = (&job.idempotency_key, &scoped_key) {
+                        let existing = match keys.get(scoped) {
+                            Some((fp, id)) => Some((fp.clone(), id.clone())),
+                            None => tx
+                                .find_by_idempotency_key(job.key_scope(), key)
+                                .await?
+                                .map(|k| (k.fingerprint, k.job.id)),
+                        };
+                        if let Some((fp, id)) = existing {
+                            if fp == *fingerprint {
+                                let job = self.current(&mut tx, &touched, &id).await?;
+                                answers.push(match job {
+                                    Some(job) => Answer::Existing(Arc::new(job)),
+                                    None => Answer::Error(ServiceError::NotFound { id }),
+                                });
+                            } else {
+                                answers.push(Answer::Error(ServiceError::IdempotencyConflict {
+                                    key: key.clone(),
+                                }));
+                            }
+                            continue;
+                        }
+                    }
+                    // Every dependency must exist (committed, or accepted earlier in this batch).
+                    let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
+                    let mut unknown = None;
+                    for (i, id) in job.spec.depends_on.iter().enumerate() {
+                        match self.current(&mut tx, &touched, id).await? {
+                            // Another tenant's job is as unknown as a job that never was.
+                            Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
+                            _ => {
+                                unknown = Some(ValidationError {
+                                    field: format!("input.dependsOn[{i}]"),
+                                    message: format!("no job with id {id:?}"),
+                                });
+                                break;
+                            }
+                        }
+                    }
+                    if let Some(e) = unknown {
+                        answers.push(Answer::Error(ServiceError::Invalid(e)));
+                        continue;
+                    }
+                    // The quota counts in this transaction, so jobs accepted earlier in the
+                    // same batch count too.
+                    let limit = self.inner.max_active_per_namespace;
+                    if limit > 0
+                        && Store::active_in_namespace(&mut tx, &job.spec.namespace).await? >= limit as i64
+                    {
+                        answers.push(Answer::Error(ServiceError::QuotaExceeded {
+                            namespace: job.spec.namespace.clone(),
+                            limit,
+                        }));
+                        continue;
+                    }
+                    if let Some(scoped) = scoped_key {
+                        keys.insert(scoped, (fingerprint.clone(), job.id.clone()));
+                    }
+                    let mut job = (**job).clone();
+                    tx.insert_job(&job, fingerprint).await?;
+                    let transition = Transition {
+                        previous_phase: None,
+                        phase: job.phase,
+                        reason: Some("Submitted".into()),
+                        message: Some("accepted by jobgate".into()),
+                    };
+                    Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                    if !dependencies.is_empty() {
+                        Self::await_dependencies(&mut tx, &mut job, &dependencies, &mut recorded).await?;
+                    }
+                    answers.push(Answer::Created(Arc::new(job.clone())));
+                    touched.insert(job.id.clone(), job);
+                    launch = true;
+                }
+                Command::Cancel { id, scope, .. } => {
+                    let Some(mut job) = self
+                        .current(&mut tx, &touched, id)
+                        .await?
+                        .filter(|j| scope.sees(j))
+                    else {
+                        answers.push(Answer::Error(ServiceError::NotFound { id: id.clone() }));
+                        continue;
+                    };
+                    let now = Utc::now();
+                    match job.cancel(now) {
+                        Some(transition) => {
+                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            // Committed with the cancellation, so it outlives a restart.
+                            tx.request_cancellation(&job.id, now).await?;
+                            cancelled = true;
+                            answers.push(Answer::Existing(Arc::new(job.clone())));
+                            touched.insert(job.id.clone(), job);
+                        }
+                        None => answers.push(Answer::Error(ServiceError::FailedPrecondition(format!(
+                            "job {id} has already finished ({})",
+                            job.phase
+                        )))),
+                    }
+                }
+                Command::Observe(observation) => {
+                    answers.push(Answer::None);
+                    let Some(mut job) = self.current(&mut tx, &touched, &observation.job_id).await? else {
+                        tracing::warn!(job = %observation.job_id, "observation for an unknown job ignored");
+                        continue;
+                    };
+                    if let Some(transition) = job.observe(observation.status.clone(), Utc::now()) {
+                        Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                        touched.insert(job.id.clone(), job);
+                    } else if !job.phase.is_terminal() && job.workload != observation.status {
+                        // Nothing a client sees changed, but the executor's private state
+                        // (e.g. process groups) must survive a restart.
+                        job.workload = observation.status.clone();
+                        tx.save_job(&job).await?;
+                        touched.insert(job.id.clone(), job);
+                    }
+                }
+                Command::CancellationsDone { ids, .. } => {
+                    answers.push(Answer::None);
+                    for id in ids {
+                        tx.cancellation_done(id).await?;
+                    }
+                }
+                Command::Launched { outcome, .. } => {
+                    answers.push(Answer::None);
+                    let now = Utc::now();
+                    for id in &outcome.launched {
+                        tx.mark_launched(id).await?;
+                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                            && let Some(transition) = job.launch_succeeded(now)
+                        {
+                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            touched.insert(job.id.clone(), job);
+                        }
+                    }
+                    for (id, reason, message) in &outcome.rejected {
+                        tx.mark_launched(id).await?;
+                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                            && let Some(transition) = job.launch_failed(reason, message, now)
+                        {
+                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            touched.insert(job.id.clone(), job);
+                        }
+                    }
+                    for (id, reason, message) in &outcome.delayed {
+                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                            && let Some(transition) = job.launch_delayed(reason, message, now)
+                        {
+                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            touched.insert(job.id.clone(), job);
+                        }
+                    }
+                }
+            }
+        }
+        // Jobs that finished in this batch release or fail the jobs waiting for them, in the
+        // same transaction: no moment where a dependency has finished and a dependent is
+        // neither released nor failed, whatever crashes when.
+        launch |= self
+            .settle_dependents(&mut tx, &mut touched, &mut recorded)
+            .await?;
+        tx.commit().await?;
+        Ok(Outcome {
+            touched,
+            recorded,
+            answers,
+            launch,
+            cancelled,
+        })
+    }
+
+    fn publish(&self, batch: Vec<Command>, outcome: Outcome) {
+        let Outcome {
+            touched,
+            recorded,
+            answers,
+            launch,
+            cancelled,
+        } = outcome;
+        let inner = &self.inner;
+        // Cache first, then events: a reader that sees an event finds the cache as new.
+        for (id, job) in &touched {
+            if job.phase.is_terminal() {
+                inner.active.remove(id);
+            } else {
+                inner.active.insert(id.clone(), Arc::new(job.clone()));
+            }
+        }
+        for r in recorded {
+            let event = &r.event;
+            if event.previous_phase != Some(event.phase) {
+                inner
+                    .metrics
+                    .transition(event.previous_phase.map(|p| p.as_str()), event.phase.as_str());
+            }
+            inner.bus.publish(r.event);
+        }
+        for (command, answer) in batch.into_iter().zip(answers) {
+            match (command, answer) {
+                (Command::Submit { reply, .. }, Answer::Created(job)) => {
+                    let _ = reply.send(Ok(Submitted { job, created: true }));
+                }
+                (Command::Submit { reply, .. }, Answer::Existing(job)) => {
+                    let _ = reply.send(Ok(Submitted { job, created: false }));
+                }
+                (Command::Submit { reply, .. }, Answer::Error(e)) => {
+                    let _ = reply.send(Err(e));
+                }
+                (Command::Cancel { reply, .. }, Answer::Created(job) | Answer::Existing(job)) => {
+                    let _ = reply.send(Ok(job));
+                }
+                (Command::Cancel { reply, .. }, Answer::Error(e)) => {
+                    let _ = reply.send(Err(e));
+                }
+                (Command::Launched { reply, .. } | Command::CancellationsDone { reply, .. }, _) => {
+                    let _ = reply.send(true);
+                }
+                _ => {}
+            }
+        }
+        if cancelled {
+            inner.cancel_wanted.notify_one();
+        }
+        if launch {
+            inner.launch_wanted.notify_one();
+        }
+    }
+}
+
+enum Answer {
+    None,
+    Created(Arc<Job>),
+    Existing(Arc<Job>),
+    Error(ServiceError),
+}
+
+struct Outcome {
+    touched: HashMap<String, Job>,
+    recorded: Vec<Recorded>,
+    answers: Vec<Answer>,
+    launch: bool,
+    /// Whether the batch cancelled a job (the canceller has work).
+    cancelled: bool,
+}
