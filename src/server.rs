@@ -40,7 +40,7 @@ use crate::hosts::AllowedHosts;
 use crate::jobs::service::JobService;
 use crate::limits::{Limited, RateLimits};
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{SqliteStore, Store};
 
 /// Everything a request handler needs; cloning is cheap.
 #[derive(Clone)]
@@ -352,9 +352,11 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let workloads = Arc::new(config.workload_templates()?);
     let auth = Arc::new(Auth::load(&config.auth_settings()?)?);
     let metrics = Metrics::new();
-    let store = Store::open(&config.data_dir, config.durability)
-        .await
-        .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&config.data_dir, config.durability)
+            .await
+            .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
+    );
     let (observations_tx, observations_rx) = mpsc::channel(1024);
     let executor: Arc<dyn Executor> = match config.executor {
         ExecutorKind::Local => Arc::new(

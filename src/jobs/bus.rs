@@ -23,7 +23,7 @@ const REPLAY_PAGE: i64 = 512;
 #[derive(Debug)]
 pub struct EventBus {
     tx: broadcast::Sender<Arc<JobEvent>>,
-    store: Store,
+    store: Arc<dyn Store>,
     /// The cursor of the last event published; written by the service's writer only.
     head: AtomicI64,
     /// How many times a subscriber lagged the channel and was caught up from the store.
@@ -31,7 +31,7 @@ pub struct EventBus {
 }
 
 impl EventBus {
-    pub fn new(store: Store, capacity: usize, head: i64) -> Self {
+    pub fn new(store: Arc<dyn Store>, capacity: usize, head: i64) -> Self {
         let (tx, _) = broadcast::channel(capacity);
         Self {
             tx,

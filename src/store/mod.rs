@@ -1,34 +1,32 @@
-//! The durable store: jobs and their status history in SQLite, through sqlx.
+//! The durable store: what the service needs of it ([`Store`] and its write transaction
+//! [`StoreTx`]), and the SQLite implementation behind it ([`sqlite::SqliteStore`]).
 //!
-//! It owns the schema (migrations under `migrations/`), the connections and every SQL
-//! statement. Writes go through [`StoreTx`], one transaction for a batch of changes, so that
-//! a job and its event land together or not at all. It knows nothing of GraphQL, executors
-//! or broadcasting: callers decide what to write and when to tell anyone.
+//! A store owns its schema, its connections and every query; callers see only the model's
+//! types and the shapes below. Writes go through one [`StoreTx`] for a batch of changes, so
+//! that a job and its event land together or not at all. A store knows nothing of GraphQL,
+//! executors or broadcasting: the service decides what to write and when to tell anyone.
 //!
-//! A commit that returned `Ok` is durable; nothing else is. Writes use one connection of
-//! their own, outside the readers' pool, and a write that fails in any way closes it: after a
-//! failed `COMMIT` (a full disk) SQLite may already have rolled the transaction back, and a
-//! connection whose idea of its transaction differs from SQLite's would turn the next
-//! "commit" into the release of a savepoint inside a transaction that never commits, so the
-//! next batch starts on a fresh connection. [`Store::check_files`] notices a database file
-//! that was deleted, replaced or truncated under us, where writes would "succeed" into a
-//! file nobody will read again.
+//! The contract every implementation keeps (the service relies on it):
+//! - a [`StoreTx::commit`] that returned `Ok` is durable; nothing else is, and a transaction
+//!   dropped without a successful commit changed nothing;
+//! - event cursors (`seq`) grow with commit order and are never reused, so a subscriber that
+//!   resumes after a cursor misses nothing;
+//! - reads never block on the writer for long, and a failed write leaves the store usable by
+//!   the next transaction once the fault clears.
+//!
+//! A second backend (PostgreSQL, for replicas) is another implementation of these traits;
+//! the service holds an `Arc<dyn Store>` and does not change.
 
-use std::io::Read as _;
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+pub mod sqlite;
 
+use std::path::PathBuf;
+
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
-};
-use sqlx::{ConnectOptions as _, Connection as _, Row, SqlitePool};
-use tokio::sync::OwnedMutexGuard;
 
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
+
+pub use sqlite::SqliteStore;
 
 /// Why a store operation failed. Never shown to clients: the caller logs it and answers a
 /// generic error.
@@ -66,25 +64,6 @@ pub enum Durability {
     Normal,
 }
 
-/// A handle to the store; cloning it is cheap.
-#[derive(Clone, Debug)]
-pub struct Store {
-    /// Readers' connections.
-    pool: SqlitePool,
-    /// The one write connection, `None` after a failed write until the next transaction
-    /// opens a fresh one. Whoever holds the lock is the only writer.
-    writer: Arc<tokio::sync::Mutex<Option<SqliteConnection>>>,
-    options: SqliteConnectOptions,
-    /// The database file as opened: its path and (device, inode).
-    db_path: PathBuf,
-    db_identity: (u64, u64),
-    /// Why writes cannot be made now, `None` while they can (see [`Store::health`]).
-    health: Arc<Mutex<Option<String>>>,
-    /// An exclusive lock on `jobgate.lock`, held while the store is open: two jobgates on one
-    /// data directory would each think they own its jobs. The OS releases it if we die.
-    _lock: Arc<std::fs::File>,
-}
-
 /// A page of jobs, newest first.
 #[derive(Debug)]
 pub struct JobPage {
@@ -114,596 +93,11 @@ pub struct Recoverable {
     pub launched: bool,
 }
 
-impl Store {
-    /// Opens (creating if needed) `jobgate.db` in `data_dir` and brings its schema up to date.
-    pub async fn open(data_dir: &Path, durability: Durability) -> Result<Self> {
-        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
-            path: data_dir.to_owned(),
-            source,
-        })?;
-        let lock_path = data_dir.join("jobgate.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|source| StoreError::Lock {
-                path: lock_path.clone(),
-                source,
-            })?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(StoreError::InUse {
-                    path: data_dir.to_owned(),
-                });
-            }
-            Err(std::fs::TryLockError::Error(source)) => {
-                return Err(StoreError::Lock {
-                    path: lock_path,
-                    source,
-                });
-            }
-        }
-        let options = SqliteConnectOptions::from_str("sqlite://")
-            .map_err(StoreError::Open)?
-            .filename(data_dir.join("jobgate.db"))
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(match durability {
-                Durability::Full => SqliteSynchronous::Full,
-                Durability::Normal => SqliteSynchronous::Normal,
-            })
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(options.clone())
-            .await
-            .map_err(StoreError::Open)?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        // Finish any checkpoint a crash interrupted, so that the database file is as long as
-        // its header says from now on (`check_files` relies on it; we are the only process
-        // on this data directory, by the lock above).
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&pool)
-            .await?;
-        let db_path = data_dir.join("jobgate.db");
-        let meta = std::fs::metadata(&db_path).map_err(|source| StoreError::Lock {
-            path: db_path.clone(),
-            source,
-        })?;
-        Ok(Self {
-            pool,
-            writer: Arc::new(tokio::sync::Mutex::new(None)),
-            // A fresh write connection must never create an empty database where ours was.
-            options: options.create_if_missing(false),
-            db_identity: (meta.dev(), meta.ino()),
-            db_path,
-            health: Arc::new(Mutex::new(None)),
-            _lock: Arc::new(lock),
-        })
-    }
-
-    /// Whether the database answers reads and takes writes.
-    pub async fn ping(&self) -> bool {
-        self.health().is_none() && sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
-    }
-
-    /// Why the store cannot take writes now, or `None` when it can: the last write or write
-    /// probe failed, or the database file is not whole. Set and cleared by the writer (see
-    /// [`Store::set_health`]), read by readiness.
-    pub fn health(&self) -> Option<String> {
-        self.health.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Records whether writes work; returns whether that changed.
-    pub fn set_health(&self, problem: Option<String>) -> bool {
-        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let changed = *health != problem;
-        *health = problem;
-        changed
-    }
-
-    pub async fn close(&self) {
-        if let Some(conn) = self.writer.lock().await.take() {
-            let _ = conn.close().await;
-        }
-        self.pool.close().await;
-    }
-
-    /// Whether the database file is still the one we opened, and whole: not deleted (with
-    /// its data directory, say), replaced, or truncated. Cheap (a stat and a 100-byte read),
-    /// so the writer asks before every commit and on a timer.
-    pub fn check_files(&self) -> Result<()> {
-        let path = &self.db_path;
-        let meta = std::fs::metadata(path).map_err(|e| {
-            StoreError::Files(format!(
-                "the database file {} is gone ({e}); was the data directory deleted? Writes are refused until it is back; restart jobgate after restoring it",
-                path.display()
-            ))
-        })?;
-        if (meta.dev(), meta.ino()) != self.db_identity {
-            return Err(StoreError::Files(format!(
-                "the database file {} was replaced by another file; writes are refused; restart jobgate",
-                path.display()
-            )));
-        }
-        let mut header = [0u8; 100];
-        let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut header));
-        if read.is_err() || !header.starts_with(b"SQLite format 3\0") {
-            return Err(StoreError::Files(format!(
-                "the database file {} was truncated or overwritten ({} bytes, no SQLite header); writes are refused; restore it and restart jobgate",
-                path.display(),
-                meta.len()
-            )));
-        }
-        // The header's page count is valid when its change counter matches the
-        // version-valid-for number; a checkpoint writes both, page 1 first. The writer runs
-        // every checkpoint itself and never asks during one.
-        let word =
-            |at: usize| u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
-        let page_size = match u16::from_be_bytes([header[16], header[17]]) {
-            1 => 65536,
-            n => u64::from(n),
-        };
-        let size = u64::from(word(28)) * page_size;
-        if word(24) == word(92) && size > meta.len() {
-            return Err(StoreError::Files(format!(
-                "the database file {} was truncated: {} bytes where its header counts {size}; writes are refused; restore it and restart jobgate",
-                path.display(),
-                meta.len(),
-            )));
-        }
-        Ok(())
-    }
-
-    /// Starts a write transaction on the write connection (opening a fresh one if the last
-    /// write failed). SQLite allows one writer at a time; callers batch.
-    pub async fn begin(&self) -> Result<StoreTx> {
-        let mut slot = self.writer.clone().lock_owned().await;
-        let mut conn = match slot.take() {
-            Some(conn) => conn,
-            None => self.options.connect().await?,
-        };
-        // IMMEDIATE takes the write lock now rather than on the first write, so that a batch
-        // never fails half-way with SQLITE_BUSY on lock upgrade. On failure the connection
-        // is dropped, which closes it (SQLite rolls back whatever it had open).
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await?;
-        Ok(StoreTx { conn, slot })
-    }
-
-    /// A write that proves the database takes commits again (after a full disk, say): it
-    /// rewrites the one row of `store_probe`, so it needs room like any commit.
-    pub async fn probe_write(&self) -> Result<()> {
-        self.check_files()?;
-        let mut tx = self.begin().await?;
-        sqlx::query(
-            "INSERT INTO store_probe (id, at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at = excluded.at",
-        )
-        .bind(Utc::now().to_rfc3339())
-        .execute(&mut tx.conn)
-        .await?;
-        tx.commit().await
-    }
-
-    pub async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query("SELECT body FROM jobs WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| decode_job(r.get("body"))).transpose()
-    }
-
-    /// Jobs matching `filter`, newest first, after the cursor `after` (a job's sequence).
-    pub async fn list_jobs(&self, filter: &JobFilter, first: i64, after: Option<i64>) -> Result<JobPage> {
-        let phases = filter
-            .phases
-            .as_ref()
-            .map(|p| serde_json::to_string(&p.iter().map(|p| p.as_str()).collect::<Vec<_>>()))
-            .transpose()?;
-        let scope = scope_json(&filter.scope)?;
-        const WHERE: &str = "(?1 IS NULL OR namespace = ?1) \
-             AND (?2 IS NULL OR instr(name, ?2) > 0) \
-             AND (?3 IS NULL OR phase IN (SELECT value FROM json_each(?3))) \
-             AND (?4 IS NULL OR namespace IN (SELECT value FROM json_each(?4)))";
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT seq, body FROM jobs WHERE {WHERE} AND seq < ?5 ORDER BY seq DESC LIMIT ?6"
-        )))
-        .bind(&filter.namespace)
-        .bind(&filter.name_contains)
-        .bind(&phases)
-        .bind(&scope)
-        .bind(after.unwrap_or(i64::MAX))
-        .bind(first + 1)
-        .fetch_all(&self.pool)
-        .await?;
-        let total_count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM jobs WHERE {WHERE}"
-        )))
-        .bind(&filter.namespace)
-        .bind(&filter.name_contains)
-        .bind(&phases)
-        .bind(&scope)
-        .fetch_one(&self.pool)
-        .await?;
-        let has_next_page = rows.len() as i64 > first;
-        let jobs = rows
-            .into_iter()
-            .take(first as usize)
-            .map(|r| Ok((r.get::<i64, _>("seq"), decode_job(r.get("body"))?)))
-            .collect::<Result<_>>()?;
-        Ok(JobPage {
-            jobs,
-            has_next_page,
-            total_count,
-        })
-    }
-
-    /// Up to `limit` events after the cursor `after`, oldest first; only `job_id`'s if given.
-    pub async fn events_after(&self, after: i64, limit: i64, job_id: Option<&str>) -> Result<Vec<JobEvent>> {
-        let rows = sqlx::query(
-            "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
-             WHERE seq > ?1 AND (?2 IS NULL OR job_id = ?2) ORDER BY seq LIMIT ?3",
-        )
-        .bind(after)
-        .bind(job_id)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(decode_event).collect()
-    }
-
-    /// Distinct namespaces of jobs, sorted, at most `limit`.
-    pub async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT DISTINCT namespace FROM jobs \
-             WHERE (?2 IS NULL OR namespace IN (SELECT value FROM json_each(?2))) \
-             ORDER BY namespace LIMIT ?1",
-        )
-        .bind(limit)
-        .bind(scope_json(scope)?)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    /// How many jobs of `namespace` are PENDING or RUNNING (inside a transaction, so that
-    /// submissions committed together are counted).
-    pub async fn active_in_namespace(tx: &mut StoreTx, namespace: &str) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM jobs WHERE namespace = ? AND phase IN ('PENDING', 'RUNNING')",
-        )
-        .bind(namespace)
-        .fetch_one(&mut tx.conn)
-        .await?)
-    }
-
-    /// Counts by phase, and submissions and completions in the last `buckets` buckets of
-    /// `bucket_seconds` (aligned to the Unix epoch, the last one holding now), with the newest
-    /// event's cursor: all read in one transaction, so they are one snapshot. A job's row and
-    /// its events are committed together, so the snapshot holds each job's events up to the
-    /// cursor and none after.
-    pub async fn stats(&self, buckets: i64, bucket_seconds: i64, scope: &Scope) -> Result<StatsSnapshot> {
-        let scope = scope_json(scope)?;
-        let mut tx = self.pool.begin().await?;
-        let cursor: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
-            .fetch_one(&mut *tx)
-            .await?;
-        // The window ends now, read after the first read fixed the snapshot: anything in the
-        // snapshot happened before it, so nothing counted falls past the last bucket.
-        let last = Utc::now().timestamp().div_euclid(bucket_seconds) * bucket_seconds;
-        let since = last - (buckets - 1) * bucket_seconds;
-        let since_text = DateTime::from_timestamp(since, 0)
-            .unwrap_or(DateTime::UNIX_EPOCH)
-            .to_rfc3339();
-        let counts = sqlx::query(
-            "SELECT phase, count(*) AS n FROM jobs \
-             WHERE (?1 IS NULL OR namespace IN (SELECT value FROM json_each(?1))) GROUP BY phase",
-        )
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
-        .collect();
-        // unixepoch() reads the stored RFC 3339 text (fraction and offset included).
-        let submitted = sqlx::query(
-            "SELECT (unixepoch(submitted_at) - ?1) / ?2 AS bucket, count(*) AS n FROM jobs \
-             WHERE submitted_at >= ?3 \
-             AND (?4 IS NULL OR namespace IN (SELECT value FROM json_each(?4))) GROUP BY bucket",
-        )
-        .bind(since)
-        .bind(bucket_seconds)
-        .bind(&since_text)
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|r| (r.get("bucket"), r.get("n")))
-        .collect();
-        // The event that entered a terminal phase; the WHERE repeats the partial index's.
-        let finished = sqlx::query(
-            "SELECT (unixepoch(at) - ?1) / ?2 AS bucket, phase, count(*) AS n FROM events \
-             WHERE phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND at >= ?3 \
-             AND (previous_phase IS NULL OR previous_phase <> phase) \
-             AND (?4 IS NULL OR job_id IN (SELECT id FROM jobs \
-                  WHERE namespace IN (SELECT value FROM json_each(?4)))) \
-             GROUP BY bucket, phase",
-        )
-        .bind(since)
-        .bind(bucket_seconds)
-        .bind(&since_text)
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .filter_map(|r| Some((r.get("bucket"), JobPhase::parse(r.get("phase"))?, r.get("n"))))
-        .collect();
-        tx.commit().await?;
-        Ok(StatsSnapshot {
-            since,
-            cursor,
-            counts,
-            submitted,
-            finished,
-        })
-    }
-
-    /// The newest `limit` events of one job, oldest first.
-    pub async fn job_history(&self, job_id: &str, limit: i64) -> Result<Vec<JobEvent>> {
-        let rows = sqlx::query(
-            "SELECT * FROM (SELECT seq, job_id, phase, previous_phase, at, reason, message, job \
-             FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
-        )
-        .bind(job_id)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(decode_event).collect()
-    }
-
-    /// The newest event's cursor, 0 when there is none.
-    pub async fn last_event_seq(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
-            .fetch_one(&self.pool)
-            .await?)
-    }
-
-    /// Every job that has not reached a terminal phase, oldest first.
-    pub async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
-        let rows =
-            sqlx::query("SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq")
-                .fetch_all(&self.pool)
-                .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(Recoverable {
-                    job: decode_job(r.get("body"))?,
-                    // -1 is held for its dependencies: never handed to the executor.
-                    launched: r.get::<i64, _>("launched") == 1,
-                })
-            })
-            .collect()
-    }
-
-    /// Cancelled jobs whose workload is still to be stopped, oldest request first.
-    pub async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>> {
-        let rows = sqlx::query(
-            "SELECT j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
-             ORDER BY c.requested_at, c.job_id LIMIT ?",
-        )
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
-    }
-
-    /// Jobs accepted but not yet handed to the executor, oldest first.
-    pub async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>> {
-        let rows = sqlx::query("SELECT body FROM jobs WHERE launched = 0 ORDER BY seq LIMIT ?")
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
-    }
-}
-
-/// One write transaction. Dropping it without a successful [`StoreTx::commit`] rolls
-/// everything back and closes the write connection, so the next one starts clean.
-pub struct StoreTx {
-    conn: SqliteConnection,
-    /// Where the connection goes back after a successful commit.
-    slot: OwnedMutexGuard<Option<SqliteConnection>>,
-}
-
 /// An accepted job found by its idempotency key.
 #[derive(Debug)]
 pub struct KeyedJob {
     pub job: Job,
     pub fingerprint: String,
-}
-
-impl StoreTx {
-    pub async fn get_job(&mut self, id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query("SELECT body FROM jobs WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&mut self.conn)
-            .await?;
-        row.map(|r| decode_job(r.get("body"))).transpose()
-    }
-
-    /// The job `submitter` submitted with idempotency key `key`: keys are per submitter, so
-    /// one caller's key never finds (or reveals) another's job.
-    pub async fn find_by_idempotency_key(
-        &mut self,
-        submitter: Option<&str>,
-        key: &str,
-    ) -> Result<Option<KeyedJob>> {
-        let row = sqlx::query("SELECT body, fingerprint FROM jobs WHERE idempotency_key = ?")
-            .bind(scoped_key(submitter, key))
-            .fetch_optional(&mut self.conn)
-            .await?;
-        row.map(|r| {
-            Ok(KeyedJob {
-                job: decode_job(r.get("body"))?,
-                fingerprint: r.get("fingerprint"),
-            })
-        })
-        .transpose()
-    }
-
-    pub async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&job.id)
-        .bind(&job.spec.name)
-        .bind(&job.spec.namespace)
-        .bind(&job.spec.template)
-        .bind(job.phase.as_str())
-        .bind(job.submitted_at.to_rfc3339())
-        .bind(
-            job.idempotency_key
-                .as_deref()
-                .map(|k| scoped_key(job.key_scope(), k)),
-        )
-        .bind(fingerprint)
-        .bind(serde_json::to_string(job)?)
-        .execute(&mut self.conn)
-        .await?;
-        Ok(())
-    }
-
-    /// Appends the event for `transition` and returns its cursor. The job's
-    /// `last_event_seq` must then be set and the job saved with [`StoreTx::save_job`].
-    pub async fn append_event(
-        &mut self,
-        job: &Job,
-        transition: &Transition,
-        at: DateTime<Utc>,
-    ) -> Result<i64> {
-        // The snapshot is written with the seq it is about to get; SQLite assigns
-        // AUTOINCREMENT keys as max(seq)+1 within this exclusive transaction.
-        let seq: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) + 1 FROM events")
-            .fetch_one(&mut self.conn)
-            .await?;
-        let seq = seq.max(self.sequence_floor().await?);
-        let mut snapshot = job.clone();
-        snapshot.last_event_seq = seq;
-        sqlx::query(
-            "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(seq)
-        .bind(&job.id)
-        .bind(transition.phase.as_str())
-        .bind(transition.previous_phase.map(JobPhase::as_str))
-        .bind(at.to_rfc3339())
-        .bind(&transition.reason)
-        .bind(&transition.message)
-        .bind(serde_json::to_string(&snapshot)?)
-        .execute(&mut self.conn)
-        .await?;
-        Ok(seq)
-    }
-
-    /// The smallest sequence number an AUTOINCREMENT table may still hand out, so that a
-    /// cursor is never reused even after rows are deleted.
-    async fn sequence_floor(&mut self) -> Result<i64> {
-        let used: Option<i64> = sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-            .fetch_optional(&mut self.conn)
-            .await?;
-        Ok(used.unwrap_or(0) + 1)
-    }
-
-    pub async fn save_job(&mut self, job: &Job) -> Result<()> {
-        sqlx::query("UPDATE jobs SET phase = ?, body = ? WHERE id = ?")
-            .bind(job.phase.as_str())
-            .bind(serde_json::to_string(job)?)
-            .bind(&job.id)
-            .execute(&mut self.conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Holds a job out of the launch outbox until [`StoreTx::release`] (it waits for its
-    /// dependencies), and records what it depends on.
-    pub async fn hold(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
-        sqlx::query("UPDATE jobs SET launched = -1 WHERE id = ?")
-            .bind(id)
-            .execute(&mut self.conn)
-            .await?;
-        self.add_dependencies(id, depends_on).await
-    }
-
-    /// Records the jobs `id` depends on.
-    pub async fn add_dependencies(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
-        for dependency in depends_on {
-            sqlx::query("INSERT OR IGNORE INTO job_dependencies (job_id, depends_on) VALUES (?, ?)")
-                .bind(id)
-                .bind(dependency)
-                .execute(&mut self.conn)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Puts a held job into the launch outbox.
-    pub async fn release(&mut self, id: &str) -> Result<()> {
-        sqlx::query("UPDATE jobs SET launched = 0 WHERE id = ? AND launched = -1")
-            .bind(id)
-            .execute(&mut self.conn)
-            .await?;
-        Ok(())
-    }
-
-    /// The jobs that depend on `id`.
-    pub async fn dependents(&mut self, id: &str) -> Result<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT job_id FROM job_dependencies WHERE depends_on = ? ORDER BY job_id")
-                .bind(id)
-                .fetch_all(&mut self.conn)
-                .await?,
-        )
-    }
-
-    /// Records that the cancelled job's workload must be stopped, in the transaction that
-    /// records the cancellation: it survives a restart until [`StoreTx::cancellation_done`].
-    pub async fn request_cancellation(&mut self, id: &str, at: DateTime<Utc>) -> Result<()> {
-        sqlx::query("INSERT OR IGNORE INTO pending_cancellations (job_id, requested_at) VALUES (?, ?)")
-            .bind(id)
-            .bind(at.to_rfc3339())
-            .execute(&mut self.conn)
-            .await?;
-        Ok(())
-    }
-
-    /// The cancelled job's workload is stopped.
-    pub async fn cancellation_done(&mut self, id: &str) -> Result<()> {
-        sqlx::query("DELETE FROM pending_cancellations WHERE job_id = ?")
-            .bind(id)
-            .execute(&mut self.conn)
-            .await?;
-        Ok(())
-    }
-
-    pub async fn mark_launched(&mut self, id: &str) -> Result<()> {
-        sqlx::query("UPDATE jobs SET launched = 1 WHERE id = ?")
-            .bind(id)
-            .execute(&mut self.conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Commits. `Ok` means durable; on any error nothing was committed and the connection
-    /// is closed rather than reused.
-    pub async fn commit(self) -> Result<()> {
-        let StoreTx { mut conn, mut slot } = self;
-        sqlx::query("COMMIT").execute(&mut conn).await?;
-        *slot = Some(conn);
-        Ok(())
-    }
 }
 
 /// The stored form of an idempotency key: its submitter, a unit separator, the key (see
@@ -712,29 +106,109 @@ pub fn scoped_key(submitter: Option<&str>, key: &str) -> String {
     format!("{}\u{1f}{key}", submitter.unwrap_or_default())
 }
 
-/// A scope as a JSON array of namespaces for `json_each`, or NULL for every namespace.
-fn scope_json(scope: &Scope) -> Result<Option<String>> {
-    Ok(scope.list().map(serde_json::to_string).transpose()?)
+/// The durable store, as the service uses it. Shared as `Arc<dyn Store>`.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Whether the database answers a read now.
+    async fn ping(&self) -> bool;
+
+    /// Closes every connection; used once, at shutdown, after the last write.
+    async fn close(&self);
+
+    /// A cheap check (no query) that writes would land where they will be read again; the
+    /// writer asks before every commit and on a timer. SQLite checks that its database file
+    /// was not deleted, replaced or truncated; a server database has nothing to check here.
+    fn check_storage(&self) -> Result<()>;
+
+    /// Starts the write transaction. One writer at a time; callers batch.
+    async fn begin(&self) -> Result<Box<dyn StoreTx>>;
+
+    /// A write that proves the store takes commits again (after a full disk, say); it needs
+    /// room like any commit.
+    async fn probe_write(&self) -> Result<()>;
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>>;
+
+    /// Jobs matching `filter`, newest first, after the cursor `after` (a job's sequence).
+    async fn list_jobs(&self, filter: &JobFilter, first: i64, after: Option<i64>) -> Result<JobPage>;
+
+    /// Up to `limit` events after the cursor `after`, oldest first; only `job_id`'s if given.
+    async fn events_after(&self, after: i64, limit: i64, job_id: Option<&str>) -> Result<Vec<JobEvent>>;
+
+    /// Distinct namespaces of jobs in `scope`, sorted, at most `limit`.
+    async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>>;
+
+    /// Counts by phase, and submissions and completions in the last `buckets` buckets of
+    /// `bucket_seconds` (aligned to the Unix epoch, the last one holding now), with the newest
+    /// event's cursor, as one snapshot: it holds each job's events up to the cursor and none
+    /// after.
+    async fn stats(&self, buckets: i64, bucket_seconds: i64, scope: &Scope) -> Result<StatsSnapshot>;
+
+    /// The newest `limit` events of one job, oldest first.
+    async fn job_history(&self, job_id: &str, limit: i64) -> Result<Vec<JobEvent>>;
+
+    /// The newest event's cursor, 0 when there is none.
+    async fn last_event_seq(&self) -> Result<i64>;
+
+    /// Every job that has not reached a terminal phase, oldest first.
+    async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>>;
+
+    /// Cancelled jobs whose workload is still to be stopped, oldest request first.
+    async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>>;
+
+    /// Jobs accepted but not yet handed to the executor (the launch outbox), oldest first.
+    async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>>;
 }
 
-fn decode_job(body: String) -> Result<Job> {
-    Ok(serde_json::from_str(&body)?)
-}
+/// One write transaction. Dropping it without a successful [`StoreTx::commit`] rolls
+/// everything back.
+#[async_trait]
+pub trait StoreTx: Send {
+    async fn get_job(&mut self, id: &str) -> Result<Option<Job>>;
 
-fn decode_event(r: sqlx::sqlite::SqliteRow) -> Result<JobEvent> {
-    let phase: String = r.get("phase");
-    let previous: Option<String> = r.get("previous_phase");
-    let at: String = r.get("at");
-    Ok(JobEvent {
-        seq: r.get("seq"),
-        job_id: r.get("job_id"),
-        phase: JobPhase::parse(&phase).unwrap_or(JobPhase::Pending),
-        previous_phase: previous.as_deref().and_then(JobPhase::parse),
-        at: DateTime::parse_from_rfc3339(&at)
-            .map(|t| t.with_timezone(&Utc))
-            .unwrap_or_default(),
-        reason: r.get("reason"),
-        message: r.get("message"),
-        job: Arc::new(decode_job(r.get("job"))?),
-    })
+    /// The job `submitter` submitted with idempotency key `key`: keys are per submitter, so
+    /// one caller's key never finds (or reveals) another's job.
+    async fn find_by_idempotency_key(
+        &mut self,
+        submitter: Option<&str>,
+        key: &str,
+    ) -> Result<Option<KeyedJob>>;
+
+    /// Stores a newly accepted job, in the launch outbox.
+    async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()>;
+
+    /// Appends the event for `transition` and returns its cursor. The job's
+    /// `last_event_seq` must then be set and the job saved with [`StoreTx::save_job`].
+    async fn append_event(&mut self, job: &Job, transition: &Transition, at: DateTime<Utc>) -> Result<i64>;
+
+    async fn save_job(&mut self, job: &Job) -> Result<()>;
+
+    /// How many jobs of `namespace` are PENDING or RUNNING, this transaction's own included.
+    async fn active_in_namespace(&mut self, namespace: &str) -> Result<i64>;
+
+    /// Holds a job out of the launch outbox until [`StoreTx::release`] (it waits for its
+    /// dependencies), and records what it depends on.
+    async fn hold(&mut self, id: &str, depends_on: &[String]) -> Result<()>;
+
+    /// Records the jobs `id` depends on.
+    async fn add_dependencies(&mut self, id: &str, depends_on: &[String]) -> Result<()>;
+
+    /// Puts a held job into the launch outbox.
+    async fn release(&mut self, id: &str) -> Result<()>;
+
+    /// The jobs that depend on `id`.
+    async fn dependents(&mut self, id: &str) -> Result<Vec<String>>;
+
+    /// Records that the cancelled job's workload must be stopped, in the transaction that
+    /// records the cancellation: it survives a restart until [`StoreTx::cancellation_done`].
+    async fn request_cancellation(&mut self, id: &str, at: DateTime<Utc>) -> Result<()>;
+
+    /// The cancelled job's workload is stopped.
+    async fn cancellation_done(&mut self, id: &str) -> Result<()>;
+
+    /// Takes the job out of the launch outbox: it was handed to the executor.
+    async fn mark_launched(&mut self, id: &str) -> Result<()>;
+
+    /// Commits. `Ok` means durable; on any error nothing was committed.
+    async fn commit(self: Box<Self>) -> Result<()>;
 }

@@ -207,7 +207,11 @@ pub struct JobService {
 }
 
 struct Inner {
-    store: Store,
+    store: Arc<dyn Store>,
+    /// Why the store cannot take writes now, `None` while it can. Set by the writer (after
+    /// a failed write or a failed storage check, cleared by a successful write or probe), read
+    /// by readiness and metrics.
+    store_problem: std::sync::Mutex<Option<String>>,
     bus: Arc<EventBus>,
     executor: Arc<dyn Executor>,
     limits: ValidationLimits,
@@ -229,11 +233,30 @@ struct Inner {
     tasks: TaskTracker,
 }
 
+impl Inner {
+    /// Why the store cannot take writes now, or `None` when it can.
+    fn store_problem(&self) -> Option<String> {
+        // A poisoned lock still holds the last value written; it is a plain value.
+        self.store_problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records whether the store can write; returns whether that changed.
+    fn set_store_problem(&self, problem: Option<String>) -> bool {
+        let mut current = self.store_problem.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = *current != problem;
+        *current = problem;
+        changed
+    }
+}
+
 impl JobService {
     /// Starts the service: loads unfinished jobs, starts the writer and the launcher, and
     /// hands jobs launched before a restart back to the executor.
     pub async fn start(
-        store: Store,
+        store: Arc<dyn Store>,
         executor: Arc<dyn Executor>,
         observations: mpsc::Receiver<Observation>,
         config: ServiceConfig,
@@ -248,6 +271,7 @@ impl JobService {
         }
         let inner = Arc::new(Inner {
             store,
+            store_problem: std::sync::Mutex::new(None),
             bus,
             executor,
             limits: config.limits,
@@ -387,7 +411,7 @@ impl JobService {
 
     /// Whether the store takes writes now (see `Store::health`).
     pub fn store_writable(&self) -> bool {
-        self.inner.store.health().is_none()
+        self.inner.store_problem().is_none()
     }
 
     pub fn bus(&self) -> &Arc<EventBus> {
@@ -396,7 +420,10 @@ impl JobService {
 
     /// Whether the store answers and the executor takes work.
     pub async fn is_ready(&self) -> bool {
-        !self.inner.shutdown.is_cancelled() && self.inner.executor.is_ready() && self.inner.store.ping().await
+        !self.inner.shutdown.is_cancelled()
+            && self.inner.executor.is_ready()
+            && self.inner.store_problem().is_none()
+            && self.inner.store.ping().await
     }
 
     pub fn executor_kind(&self) -> &'static str {

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::{Command, Inner, ServiceError, Submitted};
 use crate::executor::Observation;
 use crate::model::{Job, JobEvent, JobPhase, Transition, ValidationError};
-use crate::store::{Store, StoreError, StoreTx};
+use crate::store::{StoreError, StoreTx};
 
 /// How often the writer checks that the store can write (and, after a failure, probes it).
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -101,9 +101,9 @@ impl Writer {
     /// and after a failure a probe write must succeed. Returns whether it can.
     async fn check_health(&self) -> bool {
         let store = &self.inner.store;
-        let problem = match store.check_files() {
+        let problem = match store.check_storage() {
             Err(e) => Some(e.to_string()),
-            Ok(()) if store.health().is_none() => None,
+            Ok(()) if self.inner.store_problem().is_none() => None,
             Ok(()) => store.probe_write().await.err().map(|e| e.to_string()),
         };
         self.set_health(problem)
@@ -112,7 +112,7 @@ impl Writer {
     /// Records whether the store can write, logging each change once; returns whether it can.
     fn set_health(&self, problem: Option<String>) -> bool {
         let writable = problem.is_none();
-        if self.inner.store.set_health(problem.clone()) {
+        if self.inner.set_store_problem(problem.clone()) {
             match problem {
                 Some(why) => tracing::error!(
                     error = %why,
@@ -135,7 +135,7 @@ impl Writer {
             let started = std::time::Instant::now();
             // Never write into a database file that is gone or cut short: the commit would
             // succeed, and be lost.
-            let applied = match store.check_files() {
+            let applied = match store.check_storage() {
                 Ok(()) => self.try_apply(&batch).await,
                 Err(e) => Err(e),
             };
@@ -178,7 +178,7 @@ impl Writer {
 
     async fn current(
         &self,
-        tx: &mut StoreTx,
+        tx: &mut dyn StoreTx,
         touched: &HashMap<String, Job>,
         id: &str,
     ) -> Result<Option<Job>, StoreError> {
@@ -192,7 +192,7 @@ impl Writer {
     }
 
     async fn record(
-        tx: &mut StoreTx,
+        tx: &mut dyn StoreTx,
         job: &mut Job,
         transition: &Transition,
         recorded: &mut Vec<Recorded>,
@@ -220,7 +220,7 @@ impl Writer {
     /// cancelled, waits (out of the launch outbox) if some have not finished, and otherwise
     /// launches as any job.
     async fn await_dependencies(
-        tx: &mut StoreTx,
+        tx: &mut dyn StoreTx,
         job: &mut Job,
         dependencies: &[(String, JobPhase)],
         recorded: &mut Vec<Recorded>,
@@ -256,7 +256,7 @@ impl Writer {
     /// as one did not. Returns whether any job was released.
     async fn settle_dependents(
         &self,
-        tx: &mut StoreTx,
+        tx: &mut dyn StoreTx,
         touched: &mut HashMap<String, Job>,
         recorded: &mut Vec<Recorded>,
     ) -> Result<bool, StoreError> {
@@ -336,7 +336,7 @@ impl Writer {
                         };
                         if let Some((fp, id)) = existing {
                             if fp == *fingerprint {
-                                let job = self.current(&mut tx, &touched, &id).await?;
+                                let job = self.current(&mut *tx, &touched, &id).await?;
                                 answers.push(match job {
                                     Some(job) => Answer::Existing(Arc::new(job)),
                                     None => Answer::Error(ServiceError::NotFound { id }),
@@ -353,7 +353,7 @@ impl Writer {
                     let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
                     let mut unknown = None;
                     for (i, id) in job.spec.depends_on.iter().enumerate() {
-                        match self.current(&mut tx, &touched, id).await? {
+                        match self.current(&mut *tx, &touched, id).await? {
                             // Another tenant's job is as unknown as a job that never was.
                             Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
                             _ => {
@@ -372,9 +372,7 @@ impl Writer {
                     // The quota counts in this transaction, so jobs accepted earlier in the
                     // same batch count too.
                     let limit = self.inner.max_active_per_namespace;
-                    if limit > 0
-                        && Store::active_in_namespace(&mut tx, &job.spec.namespace).await? >= limit as i64
-                    {
+                    if limit > 0 && tx.active_in_namespace(&job.spec.namespace).await? >= limit as i64 {
                         answers.push(Answer::Error(ServiceError::QuotaExceeded {
                             namespace: job.spec.namespace.clone(),
                             limit,
@@ -392,9 +390,9 @@ impl Writer {
                         reason: Some("Submitted".into()),
                         message: Some("accepted by jobgate".into()),
                     };
-                    Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                    Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
                     if !dependencies.is_empty() {
-                        Self::await_dependencies(&mut tx, &mut job, &dependencies, &mut recorded).await?;
+                        Self::await_dependencies(&mut *tx, &mut job, &dependencies, &mut recorded).await?;
                     }
                     answers.push(Answer::Created(Arc::new(job.clone())));
                     touched.insert(job.id.clone(), job);
@@ -402,7 +400,7 @@ impl Writer {
                 }
                 Command::Cancel { id, scope, .. } => {
                     let Some(mut job) = self
-                        .current(&mut tx, &touched, id)
+                        .current(&mut *tx, &touched, id)
                         .await?
                         .filter(|j| scope.sees(j))
                     else {
@@ -412,7 +410,7 @@ impl Writer {
                     let now = Utc::now();
                     match job.cancel(now) {
                         Some(transition) => {
-                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
                             // Committed with the cancellation, so it outlives a restart.
                             tx.request_cancellation(&job.id, now).await?;
                             cancelled = true;
@@ -427,12 +425,12 @@ impl Writer {
                 }
                 Command::Observe(observation) => {
                     answers.push(Answer::None);
-                    let Some(mut job) = self.current(&mut tx, &touched, &observation.job_id).await? else {
+                    let Some(mut job) = self.current(&mut *tx, &touched, &observation.job_id).await? else {
                         tracing::warn!(job = %observation.job_id, "observation for an unknown job ignored");
                         continue;
                     };
                     if let Some(transition) = job.observe(observation.status.clone(), Utc::now()) {
-                        Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                        Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
                         touched.insert(job.id.clone(), job);
                     } else if !job.phase.is_terminal() && job.workload != observation.status {
                         // Nothing a client sees changed, but the executor's private state
@@ -453,27 +451,27 @@ impl Writer {
                     let now = Utc::now();
                     for id in &outcome.launched {
                         tx.mark_launched(id).await?;
-                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                        if let Some(mut job) = self.current(&mut *tx, &touched, id).await?
                             && let Some(transition) = job.launch_succeeded(now)
                         {
-                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
                             touched.insert(job.id.clone(), job);
                         }
                     }
                     for (id, reason, message) in &outcome.rejected {
                         tx.mark_launched(id).await?;
-                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                        if let Some(mut job) = self.current(&mut *tx, &touched, id).await?
                             && let Some(transition) = job.launch_failed(reason, message, now)
                         {
-                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
                             touched.insert(job.id.clone(), job);
                         }
                     }
                     for (id, reason, message) in &outcome.delayed {
-                        if let Some(mut job) = self.current(&mut tx, &touched, id).await?
+                        if let Some(mut job) = self.current(&mut *tx, &touched, id).await?
                             && let Some(transition) = job.launch_delayed(reason, message, now)
                         {
-                            Self::record(&mut tx, &mut job, &transition, &mut recorded).await?;
+                            Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
                             touched.insert(job.id.clone(), job);
                         }
                     }
@@ -484,7 +482,7 @@ impl Writer {
         // same transaction: no moment where a dependency has finished and a dependent is
         // neither released nor failed, whatever crashes when.
         launch |= self
-            .settle_dependents(&mut tx, &mut touched, &mut recorded)
+            .settle_dependents(&mut *tx, &mut touched, &mut recorded)
             .await?;
         tx.commit().await?;
         Ok(Outcome {
