@@ -1,10 +1,11 @@
 //! `/metrics` in the OpenMetrics text format (Prometheus).
 //!
 //! It owns every metric name and its help text. [`Metrics`] holds the live counters, gauges
-//! and histograms (cheap atomic handles the service, executors and transports update where
-//! things happen); values that exist elsewhere already (template availability, broadcast
-//! lag, seconds since a watcher's last event) are read when scraped. It must not change any
-//! state but its own counters.
+//! and histograms: cheap atomic handles that their owners (the service, the event bus,
+//! executors, transports) update where things happen. A value that lives with its owner and
+//! changes without an event (template availability) is read when scraped through a reader
+//! the owner registers ([`Metrics::read_template_availability_with`]). It imports nothing of
+//! jobgate's but the model's level: everything else pushes to it, it reads no one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,13 +13,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-use crate::jobs::service::JobService;
 
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -79,7 +78,6 @@ fn seconds_histogram() -> Histogram {
 }
 
 /// The live metrics. Cloning a handle shares its value.
-#[derive(Debug)]
 pub struct Metrics {
     pub jobs_submitted: Counter,
     pub jobs_accepted: Counter,
@@ -106,6 +104,28 @@ pub struct Metrics {
     pub misdirected_requests: Counter,
     pub graphql_duration: Histograms<OperationLabels>,
     pub store_latency: Histograms<StoreLabels>,
+    /// 1 while the store takes writes, 0 while it cannot; set by the service's writer.
+    pub store_writable: Gauge,
+    /// Subscribers caught up from the store after lagging the broadcast; counted by the bus.
+    pub broadcast_lag_recoveries: Counter,
+    /// Reads each template's availability at scrape time; registered by the service.
+    template_availability: std::sync::RwLock<Option<TemplateAvailabilityReader>>,
+}
+
+/// One template's availability, as `template_available` reports it.
+#[derive(Clone, Debug)]
+pub struct TemplateAvailability {
+    pub template: String,
+    pub kind: String,
+    pub available: bool,
+}
+
+type TemplateAvailabilityReader = Box<dyn Fn() -> Vec<TemplateAvailability> + Send + Sync>;
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
 }
 
 impl Default for Metrics {
@@ -130,6 +150,9 @@ impl Default for Metrics {
             misdirected_requests: Counter::default(),
             graphql_duration: Family::new_with_constructor(seconds_histogram),
             store_latency: Family::new_with_constructor(seconds_histogram),
+            store_writable: Gauge::default(),
+            broadcast_lag_recoveries: Counter::default(),
+            template_availability: std::sync::RwLock::new(None),
         }
     }
 }
@@ -225,6 +248,19 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// Registers how to read template availability at scrape time (the service does, once
+    /// it has its templates and executor); a later call replaces the earlier reader.
+    pub fn read_template_availability_with(
+        &self,
+        read: impl Fn() -> Vec<TemplateAvailability> + Send + Sync + 'static,
+    ) {
+        // A poisoned lock holds a plain value; replacing it is always sound.
+        *self
+            .template_availability
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Box::new(read));
+    }
+
     pub fn store_op(&self, op: &'static str, took: Duration) {
         self.store_latency
             .get_or_create(&StoreLabels { op })
@@ -233,7 +269,7 @@ impl Metrics {
 }
 
 /// Every metric, as text.
-pub fn render(metrics: &Metrics, service: &JobService) -> String {
+pub fn render(metrics: &Metrics) -> String {
     let mut registry = Registry::with_prefix("jobgate");
     let m = metrics;
     registry.register(
@@ -332,12 +368,12 @@ pub fn render(metrics: &Metrics, service: &JobService) -> String {
     registry.register(
         "store_writable",
         "1 while the store takes writes; 0 after a failed write (a full disk) until a probe write succeeds, or while the database file is deleted, replaced or truncated (the log says which)",
-        ConstGauge::new(i64::from(service.store_writable())),
+        m.store_writable.clone(),
     );
     registry.register(
         "broadcast_lag_recoveries",
         "Subscribers that fell behind the event broadcast and were caught up from the store",
-        ConstCounter::new(service.bus().lag_recoveries()),
+        m.broadcast_lag_recoveries.clone(),
     );
     registry.register(
         "graphql_request_duration_seconds",
@@ -350,13 +386,15 @@ pub fn render(metrics: &Metrics, service: &JobService) -> String {
         m.store_latency.clone(),
     );
     let available = Family::<TemplateLabels, Gauge>::default();
-    for t in service.templates() {
+    let read = m.template_availability.read().unwrap_or_else(|p| p.into_inner());
+    for t in read.as_ref().map(|read| read()).unwrap_or_default() {
         let labels = TemplateLabels {
-            template: t.name.clone(),
-            kind: t.kind.clone(),
+            template: t.template,
+            kind: t.kind,
         };
         available.get_or_create(&labels).set(i64::from(t.available));
     }
+    drop(read);
     registry.register(
         "template_available",
         "Whether jobs of a template can run now: 1, or 0 when its kind is not installed or not watchable",

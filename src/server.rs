@@ -323,7 +323,7 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = crate::metrics::render(&state.metrics, &state.service);
+    let body = crate::metrics::render(&state.metrics);
     (
         [(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         body,

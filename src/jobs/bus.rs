@@ -9,9 +9,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use futures::Stream;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::model::JobEvent;
@@ -26,18 +27,19 @@ pub struct EventBus {
     store: Arc<dyn Store>,
     /// The cursor of the last event published; written by the service's writer only.
     head: AtomicI64,
-    /// How many times a subscriber lagged the channel and was caught up from the store.
-    lag_recoveries: AtomicU64,
+    /// Counts each time a subscriber lagged the channel and was caught up from the store
+    /// (the metric `broadcast_lag_recoveries`).
+    lag_recoveries: Counter,
 }
 
 impl EventBus {
-    pub fn new(store: Arc<dyn Store>, capacity: usize, head: i64) -> Self {
+    pub fn new(store: Arc<dyn Store>, capacity: usize, head: i64, lag_recoveries: Counter) -> Self {
         let (tx, _) = broadcast::channel(capacity);
         Self {
             tx,
             store,
             head: AtomicI64::new(head),
-            lag_recoveries: AtomicU64::new(0),
+            lag_recoveries,
         }
     }
 
@@ -50,10 +52,6 @@ impl EventBus {
 
     pub fn head(&self) -> i64 {
         self.head.load(Ordering::Acquire)
-    }
-
-    pub fn lag_recoveries(&self) -> u64 {
-        self.lag_recoveries.load(Ordering::Relaxed)
     }
 
     pub fn subscriber_count(&self) -> usize {
@@ -152,7 +150,7 @@ impl Cursor {
                         after = self.last,
                         "subscriber lagged; catching up from the store"
                     );
-                    self.bus.lag_recoveries.fetch_add(1, Ordering::Relaxed);
+                    self.bus.lag_recoveries.inc();
                     self.catching_up = true;
                 }
                 Err(RecvError::Closed) => return None,

@@ -1,5 +1,5 @@
-//! What is recorded about a job's changes: a `Transition` (about to be recorded) and a
-//! `JobEvent` (recorded, with its cursor `seq`).
+//! `JobEvent`: one recorded change of a job, with its cursor `seq`, as the store keeps it and
+//! subscribers receive it. (The change before it is recorded is a `job::Transition`.)
 
 use std::sync::Arc;
 
@@ -7,15 +7,6 @@ use chrono::{DateTime, Utc};
 
 use super::job::Job;
 use super::phase::JobPhase;
-
-/// What an observation or a command changed about a job, ready to record as an event.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Transition {
-    pub previous_phase: Option<JobPhase>,
-    pub phase: JobPhase,
-    pub reason: Option<String>,
-    pub message: Option<String>,
-}
 
 /// One recorded status change of a job; `seq` is its cursor.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,7 +5,6 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::events::Transition;
 use super::phase::{Condition, JobPhase, Progress, WorkloadStatus};
 use super::spec::JobSpec;
 
@@ -37,6 +36,15 @@ pub struct Job {
     pub workload: WorkloadStatus,
     /// The cursor of the last event recorded for this job.
     pub last_event_seq: i64,
+}
+
+/// What an observation or a command changed about a job, ready to record as an event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transition {
+    pub previous_phase: Option<JobPhase>,
+    pub phase: JobPhase,
+    pub reason: Option<String>,
+    pub message: Option<String>,
 }
 
 impl Job {

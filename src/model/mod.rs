@@ -16,9 +16,11 @@ mod scope;
 mod spec;
 mod validation;
 
-pub use events::{JobEvent, Transition};
+pub use events::JobEvent;
 pub use filter::JobFilter;
-pub use job::{DEPENDENCIES_SUCCEEDED, DEPENDENCY_FAILED, Job, WAITING_FOR_DEPENDENCIES, WORKLOAD_CREATED};
+pub use job::{
+    DEPENDENCIES_SUCCEEDED, DEPENDENCY_FAILED, Job, Transition, WAITING_FOR_DEPENDENCIES, WORKLOAD_CREATED,
+};
 pub use phase::{Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, WorkloadStatus};
 pub use scope::Scope;
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};

@@ -38,7 +38,7 @@ use tokio_util::task::TaskTracker;
 use crate::executor::{Executor, Observation};
 use crate::jobs::bus::EventBus;
 use crate::jobs::template::{self, Runtime, Template};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TemplateAvailability};
 use crate::model::{Job, JobPhase, JobSpec, Scope, SubmitRequest, ValidationError, ValidationLimits};
 use crate::store::{Store, StoreError};
 use crate::templates::TemplateSet;
@@ -262,7 +262,12 @@ impl JobService {
         config: ServiceConfig,
     ) -> Result<Self, ServiceError> {
         let head = store.last_event_seq().await?;
-        let bus = Arc::new(EventBus::new(store.clone(), config.broadcast_capacity, head));
+        let bus = Arc::new(EventBus::new(
+            store.clone(),
+            config.broadcast_capacity,
+            head,
+            config.metrics.broadcast_lag_recoveries.clone(),
+        ));
         let (commands, commands_rx) = mpsc::channel(config.max_batch * 4);
         let unfinished = store.unfinished_jobs().await?;
         let active = DashMap::new();
@@ -286,6 +291,25 @@ impl JobService {
             shutdown: CancellationToken::new(),
             writer_stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
+        });
+        inner.metrics.store_writable.set(1);
+        // Availability changes without an event (a CRD installed, a watch failing): read it
+        // when scraped. The reader holds the service weakly, so it does not keep it alive.
+        let weak = Arc::downgrade(&inner);
+        inner.metrics.read_template_availability_with(move || {
+            weak.upgrade()
+                .map(|inner| {
+                    JobService { inner }
+                        .templates()
+                        .into_iter()
+                        .map(|t| TemplateAvailability {
+                            template: t.name,
+                            kind: t.kind,
+                            available: t.available,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
         });
         let writer = Writer {
             inner: inner.clone(),

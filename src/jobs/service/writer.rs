@@ -113,6 +113,7 @@ impl Writer {
     fn set_health(&self, problem: Option<String>) -> bool {
         let writable = problem.is_none();
         if self.inner.set_store_problem(problem.clone()) {
+            self.inner.metrics.store_writable.set(i64::from(writable));
             match problem {
                 Some(why) => tracing::error!(
                     error = %why,
