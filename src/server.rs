@@ -438,22 +438,28 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
+    let signal = shutdown_signal()?;
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signal.await;
         tracing::info!("shutdown requested");
         trigger.cancel();
     });
     serve(config, listener, shutdown).await
 }
 
-async fn wait_for_signal() {
+/// Resolves at the first SIGTERM or SIGINT. The handlers are installed before it returns, so
+/// that a failure to install them stops startup with an error instead of leaving a server
+/// that a signal could not stop gracefully.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }

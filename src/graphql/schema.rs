@@ -10,7 +10,7 @@ use async_graphql::{Context, ID, Object, Schema, Subscription};
 use chrono::Utc;
 use futures::{Stream, StreamExt, stream};
 
-use crate::auth::Identity;
+use crate::graphql::caller::caller;
 use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, rate_limited};
 use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
@@ -81,13 +81,6 @@ pub fn build(service: JobService, limits: &QueryLimits, rates: Arc<RateLimits>) 
 pub fn sdl() -> String {
     let schema = Schema::build(Query, Mutation, SubscriptionRoot).finish();
     schema.sdl()
-}
-
-/// The caller, as the transport authenticated it. Every request carries one; a request
-/// without (a bug) is refused rather than let in.
-pub(crate) fn caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<&'c Identity> {
-    ctx.data_opt::<Identity>()
-        .ok_or_else(|| error(Code::Unauthenticated, "no identity"))
 }
 
 /// Takes one from the caller's bucket for `what`.

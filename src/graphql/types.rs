@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
+use crate::graphql::caller::caller;
 use crate::graphql::error::OrApiError;
 use crate::jobs::service::JobService;
 use crate::jobs::template::{FieldType, Template, TemplateField};
@@ -323,7 +324,7 @@ impl JobObject {
     async fn dependencies(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<JobObject>> {
         let service = ctx.data::<JobService>()?;
         // Only those the caller may see; another tenant's stay invisible.
-        let scope = &crate::graphql::schema::caller(ctx)?.scope;
+        let scope = &caller(ctx)?.scope;
         let mut jobs = Vec::with_capacity(self.0.spec.depends_on.len());
         for id in &self.0.spec.depends_on {
             if let Some(job) = service.job(id, scope).await.api()? {
