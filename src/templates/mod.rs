@@ -81,6 +81,11 @@ pub const TEMPLATE_FIELDS: &[&str] = &[
 /// The name of the template built into the executors.
 pub const CONTAINER: &str = "container";
 
+/// Where a run writes its result: the termination message file, so that `$JOBGATE_RESULT_FILE`
+/// means the same on every executor. A template's `resultFile` defaults to it, and the
+/// Kubernetes executor's own Jobs use it.
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
 /// A template that cannot be used: which file and what is wrong.
 #[derive(Debug, thiserror::Error)]
 #[error("template {file}: {problem}")]
@@ -356,7 +361,7 @@ impl WorkloadTemplate {
             required: raw.required,
             result_file: raw
                 .result_file
-                .unwrap_or_else(|| crate::executor::kube::manifest::TERMINATION_MESSAGE_PATH.to_owned()),
+                .unwrap_or_else(|| TERMINATION_MESSAGE_PATH.to_owned()),
             parameters: raw.parameters,
             validator,
             manifest: raw.manifest,

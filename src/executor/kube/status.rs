@@ -12,8 +12,7 @@ use k8s_openapi::api::batch::v1::Job as K8sJob;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::executor::clip;
-use crate::model::{Condition, MAX_RESULT_BYTES, WorkloadStatus};
+use crate::model::{Condition, MAX_RESULT_BYTES, WorkloadStatus, clip};
 
 /// A Kubernetes timestamp as jobgate's.
 fn time(t: &Time) -> Option<DateTime<Utc>> {

@@ -46,8 +46,8 @@ use futures::stream::BoxStream;
 
 use self::logs::{LogWriter, copy_lines, read_log_tail};
 use self::sandbox::RunAs;
-use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, clip};
-use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus};
+use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender};
+use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
 
 /// Settings of the local executor.
 #[derive(Clone, Debug)]
