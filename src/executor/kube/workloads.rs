@@ -24,12 +24,14 @@ use kube::api::{
 };
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::launcher::launch_error;
 use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     MANAGED_SELECTOR, SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
 };
 use super::status::PodInfo;
-use super::{Inner, WatcherHealth, label, launch_error, resource_version};
+use super::watch::WatcherHealth;
+use super::{Inner, label, resource_version, retry_delays};
 use crate::executor::ExecutorError;
 use crate::model::{Job, JobPhase, MappedPhase, WorkloadStatus};
 use crate::templates::rules::STATUS_UNDERSTOOD;
@@ -136,13 +138,7 @@ impl Inner {
 
     /// Retries discovery of a kind while the API server cannot answer.
     async fn discover(self: Arc<Self>, kind: Arc<Kind>) {
-        let mut delays = backon::BackoffBuilder::build(
-            backon::ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(200))
-                .with_max_delay(Duration::from_secs(30))
-                .with_jitter()
-                .without_max_times(),
-        );
+        let mut delays = retry_delays();
         while !self.discover_once(&kind).await {
             let delay = delays.next().unwrap_or(Duration::from_secs(30));
             tokio::select! {
@@ -180,12 +176,7 @@ impl Inner {
 
     fn spawn_kind_watchers(self: &Arc<Self>, kind: &Arc<Kind>) {
         let Some(resource) = kind.resource() else { return };
-        let scopes: Vec<Option<String>> = if self.config.watch_namespaces.is_empty() {
-            vec![None]
-        } else {
-            self.config.watch_namespaces.iter().cloned().map(Some).collect()
-        };
-        for scope in scopes {
+        for scope in self.watch_scopes() {
             let api: Api<DynamicObject> = match &scope {
                 Some(ns) => self.dynamic_api(&resource, ns),
                 None => Api::all_with(self.client.clone(), &resource),
@@ -290,9 +281,7 @@ impl Inner {
                             self.on_object(&kind, &resource, obj).await;
                         }
                         watcher::Event::InitDone => {
-                            if !health.listed.swap(true, Ordering::Relaxed) {
-                                tracing::info!(watcher = %health.name, "first list done");
-                            }
+                            health.list_done();
                             self.reconcile_kind(&kind, scope.as_deref(), list_epoch, &seen);
                         }
                         watcher::Event::Apply(obj) => self.on_object(&kind, &resource, obj).await,
@@ -742,13 +731,7 @@ impl Inner {
         };
         let api = self.dynamic_api(&resource, namespace);
         let name = workload_name(job_id);
-        let mut delays = backon::BackoffBuilder::build(
-            backon::ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(200))
-                .with_max_delay(Duration::from_secs(30))
-                .with_jitter()
-                .without_max_times(),
-        );
+        let mut delays = retry_delays();
         loop {
             let done = match &template.cancel.patch {
                 Some(patch) => api
