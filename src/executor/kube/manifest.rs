@@ -1,4 +1,5 @@
-//! The batch/v1 Job that runs a jobgate job: names, labels and the mapping from [`JobSpec`].
+//! The batch/v1 Job that runs a jobgate job: names, labels and the mapping from
+//! [`JobSpec`](crate::model::JobSpec).
 //!
 //! This module owns what jobgate writes into the cluster and how it recognises its objects
 //! again (the `jobgate.io/job-id` label). It must not talk to the API server.

@@ -183,8 +183,8 @@ pub fn result_of<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> Option<Stri
         .and_then(|p| p.message.clone())
 }
 
-/// Why a failed job failed, from its last failed run: "pod X (index 2) exited with code 1:
-/// <termination message>".
+/// Why a failed job failed, from its last failed run: `pod X (index 2) exited with code 1:
+/// <termination message>`.
 pub fn failure_of<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> Option<String> {
     let pod = pods
         .into_iter()
