@@ -517,14 +517,12 @@ impl WorkloadTemplate {
 /// Sets jobgate's name, namespace, labels and annotations on a rendered object (the
 /// template's own labels and annotations stay, ours win).
 fn stamp_metadata(object: &mut Value, name: &str, namespace: &str, stamp: &Stamp) {
+    // Indexing a JSON object (or null) by key inserts the key when it is missing; each level
+    // is made an object first, so that no index below can meet a string or a number.
     if !object.is_object() {
         *object = json!({});
     }
-    let meta = object
-        .as_object_mut()
-        .expect("made an object above")
-        .entry("metadata")
-        .or_insert_with(|| json!({}));
+    let meta = &mut object["metadata"];
     if !meta.is_object() {
         *meta = json!({});
     }

@@ -142,7 +142,8 @@ struct Inner {
     /// Bumped at the start of every (re-)list of Jobs: a job confirmed before a list began
     /// must appear in it, or it vanished.
     list_epoch: AtomicU64,
-    /// The Job and pod watchers, pushed once at start and read by `/readyz`.
+    /// The Job and pod watchers, pushed once at start and read by `/readyz`. A poisoned lock
+    /// is used anyway: a push cannot leave the list half-changed.
     watchers: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
     /// The workload kinds templates create, by (group, version, kind).
     kinds: BTreeMap<(String, String, String), Arc<workloads::Kind>>,

@@ -12,8 +12,8 @@
 //! `pods.rs` (pods).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job as K8sJob;
@@ -92,7 +92,7 @@ impl Inner {
         }
         let scopes = self.watch_scopes();
         self.start_workload_kinds().await;
-        let mut watchers = self.watchers.lock().expect("poisoned");
+        let mut watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
         for scope in scopes {
             let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
             let (jobs, pods): (Api<K8sJob>, Api<Pod>) = match &scope {
@@ -112,7 +112,7 @@ impl Inner {
     /// Ready once started, not shutting down, and every Job and pod watcher has done its
     /// first list and is not failing.
     pub(super) fn is_ready(&self) -> bool {
-        let watchers = self.watchers.lock().expect("poisoned");
+        let watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
         !self.shutdown.is_cancelled()
             && self.started.load(Ordering::SeqCst)
             && watchers

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -38,6 +38,9 @@ use crate::templates::rules::STATUS_UNDERSTOOD;
 use crate::templates::{Retention, Stamp, WorkloadTemplate};
 
 /// One workload kind (group, version, kind) that templates create.
+///
+/// A poisoned lock of it is used anyway: each writer replaces the whole value at once, so a
+/// panic elsewhere cannot leave it half-written.
 pub(super) struct Kind {
     pub gvk: GroupVersionKind,
     /// What discovery found; `None` until it has (or while the kind is missing).
@@ -70,14 +73,19 @@ impl Kind {
     }
 
     pub fn availability(&self) -> Result<(), String> {
-        match self.unavailable.read().expect("poisoned").clone() {
+        match self
+            .unavailable
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
             None => Ok(()),
             Some(why) => Err(why),
         }
     }
 
     fn set_unavailable(&self, why: Option<String>) {
-        let mut current = self.unavailable.write().expect("poisoned");
+        let mut current = self.unavailable.write().unwrap_or_else(PoisonError::into_inner);
         if *current != why {
             match &why {
                 Some(why) => tracing::warn!(kind = %self.name(), %why, "workload kind unavailable"),
@@ -88,7 +96,10 @@ impl Kind {
     }
 
     fn resource(&self) -> Option<ApiResource> {
-        self.resource.read().expect("poisoned").clone()
+        self.resource
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -153,7 +164,7 @@ impl Inner {
     async fn discover_once(self: &Arc<Self>, kind: &Arc<Kind>) -> bool {
         match kube::discovery::pinned_kind(&self.client, &kind.gvk).await {
             Ok((resource, _caps)) => {
-                *kind.resource.write().expect("poisoned") = Some(resource);
+                *kind.resource.write().unwrap_or_else(PoisonError::into_inner) = Some(resource);
                 kind.set_unavailable(None);
                 if !kind.watching.swap(true, Ordering::SeqCst) {
                     self.spawn_kind_watchers(kind);
@@ -312,14 +323,16 @@ impl Inner {
         let decided;
         let status;
         {
-            let Some(mut t) = self.tracked.get_mut(&id) else {
+            let Some(mut tracked) = self.tracked.get_mut(&id) else {
                 // Finished (or not ours any more): only retention is left to do.
                 self.retain_finished(kind, resource, &obj);
                 return;
             };
-            if t.decoding.is_none() {
-                return;
-            }
+            // Borrowed field by field: the decoding is updated along with the rest.
+            let t = &mut *tracked;
+            let Some(decoding) = t.decoding.as_mut() else {
+                return; // a batch Job's job: the Job watcher follows it
+            };
             if let Some(rv) = resource_version(&obj.metadata) {
                 if rv <= t.last_rv {
                     return;
@@ -329,7 +342,6 @@ impl Inner {
             if t.finishing {
                 return;
             }
-            let decoding = t.decoding.as_mut().expect("checked above");
             let decoded = decoding.template.status.decode(&value, &decoding.mapped);
             if let Some(c) = decoded.conditions.iter().find(|c| c.type_ == STATUS_UNDERSTOOD) {
                 tracing::warn!(job = %id, kind = %kind.name(), message = ?c.message, "status not understood");
