@@ -1,14 +1,16 @@
-//! Launching and cancelling batch Jobs: what the executor writes to the cluster for a job of
-//! the `container` template.
+//! Launching and cancelling jobs' workloads: what the executor writes to the cluster.
 //!
-//! It owns creating a job's Job from its manifest (a retried create that meets our own Job
-//! adopts it; anything else under that name is a conflict), the hand-over from "being
-//! created" to "known to exist" that lets a cancel arriving meanwhile still stop it, deleting
-//! the Job on cancel (retried until it lands), how a refused API call is reported to the
-//! launcher ([`launch_error`]), and the Kubernetes Events that tell `kubectl describe` what
-//! jobgate did. Jobs of workload templates are created and cancelled in `workloads.rs`.
+//! It owns the launch of every job: its tracking from "being created" to "known to exist",
+//! which lets a cancel arriving meanwhile still stop it, whichever kind its workload is. For
+//! jobs of the `container` template it also owns creating the batch Job from its manifest (a
+//! retried create that meets our own Job adopts it; anything else under that name is a
+//! conflict) and deleting it on cancel (retried until it lands); `workloads.rs` creates and
+//! stops the objects of workload templates. It also owns how a refused API call is reported
+//! to the launcher ([`launch_error`]), and the Kubernetes Events that tell
+//! `kubectl describe` what jobgate did.
 //!
-//! It must not report observations: the watchers do, from what the cluster says.
+//! It must not report observations itself: a Job it creates goes the way of a watched one
+//! (`reconcile.rs`), which the watcher will report anyway.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,10 +22,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 
 use super::manifest::{self, JOB_ID_LABEL, workload_name};
-use super::{Inner, label, retry_delays, workloads};
+use super::{Inner, label, retry_delays};
 use crate::executor::ExecutorError;
 use crate::model::Job;
-use crate::templates::WorkloadTemplate;
 
 /// How a failed API call is reported to the launcher.
 pub(super) fn launch_error(action: &str, e: kube::Error) -> ExecutorError {
@@ -66,27 +67,46 @@ pub(super) fn launch_error(action: &str, e: kube::Error) -> ExecutorError {
 }
 
 impl Inner {
-    /// Creates the job's workload: a batch Job, or its workload template's object.
-    /// Idempotent: a workload of this job that exists already is adopted.
+    /// Creates the job's workload: a batch Job, or its workload template's object (see
+    /// `workloads.rs`). Idempotent: a workload of this job that exists already is adopted.
     pub(super) async fn launch(self: &Arc<Self>, job: Arc<Job>) -> Result<(), ExecutorError> {
         if self.shutdown.is_cancelled() {
             return Err(ExecutorError::ShuttingDown);
         }
-        if let Some((template, kind)) = self.kind_of(&job.spec.template) {
-            return self.launch_workload(&job, &template, &kind).await;
-        }
         self.track(&job, None);
-        match self.create_job(&job).await {
-            Ok(created) => {
-                if self.confirm_created(&job.id, self.list_epoch.load(Ordering::SeqCst)) {
+        // The list epoch is read once the workload exists: every list of its kind that
+        // begins later must show it, or it vanished.
+        let created = match self.kind_of(&job.spec.template) {
+            Some((template, kind)) => self
+                .create_workload(&job, &template, &kind)
+                .await
+                .map(|()| (kind.list_epoch.load(Ordering::SeqCst), None)),
+            None => self
+                .create_job(&job)
+                .await
+                .map(|created| (self.list_epoch.load(Ordering::SeqCst), Some(created))),
+        };
+        match created {
+            Ok((epoch, created)) => {
+                if let Some(mut t) = self.tracked.get_mut(&job.id) {
+                    t.confirmed_epoch = Some(epoch);
+                }
+                if self.cancelled_while_creating.remove(&job.id).is_some() {
+                    // Cancelled while being created: the cancel found nothing to delete yet.
                     return self.cancel(&job).await;
                 }
-                // The watch reports it too; this only saves waiting for it.
-                self.on_job(created).await;
+                if let Some(created) = created {
+                    // The watch reports it too; this only saves waiting for it.
+                    self.on_job(created).await;
+                }
                 Ok(())
             }
             Err(e) => {
-                self.forget_failed_create(&job.id);
+                // Tracked no more (the launcher retries, or fails the job); a cancel that
+                // came meanwhile is forgotten with it.
+                self.tracked
+                    .remove_if(&job.id, |_, t| t.confirmed_epoch.is_none());
+                self.cancelled_while_creating.remove(&job.id);
                 Err(e)
             }
         }
@@ -119,46 +139,6 @@ impl Inner {
             }
             Err(e) => Err(launch_error("creating the Job", e)),
         }
-    }
-
-    /// Creates the object of a workload template's job, as [`Inner::launch`] does a Job.
-    async fn launch_workload(
-        self: &Arc<Self>,
-        job: &Arc<Job>,
-        template: &Arc<WorkloadTemplate>,
-        kind: &Arc<workloads::Kind>,
-    ) -> Result<(), ExecutorError> {
-        self.track(job, None);
-        match self.create_workload(job, template, kind).await {
-            Ok(()) => {
-                if self.confirm_created(&job.id, kind.list_epoch.load(Ordering::SeqCst)) {
-                    return self.cancel(job).await;
-                }
-                Ok(())
-            }
-            Err(e) => {
-                self.forget_failed_create(&job.id);
-                Err(e)
-            }
-        }
-    }
-
-    /// The job's workload was created or adopted: it is known to exist from list `epoch` on,
-    /// so every list that begins later must show it, or it vanished. True when the job was
-    /// cancelled while it was being created: that cancel found nothing to delete yet, so the
-    /// caller must cancel it now.
-    fn confirm_created(&self, job_id: &str, epoch: u64) -> bool {
-        if let Some(mut t) = self.tracked.get_mut(job_id) {
-            t.confirmed_epoch = Some(epoch);
-        }
-        self.cancelled_while_creating.remove(job_id).is_some()
-    }
-
-    /// The job's workload could not be created: it is tracked no more (the launcher retries,
-    /// or fails the job), and a cancel that came meanwhile is forgotten with it.
-    fn forget_failed_create(&self, job_id: &str) {
-        self.tracked.remove_if(job_id, |_, t| t.confirmed_epoch.is_none());
-        self.cancelled_while_creating.remove(job_id);
     }
 
     /// Stops the job's workload, whether or not this process tracks it, retrying until it

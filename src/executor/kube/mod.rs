@@ -16,8 +16,8 @@
 //! construction, and its [`Executor`] implementation, whose methods hand over to the file of
 //! their concept:
 //!
-//! - `launcher.rs`: creating a job's batch Job (adopting the one a retried create finds),
-//!   deleting it on cancel, and the Kubernetes Events that say so;
+//! - `launcher.rs`: launching and cancelling every job; creating its batch Job (adopting the
+//!   one a retried create finds), deleting it on cancel, and the Kubernetes Events that say so;
 //! - `watch.rs`: the Job and pod watchers of each scope, and their health for `/readyz`;
 //! - `reconcile.rs`: what a Job event means for its job: a change reported, a decided job
 //!   finished (result, log tail), a vanished one reported after a re-list;
