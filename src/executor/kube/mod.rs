@@ -267,6 +267,7 @@ impl Inner {
         Api::namespaced(self.client.clone(), namespace)
     }
 
+    /// Reports what was observed of a job's workload to the job service.
     async fn send(&self, job_id: String, status: WorkloadStatus) {
         let observation = Observation { job_id, status };
         if self.observations.send(observation).await.is_err() {
@@ -275,10 +276,12 @@ impl Inner {
     }
 }
 
+/// The value of one of an object's labels.
 fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.labels.as_ref()?.get(key).map(String::as_str)
 }
 
+/// An object's resourceVersion as a number, to tell a stale event from a newer one.
 fn resource_version(meta: &ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
