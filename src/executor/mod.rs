@@ -62,19 +62,6 @@ pub(crate) fn lines_once(
         .boxed()
 }
 
-/// `s` cut to at most `max` bytes, on a character boundary (results and termination
-/// messages are bounded like Kubernetes').
-pub(crate) fn clip(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
-
 /// One line of a job's output.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogLine {

@@ -21,7 +21,9 @@ pub use filter::JobFilter;
 pub use job::{
     DEPENDENCIES_SUCCEEDED, DEPENDENCY_FAILED, Job, Transition, WAITING_FOR_DEPENDENCIES, WORKLOAD_CREATED,
 };
-pub use phase::{Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, WorkloadStatus};
+pub use phase::{
+    Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, WorkloadStatus, clip,
+};
 pub use scope::Scope;
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
 pub use validation::{MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError, ValidationLimits};

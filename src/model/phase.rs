@@ -167,6 +167,19 @@ impl Default for MappedPhase {
 /// The largest result kept, as for a Kubernetes termination message.
 pub const MAX_RESULT_BYTES: usize = 4096;
 
+/// `s` cut to at most `max` bytes, on a character boundary (results and termination
+/// messages are bounded like Kubernetes', e.g. to [`MAX_RESULT_BYTES`]).
+pub fn clip(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
 /// A phase derived from a workload status, with the reason that explains it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DerivedPhase {

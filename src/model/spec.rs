@@ -137,7 +137,9 @@ impl JobSpec {
     /// A stable fingerprint of the spec, used to tell an idempotent retry (same key, same
     /// input) from a conflicting reuse of a key.
     pub fn fingerprint(&self) -> String {
-        let canonical = serde_json::to_vec(self).expect("a JobSpec always serialises: strings, numbers and JSON values, no map with non-string keys");
+        let canonical = serde_json::to_vec(self).expect(
+            "a JobSpec always serialises: strings, numbers and JSON values, no map with non-string keys",
+        );
         let digest = Sha256::digest(canonical);
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }

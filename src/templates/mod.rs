@@ -81,6 +81,11 @@ pub const TEMPLATE_FIELDS: &[&str] = &[
 /// The name of the template built into the executors.
 pub const CONTAINER: &str = "container";
 
+/// Where a run writes its result: the termination message file, so that `$JOBGATE_RESULT_FILE`
+/// means the same on every executor. A template's `resultFile` defaults to it, and the
+/// Kubernetes executor's own Jobs use it.
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
 /// A template that cannot be used: which file and what is wrong.
 #[derive(Debug, thiserror::Error)]
 #[error("template {file}: {problem}")]
@@ -356,7 +361,7 @@ impl WorkloadTemplate {
             required: raw.required,
             result_file: raw
                 .result_file
-                .unwrap_or_else(|| crate::executor::kube::manifest::TERMINATION_MESSAGE_PATH.to_owned()),
+                .unwrap_or_else(|| TERMINATION_MESSAGE_PATH.to_owned()),
             parameters: raw.parameters,
             validator,
             manifest: raw.manifest,
@@ -512,14 +517,12 @@ impl WorkloadTemplate {
 /// Sets jobgate's name, namespace, labels and annotations on a rendered object (the
 /// template's own labels and annotations stay, ours win).
 fn stamp_metadata(object: &mut Value, name: &str, namespace: &str, stamp: &Stamp) {
+    // Indexing a JSON object (or null) by key inserts the key when it is missing; each level
+    // is made an object first, so that no index below can meet a string or a number.
     if !object.is_object() {
         *object = json!({});
     }
-    let meta = object
-        .as_object_mut()
-        .expect("made an object above")
-        .entry("metadata")
-        .or_insert_with(|| json!({}));
+    let meta = &mut object["metadata"];
     if !meta.is_object() {
         *meta = json!({});
     }

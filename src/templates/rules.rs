@@ -13,7 +13,7 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::model::{Condition, JobPhase, MappedPhase, WorkloadStatus};
+use crate::model::{Condition, JobPhase, MAX_RESULT_BYTES, MappedPhase, WorkloadStatus, clip};
 
 /// The condition a decoded status carries when no phase rule matched it.
 pub const STATUS_UNDERSTOOD: &str = "StatusUnderstood";
@@ -511,7 +511,7 @@ impl StatusRules {
             Some(m) => m,
             None => {
                 let status = obj.get("status").map(Value::to_string).unwrap_or_default();
-                let status = crate::executor::clip(status, QUOTED_STATUS_BYTES);
+                let status = clip(status, QUOTED_STATUS_BYTES);
                 conditions.push(Condition {
                     type_: STATUS_UNDERSTOOD.into(),
                     status: "False".into(),
@@ -551,7 +551,7 @@ impl StatusRules {
                 .as_ref()
                 .and_then(|n| n.eval(obj))
                 .map(|t| t.clamp(0, i32::MAX as i64) as i32),
-            result: result.map(|r| crate::executor::clip(r, crate::model::MAX_RESULT_BYTES)),
+            result: result.map(|r| clip(r, MAX_RESULT_BYTES)),
             mapped: Some(mapped),
             ..WorkloadStatus::default()
         }

@@ -1,4 +1,5 @@
-//! The batch/v1 Job that runs a jobgate job: names, labels and the mapping from [`JobSpec`].
+//! The batch/v1 Job that runs a jobgate job: names, labels and the mapping from
+//! [`JobSpec`](crate::model::JobSpec).
 //!
 //! This module owns what jobgate writes into the cluster and how it recognises its objects
 //! again (the `jobgate.io/job-id` label). It must not talk to the API server.
@@ -11,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::model::{Job, ResourceList};
+use crate::templates::TERMINATION_MESSAGE_PATH;
 
 /// The label every object jobgate creates carries, and the one its watchers select on.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -26,9 +28,6 @@ pub const IDEMPOTENCY_KEY_ANNOTATION: &str = "jobgate.io/idempotency-key";
 pub const TEMPLATE_ANNOTATION: &str = "jobgate.io/template";
 /// The container that runs the job's command.
 pub const CONTAINER_NAME: &str = "job";
-/// Where a run writes its result: the termination message file, so that `$JOBGATE_RESULT_FILE`
-/// means the same on every executor.
-pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 
 /// The name of the Kubernetes Job of a jobgate job. Derived from the id alone, so that a
 /// retried create meets the same name (`AlreadyExists`) instead of making a second Job.

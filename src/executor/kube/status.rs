@@ -12,8 +12,7 @@ use k8s_openapi::api::batch::v1::Job as K8sJob;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::executor::clip;
-use crate::model::{Condition, MAX_RESULT_BYTES, WorkloadStatus};
+use crate::model::{Condition, MAX_RESULT_BYTES, WorkloadStatus, clip};
 
 /// A Kubernetes timestamp as jobgate's.
 fn time(t: &Time) -> Option<DateTime<Utc>> {
@@ -184,8 +183,8 @@ pub fn result_of<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> Option<Stri
         .and_then(|p| p.message.clone())
 }
 
-/// Why a failed job failed, from its last failed run: "pod X (index 2) exited with code 1:
-/// <termination message>".
+/// Why a failed job failed, from its last failed run: `pod X (index 2) exited with code 1:
+/// <termination message>`.
 pub fn failure_of<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> Option<String> {
     let pod = pods
         .into_iter()

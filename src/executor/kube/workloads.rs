@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -24,18 +24,23 @@ use kube::api::{
 };
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::launcher::launch_error;
 use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     MANAGED_SELECTOR, SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
 };
 use super::status::PodInfo;
-use super::{Inner, WatcherHealth, label, launch_error, resource_version};
+use super::watch::WatcherHealth;
+use super::{Inner, label, resource_version, retry_delays};
 use crate::executor::ExecutorError;
 use crate::model::{Job, JobPhase, MappedPhase, WorkloadStatus};
 use crate::templates::rules::STATUS_UNDERSTOOD;
 use crate::templates::{Retention, Stamp, WorkloadTemplate};
 
 /// One workload kind (group, version, kind) that templates create.
+///
+/// A poisoned lock of it is used anyway: each writer replaces the whole value at once, so a
+/// panic elsewhere cannot leave it half-written.
 pub(super) struct Kind {
     pub gvk: GroupVersionKind,
     /// What discovery found; `None` until it has (or while the kind is missing).
@@ -68,14 +73,19 @@ impl Kind {
     }
 
     pub fn availability(&self) -> Result<(), String> {
-        match self.unavailable.read().expect("poisoned").clone() {
+        match self
+            .unavailable
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
             None => Ok(()),
             Some(why) => Err(why),
         }
     }
 
     fn set_unavailable(&self, why: Option<String>) {
-        let mut current = self.unavailable.write().expect("poisoned");
+        let mut current = self.unavailable.write().unwrap_or_else(PoisonError::into_inner);
         if *current != why {
             match &why {
                 Some(why) => tracing::warn!(kind = %self.name(), %why, "workload kind unavailable"),
@@ -86,7 +96,10 @@ impl Kind {
     }
 
     fn resource(&self) -> Option<ApiResource> {
-        self.resource.read().expect("poisoned").clone()
+        self.resource
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -136,13 +149,7 @@ impl Inner {
 
     /// Retries discovery of a kind while the API server cannot answer.
     async fn discover(self: Arc<Self>, kind: Arc<Kind>) {
-        let mut delays = backon::BackoffBuilder::build(
-            backon::ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(200))
-                .with_max_delay(Duration::from_secs(30))
-                .with_jitter()
-                .without_max_times(),
-        );
+        let mut delays = retry_delays();
         while !self.discover_once(&kind).await {
             let delay = delays.next().unwrap_or(Duration::from_secs(30));
             tokio::select! {
@@ -157,7 +164,7 @@ impl Inner {
     async fn discover_once(self: &Arc<Self>, kind: &Arc<Kind>) -> bool {
         match kube::discovery::pinned_kind(&self.client, &kind.gvk).await {
             Ok((resource, _caps)) => {
-                *kind.resource.write().expect("poisoned") = Some(resource);
+                *kind.resource.write().unwrap_or_else(PoisonError::into_inner) = Some(resource);
                 kind.set_unavailable(None);
                 if !kind.watching.swap(true, Ordering::SeqCst) {
                     self.spawn_kind_watchers(kind);
@@ -180,12 +187,7 @@ impl Inner {
 
     fn spawn_kind_watchers(self: &Arc<Self>, kind: &Arc<Kind>) {
         let Some(resource) = kind.resource() else { return };
-        let scopes: Vec<Option<String>> = if self.config.watch_namespaces.is_empty() {
-            vec![None]
-        } else {
-            self.config.watch_namespaces.iter().cloned().map(Some).collect()
-        };
-        for scope in scopes {
+        for scope in self.watch_scopes() {
             let api: Api<DynamicObject> = match &scope {
                 Some(ns) => self.dynamic_api(&resource, ns),
                 None => Api::all_with(self.client.clone(), &resource),
@@ -290,9 +292,7 @@ impl Inner {
                             self.on_object(&kind, &resource, obj).await;
                         }
                         watcher::Event::InitDone => {
-                            if !health.listed.swap(true, Ordering::Relaxed) {
-                                tracing::info!(watcher = %health.name, "first list done");
-                            }
+                            health.list_done();
                             self.reconcile_kind(&kind, scope.as_deref(), list_epoch, &seen);
                         }
                         watcher::Event::Apply(obj) => self.on_object(&kind, &resource, obj).await,
@@ -323,14 +323,16 @@ impl Inner {
         let decided;
         let status;
         {
-            let Some(mut t) = self.tracked.get_mut(&id) else {
+            let Some(mut tracked) = self.tracked.get_mut(&id) else {
                 // Finished (or not ours any more): only retention is left to do.
                 self.retain_finished(kind, resource, &obj);
                 return;
             };
-            if t.decoding.is_none() {
-                return;
-            }
+            // Borrowed field by field: the decoding is updated along with the rest.
+            let t = &mut *tracked;
+            let Some(decoding) = t.decoding.as_mut() else {
+                return; // a batch Job's job: the Job watcher follows it
+            };
             if let Some(rv) = resource_version(&obj.metadata) {
                 if rv <= t.last_rv {
                     return;
@@ -340,7 +342,6 @@ impl Inner {
             if t.finishing {
                 return;
             }
-            let decoding = t.decoding.as_mut().expect("checked above");
             let decoded = decoding.template.status.decode(&value, &decoding.mapped);
             if let Some(c) = decoded.conditions.iter().find(|c| c.type_ == STATUS_UNDERSTOOD) {
                 tracing::warn!(job = %id, kind = %kind.name(), message = ?c.message, "status not understood");
@@ -742,13 +743,7 @@ impl Inner {
         };
         let api = self.dynamic_api(&resource, namespace);
         let name = workload_name(job_id);
-        let mut delays = backon::BackoffBuilder::build(
-            backon::ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(200))
-                .with_max_delay(Duration::from_secs(30))
-                .with_jitter()
-                .without_max_times(),
-        );
+        let mut delays = retry_delays();
         loop {
             let done = match &template.cancel.patch {
                 Some(patch) => api

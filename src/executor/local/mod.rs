@@ -25,7 +25,7 @@ pub mod sandbox;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -46,8 +46,8 @@ use futures::stream::BoxStream;
 
 use self::logs::{LogWriter, copy_lines, read_log_tail};
 use self::sandbox::RunAs;
-use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, clip};
-use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus};
+use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender};
+use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
 
 /// Settings of the local executor.
 #[derive(Clone, Debug)]
@@ -104,7 +104,9 @@ struct Inner {
     config: LocalConfig,
     observations: ObservationSender,
     /// Cancel tokens of running jobs. A std mutex: held for map operations only, never
-    /// across an await.
+    /// across an await. A poisoned lock (here and below) is used anyway: each holder makes
+    /// one whole map operation, so a panic elsewhere (a runner's is caught) cannot leave a
+    /// map half-changed.
     runners: Mutex<HashMap<String, CancellationToken>>,
     /// Jobs cancelled before their runner started, so that a launch racing a cancel does not
     /// start them.
@@ -120,7 +122,7 @@ impl Inner {
     fn log_writer(&self, job_id: &str) -> Arc<LogWriter> {
         self.logs
             .lock()
-            .expect("poisoned")
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(job_id.to_owned())
             .or_insert_with(|| {
                 LogWriter::new(log_path(&self.config.data_dir, job_id), self.config.max_log_bytes)
@@ -131,7 +133,10 @@ impl Inner {
     /// The job will write no more output. Its followers end once the job's terminal phase
     /// is recorded, so that a client sees the last line and the outcome together.
     fn close_log(&self, job_id: &str) {
-        self.logs.lock().expect("poisoned").remove(job_id);
+        self.logs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(job_id);
     }
 }
 
@@ -156,11 +161,16 @@ impl LocalExecutor {
         if inner.shutdown.is_cancelled() {
             return Err(ExecutorError::ShuttingDown);
         }
-        if inner.cancelled_early.lock().expect("poisoned").remove(&job.id) {
+        if inner
+            .cancelled_early
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&job.id)
+        {
             return Ok(());
         }
         let token = {
-            let mut runners = inner.runners.lock().expect("poisoned");
+            let mut runners = inner.runners.lock().unwrap_or_else(PoisonError::into_inner);
             if runners.contains_key(&job.id) {
                 return Ok(());
             }
@@ -175,7 +185,11 @@ impl LocalExecutor {
             Err(source) => {
                 // Nothing was started: forget the runner, or the launcher's retry would find it
                 // and report the job launched while nothing runs it.
-                inner.runners.lock().expect("poisoned").remove(&job.id);
+                inner
+                    .runners
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&job.id);
                 return Err(ExecutorError::Prepare {
                     job: job.id.clone(),
                     source,
@@ -205,7 +219,7 @@ impl LocalExecutor {
                 inner_for_panic
                     .runners
                     .lock()
-                    .expect("poisoned")
+                    .unwrap_or_else(PoisonError::into_inner)
                     .remove(&fallback.job_id);
                 inner_for_panic.close_log(&fallback.job_id);
                 let mut status = fallback.status;
@@ -307,14 +321,20 @@ impl Executor for LocalExecutor {
 
     async fn cancel(&self, job: &Job) -> Result<(), ExecutorError> {
         let job_id = &job.id;
-        let token = self.inner.runners.lock().expect("poisoned").get(job_id).cloned();
+        let token = self
+            .inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(job_id)
+            .cloned();
         match token {
             Some(token) => token.cancel(),
             None => {
                 self.inner
                     .cancelled_early
                     .lock()
-                    .expect("poisoned")
+                    .unwrap_or_else(PoisonError::into_inner)
                     .insert(job_id.to_owned());
                 self.inner.close_log(job_id);
                 // Runs left by a jobgate that stopped between recording the cancel and
@@ -443,7 +463,11 @@ impl Runner {
             // The job goes on after a restart, in the same directory.
             Err(Stop::Shutdown) => {}
         }
-        self.inner.runners.lock().expect("poisoned").remove(&id);
+        self.inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
         self.inner.close_log(&id);
     }
 

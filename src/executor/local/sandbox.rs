@@ -20,8 +20,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{Group, Uid, User};
 use tokio::io::AsyncReadExt;
 
-use crate::executor::clip;
-use crate::model::MAX_RESULT_BYTES;
+use crate::model::{MAX_RESULT_BYTES, clip};
 
 /// The unprivileged user every local run switches to (`--run-as-user`).
 #[derive(Clone, Debug, PartialEq, Eq)]
