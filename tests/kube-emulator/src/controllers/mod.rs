@@ -16,17 +16,17 @@
 //! per-object timers for what is due later (a pod's exit, a Job's deadline, a TTL).
 //!
 //! # Layout
-//! - [`runner`]: the shared event loop (change stream → keys → reconcile, per-key timers,
+//! - `runner`: the shared event loop (change stream → keys → reconcile, per-key timers,
 //!   relist after a lagged receiver, shutdown).
-//! - [`job`]: the batch/v1 Job controller (pods, counting with the tracking finalizer, conditions).
-//! - [`kubelet`]: binds pods to the emulated node and runs their containers as timelines.
-//! - [`behaviour`]: the `EMULATOR_*` environment variables a test uses to script a container.
-//! - [`ttl`]: deletes finished Jobs `ttlSecondsAfterFinished` after they finished.
-//! - [`operators`]: the operators of the workload CRDs (Kubeflow, Argo, Tekton, KubeRay, Spark)
+//! - `job`: the batch/v1 Job controller (pods, counting with the tracking finalizer, conditions).
+//! - `kubelet`: binds pods to the emulated node and runs their containers as timelines.
+//! - `behaviour`: the `EMULATOR_*` environment variables a test uses to script a container.
+//! - `ttl`: deletes finished Jobs `ttlSecondsAfterFinished` after they finished.
+//! - `operators`: the operators of the workload CRDs (Kubeflow, Argo, Tekton, KubeRay, Spark)
 //!   whose CRDs a test registers (`Emulator::register_workload_crds`).
-//! - [`gc`]: the garbage collector (dangling owners, `orphan` and `foregroundDeletion` finalizers).
-//! - [`events`]: writes core/v1 Events the way the real components do.
-//! - [`objects`]: small JSON accessors and the graceful-deletion rules shared by the controllers.
+//! - `gc`: the garbage collector (dangling owners, `orphan` and `foregroundDeletion` finalizers).
+//! - `events`: writes core/v1 Events the way the real components do.
+//! - `objects`: small JSON accessors and the graceful-deletion rules shared by the controllers.
 //!
 //! Each controller runs as one tokio task; [`start`] spawns them and [`Simulation::shutdown`]
 //! stops them. The tasks hold no reference to the [`Simulation`], so dropping it stops them too.
