@@ -3,28 +3,31 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: one `Config` from flags, `JOBGATE_*` variables and a TOML file;
-//! - [`server`]: the axum router (`/graphql`, `/graphiql`, `/healthz`, `/readyz`), wiring,
-//!   graceful shutdown;
-//! - [`listener`]: the accept loop on hyper: the connection cap, header, idle and body
-//!   timeouts, TCP_NODELAY;
-//! - [`hosts`]: which `Host` a request may name (DNS rebinding);
+//! From the bottom up (each layer imports only from those below it; tests/architecture.rs
+//! checks it, and docs/ARCHITECTURE.md walks a job through the files):
+//!
+//! - [`model`]: the domain (jobs, phases, validation, filters, scopes); imports nothing of
+//!   ours. [`metrics`]: the metric handles everyone pushes to, rendered for `/metrics`;
+//! - [`templates`]: workload templates (format, rendering, status rules);
+//!   [`store`]: the `Store` trait and its SQLite implementation: jobs, the launch outbox,
+//!   the event log;
+//! - [`executor`]: the `Executor` trait, local processes and Kubernetes;
+//! - [`jobs`]: the one writer of job state (`service`), the event fan-out with replay
+//!   (`bus`), templates described for clients (`template`);
+//! - [`auth`]: who is calling (API tokens, JWTs, anonymous) and their namespaces;
+//!   [`limits`]: per-identity rate limits;
 //! - [`graphql`]: schema types and resolvers, error codes, the HTTP and graphql-transport-ws
 //!   transports;
-//! - [`jobs`]: the domain (`model`), the one writer of job state (`service`), and the event
-//!   fan-out with replay (`bus`);
-//! - [`store`]: SQLite through sqlx: jobs, the launch outbox, the event log;
-//! - [`executor`]: the `Executor` trait and the local process executor;
-//! - [`auth`]: who is calling (API tokens, JWTs, anonymous) and their namespaces;
-//! - [`limits`]: per-identity rate limits;
-//! - [`metrics`]: `/metrics` (Prometheus);
-//! - [`web`]: browser assets embedded at build time (GraphiQL).
+//! - [`hosts`]: which `Host` a request may name (DNS rebinding); [`listener`]: the accept
+//!   loop on hyper (connection cap, header, idle and body timeouts); [`web`]: browser assets
+//!   embedded at build time (dashboard, GraphiQL);
+//! - [`config`]: one `Config` from flags, `JOBGATE_*` variables and a TOML file;
+//!   [`server`]: the axum router (`/graphql`, `/graphiql`, `/healthz`, `/readyz`,
+//!   `/metrics`), wiring, graceful shutdown; [`telemetry`]: logging.
 //!
-//! Dependencies point one way: `graphql → jobs::service → {store, executor, jobs::bus} →
-//! model`. The channels: resolvers send commands to the service's writer task
-//! (`mpsc`); executors send observations to it (`mpsc`); the writer commits, then publishes
-//! events on a `tokio::broadcast` that every subscription reads, catching up from the store
-//! when it lags.
+//! The channels: resolvers send commands to the service's writer task (`mpsc`); executors
+//! send observations to it (`mpsc`); the writer commits, then publishes events on a
+//! `tokio::broadcast` that every subscription reads, catching up from the store when it lags.
 
 pub mod auth;
 pub mod config;

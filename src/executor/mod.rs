@@ -1,9 +1,12 @@
 //! Executors run jobs' workloads and report what they observe.
 //!
-//! An [`Executor`] turns an accepted [`Job`] into running work (local processes, or later a
-//! Kubernetes object) and reports every change as an [`Observation`]: a batch/v1-shaped
+//! An [`Executor`] turns an accepted [`Job`] into running work and reports every change as an [`Observation`]: a batch/v1-shaped
 //! [`WorkloadStatus`] from which the job service derives the phase. Executors never write the
 //! store and never decide phases themselves; they observe and report.
+//!
+//! - [`local`]: local processes with batch/v1 Job semantics (the embedded default);
+//! - [`kube`]: Kubernetes: batch/v1 Jobs, and the workload kinds of `templates/` (Kubeflow,
+//!   Argo, Tekton, Ray, Spark…) through dynamic objects.
 
 pub mod kube;
 pub mod local;
