@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{GqlWs, Server, WAIT, close_of, scrape, ws_raw};
+use common::{GqlWs, Polling, Server, WAIT, close_of, scrape, ws_raw};
 use futures::SinkExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
@@ -493,7 +493,7 @@ async fn connections_beyond_the_cap_are_refused_and_counted() {
     );
     // Closing two makes room (once jobgate has seen them close).
     held.truncate(3);
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let polling = Polling::start();
     let metrics = loop {
         let answer = raw(
             &server,
@@ -503,11 +503,7 @@ async fn connections_beyond_the_cap_are_refused_and_counted() {
         if answer.starts_with("HTTP/1.1 200") {
             break answer;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never served again: {answer}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        polling.pause(|| format!("never served again: {answer}")).await;
     };
     let samples = common::parse_metrics(body_of(&metrics));
     assert!(
@@ -550,11 +546,7 @@ async fn on_sigterm_a_request_in_flight_still_finishes() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !server.log_text().contains("shutdown requested") {
-        assert!(tokio::time::Instant::now() < deadline, "{}", server.log_text());
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    server.wait_log("shutdown requested").await;
     // Shutdown has begun; the request is answered all the same, and its connection closed.
     in_flight.write_all(query.as_bytes()).await.unwrap();
     let answer = read_until_closed(&mut in_flight).await;

@@ -185,34 +185,6 @@ fn assert_request_error(reply: &Reply, status: StatusCode, content_type: &str) -
     reply.errors()
 }
 
-/// Waits, through a jobStatus subscription (never by polling), until the job reports a
-/// terminal phase, and returns it. It reads up to that event rather than to the stream's
-/// `complete`, so it does not depend on when the server ends the subscription.
-async fn terminal_phase(server: &Server, id: &str) -> String {
-    let mut ws = common::GqlWs::connect(server).await;
-    ws.subscribe(
-        "s",
-        "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
-        json!({ "id": id }),
-    )
-    .await;
-    // One deadline for the whole wait: keepalive pings must not extend it.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let msg = tokio::time::timeout_at(deadline, ws.recv())
-            .await
-            .expect("the job did not finish within the wait limit");
-        assert_eq!(msg["type"], "next", "unexpected message {msg}");
-        let phase = msg["payload"]["data"]["jobStatus"]["phase"]
-            .as_str()
-            .expect("a phase")
-            .to_owned();
-        if ["SUCCEEDED", "FAILED", "CANCELLED"].contains(&phase.as_str()) {
-            return phase;
-        }
-    }
-}
-
 /// A raw HTTP/1.1 exchange, for what reqwest will not send (a request without Accept).
 async fn raw_http(server: &Server, request: String) -> (u16, String, String) {
     let exchange = async {
@@ -996,7 +968,7 @@ async fn cancelling_an_unknown_job_is_not_found() {
 async fn cancelling_a_finished_job_is_failed_precondition() {
     let server = Server::start(&[]).await;
     let id = server.submit(json!({ "command": ["true"] })).await;
-    assert_eq!(terminal_phase(&server, &id).await, "SUCCEEDED");
+    assert_eq!(server.terminal_phase(&id).await, "SUCCEEDED");
     let reply = gql(
         &server,
         "mutation($id: ID!) { cancelJob(id: $id) { job { id phase } } }",
@@ -1252,7 +1224,7 @@ async fn errors_never_reveal_internals() {
     let id = server
         .submit(json!({ "command": ["/definitely/not/a/program"], "backoffLimit": 0 }))
         .await;
-    assert_eq!(terminal_phase(&server, &id).await, "FAILED");
+    assert_eq!(server.terminal_phase(&id).await, "FAILED");
     let job = gql(
         &server,
         "query($id: ID!) { job(id: $id) { message logs conditions { message } } }",

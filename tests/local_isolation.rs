@@ -10,9 +10,8 @@ mod common;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use common::{Server, WAIT};
+use common::{Polling, Server};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-isolation-token-0123456789";
@@ -84,7 +83,7 @@ async fn submit_as(server: &Server, token: Option<&str>, input: Value) -> String
 /// Asks for the job until it has finished (the test polls its own API; jobgate polls
 /// nothing); returns its phase, result and whole log.
 async fn finished(server: &Server, token: Option<&str>, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let polling = Polling::start();
     loop {
         let body = gql_as(
             server,
@@ -97,11 +96,7 @@ async fn finished(server: &Server, token: Option<&str>, id: &str) -> Value {
         if matches!(job["phase"].as_str(), Some("SUCCEEDED" | "FAILED" | "CANCELLED")) {
             return job.clone();
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "job {id} never finished: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        polling.pause(|| format!("job {id} never finished: {body}")).await;
     }
 }
 
@@ -374,7 +369,7 @@ fn start_or_exit(mut command: Command) -> Result<(), (Option<i32>, String)> {
     let mut stderr = String::new();
     for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
-        if line.contains("listening on") {
+        if common::listening::listening_address(&line).is_some() {
             let _ = child.kill();
             let _ = child.wait();
             return Ok(());

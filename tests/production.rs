@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::{GqlWs, Server, WAIT, close_of, scrape, ws_raw};
+use common::{GqlWs, Polling, Server, close_of, scrape, ws_raw};
 use futures::SinkExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
@@ -769,13 +769,11 @@ async fn metrics_parse_and_their_counters_move_when_jobs_run() {
     assert!(after.contains_key("jobgate_broadcast_lag_recoveries_total"));
     drop(ws);
     // The socket's end is counted once the server has seen it close.
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let polling = Polling::start();
     while sample(&scrape(&server).await, "jobgate_websocket_connections") != 0.0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the closed socket is still counted"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        polling
+            .pause(|| "the closed socket is still counted".to_owned())
+            .await;
     }
     assert_eq!(
         sample(&scrape(&server).await, "jobgate_active_subscriptions"),

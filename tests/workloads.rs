@@ -8,10 +8,8 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::cluster::Cluster;
-use common::{Server, WAIT};
+use common::{Polling, Server};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -112,14 +110,6 @@ fn widgets(cluster: &Cluster) -> Api<DynamicObject> {
 const JOB_FIELDS: &str = "id phase message result template progress { succeeded active total } \
     conditions { type status reason message } logs(tailLines: 10)";
 
-async fn job(server: &Server, id: &str) -> Value {
-    server.job_with(id, JOB_FIELDS).await
-}
-
-async fn job_until(server: &Server, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    server.job_until(id, JOB_FIELDS, what, check).await
-}
-
 async fn set_status(cluster: &Cluster, name: &str, status: Value) {
     widgets(cluster)
         .patch_status(
@@ -183,24 +173,27 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
         json!({"state": "Spinning", "done": 1, "startedAt": "2026-01-01T00:00:00Z"}),
     )
     .await;
-    let running = job_until(&server, &id, "RUNNING", |j| j["phase"] == "RUNNING").await;
+    let running = server
+        .job_until(&id, JOB_FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
+        .await;
     assert_eq!(running["progress"]["total"], 3);
     cluster
         .until("progress reaches jobgate", || async {
-            job(&server, &id).await["progress"]["succeeded"] == 1
+            server.job_with(&id, JOB_FIELDS).await["progress"]["succeeded"] == 1
         })
         .await;
 
     // A state no rule knows: the phase stays, and a condition says what was seen.
     set_status(&cluster, &name, json!({"state": "Wobbling", "done": 2})).await;
-    let odd = job_until(&server, &id, "the status is reported not understood", |j| {
-        j["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["type"] == "StatusUnderstood" && c["status"] == "False")
-    })
-    .await;
+    let odd = server
+        .job_until(&id, JOB_FIELDS, "the status is reported not understood", |j| {
+            j["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "StatusUnderstood" && c["status"] == "False")
+        })
+        .await;
     assert_eq!(odd["phase"], "RUNNING");
     let c = odd["conditions"]
         .as_array()
@@ -223,7 +216,9 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
         json!({"state": "Done", "done": 3, "output": "42 widgets"}),
     )
     .await;
-    let done = job_until(&server, &id, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED").await;
+    let done = server
+        .job_until(&id, JOB_FIELDS, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED")
+        .await;
     assert_eq!(done["result"], "42 widgets");
     assert_eq!(done["progress"]["succeeded"], 3);
     assert!(
@@ -257,7 +252,9 @@ async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_te
         json!({"state": "Broken", "error": "the spindle snapped"}),
     )
     .await;
-    let failed = job_until(&server, &broken, "FAILED", |j| j["phase"] == "FAILED").await;
+    let failed = server
+        .job_until(&broken, JOB_FIELDS, "FAILED", |j| j["phase"] == "FAILED")
+        .await;
     assert_eq!(failed["message"], "the spindle snapped");
     assert_eq!(failed["result"], Value::Null);
 
@@ -271,7 +268,9 @@ async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_te
         })
         .await;
     set_status(&cluster, &name, json!({"state": "Spinning"})).await;
-    job_until(&server, &cancelled, "RUNNING", |j| j["phase"] == "RUNNING").await;
+    server
+        .job_until(&cancelled, JOB_FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
+        .await;
     let data = server
         .gql_ok(
             "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
@@ -297,11 +296,12 @@ async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_te
         })
         .await;
     set_status(&cluster, &barrier_name, json!({"state": "Done"})).await;
-    job_until(&server, &barrier, "the barrier SUCCEEDED", |j| {
-        j["phase"] == "SUCCEEDED"
-    })
-    .await;
-    let after = job(&server, &cancelled).await;
+    server
+        .job_until(&barrier, JOB_FIELDS, "the barrier SUCCEEDED", |j| {
+            j["phase"] == "SUCCEEDED"
+        })
+        .await;
+    let after = server.job_with(&cancelled, JOB_FIELDS).await;
     assert_eq!(after["phase"], "CANCELLED", "{after}");
     assert_eq!(after["message"], "cancelled by request");
 }
@@ -326,7 +326,9 @@ async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retenti
             })
             .await;
         set_status(&cluster, &name, json!({"state": "Done"})).await;
-        job_until(&server, id, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED").await;
+        server
+            .job_until(id, JOB_FIELDS, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED")
+            .await;
     }
     let short_name = format!("jobgate-{short}");
     cluster
@@ -354,7 +356,7 @@ async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retenti
         "a Widget with an hour to live is kept"
     );
     // jobgate keeps the job's history after its object is gone.
-    assert_eq!(job(&server, &short).await["phase"], "SUCCEEDED");
+    assert_eq!(server.job_with(&short, JOB_FIELDS).await["phase"], "SUCCEEDED");
 }
 
 async fn templates(server: &Server) -> Vec<Value> {
@@ -474,17 +476,15 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
         .emu
         .register_crd_yaml(&crd("argoproj.io", "v1alpha1", "Workflow", "workflows"))
         .unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let polling = Polling::start();
     loop {
         let all = templates(&server).await;
         if by_name(&all, "argo-workflow")["available"] == true {
             break;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "argo-workflow never became available"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        polling
+            .pause(|| "argo-workflow never became available".to_owned())
+            .await;
     }
     assert!(common::metrics_text(&server).await.contains(
         r#"jobgate_template_available{template="argo-workflow",kind="argoproj.io/v1alpha1 Workflow"} 1"#
@@ -636,7 +636,9 @@ async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile(
             })
             .await;
         set_status(&cluster, &name, json!({"state": "Spinning"})).await;
-        job_until(&server, id, "RUNNING", |j| j["phase"] == "RUNNING").await;
+        server
+            .job_until(id, JOB_FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
+            .await;
     }
     server.kill9();
 
@@ -654,15 +656,17 @@ async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile(
     set_status(&cluster, &format!("jobgate-{expiring}"), json!({"state": "Done"})).await;
 
     let server = server.start_again(&args).await;
-    let done = job_until(&server, &finished, "SUCCEEDED after the restart", |j| {
-        j["phase"] == "SUCCEEDED"
-    })
-    .await;
+    let done = server
+        .job_until(&finished, JOB_FIELDS, "SUCCEEDED after the restart", |j| {
+            j["phase"] == "SUCCEEDED"
+        })
+        .await;
     assert_eq!(done["result"], "ok");
-    let gone = job_until(&server, &deleted, "FAILED after the restart", |j| {
-        j["phase"] == "FAILED"
-    })
-    .await;
+    let gone = server
+        .job_until(&deleted, JOB_FIELDS, "FAILED after the restart", |j| {
+            j["phase"] == "FAILED"
+        })
+        .await;
     let failed = gone["conditions"]
         .as_array()
         .unwrap()
@@ -670,10 +674,11 @@ async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile(
         .find(|c| c["type"] == "Failed")
         .unwrap();
     assert_eq!(failed["reason"], "WorkloadDeleted", "{gone}");
-    job_until(&server, &expiring, "SUCCEEDED after the restart", |j| {
-        j["phase"] == "SUCCEEDED"
-    })
-    .await;
+    server
+        .job_until(&expiring, JOB_FIELDS, "SUCCEEDED after the restart", |j| {
+            j["phase"] == "SUCCEEDED"
+        })
+        .await;
     let name = format!("jobgate-{expiring}");
     cluster
         .until("the expired Widget is deleted by the new jobgate", || async {
@@ -698,7 +703,9 @@ async fn a_child_of_a_kind_the_cluster_does_not_serve_fails_the_job_and_removes_
     let id = server
         .submit(json!({"template": "geared-widget", "image": "widgets:1"}))
         .await;
-    let failed = job_until(&server, &id, "FAILED", |j| j["phase"] == "FAILED").await;
+    let failed = server
+        .job_until(&id, JOB_FIELDS, "FAILED", |j| j["phase"] == "FAILED")
+        .await;
     let condition = failed["conditions"]
         .as_array()
         .unwrap()
