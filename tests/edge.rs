@@ -7,8 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{GqlWs, Polling, Server, WAIT, close_of, scrape, ws_raw};
-use futures::SinkExt;
+use common::{GqlWs, Polling, Server, WAIT, close_after_init, scrape};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -284,14 +283,8 @@ async fn jwts_must_carry_the_configured_claims_and_not_come_from_the_future() {
         let message = body["errors"][0]["message"].as_str().unwrap();
         assert!(message.contains(claim), "{what}: {message}");
 
-        let mut ws = ws_raw(&server, &["graphql-transport-ws"]).await;
-        ws.send(Message::text(
-            json!({"type": "connection_init", "payload": {"authorization": format!("Bearer {token}")}})
-                .to_string(),
-        ))
-        .await
-        .unwrap();
-        assert_eq!(close_of(&mut ws).await.0, 4403, "{what}");
+        let init = json!({"authorization": format!("Bearer {token}")});
+        assert_eq!(close_after_init(&server, Some(init)).await.0, 4403, "{what}");
     }
     // The same claims, valid (nbf and iat now, within the leeway), are accepted.
     let good = jwt(claims("mallory", &[], json!({"nbf": now()})), SECRET);

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::{GqlWs, Polling, Server, close_of, scrape, ws_raw};
+use common::{GqlWs, Polling, Server, close_after_init, scrape};
 use futures::SinkExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
@@ -118,18 +118,12 @@ async fn credentials_are_required_and_checked_over_http_and_websocket() {
         "{body}"
     );
 
-    let mut ws = ws_raw(&server, &["graphql-transport-ws"]).await;
-    ws.send(Message::text(r#"{"type":"connection_init"}"#))
-        .await
-        .unwrap();
-    assert_eq!(close_of(&mut ws).await.0, 4403);
-    let mut ws = ws_raw(&server, &["graphql-transport-ws"]).await;
-    ws.send(Message::text(
-        json!({"type": "connection_init", "payload": {"authorization": "Bearer nope"}}).to_string(),
-    ))
-    .await
-    .unwrap();
-    assert_eq!(close_of(&mut ws).await.0, 4403);
+    for (what, payload) in [
+        ("a bare init", None),
+        ("a wrong token", Some(json!({"authorization": "Bearer nope"}))),
+    ] {
+        assert_eq!(close_after_init(&server, payload).await.0, 4403, "{what}");
+    }
     ws_as(&server, BOB).await; // acknowledged
 
     // Missing: an empty Authorization header, a bare init; invalid: two wrong tokens (a JWT
@@ -518,12 +512,7 @@ async fn rate_limits_answer_each_with_its_own_error() {
 
     let mut first = GqlWs::connect(&server).await;
     let _second = GqlWs::connect(&server).await;
-    let mut third = ws_raw(&server, &["graphql-transport-ws"]).await;
-    third
-        .send(Message::text(r#"{"type":"connection_init"}"#))
-        .await
-        .unwrap();
-    let (close, reason) = close_of(&mut third).await;
+    let (close, reason) = close_after_init(&server, None).await;
     assert_eq!(close, 1013, "{reason}");
     assert!(reason.contains("too many connections"), "{reason}");
 

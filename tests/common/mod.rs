@@ -269,6 +269,24 @@ impl Drop for Server {
     }
 }
 
+/// Names a table's row in the test's output if the test fails while the row runs (an
+/// assertion of the row's, or a helper's time limit): `let _row = TableRow::named(&name);`.
+pub struct TableRow(String);
+
+impl TableRow {
+    pub fn named(name: &str) -> TableRow {
+        TableRow(name.to_owned())
+    }
+}
+
+impl Drop for TableRow {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the failing row: {}", self.0);
+        }
+    }
+}
+
 /// Parses the OpenMetrics text: every sample by `name{labels}`, checking the format.
 pub fn parse_metrics(text: &str) -> HashMap<String, f64> {
     let mut samples = HashMap::new();
