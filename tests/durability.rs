@@ -8,12 +8,10 @@ mod common;
 use common::{Server, SmallDisk, scrape};
 use serde_json::{Value, json};
 
-const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
-
 /// Submits a job named `name`; its id, or the error's code.
 async fn try_submit(server: &Server, name: &str) -> Result<String, String> {
     let body = server
-        .gql(SUBMIT, json!({"input": {"name": name, "command": ["true"]}}))
+        .submit_answer(json!({"name": name, "command": ["true"]}))
         .await;
     match body["data"]["submitJob"]["job"]["id"].as_str() {
         Some(id) => Ok(id.to_owned()),
@@ -142,16 +140,9 @@ async fn a_cancel_refused_by_a_full_disk_changes_nothing() {
         return;
     };
     let server = Server::start_on(&disk, &[]).await;
-    let body = server
-        .gql(
-            SUBMIT,
-            json!({"input": {"name": "long", "command": ["sleep", "600"]}}),
-        )
+    let id = server
+        .submit(json!({"name": "long", "command": ["sleep", "600"]}))
         .await;
-    let id = body["data"]["submitJob"]["job"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     server.wait_phase(&id, "RUNNING").await;
     disk.fill();
     // Fill what the write-ahead log still has room for, then cancel.

@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{GqlWs, Polling, Server, WAIT, close_after_init, scrape};
+use common::{GqlWs, Polling, Server, WAIT, close_after_init, scrape, token_entry};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -195,14 +195,7 @@ async fn jwt_server() -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
     let tokens = dir.path().join("tokens.toml");
-    std::fs::write(
-        &tokens,
-        format!(
-            "[[token]]\nname = \"alice\"\nsha256 = \"{}\"\nnamespaces = [\"team-a\"]\n",
-            jobgate::auth::hash_token(ALICE)
-        ),
-    )
-    .unwrap();
+    std::fs::write(&tokens, token_entry("alice", ALICE, "namespaces = [\"team-a\"]")).unwrap();
     let server = Server::start(&[
         "--jwt-hs256-secret-file",
         dir.path().join("secret").to_str().unwrap(),
@@ -236,18 +229,6 @@ fn claims(sub: &str, without: &[&str], extra: Value) -> Value {
     c
 }
 
-async fn post_as(server: &Server, token: &str, query: &str, variables: Value) -> (u16, Value) {
-    let response = server
-        .http()
-        .post(server.url("/graphql"))
-        .bearer_auth(token)
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap())
-}
-
 #[tokio::test]
 async fn jwts_must_carry_the_configured_claims_and_not_come_from_the_future() {
     let (server, _dir) = jwt_server().await;
@@ -274,7 +255,9 @@ async fn jwts_must_carry_the_configured_claims_and_not_come_from_the_future() {
         ),
     ];
     for (what, token, claim) in &cases {
-        let (status, body) = post_as(&server, token, "{ jobs { totalCount } }", json!({})).await;
+        let (status, body) = server
+            .gql_as(Some(token.as_str()), "{ jobs { totalCount } }", json!({}))
+            .await;
         assert_eq!(status, 401, "{what}: {body}");
         assert_eq!(
             body["errors"][0]["extensions"]["code"], "UNAUTHENTICATED",
@@ -288,7 +271,9 @@ async fn jwts_must_carry_the_configured_claims_and_not_come_from_the_future() {
     }
     // The same claims, valid (nbf and iat now, within the leeway), are accepted.
     let good = jwt(claims("mallory", &[], json!({"nbf": now()})), SECRET);
-    let (status, body) = post_as(&server, &good, "{ jobs { totalCount } }", json!({})).await;
+    let (status, body) = server
+        .gql_as(Some(&good), "{ jobs { totalCount } }", json!({}))
+        .await;
     assert_eq!(status, 200, "{body}");
     GqlWs::connect_with(&server, json!({"authorization": format!("Bearer {good}")})).await;
 }
@@ -305,7 +290,7 @@ async fn a_jwt_subject_named_like_an_api_token_shares_none_of_its_idempotency_ke
         let server = &server;
         let input = input.clone();
         async move {
-            let (status, body) = post_as(server, &token, SUBMIT, input).await;
+            let (status, body) = server.gql_as(Some(&token), SUBMIT, input).await;
             assert_eq!(status, 200, "{body}");
             let payload = body["data"]["submitJob"].clone();
             assert!(payload.is_object(), "{body}");

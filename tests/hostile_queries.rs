@@ -30,35 +30,25 @@ fn doubling(levels: usize, base: &str) -> String {
 
 /// POSTs `body` (one request or a batch) asking for graphql-response+json; status and body.
 async fn post(server: &Server, body: Value) -> (u16, Value) {
-    let response = tokio::time::timeout(
-        WAIT,
-        server
-            .http()
-            .post(server.url("/graphql"))
-            .header("accept", GQL_RESPONSE)
-            .json(&body)
-            .send(),
-    )
-    .await
-    .expect("no answer within the wait limit")
-    .expect("POST /graphql");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("a JSON body"))
+    answer(server.http().post(server.url("/graphql")).json(&body)).await
 }
 
 async fn get(server: &Server, query: &str) -> (u16, Value) {
-    let response = tokio::time::timeout(
-        WAIT,
+    answer(
         server
             .http()
             .get(server.url("/graphql"))
-            .header("accept", GQL_RESPONSE)
-            .query(&[("query", query)])
-            .send(),
+            .query(&[("query", query)]),
     )
     .await
-    .expect("no answer within the wait limit")
-    .expect("GET /graphql");
+}
+
+/// Sends `request` asking for graphql-response+json, bounded by the wait limit; status and body.
+async fn answer(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = tokio::time::timeout(WAIT, request.header("accept", GQL_RESPONSE).send())
+        .await
+        .expect("no answer within the wait limit")
+        .expect("a request to /graphql");
     let status = response.status().as_u16();
     (status, response.json().await.expect("a JSON body"))
 }

@@ -343,13 +343,9 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
                 .any(|p| p["phase"] == "Running")
         })
         .await;
-    let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
     let listed: Vec<String> = cluster
-        .pods()
-        .list(&lp)
+        .pods_of(&id)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|p| p.metadata.name.unwrap())
         .collect();
@@ -361,13 +357,7 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
         .map(|p| p["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(shown, listed);
-    let data = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": id}),
-        )
-        .await;
-    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&id).await, "CANCELLED");
     let name = format!("jobgate-{id}");
     cluster
         .until("the Job is deleted", || async {
@@ -376,8 +366,7 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
         .await;
     cluster
         .until("its pods are deleted", || async {
-            let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
-            cluster.pods().list(&lp).await.unwrap().items.is_empty()
+            cluster.pods_of(&id).await.is_empty()
         })
         .await;
     // The deletion does not turn the cancelled job into a vanished one.
@@ -703,10 +692,7 @@ async fn a_job_removed_by_its_ttl_keeps_its_history_result_and_logs() {
         })
         .await;
     cluster
-        .until("and its pods", || async {
-            let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
-            cluster.pods().list(&lp).await.unwrap().items.is_empty()
-        })
+        .until("and its pods", || async { cluster.pods_of(&id).await.is_empty() })
         .await;
     let j = server.job_with(&id, JOB_FIELDS).await;
     assert_eq!(j["phase"], "SUCCEEDED", "a TTL deletion is not a vanishing");
@@ -825,17 +811,6 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
             "trainer",
         ])
         .await;
-    let submit = |input: Value| {
-        let server = &server;
-        async move {
-            server
-                .gql(
-                    "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-                    json!({ "input": input }),
-                )
-                .await
-        }
-    };
     for (bad, field) in [
         (json!({"command": ["true"]}), "input.image"),
         (input(&[], json!({"namespace": "prod"})), "input.namespace"),
@@ -851,7 +826,7 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
             "input.resources.requests.memory",
         ),
     ] {
-        let body = submit(bad).await;
+        let body = server.submit_answer(bad).await;
         assert_eq!(
             body["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
             "{body}"
@@ -958,13 +933,7 @@ async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_r
     server.wait_phase(&id, "RUNNING").await;
     let name = format!("jobgate-{id}");
     cluster.emu.go_down().await;
-    let data = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": id}),
-        )
-        .await;
-    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&id).await, "CANCELLED");
     // jobgate dies before the API server is back: only what it stored can stop the Job now.
     server.kill9();
     cluster.emu.come_up().await.unwrap();
@@ -984,8 +953,7 @@ async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_r
     assert_eq!(server.job_with(&id, JOB_FIELDS).await["phase"], "CANCELLED");
     cluster
         .until("its pods are deleted", || async {
-            let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
-            cluster.pods().list(&lp).await.unwrap().items.is_empty()
+            cluster.pods_of(&id).await.is_empty()
         })
         .await;
 }
@@ -998,12 +966,7 @@ async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
         .await;
     server.wait_phase(&id, "RUNNING").await;
-    server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": id}),
-        )
-        .await;
+    server.cancel(&id).await;
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), "default");
     let name = format!("jobgate-{id}");
     cluster

@@ -11,7 +11,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{Polling, Server};
+use common::{Polling, Server, token_entry};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-isolation-token-0123456789";
@@ -40,40 +40,23 @@ fn skip_unless_root(test: &str) -> bool {
     true
 }
 
-fn token_entry(name: &str, token: &str, namespaces: &str) -> String {
-    format!(
-        "[[token]]\nname = \"{name}\"\nsha256 = \"{}\"\nnamespaces = [{namespaces}]\n",
-        jobgate::auth::hash_token(token)
-    )
-}
-
 /// A tokens file for alice (team-a) and bob (team-b).
 fn two_tenants(dir: &Path) -> PathBuf {
     let path = dir.join("tokens.toml");
-    let text = token_entry("alice", ALICE, "\"team-a\"") + &token_entry("bob", BOB, "\"team-b\"");
+    let text = token_entry("alice", ALICE, "namespaces = [\"team-a\"]")
+        + &token_entry("bob", BOB, "namespaces = [\"team-b\"]");
     std::fs::write(&path, text).unwrap();
     path
 }
 
-async fn gql_as(server: &Server, token: Option<&str>, query: &str, variables: Value) -> Value {
-    let mut request = server
-        .http()
-        .post(server.url("/graphql"))
-        .json(&json!({ "query": query, "variables": variables }));
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    request.send().await.unwrap().json().await.unwrap()
-}
-
 async fn submit_as(server: &Server, token: Option<&str>, input: Value) -> String {
-    let body = gql_as(
-        server,
-        token,
-        "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-        json!({ "input": input }),
-    )
-    .await;
+    let (_, body) = server
+        .gql_as(
+            token,
+            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
+            json!({ "input": input }),
+        )
+        .await;
     body["data"]["submitJob"]["job"]["id"]
         .as_str()
         .unwrap_or_else(|| panic!("submit failed: {body}"))
@@ -85,13 +68,13 @@ async fn submit_as(server: &Server, token: Option<&str>, input: Value) -> String
 async fn finished(server: &Server, token: Option<&str>, id: &str) -> Value {
     let polling = Polling::start();
     loop {
-        let body = gql_as(
-            server,
-            token,
-            "query($id: ID!) { job(id: $id) { phase message result logs(tailLines: 2000) } }",
-            json!({ "id": id }),
-        )
-        .await;
+        let (_, body) = server
+            .gql_as(
+                token,
+                "query($id: ID!) { job(id: $id) { phase message result logs(tailLines: 2000) } }",
+                json!({ "id": id }),
+            )
+            .await;
         let job = &body["data"]["job"];
         if matches!(job["phase"].as_str(), Some("SUCCEEDED" | "FAILED" | "CANCELLED")) {
             return job.clone();
@@ -389,7 +372,8 @@ async fn jobgate_refuses_to_serve_several_tenants_when_every_job_would_run_as_it
     let one_tenant = dir.path().join("one-tenant.toml");
     std::fs::write(
         &one_tenant,
-        token_entry("alice", ALICE, "\"team-a\"") + &token_entry("alice-ci", BOB, "\"team-a\""),
+        token_entry("alice", ALICE, "namespaces = [\"team-a\"]")
+            + &token_entry("alice-ci", BOB, "namespaces = [\"team-a\"]"),
     )
     .unwrap();
     let secret = dir.path().join("jwt.secret");

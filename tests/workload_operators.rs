@@ -8,8 +8,7 @@
 mod common;
 
 use common::cluster::Cluster;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 /// One built-in template and what its operator says.
@@ -56,14 +55,6 @@ impl Case {
 
 const FIELDS: &str = "id phase message result logs(tailLines: 50) progress { succeeded failed active total } \
     conditions { type status reason message }";
-
-async fn pods_of(cluster: &Cluster, id: &str) -> Vec<Pod> {
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
-    pods.list(&ListParams::default().labels(&format!("jobgate.io/job-id={id}")))
-        .await
-        .unwrap()
-        .items
-}
 
 async fn run_case(case: Case) {
     let cluster = Cluster::start().await;
@@ -168,13 +159,7 @@ async fn run_case(case: Case) {
     server
         .job_until(&cancelled, FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
         .await;
-    let data = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": cancelled}),
-        )
-        .await;
-    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&cancelled).await, "CANCELLED");
     let name = format!("jobgate-{cancelled}");
     match &case.cancel_patch {
         None => {
@@ -200,7 +185,7 @@ async fn run_case(case: Case) {
     }
     cluster
         .until("the cancelled job's pods are gone", || async {
-            pods_of(&cluster, &cancelled).await.is_empty()
+            cluster.pods_of(&cancelled).await.is_empty()
         })
         .await;
     assert_eq!(server.job_with(&cancelled, FIELDS).await["phase"], "CANCELLED");

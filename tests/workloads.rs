@@ -107,6 +107,17 @@ fn widgets(cluster: &Cluster) -> Api<DynamicObject> {
     Api::namespaced_with(cluster.client.clone(), "default", &resource)
 }
 
+/// Waits until jobgate has made job `id`'s Widget; returns its name.
+async fn widget_of(cluster: &Cluster, id: &str) -> String {
+    let name = format!("jobgate-{id}");
+    cluster
+        .until(&format!("the Widget {name} exists"), || async {
+            widgets(cluster).get_opt(&name).await.unwrap().is_some()
+        })
+        .await;
+    name
+}
+
 const JOB_FIELDS: &str = "id phase message result template progress { succeeded active total } \
     conditions { type status reason message } logs(tailLines: 10)";
 
@@ -130,12 +141,7 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
     let id = server
         .submit(json!({"template": "widget", "name": "spin", "image": "widgets:1", "command": ["spin", "--fast"], "parameters": {"size": 3}}))
         .await;
-    let name = format!("jobgate-{id}");
-    cluster
-        .until("the Widget exists", || async {
-            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-        })
-        .await;
+    let name = widget_of(&cluster, &id).await;
     let widget = widgets(&cluster).get(&name).await.unwrap();
     let labels = widget.metadata.labels.clone().unwrap();
     assert_eq!(labels["app.kubernetes.io/managed-by"], "jobgate");
@@ -240,12 +246,7 @@ async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_te
     let broken = server
         .submit(json!({"template": "widget", "image": "widgets:1"}))
         .await;
-    let name = format!("jobgate-{broken}");
-    cluster
-        .until("the Widget exists", || async {
-            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-        })
-        .await;
+    let name = widget_of(&cluster, &broken).await;
     set_status(
         &cluster,
         &name,
@@ -261,23 +262,12 @@ async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_te
     let cancelled = server
         .submit(json!({"template": "widget", "image": "widgets:1"}))
         .await;
-    let name = format!("jobgate-{cancelled}");
-    cluster
-        .until("the Widget exists", || async {
-            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-        })
-        .await;
+    let name = widget_of(&cluster, &cancelled).await;
     set_status(&cluster, &name, json!({"state": "Spinning"})).await;
     server
         .job_until(&cancelled, JOB_FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
         .await;
-    let data = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": cancelled}),
-        )
-        .await;
-    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&cancelled).await, "CANCELLED");
     cluster
         .until("the Widget is told to stop", || async {
             widgets(&cluster).get(&name).await.unwrap().data["spec"]["stop"] == true
@@ -289,12 +279,7 @@ async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_te
     let barrier = server
         .submit(json!({"template": "widget", "image": "widgets:1"}))
         .await;
-    let barrier_name = format!("jobgate-{barrier}");
-    cluster
-        .until("the barrier Widget exists", || async {
-            widgets(&cluster).get_opt(&barrier_name).await.unwrap().is_some()
-        })
-        .await;
+    let barrier_name = widget_of(&cluster, &barrier).await;
     set_status(&cluster, &barrier_name, json!({"state": "Done"})).await;
     server
         .job_until(&barrier, JOB_FIELDS, "the barrier SUCCEEDED", |j| {
@@ -319,12 +304,7 @@ async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retenti
         .submit(json!({"template": "widget", "image": "widgets:1", "ttlSecondsAfterFinished": 3600}))
         .await;
     for id in [&short, &kept] {
-        let name = format!("jobgate-{id}");
-        cluster
-            .until("the Widget exists", || async {
-                widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-            })
-            .await;
+        let name = widget_of(&cluster, id).await;
         set_status(&cluster, &name, json!({"state": "Done"})).await;
         server
             .job_until(id, JOB_FIELDS, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED")
@@ -453,10 +433,7 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
 
     // A job of a kind the cluster lacks is refused, and nothing is created.
     let refused = server
-        .gql(
-            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-            json!({"input": {"template": "argo-workflow", "image": "alpine:3.20", "command": ["true"]}}),
-        )
+        .submit_answer(json!({"template": "argo-workflow", "image": "alpine:3.20", "command": ["true"]}))
         .await;
     assert_eq!(
         refused["errors"][0]["extensions"]["code"], "UNAVAILABLE",
@@ -500,17 +477,6 @@ async fn bad_input_for_a_template_names_the_field_and_creates_nothing() {
     let server = cluster
         .jobgate(&["--template-dir", dir.path().to_str().unwrap()])
         .await;
-    let submit = |input: Value| {
-        let server = &server;
-        async move {
-            server
-                .gql(
-                    "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-                    json!({ "input": input }),
-                )
-                .await
-        }
-    };
     for (input, field, text) in [
         (
             json!({"template": "widget", "image": "w:1", "parameters": {"size": 11}}),
@@ -543,7 +509,7 @@ async fn bad_input_for_a_template_names_the_field_and_creates_nothing() {
             "unknown template",
         ),
     ] {
-        let answer = submit(input.clone()).await;
+        let answer = server.submit_answer(input.clone()).await;
         let e = &answer["errors"][0];
         assert_eq!(e["extensions"]["code"], "BAD_USER_INPUT", "{input}: {answer}");
         assert_eq!(e["extensions"]["field"], field, "{input}: {answer}");
@@ -603,9 +569,8 @@ async fn on_the_local_executor_workload_templates_are_listed_but_unavailable() {
         "{ray}"
     );
     let refused = server
-        .gql(
-            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-            json!({"input": {"template": "rayjob", "image": "rayproject/ray:2.52.0", "command": ["python", "-c", "1"]}}),
+        .submit_answer(
+            json!({"template": "rayjob", "image": "rayproject/ray:2.52.0", "command": ["python", "-c", "1"]}),
         )
         .await;
     assert_eq!(
@@ -629,12 +594,7 @@ async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile(
         .submit(json!({"template": "widget", "image": "widgets:1", "ttlSecondsAfterFinished": 1}))
         .await;
     for id in [&finished, &deleted, &expiring] {
-        let name = format!("jobgate-{id}");
-        cluster
-            .until("the Widget exists", || async {
-                widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-            })
-            .await;
+        let name = widget_of(&cluster, id).await;
         set_status(&cluster, &name, json!({"state": "Spinning"})).await;
         server
             .job_until(id, JOB_FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")

@@ -64,6 +64,16 @@ impl Cluster {
         Api::namespaced(self.client.clone(), "default")
     }
 
+    /// The pods of jobgate's job `id`, found by the label jobgate puts on what it creates.
+    pub async fn pods_of(&self, id: &str) -> Vec<Pod> {
+        let labels = format!("jobgate.io/job-id={id}");
+        self.pods()
+            .list(&ListParams::default().labels(&labels))
+            .await
+            .unwrap()
+            .items
+    }
+
     /// The Jobs jobgate manages, by jobgate job id.
     pub async fn managed_jobs(&self) -> BTreeMap<String, Vec<K8sJob>> {
         let list = self

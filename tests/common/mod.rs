@@ -204,6 +204,22 @@ impl Server {
         body["data"].clone()
     }
 
+    /// POSTs a GraphQL request as `token`'s holder (anonymously for `None`), asking for
+    /// `application/graphql-response+json`; returns the status and the JSON body.
+    pub async fn gql_as(&self, token: Option<&str>, query: &str, variables: Value) -> (u16, Value) {
+        let mut request = self
+            .http
+            .post(self.url("/graphql"))
+            .header("accept", "application/graphql-response+json")
+            .json(&json!({ "query": query, "variables": variables }));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("POST /graphql");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON body"))
+    }
+
     /// Submits a job and returns its id.
     pub async fn submit(&self, input: Value) -> String {
         let data = self
@@ -214,6 +230,30 @@ impl Server {
             .await;
         assert_eq!(data["submitJob"]["job"]["phase"], "PENDING");
         data["submitJob"]["job"]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Submits a job that may be refused; returns the whole answer, `data` (the job's id,
+    /// phase and message) or `errors`.
+    pub async fn submit_answer(&self, input: Value) -> Value {
+        self.gql(
+            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase message } } }",
+            json!({ "input": input }),
+        )
+        .await
+    }
+
+    /// Cancels a job, which must succeed; returns the phase the answer gives it.
+    pub async fn cancel(&self, id: &str) -> String {
+        let data = self
+            .gql_ok(
+                "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
+                json!({ "id": id }),
+            )
+            .await;
+        data["cancelJob"]["job"]["phase"]
+            .as_str()
+            .expect("the cancelled job's phase")
+            .to_owned()
     }
 
     pub async fn job(&self, id: &str) -> Value {
@@ -267,6 +307,15 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// One entry of an `--api-tokens-file`: the token `name` hashed, and its scope, a TOML line
+/// such as `namespaces = ["team-a"]` or `admin = true`.
+pub fn token_entry(name: &str, token: &str, scope: &str) -> String {
+    format!(
+        "[[token]]\nname = \"{name}\"\nsha256 = \"{}\"\n{scope}\n",
+        jobgate::auth::hash_token(token)
+    )
 }
 
 /// Names a table's row in the test's output if the test fails while the row runs (an
