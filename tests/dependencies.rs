@@ -76,13 +76,7 @@ async fn a_job_waits_for_its_dependencies_then_runs() {
     assert_eq!(held["dependsOn"], json!([first, second]));
     assert_eq!(held["dependencies"][0]["phase"], "RUNNING");
     assert_eq!(held["dependencies"][1]["phase"], "SUCCEEDED");
-    let condition = held["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "DependenciesSucceeded")
-        .unwrap()
-        .clone();
+    let condition = common::condition(&held, "DependenciesSucceeded").unwrap();
     assert_eq!(
         (condition["status"].as_str(), condition["reason"].as_str()),
         (Some("False"), Some("WaitingForDependencies"))

@@ -64,12 +64,10 @@ async fn status_events(server: &Server, id: &str) -> Vec<(String, Option<String>
     history
 }
 
+/// The reason of the job's condition `type_`, if that condition holds.
 fn reason_of(job: &Value, type_: &str) -> Option<String> {
-    job["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == type_ && c["status"] == "True")
+    common::condition(job, type_)
+        .filter(|c| c["status"] == "True")
         .and_then(|c| c["reason"].as_str().map(str::to_owned))
 }
 
@@ -428,11 +426,7 @@ async fn jobs_submitted_while_the_api_server_is_down_wait_then_run_once() {
         loop {
             let j = server.job_with(id, JOB_FIELDS).await;
             assert_eq!(j["phase"], "PENDING");
-            let waiting = j["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["type"] == "WorkloadCreated" && c["status"] == "False");
+            let waiting = common::condition(&j, "WorkloadCreated").filter(|c| c["status"] == "False");
             if let Some(c) = waiting {
                 assert_eq!(c["reason"], "ApiServerUnreachable", "{c}");
                 break;
@@ -447,12 +441,7 @@ async fn jobs_submitted_while_the_api_server_is_down_wait_then_run_once() {
     for id in &ids {
         let j = server.job_with(id, JOB_FIELDS).await;
         assert_eq!(j["phase"], "SUCCEEDED", "{j}");
-        let created = j["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "WorkloadCreated")
-            .unwrap();
+        let created = common::condition(&j, "WorkloadCreated").unwrap();
         assert_eq!(created["status"], "True");
     }
     let managed = cluster.managed_jobs().await;

@@ -139,13 +139,7 @@ async fn run_case(case: Case) {
     let failed = server
         .job_until(&failing, FIELDS, "FAILED", |j| j["phase"] == "FAILED")
         .await;
-    let condition = failed["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Failed")
-        .cloned()
-        .unwrap();
+    let condition = common::condition(&failed, "Failed").unwrap();
     assert_eq!(condition["reason"], case.failure.0, "{}: {failed}", case.template);
     assert!(
         failed["message"].as_str().unwrap().contains(case.failure.1),

@@ -193,20 +193,11 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
     set_status(&cluster, &name, json!({"state": "Wobbling", "done": 2})).await;
     let odd = server
         .job_until(&id, JOB_FIELDS, "the status is reported not understood", |j| {
-            j["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c["type"] == "StatusUnderstood" && c["status"] == "False")
+            common::condition(j, "StatusUnderstood").is_some_and(|c| c["status"] == "False")
         })
         .await;
     assert_eq!(odd["phase"], "RUNNING");
-    let c = odd["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "StatusUnderstood")
-        .unwrap();
+    let c = common::condition(&odd, "StatusUnderstood").unwrap();
     assert_eq!(c["reason"], "UnknownStatus");
     assert!(c["message"].as_str().unwrap().contains("Wobbling"), "{c}");
     // Malformed, not merely unknown: still no crash, no stall.
@@ -228,11 +219,7 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
     assert_eq!(done["result"], "42 widgets");
     assert_eq!(done["progress"]["succeeded"], 3);
     assert!(
-        !done["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["type"] == "StatusUnderstood"),
+        common::condition(&done, "StatusUnderstood").is_none(),
         "the understood status replaced the condition: {done}"
     );
 }
@@ -627,12 +614,7 @@ async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile(
             j["phase"] == "FAILED"
         })
         .await;
-    let failed = gone["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Failed")
-        .unwrap();
+    let failed = common::condition(&gone, "Failed").unwrap();
     assert_eq!(failed["reason"], "WorkloadDeleted", "{gone}");
     server
         .job_until(&expiring, JOB_FIELDS, "SUCCEEDED after the restart", |j| {
@@ -666,13 +648,7 @@ async fn a_child_of_a_kind_the_cluster_does_not_serve_fails_the_job_and_removes_
     let failed = server
         .job_until(&id, JOB_FIELDS, "FAILED", |j| j["phase"] == "FAILED")
         .await;
-    let condition = failed["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Failed")
-        .unwrap()
-        .clone();
+    let condition = common::condition(&failed, "Failed").unwrap();
     assert_eq!(condition["reason"], "InvalidWorkload", "{failed}");
     assert!(
         failed["message"].as_str().unwrap().contains("Sprocket"),

@@ -309,6 +309,16 @@ impl Drop for Server {
     }
 }
 
+/// The job's condition of type `type_`, if it has one (jobgate keeps one per type); `job` is
+/// a job as `job_with` answers it, with `conditions { type … }` asked for.
+pub fn condition<'a>(job: &'a Value, type_: &str) -> Option<&'a Value> {
+    job["conditions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no conditions in {job}"))
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
 /// One entry of an `--api-tokens-file`: the token `name` hashed, and its scope, a TOML line
 /// such as `namespaces = ["team-a"]` or `admin = true`.
 pub fn token_entry(name: &str, token: &str, scope: &str) -> String {
