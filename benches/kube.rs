@@ -31,37 +31,30 @@
 //! nothing. BENCHMARKS.md has the figures.
 #![allow(clippy::print_stdout)] // A benchmark's whole job is to print its figures.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use futures::stream::{SplitSink, SplitStream};
-use futures::{SinkExt, StreamExt};
+use common::jobgate::{self, Process};
+use common::procfs;
+use common::submissions::{self, Submitted};
+use common::subscribers::{self, Faults, Receiver, open_socket, string_field};
+use common::{Table, WAIT, pct, print_table};
+use futures::SinkExt;
 use kube_emulator::{Emulator, Options, SimConfig};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
 const SUBSCRIBE: &str = "subscription { jobEvents { cursor phase at job { id } } }";
 /// The label the Kubernetes executor puts on every object of a job.
 const JOB_ID_LABEL: &str = "jobgate.io/job-id";
-
-/// The longest any single wait may take; a bench must end even against a stuck server.
-const WAIT: Duration = Duration::from_secs(60);
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -301,95 +294,47 @@ impl Drop for WriteClock {
 // The server under test
 
 struct Gateway {
-    child: Option<Child>,
-    addr: SocketAddr,
-    /// When the process was spawned, and how long until it logged "listening on".
-    spawned: Instant,
-    listening_after: Duration,
+    process: Process,
     /// Log lines that mark progress (the watchers' first lists), with their arrival time.
     marks: Arc<Mutex<Vec<(Instant, String)>>>,
-    /// Lines logged at WARN or ERROR, but for the expected "anonymous access is enabled" notice and the
-    /// ERROR lines of /readyz answering 503.
-    problems: Arc<Mutex<Vec<String>>>,
-    /// ERROR lines that tower-http logged for 503 answers (the bench's /readyz probes).
+    /// ERROR lines that tower-http logged for 503 answers (the bench's /readyz probes), which
+    /// are no problem.
     not_ready: Arc<AtomicU64>,
-    http: reqwest::Client,
     data_dir: PathBuf,
 }
 
 impl Gateway {
     /// Starts jobgate over `data_dir`; returns once it listens (or panics after `limit`).
     fn start(data_dir: &Path, kubeconfig: &Path, args: &Args, limit: Duration) -> Gateway {
-        let durability = args.durability.as_str();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_jobgate"));
+        // WARN and up, plus the "listening on" and "first list done" lines.
+        let log = "warn,jobgate::server=info,jobgate::executor::kube=info";
+        let mut command = jobgate::command(&args.durability, data_dir, log);
         command
-            .args(["--listen", "127.0.0.1:0", "--durability", durability])
             .args(["--executor", "kubernetes", "--kubeconfig"])
             .arg(kubeconfig)
-            .arg("--data-dir")
-            .arg(data_dir)
-            // WARN and up, plus the "listening on" and "first list done" lines.
-            .args(["--log", "warn,jobgate::server=info,jobgate::executor::kube=info"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        // Only the flags above configure it, whatever this shell exports.
-        for (name, _) in std::env::vars() {
-            if name.starts_with("JOBGATE_") || name == "KUBECONFIG" {
-                command.env_remove(name);
-            }
-        }
-        command.envs(args.server_env.iter().map(|(k, v)| (k, v)));
-        let spawned = Instant::now();
-        let mut child = command.spawn().expect("starting jobgate");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let problems = Arc::new(Mutex::new(Vec::new()));
+            // Only the flags above configure it, whatever this shell exports.
+            .env_remove("KUBECONFIG")
+            .envs(args.server_env.iter().map(|(k, v)| (k, v)));
         let marks = Arc::new(Mutex::new(Vec::new()));
         let not_ready = Arc::new(AtomicU64::new(0));
-        let (sink, mark_sink, not_ready_sink) = (problems.clone(), marks.clone(), not_ready.clone());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.split("listening on http://").nth(1)
-                    && let Some(tx) = tx.take()
-                {
-                    let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
-                    let _ = tx.send((addr, Instant::now()));
-                } else if line.contains("first list done") {
-                    mark_sink.lock().unwrap().push((Instant::now(), line));
-                } else if line.contains("tower_http::trace::on_failure") && line.contains("503") {
-                    // The bench's own /readyz probes while the watchers list: counted apart.
-                    not_ready_sink.fetch_add(1, Ordering::Relaxed);
-                } else if (line.contains(" WARN ") || line.contains("ERROR "))
-                    && !line.contains("anonymous access is enabled")
-                {
-                    sink.lock().unwrap().push(line);
-                }
+        let (mark_sink, not_ready_sink) = (marks.clone(), not_ready.clone());
+        let process = Process::start(&mut command, limit, move |line| {
+            if line.contains("first list done") {
+                mark_sink.lock().unwrap().push((Instant::now(), line.to_owned()));
+                true
+            } else if line.contains("tower_http::trace::on_failure") && line.contains("503") {
+                // The bench's own /readyz probes while the watchers list: counted apart.
+                not_ready_sink.fetch_add(1, Ordering::Relaxed);
+                true
+            } else {
+                false
             }
         });
-        let (addr, at) = match rx.recv_timeout(limit) {
-            Ok(found) => found,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("jobgate did not start: {:?}", problems.lock().unwrap());
-            }
-        };
         Gateway {
-            child: Some(child),
-            addr: addr.parse().expect("the address in the log line"),
-            spawned,
-            listening_after: at - spawned,
+            process,
             marks,
-            problems,
             not_ready,
             data_dir: data_dir.to_owned(),
-            http: reqwest::Client::builder()
-                .timeout(WAIT)
-                .build()
-                .expect("an HTTP client"),
         }
     }
 
@@ -398,56 +343,24 @@ impl Gateway {
         tokio::task::block_in_place(|| Gateway::start(data_dir, kubeconfig, args, limit))
     }
 
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/graphql", self.addr)
-    }
-
-    fn ws_url(&self) -> String {
-        format!("ws://{}/graphql", self.addr)
-    }
-
     /// Fields of /proc/PID/status, in KiB: (VmRSS, RssAnon, RssFile).
     fn memory_kib(&self) -> (u64, u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .unwrap_or(0)
-        };
+        let pid = self.process.pid().to_string();
+        let field = |name: &str| procfs::status_kib(&pid, name);
         (field("VmRSS:"), field("RssAnon:"), field("RssFile:"))
-    }
-
-    async fn query(&self, query: &str, variables: Value) -> Value {
-        let body: Value = self
-            .http
-            .post(self.url())
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await
-            .expect("POST /graphql")
-            .json()
-            .await
-            .expect("a JSON body");
-        assert!(body.get("errors").is_none(), "query failed: {body}");
-        body["data"].clone()
     }
 
     /// How many jobs are in these phases (e.g. `RUNNING` or `FAILED, CANCELLED`).
     async fn count(&self, phases: &str) -> i64 {
         let query = format!("{{ jobs(first: 1, filter: {{ phases: [{phases}] }}) {{ totalCount }} }}");
-        self.query(&query, json!({})).await["jobs"]["totalCount"]
+        self.process.query(&query, json!({})).await["jobs"]["totalCount"]
             .as_i64()
             .expect("totalCount")
     }
 
     async fn phase(&self, id: &str) -> String {
         let data = self
+            .process
             .query("query($id: ID!) { job(id: $id) { phase } }", json!({ "id": id }))
             .await;
         data["job"]["phase"].as_str().unwrap_or("?").to_owned()
@@ -455,10 +368,10 @@ impl Gateway {
 
     /// Polls /readyz until it answers 200; returns when, or `None` after `limit`.
     async fn ready_within(&self, limit: Duration) -> Option<Instant> {
-        let url = format!("http://{}/readyz", self.addr);
+        let url = format!("http://{}/readyz", self.process.addr);
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
-            if let Ok(r) = self.http.get(&url).send().await
+            if let Ok(r) = self.process.http.get(&url).send().await
                 && r.status() == reqwest::StatusCode::OK
             {
                 return Some(Instant::now());
@@ -466,43 +379,6 @@ impl Gateway {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         None
-    }
-
-    /// kill -9: no chance to clean up.
-    fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// SIGTERM, then wait (bounded) for the exit; kill -9 after the limit.
-    async fn stop(&mut self) -> String {
-        let Some(mut child) = self.child.take() else {
-            return "not running".into();
-        };
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let started = Instant::now();
-        while started.elapsed() < WAIT {
-            if let Ok(Some(status)) = child.try_wait() {
-                return format!("{status} after {:.1} s", started.elapsed().as_secs_f64());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        "did not exit within 60 s of SIGTERM; killed".into()
-    }
-
-    fn problems(&self) -> Vec<String> {
-        self.problems.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.kill9();
     }
 }
 
@@ -533,64 +409,6 @@ fn print_files(dir: &Path) {
     println!("  data directory: {}", files.join(", "));
 }
 
-/// CPU seconds used so far by a process (`self` or a pid), user + system.
-fn cpu_secs(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    // After "(comm)": state is field 3, so utime (14) is index 11, stime index 12.
-    (tick(11) + tick(12)) / 100.0
-}
-
-/// CPU seconds per kind of thread of a process (tokio workers, SQLite, …), by thread name
-/// without its trailing digits.
-fn thread_cpu(pid: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        let name = name
-            .trim()
-            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '-');
-        let tid = task.file_name().to_string_lossy().into_owned();
-        *out.entry(name.to_owned()).or_insert(0.0) += cpu_secs(&format!("{pid}/task/{tid}"));
-    }
-    out
-}
-
-/// Bytes a process has caused to be written to storage (`/proc/PID/io`).
-fn io_write_bytes(pid: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/io"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("write_bytes:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// The whole machine's busy CPU time so far, in seconds of one core.
-fn machine_busy() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0.0;
-    };
-    let v: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
-    (v.iter().sum::<f64>() - idle) / 100.0
-}
-
 /// CPU use between two points, as % of one core: jobgate, this process (bench clients and
 /// the emulator), and every other process on the (shared) machine.
 struct CpuMark {
@@ -603,21 +421,21 @@ struct CpuMark {
 
 impl CpuMark {
     fn new(gateway: &Gateway) -> CpuMark {
-        let pid = gateway.pid().to_string();
+        let pid = gateway.process.pid().to_string();
         CpuMark {
             at: Instant::now(),
-            server: cpu_secs(&pid),
-            bench: cpu_secs("self"),
-            machine: machine_busy(),
+            server: procfs::cpu_secs(&pid).0,
+            bench: procfs::cpu_secs("self").0,
+            machine: procfs::machine_cpu().0,
             pid,
         }
     }
 
     fn since(&self) -> String {
         let wall = self.at.elapsed().as_secs_f64().max(1e-9);
-        let server = cpu_secs(&self.pid) - self.server;
-        let bench = cpu_secs("self") - self.bench;
-        let others = (machine_busy() - self.machine - server - bench).max(0.0);
+        let server = procfs::cpu_secs(&self.pid).0 - self.server;
+        let bench = procfs::cpu_secs("self").0 - self.bench;
+        let others = (procfs::machine_cpu().0 - self.machine - server - bench).max(0.0);
         format!(
             "jobgate {:.0}%, bench+emulator {:.0}%, other processes {:.0}% (of one core, over {wall:.1} s)",
             100.0 * server / wall,
@@ -639,101 +457,14 @@ fn job_input(run_ms: u64, gate: Option<&str>) -> Value {
     json!({ "image": "busybox:1.36", "command": ["echo", "hello"], "env": env })
 }
 
-fn submit_body(input: &Value) -> Arc<String> {
-    Arc::new(json!({ "query": SUBMIT, "variables": { "input": input } }).to_string())
-}
-
-/// Submits one job; returns its id.
-async fn submit(http: &reqwest::Client, url: &str, body: &str) -> Result<String, String> {
-    let response = http
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await
-        .map_err(|e| format!("request: {e}"))?;
-    let status = response.status();
-    let answer: Value = response
-        .json()
-        .await
-        .map_err(|e| format!("{status}, body: {e}"))?;
-    if let Some(errors) = answer.get("errors") {
-        return Err(format!("{status}: {errors}"));
-    }
-    let job = &answer["data"]["submitJob"]["job"];
-    match (job["phase"].as_str(), job["id"].as_str()) {
-        (Some("PENDING"), Some(id)) => Ok(id.to_owned()),
-        _ => Err(format!("{status}: unexpected answer {answer}")),
-    }
-}
-
-/// What a batch of submissions gave.
-#[derive(Default)]
-struct Submitted {
-    ids: Vec<String>,
-    errors: Vec<String>,
-    elapsed: Duration,
-}
-
 /// `n` submissions from `clients` concurrent clients, each waiting for its answer.
 async fn submit_many(gateway: &Gateway, n: usize, clients: usize, body: Arc<String>) -> Submitted {
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = JoinSet::new();
-    for _ in 0..clients.min(n.max(1)) {
-        let (next, http, url, body) = (next.clone(), gateway.http.clone(), gateway.url(), body.clone());
-        tasks.spawn(async move {
-            let (mut ids, mut errors) = (Vec::new(), Vec::new());
-            while next.fetch_add(1, Ordering::Relaxed) < n {
-                match submit(&http, &url, &body).await {
-                    Ok(id) => ids.push(id),
-                    Err(e) => errors.push(e),
-                }
-            }
-            (ids, errors)
-        });
-    }
-    let mut all = Submitted::default();
-    while let Some(joined) = tasks.join_next().await {
-        let (ids, errors) = joined.expect("a submit task");
-        all.ids.extend(ids);
-        all.errors.extend(errors);
-    }
-    all.elapsed = started.elapsed();
-    all
+    submissions::many(&gateway.process.http, &gateway.process.url(), body, n, clients).await
 }
 
 /// `n` submissions paced at `rate` per second, at most 256 in flight.
 async fn submit_paced(gateway: &Gateway, rate: f64, n: usize, body: Arc<String>) -> Submitted {
-    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let in_flight = Arc::new(Semaphore::new(256));
-    let started = Instant::now();
-    let mut tasks = JoinSet::new();
-    for _ in 0..n {
-        ticks.tick().await;
-        let permit = in_flight.clone().acquire_owned().await.expect("semaphore");
-        let (http, url, body) = (gateway.http.clone(), gateway.url(), body.clone());
-        tasks.spawn(async move {
-            let result = submit(&http, &url, &body).await;
-            drop(permit);
-            result
-        });
-    }
-    let mut all = Submitted::default();
-    while let Some(joined) = tasks.join_next().await {
-        match joined.expect("a submit task") {
-            Ok(id) => all.ids.push(id),
-            Err(e) => all.errors.push(e),
-        }
-    }
-    all.elapsed = started.elapsed();
-    all
-}
-
-/// Nearest-rank percentile of sorted values.
-fn pct<T: Copy>(sorted: &[T], p: f64) -> T {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
+    submissions::paced(&gateway.process.http, &gateway.process.url(), body, rate, n).await
 }
 
 /// "p50 / p99 / max" of µs values, in ms.
@@ -754,7 +485,7 @@ fn summary_ms(values: &mut [i64]) -> String {
 // ---------------------------------------------------------------------------------------------
 // Subscribers
 
-const PHASES: [&str; 5] = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
+/// Indexes of [`subscribers::PHASES`].
 const RUNNING: u8 = 1;
 const SUCCEEDED: u8 = 2;
 
@@ -775,38 +506,29 @@ struct Sample {
 struct Hub {
     frames: AtomicU64,
     succeeded: AtomicU64,
-    bad: AtomicU64,
-    bad_examples: Mutex<Vec<String>>,
+    faults: Faults,
     /// Record samples only while set (the measured windows).
     recording: AtomicU8,
 }
 
-impl Hub {
-    fn bad(&self, what: String) {
-        self.bad.fetch_add(1, Ordering::Relaxed);
-        let mut examples = self.bad_examples.lock().unwrap();
-        if examples.len() < 5 {
-            examples.push(what);
-        }
-    }
+impl Receiver for Hub {
+    type Sample = Sample;
 
-    fn record(&self, text: &str, recv_us: i64, samples: &Mutex<Vec<Sample>>) {
-        if !text.contains(r#""type":"next""#) || text.contains(r#""errors""#) {
-            return self.bad(format!("unexpected frame: {text}"));
-        }
+    fn frame(&self, text: &str, now: DateTime<Utc>, samples: &Mutex<Vec<Sample>>) {
+        let recv_us = now.timestamp_micros();
+        let event = match subscribers::event(text) {
+            Ok(event) => event,
+            Err(unexpected) => return self.fault(unexpected),
+        };
         let parsed = (|| {
-            let at = DateTime::parse_from_rfc3339(string_field(text, "at")?).ok()?;
-            let seq = string_field(text, "cursor")?.parse().ok()?;
-            let phase = PHASES
-                .iter()
-                .position(|p| Some(*p) == string_field(text, "phase"))?;
+            let event = event?;
             let job = job_key(string_field(text.split(r#""job":"#).nth(1)?, "id")?)?;
             let sub = text.split(r#""id":"s"#).nth(1)?;
             let sub = sub[..sub.find('"')?].parse().ok()?;
-            Some((at.timestamp_micros(), seq, phase as u8, job, sub))
+            Some((event.at.timestamp_micros(), event.seq, event.phase, job, sub))
         })();
         let Some((at_us, seq, phase, job, sub)) = parsed else {
-            return self.bad(format!("no at, cursor, phase, job id or subscription in: {text}"));
+            return self.fault(format!("no at, cursor, phase, job id or subscription in: {text}"));
         };
         self.frames.fetch_add(1, Ordering::Relaxed);
         if phase == SUCCEEDED {
@@ -823,77 +545,13 @@ impl Hub {
             });
         }
     }
-}
 
-/// A string field of the frame, found without parsing the whole frame (the reader must keep
-/// up). Good enough for the fields selected here, whose values hold no escaped quote.
-fn string_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let key = format!("\"{name}\":\"");
-    let rest = &text[text.find(&key)? + key.len()..];
-    Some(&rest[..rest.find('"')?])
-}
-
-struct Socket {
-    sink: SplitSink<Ws, Message>,
-    samples: Arc<Mutex<Vec<Sample>>>,
-    reader: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Socket {
-    fn drop(&mut self) {
-        self.reader.abort();
+    fn fault(&self, what: String) {
+        self.faults.record(what);
     }
 }
 
-/// Opens a graphql-transport-ws socket, waits for the ack, and starts its reader.
-async fn open_socket(url: String, hub: Arc<Hub>) -> Result<Socket, String> {
-    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
-    request
-        .headers_mut()
-        .insert("Sec-WebSocket-Protocol", "graphql-transport-ws".parse().unwrap());
-    let (mut ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
-        .await
-        .map_err(|_| "connect timed out".to_owned())?
-        .map_err(|e| format!("connect: {e}"))?;
-    ws.send(Message::text(r#"{"type":"connection_init","payload":{}}"#))
-        .await
-        .map_err(|e| format!("send init: {e}"))?;
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .map_err(|_| "no connection_ack in time".to_owned())?;
-        match frame {
-            Some(Ok(Message::Text(t))) if t.as_str().contains("connection_ack") => break,
-            Some(Ok(Message::Text(t))) => return Err(format!("expected connection_ack, got {t}")),
-            Some(Ok(Message::Close(c))) => return Err(format!("closed before ack: {c:?}")),
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(format!("before ack: {e}")),
-            None => return Err("socket ended before ack".into()),
-        }
-    }
-    let (sink, stream) = ws.split();
-    let samples = Arc::new(Mutex::new(Vec::new()));
-    let reader = tokio::spawn(read_loop(stream, hub, samples.clone()));
-    Ok(Socket {
-        sink,
-        samples,
-        reader,
-    })
-}
-
-async fn read_loop(mut stream: SplitStream<Ws>, hub: Arc<Hub>, samples: Arc<Mutex<Vec<Sample>>>) {
-    // Reading also answers the server's keepalive pings (tungstenite queues the pong).
-    while let Some(frame) = stream.next().await {
-        let recv_us = now_us();
-        match frame {
-            Ok(Message::Text(t)) => hub.record(t.as_str(), recv_us, &samples),
-            Ok(Message::Close(c)) => return hub.bad(format!("socket closed by the server: {c:?}")),
-            Ok(_) => {}
-            Err(e) => return hub.bad(format!("socket error: {e}")),
-        }
-    }
-    hub.bad("socket ended".into());
-}
+type Socket = subscribers::Socket<Hub>;
 
 /// Opens `n_sockets` sockets carrying `per_socket` subscriptions each, named `s0`, `s1`, ….
 async fn open_subscribers(
@@ -904,7 +562,7 @@ async fn open_subscribers(
 ) -> Vec<Socket> {
     let mut sockets = Vec::with_capacity(n_sockets);
     for _ in 0..n_sockets {
-        let mut socket = open_socket(gateway.ws_url(), hub.clone())
+        let mut socket = open_socket(gateway.process.ws_url(), hub.clone())
             .await
             .expect("opening a subscriber socket");
         for i in 0..per_socket {
@@ -1066,20 +724,8 @@ fn latency(
 // Main
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("kube: skipped; run it with `cargo bench --bench kube`");
-        return;
-    }
-    let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    runtime.block_on(run(args));
+    common::main("kube", || run(Args::parse()));
 }
-
-/// Rows of the final table: (part, figure, value).
-type Table = Vec<(String, String, String)>;
 
 async fn run(args: Args) {
     println!(
@@ -1093,15 +739,7 @@ async fn run(args: Args) {
     if args.parts.iter().any(|p| *p == 3 || *p == 4) {
         memory_and_recovery(&args, &mut table).await;
     }
-    println!();
-    println!("{:<40} {:<52} {:>24}", "part", "figure", "value");
-    println!("{}", "-".repeat(118));
-    let mut previous = String::new();
-    for (what, figure, value) in &table {
-        let label = if *what == previous { "" } else { what.as_str() };
-        println!("{label:<40} {figure:<52} {value:>24}");
-        previous.clone_from(what);
-    }
+    print_table(&table, ["part", "figure", "value"], [40, 52, 24]);
 }
 
 fn push(table: &mut Table, what: &str, figure: &str, value: String) {
@@ -1109,15 +747,21 @@ fn push(table: &mut Table, what: &str, figure: &str, value: String) {
     table.push((what.to_owned(), figure.to_owned(), value));
 }
 
-/// Parts 1 and 2, on one emulator and one server.
-async fn latency_and_requests(args: &Args, table: &mut Table) {
+/// A fresh emulator, and a jobgate on it over a fresh data directory, ready.
+async fn fresh_cluster_and_gateway(args: &Args) -> (Cluster, tempfile::TempDir, Gateway) {
     let cluster = Cluster::start(args.history).await;
     let data = tempfile::tempdir().expect("a temporary directory");
-    let mut gateway = Gateway::start_blocking(data.path(), &cluster.kubeconfig, args, WAIT);
+    let gateway = Gateway::start_blocking(data.path(), &cluster.kubeconfig, args, WAIT);
     gateway
         .ready_within(WAIT)
         .await
         .expect("jobgate ready within 60 s");
+    (cluster, data, gateway)
+}
+
+/// Parts 1 and 2, on one emulator and one server.
+async fn latency_and_requests(args: &Args, table: &mut Table) {
+    let (cluster, _data, mut gateway) = fresh_cluster_and_gateway(args).await;
     let clock = WriteClock::start(&cluster);
     let hub = Arc::new(Hub::default());
     let per_socket = args.subs.div_ceil(args.sockets);
@@ -1131,9 +775,10 @@ async fn latency_and_requests(args: &Args, table: &mut Table) {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // Warm-up: every subscription must see these jobs finish.
-    let body = submit_body(&job_input(args.run_ms.min(100), None));
-    let warm = submit_many(&gateway, 5, 5, body).await;
-    assert!(warm.errors.is_empty(), "warm-up failed: {:?}", warm.errors);
+    let body = submissions::body(&job_input(args.run_ms.min(100), None));
+    submit_many(&gateway, 5, 5, body)
+        .await
+        .assert_all_accepted("warm-up");
     let target = 5 * subs as u64;
     assert!(
         reach(&hub.succeeded, target, WAIT).await,
@@ -1188,8 +833,8 @@ async fn latency_and_requests(args: &Args, table: &mut Table) {
         .await;
     }
 
-    let bad = hub.bad.load(Ordering::Relaxed);
-    for example in hub.bad_examples.lock().unwrap().iter() {
+    let bad = hub.faults.count.load(Ordering::Relaxed);
+    for example in hub.faults.examples.lock().unwrap().iter() {
         println!("    unexpected: {example}");
     }
     let what = "1-2. all runs";
@@ -1202,7 +847,7 @@ async fn latency_and_requests(args: &Args, table: &mut Table) {
     );
     report_problems(&gateway, table, what);
     drop(sockets);
-    println!("  jobgate stopped: {}", gateway.stop().await);
+    println!("  jobgate stopped: {}", gateway.process.stop().await);
     drop(clock);
     cluster.emu.shutdown().await;
 }
@@ -1226,7 +871,7 @@ async fn measure_latency(
     let succeeded_before = hub.succeeded.load(Ordering::Relaxed);
     hub.recording.store(1, Ordering::Relaxed);
     let cpu = CpuMark::new(gateway);
-    let submitted = submit_paced(gateway, rate, jobs, submit_body(&job_input(run_ms, None))).await;
+    let submitted = submit_paced(gateway, rate, jobs, submissions::body(&job_input(run_ms, None))).await;
     let achieved = submitted.ids.len() as f64 / submitted.elapsed.as_secs_f64();
     let target = succeeded_before + (submitted.ids.len() * subs) as u64;
     let complete = reach(&hub.succeeded, target, WAIT).await;
@@ -1343,6 +988,7 @@ fn hub_missing(ids: &[String], sockets: &[Socket]) -> Vec<String> {
 async fn stuck_jobs(cluster: &Cluster, gateway: &Gateway, ids: Vec<String>) {
     for id in ids.iter().take(5) {
         let job = gateway
+            .process
             .query(
                 "query($id: ID!) { job(id: $id) { phase submittedAt conditions { type status reason } } }",
                 json!({ "id": id }),
@@ -1398,7 +1044,7 @@ async fn steady_requests(
         gateway,
         args.steady_jobs,
         args.clients,
-        submit_body(&job_input(0, Some(gate))),
+        submissions::body(&job_input(0, Some(gate))),
     )
     .await;
     assert!(
@@ -1530,7 +1176,7 @@ async fn steady_requests(
 }
 
 fn report_problems(gateway: &Gateway, table: &mut Table, what: &str) {
-    let problems = gateway.problems();
+    let problems = gateway.process.problems();
     for line in problems.iter().take(5) {
         println!("  jobgate logged: {line}");
     }
@@ -1548,21 +1194,16 @@ fn report_problems(gateway: &Gateway, table: &mut Table, what: &str) {
 
 /// Parts 3 and 4 on a fresh emulator and server.
 async fn memory_and_recovery(args: &Args, table: &mut Table) {
-    let cluster = Cluster::start(args.history).await;
-    let data = tempfile::tempdir().expect("a temporary directory");
-    let mut gateway = Gateway::start_blocking(data.path(), &cluster.kubeconfig, args, WAIT);
-    gateway
-        .ready_within(WAIT)
-        .await
-        .expect("jobgate ready within 60 s");
+    let (cluster, data, mut gateway) = fresh_cluster_and_gateway(args).await;
     println!(
         "\n== 3. memory per tracked job (data directory {})",
         data.path().display()
     );
 
     // Warm-up: a few jobs through the whole path.
-    let warm = submit_many(&gateway, 20, 8, submit_body(&job_input(50, None))).await;
-    assert!(warm.errors.is_empty(), "warm-up failed: {:?}", warm.errors);
+    submit_many(&gateway, 20, 8, submissions::body(&job_input(50, None)))
+        .await
+        .assert_all_accepted("warm-up");
     let deadline = Instant::now() + WAIT;
     while gateway.count("PENDING, RUNNING").await > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1586,7 +1227,7 @@ async fn memory_and_recovery(args: &Args, table: &mut Table) {
         steps.push(args.jobs);
     }
     let gate = "bench-hold";
-    let body = submit_body(&job_input(0, Some(gate)));
+    let body = submissions::body(&job_input(0, Some(gate)));
     let fill_deadline = Instant::now() + Duration::from_secs(args.fill_minutes * 60);
     let fill_started = Instant::now();
     let mut tracked = 0usize;
@@ -1682,7 +1323,7 @@ async fn memory_and_recovery(args: &Args, table: &mut Table) {
         )
         .await;
     }
-    println!("  jobgate stopped: {}", gateway.stop().await);
+    println!("  jobgate stopped: {}", gateway.process.stop().await);
     cluster.emu.shutdown().await;
 }
 
@@ -1698,24 +1339,24 @@ async fn recovery(
 ) {
     let what = format!("4. restart with {tracked} unfinished");
     println!("\n== {what}");
-    gateway.kill9();
+    gateway.process.kill9();
     cluster.emu.reset_requests();
     let limit = Duration::from_secs(600);
-    let (bench_cpu, machine_cpu) = (cpu_secs("self"), machine_busy());
+    let (bench_cpu, machine_cpu) = (procfs::cpu_secs("self").0, procfs::machine_cpu().0);
     let restarted = Gateway::start_blocking(data_dir, &cluster.kubeconfig, args, limit);
-    let spawned = restarted.spawned;
-    let pid = restarted.pid().to_string();
+    let spawned = restarted.process.spawned;
+    let pid = restarted.process.pid().to_string();
     push(
         table,
         &what,
         "spawn → listening (store opened, jobs adopted)",
-        format!("{:.2} s", restarted.listening_after.as_secs_f64()),
+        format!("{:.2} s", restarted.process.listening_after.as_secs_f64()),
     );
     // A job submitted at once: it can only finish once the launcher and watchers run.
-    let id = submit(
-        &restarted.http,
-        &restarted.url(),
-        &submit_body(&job_input(50, None)),
+    let id = submissions::submit(
+        &restarted.process.http,
+        &restarted.process.url(),
+        &submissions::body(&job_input(50, None)),
     )
     .await
     .expect("submitting after the restart");
@@ -1730,10 +1371,10 @@ async fn recovery(
     );
     // Where the time went until ready: jobgate's threads, this process (the emulator), others.
     let wall = spawned.elapsed().as_secs_f64();
-    let server = cpu_secs(&pid);
-    let bench = cpu_secs("self") - bench_cpu;
-    let others = (machine_busy() - machine_cpu - server - bench).max(0.0);
-    let threads: Vec<String> = thread_cpu(&pid)
+    let server = procfs::cpu_secs(&pid).0;
+    let bench = procfs::cpu_secs("self").0 - bench_cpu;
+    let others = (procfs::machine_cpu().0 - machine_cpu - server - bench).max(0.0);
+    let threads: Vec<String> = procfs::thread_cpu(&pid)
         .into_iter()
         .filter(|(_, secs)| *secs >= 0.05)
         .map(|(name, secs)| format!("{name} {secs:.1}"))
@@ -1742,7 +1383,7 @@ async fn recovery(
         "  until ready: {wall:.1} s; CPU seconds: jobgate {server:.1} [{}], bench+emulator {bench:.1}, \
          other processes {others:.1}; jobgate wrote {:.1} MiB to disk",
         threads.join(", "),
-        io_write_bytes(&pid) as f64 / 1048576.0
+        procfs::io_write_bytes(&pid) as f64 / 1048576.0
     );
     let deadline = Instant::now() + limit;
     let mut phase = restarted.phase(&id).await;

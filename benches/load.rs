@@ -29,36 +29,28 @@
 //! `cargo test --benches`) the program does nothing. BENCHMARKS.md has the figures.
 #![allow(clippy::print_stdout)] // A benchmark's whole job is to print its figures.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use futures::stream::{SplitSink, SplitStream};
+use common::jobgate::{self, Process};
+use common::procfs::{self, cpu_secs, cpu_split, machine_cpu, thread_cpu};
+use common::submissions::{self, Submitted};
+use common::subscribers::{self, Faults, PHASES, Receiver, open_socket};
+use common::{Table, WAIT, pct, print_table};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
 /// The `jobEvents` selection, unless `BENCH_SELECTION` says otherwise (it must keep
 /// `cursor`, `phase` and `at`, which the readers need).
 const SELECTION: &str = "cursor phase at job { id }";
 const UNFINISHED: &str = "{ jobs(first: 1, filter: { phases: [PENDING, RUNNING] }) { totalCount } }";
 const FAILED: &str = "{ jobs(first: 1, filter: { phases: [FAILED, CANCELLED] }) { totalCount } }";
-
-/// The longest any single wait may take; a bench must end even against a stuck server.
-const WAIT: Duration = Duration::from_secs(60);
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -130,11 +122,7 @@ impl Opts {
 // The server under test
 
 struct Server {
-    child: Option<Child>,
-    addr: SocketAddr,
-    /// Lines the server logged at WARN or ERROR, but for the expected "anonymous access is enabled" notice.
-    problems: Arc<Mutex<Vec<String>>>,
-    http: reqwest::Client,
+    process: Process,
     /// The `submitJob` request body, serialised once.
     submit_body: Arc<String>,
     _dir: tempfile::TempDir,
@@ -143,218 +131,29 @@ struct Server {
 impl Server {
     fn start(durability: &str, job_command: &Value) -> Server {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_jobgate"));
-        command
-            .args(["--listen", "127.0.0.1:0", "--durability", durability])
-            // Many subscriptions share a socket in the multiplexed runs.
-            .args(["--ws-max-subscriptions", "0"])
-            .arg("--data-dir")
-            .arg(dir.path())
-            // WARN and up, plus the "listening on" line.
-            .args(["--log", "warn,jobgate::server=info"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        // Only the flags above configure it, whatever this shell exports.
-        for (name, _) in std::env::vars() {
-            if name.starts_with("JOBGATE_") {
-                command.env_remove(name);
-            }
-        }
-        let mut child = command.spawn().expect("starting jobgate");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let problems = Arc::new(Mutex::new(Vec::new()));
-        let sink = problems.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.split("listening on http://").nth(1)
-                    && let Some(tx) = tx.take()
-                {
-                    let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
-                    let _ = tx.send(addr);
-                } else if (line.contains(" WARN ") || line.contains("ERROR "))
-                    && !line.contains("anonymous access is enabled")
-                {
-                    sink.lock().unwrap().push(line);
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(WAIT) {
-            Ok(addr) => addr.parse().expect("the address in the log line"),
-            Err(_) => {
-                let _ = child.kill();
-                panic!("jobgate did not start: {:?}", problems.lock().unwrap());
-            }
-        };
-        let http = reqwest::Client::builder()
-            .timeout(WAIT)
-            .build()
-            .expect("an HTTP client");
-        let submit_body = json!({ "query": SUBMIT, "variables": { "input": { "command": job_command } } });
+        // WARN and up, plus the "listening on" line.
+        let mut command = jobgate::command(durability, dir.path(), "warn,jobgate::server=info");
+        // Many subscriptions share a socket in the multiplexed runs.
+        command.args(["--ws-max-subscriptions", "0"]);
         Server {
-            child: Some(child),
-            addr,
-            problems,
-            http,
-            submit_body: Arc::new(submit_body.to_string()),
+            process: Process::start(&mut command, WAIT, |_| false),
+            submit_body: submissions::body(&json!({ "command": job_command })),
             _dir: dir,
         }
     }
 
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/graphql", self.addr)
-    }
-
-    fn ws_url(&self) -> String {
-        format!("ws://{}/graphql", self.addr)
-    }
-
     /// The server's resident set, in KiB.
     fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS")
-    }
-
-    async fn query(&self, query: &str) -> Value {
-        let body: Value = self
-            .http
-            .post(self.url())
-            .json(&json!({ "query": query }))
-            .send()
-            .await
-            .expect("POST /graphql")
-            .json()
-            .await
-            .expect("a JSON body");
-        assert!(body.get("errors").is_none(), "query failed: {body}");
-        body["data"].clone()
+        let kib = procfs::status_kib(&self.process.pid().to_string(), "VmRSS:");
+        assert!(kib > 0, "no VmRSS for jobgate");
+        kib
     }
 
     async fn count(&self, query: &str) -> i64 {
-        self.query(query).await["jobs"]["totalCount"]
+        self.process.query(query, json!({})).await["jobs"]["totalCount"]
             .as_i64()
             .expect("totalCount")
     }
-
-    /// SIGTERM, then wait (bounded) for the exit; kill -9 after the limit.
-    async fn stop(&mut self) -> String {
-        let Some(mut child) = self.child.take() else {
-            return "not running".into();
-        };
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let started = Instant::now();
-        while started.elapsed() < WAIT {
-            if let Ok(Some(status)) = child.try_wait() {
-                return format!("{status} after {:.1} s", started.elapsed().as_secs_f64());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        "did not exit within 60 s of SIGTERM; killed".into()
-    }
-
-    fn problems(&self) -> Vec<String> {
-        self.problems.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// CPU seconds used so far by a process (`self` or a pid): (its own, its waited children).
-fn cpu_secs(pid: &str) -> (f64, f64) {
-    let [user, sys, child_user, child_sys] = cpu_split(pid);
-    (user + sys, child_user + child_sys)
-}
-
-/// CPU seconds used so far by a process: user, system, waited children's user and system.
-fn cpu_split(pid: &str) -> [f64; 4] {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0) / clk_tck();
-    // After "(comm)": state is field 3, so utime (14) is index 11.
-    [tick(11), tick(12), tick(13), tick(14)]
-}
-
-fn clk_tck() -> f64 {
-    static TCK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TCK.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
-/// CPU seconds per kind of server thread (tokio workers, SQLite connections, ...), by the
-/// thread's name with its trailing digits dropped. Threads that exited are not counted.
-fn thread_cpu(pid: &str) -> std::collections::BTreeMap<String, f64> {
-    let mut out = std::collections::BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        let path = task.path();
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        let name = name
-            .trim()
-            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '-');
-        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0) / clk_tck();
-        *out.entry(name.to_owned()).or_insert(0.0) += tick(11) + tick(12);
-    }
-    out
-}
-
-/// The whole machine's CPU time so far, in seconds of one core: (busy, all).
-fn machine_cpu() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return (0.0, 0.0);
-    };
-    // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let v: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let all: f64 = v.iter().sum();
-    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
-    ((all - idle) / clk_tck(), all / clk_tck())
 }
 
 /// CPU use between two points, as % of one core: server, its jobs, this bench, and every
@@ -370,7 +169,7 @@ struct CpuMark {
 
 impl CpuMark {
     fn new(server: &Server) -> Self {
-        let pid = server.pid().to_string();
+        let pid = server.process.pid().to_string();
         Self {
             at: Instant::now(),
             machine: machine_cpu(),
@@ -426,118 +225,29 @@ impl CpuMark {
 // ---------------------------------------------------------------------------------------------
 // submitJob
 
-async fn submit(http: &reqwest::Client, url: &str, body: &str) -> Result<(), String> {
-    let response = http
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await
-        .map_err(|e| format!("request: {e}"))?;
-    let status = response.status();
-    let answer: Value = response
-        .json()
-        .await
-        .map_err(|e| format!("{status}, body: {e}"))?;
-    if let Some(errors) = answer.get("errors") {
-        return Err(format!("{status}: {errors}"));
-    }
-    if answer["data"]["submitJob"]["job"]["phase"] != "PENDING" {
-        return Err(format!("{status}: unexpected answer {answer}"));
-    }
-    Ok(())
-}
-
-/// What a batch of submissions gave.
-struct Submitted {
-    ok: usize,
-    errors: Vec<String>,
-    latencies: Vec<Duration>,
-    elapsed: Duration,
-}
-
 /// `n` submissions from `clients` concurrent clients, each waiting for its answer.
 async fn submit_many(server: &Server, n: usize, clients: usize) -> Submitted {
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = JoinSet::new();
-    for _ in 0..clients.min(n.max(1)) {
-        let (next, http, url, body) = (
-            next.clone(),
-            server.http.clone(),
-            server.url(),
-            server.submit_body.clone(),
-        );
-        tasks.spawn(async move {
-            let mut latencies = Vec::new();
-            let mut errors = Vec::new();
-            while next.fetch_add(1, Ordering::Relaxed) < n {
-                let t0 = Instant::now();
-                let result = submit(&http, &url, &body).await;
-                latencies.push(t0.elapsed());
-                if let Err(e) = result {
-                    errors.push(e);
-                }
-            }
-            (latencies, errors)
-        });
-    }
-    let mut all = Submitted {
-        ok: 0,
-        errors: Vec::new(),
-        latencies: Vec::with_capacity(n),
-        elapsed: Duration::ZERO,
-    };
-    while let Some(joined) = tasks.join_next().await {
-        let (latencies, errors) = joined.expect("a submit task");
-        all.latencies.extend(latencies);
-        all.errors.extend(errors);
-    }
-    all.elapsed = started.elapsed();
-    all.ok = all.latencies.len() - all.errors.len();
-    all
+    submissions::many(
+        &server.process.http,
+        &server.process.url(),
+        server.submit_body.clone(),
+        n,
+        clients,
+    )
+    .await
 }
 
 /// Submissions paced at `rate` per second for `secs` seconds, at most 256 in flight.
 async fn submit_paced(server: &Server, rate: f64, secs: f64) -> Submitted {
     let n = (rate * secs).round().max(1.0) as usize;
-    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let in_flight = Arc::new(Semaphore::new(256));
-    let started = Instant::now();
-    let mut tasks = JoinSet::new();
-    for _ in 0..n {
-        ticks.tick().await;
-        let permit = in_flight.clone().acquire_owned().await.expect("semaphore");
-        let (http, url, body) = (server.http.clone(), server.url(), server.submit_body.clone());
-        tasks.spawn(async move {
-            let t0 = Instant::now();
-            let result = submit(&http, &url, &body).await;
-            drop(permit);
-            (t0.elapsed(), result)
-        });
-    }
-    let mut all = Submitted {
-        ok: 0,
-        errors: Vec::new(),
-        latencies: Vec::with_capacity(n),
-        elapsed: Duration::ZERO,
-    };
-    while let Some(joined) = tasks.join_next().await {
-        let (latency, result) = joined.expect("a submit task");
-        all.latencies.push(latency);
-        match result {
-            Ok(()) => all.ok += 1,
-            Err(e) => all.errors.push(e),
-        }
-    }
-    all.elapsed = started.elapsed();
-    all
-}
-
-/// Nearest-rank percentile of sorted values.
-fn pct<T: Copy>(sorted: &[T], p: f64) -> T {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
+    submissions::paced(
+        &server.process.http,
+        &server.process.url(),
+        server.submit_body.clone(),
+        rate,
+        n,
+    )
+    .await
 }
 
 fn ms(d: Duration) -> String {
@@ -561,122 +271,42 @@ struct Sample {
     phase: u8,
 }
 
-const PHASES: [&str; 5] = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
-
 /// Shared by every reader task.
 #[derive(Default)]
 struct Hub {
     tag: AtomicU8,
     frames: AtomicU64,
-    bad: AtomicU64,
-    bad_examples: Mutex<Vec<String>>,
+    faults: Faults,
 }
 
-impl Hub {
-    fn bad(&self, what: String) {
-        self.bad.fetch_add(1, Ordering::Relaxed);
-        let mut examples = self.bad_examples.lock().unwrap();
-        if examples.len() < 5 {
-            examples.push(what);
-        }
-    }
+impl Receiver for Hub {
+    type Sample = Sample;
 
-    fn record(&self, text: &str, now: DateTime<Utc>, samples: &Mutex<Vec<Sample>>) {
-        if !text.contains(r#""type":"next""#) || text.contains(r#""errors""#) {
-            return self.bad(format!("unexpected frame: {text}"));
-        }
-        let parsed = (|| {
-            let at = DateTime::parse_from_rfc3339(string_field(text, "at")?).ok()?;
-            let seq = string_field(text, "cursor")?.parse().ok()?;
-            let phase = PHASES
-                .iter()
-                .position(|p| Some(*p) == string_field(text, "phase"))?;
-            Some((at.with_timezone(&Utc), seq, phase as u8))
-        })();
-        let Some((at, seq, phase)) = parsed else {
-            return self.bad(format!("no at, cursor or phase in: {text}"));
+    fn frame(&self, text: &str, now: DateTime<Utc>, samples: &Mutex<Vec<Sample>>) {
+        let event = match subscribers::event(text) {
+            Ok(Some(event)) => event,
+            Ok(None) => return self.fault(format!("no at, cursor or phase in: {text}")),
+            Err(unexpected) => return self.fault(unexpected),
         };
-        let lat_us = (now - at).num_microseconds().unwrap_or(i64::MAX);
+        let lat_us = (now - event.at.with_timezone(&Utc))
+            .num_microseconds()
+            .unwrap_or(i64::MAX);
         samples.lock().unwrap().push(Sample {
             tag: self.tag.load(Ordering::Relaxed),
             recv_us: now.timestamp_micros(),
             lat_us,
-            seq,
-            phase,
+            seq: event.seq,
+            phase: event.phase,
         });
         self.frames.fetch_add(1, Ordering::Relaxed);
     }
-}
 
-/// A string field of the frame, found without parsing the whole frame (the reader must keep
-/// up). Good enough for the fields selected here, whose values hold no escaped quote.
-fn string_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let key = format!("\"{name}\":\"");
-    let rest = &text[text.find(&key)? + key.len()..];
-    Some(&rest[..rest.find('"')?])
-}
-
-struct Socket {
-    sink: SplitSink<Ws, Message>,
-    samples: Arc<Mutex<Vec<Sample>>>,
-    reader: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Socket {
-    fn drop(&mut self) {
-        self.reader.abort();
+    fn fault(&self, what: String) {
+        self.faults.record(what);
     }
 }
 
-/// Opens a graphql-transport-ws socket, waits for the ack, and starts its reader.
-async fn open_socket(url: String, hub: Arc<Hub>) -> Result<Socket, String> {
-    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
-    request
-        .headers_mut()
-        .insert("Sec-WebSocket-Protocol", "graphql-transport-ws".parse().unwrap());
-    let (mut ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
-        .await
-        .map_err(|_| "connect timed out".to_owned())?
-        .map_err(|e| format!("connect: {e}"))?;
-    ws.send(Message::text(r#"{"type":"connection_init","payload":{}}"#))
-        .await
-        .map_err(|e| format!("send init: {e}"))?;
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .map_err(|_| "no connection_ack in time".to_owned())?;
-        match frame {
-            Some(Ok(Message::Text(t))) if t.as_str().contains("connection_ack") => break,
-            Some(Ok(Message::Text(t))) => return Err(format!("expected connection_ack, got {t}")),
-            Some(Ok(Message::Close(c))) => return Err(format!("closed before ack: {c:?}")),
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(format!("before ack: {e}")),
-            None => return Err("socket ended before ack".into()),
-        }
-    }
-    let (sink, stream) = ws.split();
-    let samples = Arc::new(Mutex::new(Vec::new()));
-    let reader = tokio::spawn(read_loop(stream, hub, samples.clone()));
-    Ok(Socket {
-        sink,
-        samples,
-        reader,
-    })
-}
-
-async fn read_loop(mut stream: SplitStream<Ws>, hub: Arc<Hub>, samples: Arc<Mutex<Vec<Sample>>>) {
-    // Reading also answers the server's keepalive pings (tungstenite queues the pong).
-    while let Some(frame) = stream.next().await {
-        let now = Utc::now();
-        match frame {
-            Ok(Message::Text(t)) => hub.record(t.as_str(), now, &samples),
-            Ok(Message::Close(c)) => return hub.bad(format!("socket closed by the server: {c:?}")),
-            Ok(_) => {}
-            Err(e) => return hub.bad(format!("socket error: {e}")),
-        }
-    }
-    hub.bad("socket ended".into());
-}
+type Socket = subscribers::Socket<Hub>;
 
 /// Waits until no frame arrived for `quiet` (bounded by [`WAIT`]); returns the frame count and
 /// when it last changed.
@@ -794,20 +424,8 @@ fn fan_out(per_socket_samples: &[Vec<Sample>], per_socket: usize) -> Option<FanO
 // Main
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("load: skipped; run it with `cargo bench --bench load`");
-        return;
-    }
-    let opts = Opts::from_env();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    runtime.block_on(run(opts));
+    common::main("load", || run(Opts::from_env()));
 }
-
-/// Rows of the final table: (measurement, figure, value).
-type Table = Vec<(String, String, String)>;
 
 async fn run(opts: Opts) {
     println!(
@@ -821,19 +439,11 @@ async fn run(opts: Opts) {
     if opts.subscriptions > 0 {
         subscriptions(&opts, &mut table).await;
     }
-    println!();
-    println!("{:<44} {:<34} {:>14}", "measurement", "figure", "value");
-    println!("{}", "-".repeat(94));
-    let mut previous = String::new();
-    for (what, figure, value) in &table {
-        let label = if *what == previous { "" } else { what.as_str() };
-        println!("{label:<44} {figure:<34} {value:>14}");
-        previous.clone_from(what);
-    }
+    print_table(&table, ["measurement", "figure", "value"], [44, 34, 14]);
 }
 
 fn report_problems(server: &Server, table: &mut Table, what: &str) {
-    let problems = server.problems();
+    let problems = server.process.problems();
     table.push((
         what.into(),
         "server WARN/ERROR log lines".into(),
@@ -849,22 +459,19 @@ async fn submit_throughput(opts: &Opts, durability: &str, table: &mut Table) {
     println!("\n== {what}: {} jobs from {} clients", opts.submits, opts.clients);
     let mut server = Server::start(durability, &opts.command);
     // Warm-up: connections, statement cache, the first commit.
-    let warm = submit_many(&server, 2 * opts.clients, opts.clients).await;
-    assert!(
-        warm.errors.is_empty(),
-        "warm-up submissions failed: {:?}",
-        warm.errors
-    );
+    submit_many(&server, 2 * opts.clients, opts.clients)
+        .await
+        .assert_all_accepted("warm-up submissions");
 
     let cpu = CpuMark::new(&server);
     let started = Instant::now();
     let mut result = submit_many(&server, opts.submits, opts.clients).await;
     println!("  cpu while submitting: {}", cpu.since());
     result.latencies.sort_unstable();
-    let rate = result.ok as f64 / result.elapsed.as_secs_f64();
+    let rate = result.ids.len() as f64 / result.elapsed.as_secs_f64();
     println!(
         "  accepted {} in {:.2} s: {rate:.0} jobs/s; latency p50 {} ms, p99 {} ms, max {} ms; {} errors",
-        result.ok,
+        result.ids.len(),
         result.elapsed.as_secs_f64(),
         ms(pct(&result.latencies, 50.0)),
         ms(pct(&result.latencies, 99.0)),
@@ -910,7 +517,7 @@ async fn submit_throughput(opts: &Opts, durability: &str, table: &mut Table) {
         },
     ));
     report_problems(&server, table, &what);
-    println!("  server stopped: {}", server.stop().await);
+    println!("  server stopped: {}", server.process.stop().await);
 }
 
 /// Most sockets this process may open, keeping room for everything else. jobgate, started
@@ -950,17 +557,14 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
 
     // Warm-up: one subscriber sees a few jobs; then it goes away.
     {
-        let mut socket = open_socket(server.ws_url(), hub.clone())
+        let mut socket = open_socket(server.process.ws_url(), hub.clone())
             .await
             .expect("warm-up socket");
         subscribe(&mut socket, "w").await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let warm = submit_many(&server, 10, 4).await;
-        assert!(
-            warm.errors.is_empty(),
-            "warm-up submissions failed: {:?}",
-            warm.errors
-        );
+        submit_many(&server, 10, 4)
+            .await
+            .assert_all_accepted("warm-up submissions");
         settle(&hub, Duration::from_millis(700)).await;
     }
     hub.frames.store(0, Ordering::Relaxed);
@@ -970,7 +574,7 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
     // Sockets, acknowledged, no subscription yet.
     let t0 = Instant::now();
     let opened: Vec<Result<Socket, String>> = futures::stream::iter(0..n_sockets)
-        .map(|_| open_socket(server.ws_url(), hub.clone()))
+        .map(|_| open_socket(server.process.ws_url(), hub.clone()))
         .buffer_unordered(64)
         .collect()
         .await;
@@ -1012,12 +616,9 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
 
     // A probe job: every subscription must see it; gives the events per job.
     hub.tag.store(0, Ordering::Relaxed);
-    let probe = submit_many(&server, 1, 1).await;
-    assert!(
-        probe.errors.is_empty(),
-        "probe submission failed: {:?}",
-        probe.errors
-    );
+    submit_many(&server, 1, 1)
+        .await
+        .assert_all_accepted("probe submission");
     let (seen, _) = settle(&hub, Duration::from_secs(2)).await;
     let events_per_job = seen as f64 / live_subs as f64;
     println!(
@@ -1100,9 +701,9 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
         .await;
     }
 
-    let bad = hub.bad.load(Ordering::Relaxed);
+    let bad = hub.faults.count.load(Ordering::Relaxed);
     println!("  unexpected frames or socket ends: {bad}");
-    for example in hub.bad_examples.lock().unwrap().iter() {
+    for example in hub.faults.examples.lock().unwrap().iter() {
         println!("    {example}");
     }
     table.push((
@@ -1112,7 +713,7 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
     ));
     report_problems(&server, table, "2. all subscription runs");
     drop(sockets);
-    println!("  server stopped: {}", server.stop().await);
+    println!("  server stopped: {}", server.process.stop().await);
 }
 
 async fn subscribe(socket: &mut Socket, id: &str) {
@@ -1156,11 +757,11 @@ async fn measure(
         cpu.until(last_frame.max(submissions_done))
     );
     submitted.latencies.sort_unstable();
-    let achieved = submitted.ok as f64 / submit_secs;
+    let achieved = submitted.ids.len() as f64 / submit_secs;
     println!(
         "  submitted {} jobs in {submit_secs:.2} s ({achieved:.1} jobs/s, submitJob p50 {} ms, p99 {} ms, \
          {} errors)",
-        submitted.ok,
+        submitted.ids.len(),
         ms(pct(&submitted.latencies, 50.0)),
         ms(pct(&submitted.latencies, 99.0)),
         submitted.errors.len()
@@ -1183,7 +784,7 @@ async fn measure(
         "  {} frames for {} events ({:.2} per job) to {} subscriptions: {} missing, {} duplicated",
         f.frames,
         f.events,
-        f.events as f64 / submitted.ok.max(1) as f64,
+        f.events as f64 / submitted.ids.len().max(1) as f64,
         sockets.len() * per_socket,
         f.missing,
         f.duplicates

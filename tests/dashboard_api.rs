@@ -29,15 +29,6 @@ fn sum(activity: &Value, key: &str) -> i64 {
         .sum()
 }
 
-async fn cancel(server: &Server, id: &str) {
-    server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": id}),
-        )
-        .await;
-}
-
 #[tokio::test]
 async fn job_stats_count_phases_and_bucket_the_last_hour() {
     let server = Server::start(&[]).await;
@@ -52,7 +43,7 @@ async fn job_stats_count_phases_and_bucket_the_last_hour() {
     server.wait_phase(&failed, "FAILED").await;
     server.wait_phase(&running, "RUNNING").await;
     server.wait_phase(&cancelled, "RUNNING").await;
-    cancel(&server, &cancelled).await;
+    server.cancel(&cancelled).await;
     server.wait_phase(&cancelled, "CANCELLED").await;
 
     let s = stats(&server, 10, 60).await;
@@ -233,10 +224,7 @@ async fn templates_describe_the_fields_validation_enforces() {
         let submit = |value: i64| {
             let mut input = json!({"command": ["true"]});
             input[name] = json!(value);
-            server.gql(
-                "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-                json!({ "input": input }),
-            )
+            server.submit_answer(input)
         };
         let ok = submit(max).await;
         assert!(ok.get("errors").is_none(), "{name} = {max}: {ok}");

@@ -18,15 +18,6 @@ async fn job(server: &Server, id: &str) -> Value {
     server.gql_ok(&q, json!({"id": id})).await["job"].clone()
 }
 
-async fn submit(server: &Server, input: Value) -> Value {
-    server
-        .gql(
-            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase message } } }",
-            json!({ "input": input }),
-        )
-        .await
-}
-
 /// A job that runs until the file `gate` exists, then exits with `code`.
 fn gated(gate: &Path, code: i32) -> Value {
     json!({
@@ -67,9 +58,7 @@ async fn a_job_waits_for_its_dependencies_then_runs() {
     let second = server.submit(json!({"command": ["true"]})).await;
     server.wait_phase(&first, "RUNNING").await;
     server.wait_terminal(&second).await;
-    let answer = submit(
-        &server,
-        json!({"command": ["sh", "-c", "echo reduced > $JOBGATE_RESULT_FILE"], "dependsOn": [first, second]}),
+    let answer = server.submit_answer(json!({"command": ["sh", "-c", "echo reduced > $JOBGATE_RESULT_FILE"], "dependsOn": [first, second]}),
     )
     .await;
     let waiting = answer["data"]["submitJob"]["job"].clone();
@@ -87,13 +76,7 @@ async fn a_job_waits_for_its_dependencies_then_runs() {
     assert_eq!(held["dependsOn"], json!([first, second]));
     assert_eq!(held["dependencies"][0]["phase"], "RUNNING");
     assert_eq!(held["dependencies"][1]["phase"], "SUCCEEDED");
-    let condition = held["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "DependenciesSucceeded")
-        .unwrap()
-        .clone();
+    let condition = common::condition(&held, "DependenciesSucceeded").unwrap();
     assert_eq!(
         (condition["status"].as_str(), condition["reason"].as_str()),
         (Some("False"), Some("WaitingForDependencies"))
@@ -130,14 +113,12 @@ async fn a_dependency_that_fails_or_is_cancelled_fails_its_dependents_in_cascade
     let server = Server::start(&[]).await;
     let dir = tempfile::tempdir().unwrap();
     let failing = server.submit(gated(&dir.path().join("fail"), 3)).await;
-    let middle = submit(&server, json!({"command": ["true"], "dependsOn": [failing]})).await["data"]["submitJob"]["job"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let last = submit(&server, json!({"command": ["true"], "dependsOn": [middle]})).await["data"]["submitJob"]["job"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let middle = server
+        .submit(json!({"command": ["true"], "dependsOn": [failing]}))
+        .await;
+    let last = server
+        .submit(json!({"command": ["true"], "dependsOn": [middle]}))
+        .await;
     std::fs::write(dir.path().join("fail"), "").unwrap();
     assert_eq!(server.wait_terminal(&failing).await.last().unwrap(), "FAILED");
     for (id, cause) in [(&middle, &failing), (&last, &middle)] {
@@ -153,16 +134,10 @@ async fn a_dependency_that_fails_or_is_cancelled_fails_its_dependents_in_cascade
 
     // Cancelled counts as not succeeded; and a dependency already failed fails a new job at once.
     let cancelled = server.submit(gated(&dir.path().join("never"), 0)).await;
-    let dependent = submit(&server, json!({"command": ["true"], "dependsOn": [cancelled]})).await["data"]["submitJob"]["job"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": cancelled}),
-        )
+    let dependent = server
+        .submit(json!({"command": ["true"], "dependsOn": [cancelled]}))
         .await;
+    server.cancel(&cancelled).await;
     assert_eq!(server.wait_terminal(&dependent).await.last().unwrap(), "FAILED");
     assert!(
         job(&server, &dependent).await["message"]
@@ -170,7 +145,9 @@ async fn a_dependency_that_fails_or_is_cancelled_fails_its_dependents_in_cascade
             .unwrap()
             .contains("ended CANCELLED")
     );
-    let late = submit(&server, json!({"command": ["true"], "dependsOn": [failing]})).await;
+    let late = server
+        .submit_answer(json!({"command": ["true"], "dependsOn": [failing]}))
+        .await;
     assert_eq!(late["data"]["submitJob"]["job"]["phase"], "FAILED", "{late}");
 }
 
@@ -181,30 +158,16 @@ async fn a_waiting_job_can_be_cancelled_and_never_runs() {
     let gate = dir.path().join("go");
     let marker = dir.path().join("ran");
     let first = server.submit(gated(&gate, 0)).await;
-    let waiting = submit(
-        &server,
-        json!({"command": ["touch", marker.display().to_string()], "dependsOn": [first]}),
-    )
-    .await["data"]["submitJob"]["job"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let answer = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": waiting}),
-        )
+    let waiting = server
+        .submit(json!({"command": ["touch", marker.display().to_string()], "dependsOn": [first]}))
         .await;
-    assert_eq!(answer["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&waiting).await, "CANCELLED");
     std::fs::write(&gate, "").unwrap();
     server.wait_terminal(&first).await;
     // A job submitted after the dependency finished runs at once: the barrier for the check.
-    let after =
-        submit(&server, json!({"command": ["true"], "dependsOn": [first]})).await["data"]["submitJob"]["job"]
-            ["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+    let after = server
+        .submit(json!({"command": ["true"], "dependsOn": [first]}))
+        .await;
     assert_eq!(server.wait_terminal(&after).await.last().unwrap(), "SUCCEEDED");
     assert_eq!(job(&server, &waiting).await["phase"], "CANCELLED");
     assert!(!marker.exists(), "the cancelled job never ran");
@@ -228,7 +191,9 @@ async fn unknown_or_repeated_dependencies_are_refused_and_nothing_is_created() {
             "at most 100",
         ),
     ] {
-        let answer = submit(&server, json!({"command": ["true"], "dependsOn": depends_on})).await;
+        let answer = server
+            .submit_answer(json!({"command": ["true"], "dependsOn": depends_on}))
+            .await;
         let e = &answer["errors"][0];
         assert_eq!(e["extensions"]["code"], "BAD_USER_INPUT", "{answer}");
         assert_eq!(e["extensions"]["field"], field, "{answer}");
@@ -238,8 +203,8 @@ async fn unknown_or_repeated_dependencies_are_refused_and_nothing_is_created() {
     assert_eq!(count["jobs"]["totalCount"], 1);
     // An idempotent retry returns the same waiting job.
     let input = json!({"command": ["true"], "dependsOn": [real], "idempotencyKey": "reduce-1"});
-    let a = submit(&server, input.clone()).await["data"]["submitJob"]["job"]["id"].clone();
-    let b = submit(&server, input).await["data"]["submitJob"]["job"]["id"].clone();
+    let a = server.submit_answer(input.clone()).await["data"]["submitJob"]["job"]["id"].clone();
+    let b = server.submit_answer(input).await["data"]["submitJob"]["job"]["id"].clone();
     assert_eq!(a, b);
 }
 
@@ -253,14 +218,9 @@ async fn jobs_waiting_for_dependencies_survive_a_restart() {
         .submit(with(gated(&gate, 0), json!({"backoffLimit": 3})))
         .await;
     server.wait_phase(&first, "RUNNING").await;
-    let waiting = submit(
-        &server,
-        json!({"command": ["sh", "-c", "echo after > $JOBGATE_RESULT_FILE"], "dependsOn": [first]}),
-    )
-    .await["data"]["submitJob"]["job"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let waiting = server
+        .submit(json!({"command": ["sh", "-c", "echo after > $JOBGATE_RESULT_FILE"], "dependsOn": [first]}))
+        .await;
     server.kill9();
     std::fs::write(&gate, "").unwrap();
     let server = server.start_again(&[]).await;

@@ -5,17 +5,13 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Server, SmallDisk, WAIT, scrape};
+use common::{Server, SmallDisk, scrape};
 use serde_json::{Value, json};
-
-const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase } } }";
 
 /// Submits a job named `name`; its id, or the error's code.
 async fn try_submit(server: &Server, name: &str) -> Result<String, String> {
     let body = server
-        .gql(SUBMIT, json!({"input": {"name": name, "command": ["true"]}}))
+        .submit_answer(json!({"name": name, "command": ["true"]}))
         .await;
     match body["data"]["submitJob"]["job"]["id"].as_str() {
         Some(id) => Ok(id.to_owned()),
@@ -23,30 +19,6 @@ async fn try_submit(server: &Server, name: &str) -> Result<String, String> {
             .as_str()
             .unwrap_or_else(|| panic!("neither a job nor a coded error: {body}"))
             .to_owned()),
-    }
-}
-
-async fn readyz(server: &Server) -> u16 {
-    server
-        .http()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
-/// Waits until /readyz answers `status`.
-async fn until_ready_is(server: &Server, status: u16) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while readyz(server).await != status {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "/readyz never answered {status}; log:\n{}",
-            server.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -93,7 +65,7 @@ async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_resta
         }
     }
     assert_eq!(refused.len(), 5, "a full disk never refused a submission");
-    assert_eq!(readyz(&server).await, 503, "unready while the store cannot write");
+    assert_eq!(server.readyz().await, 503, "unready while the store cannot write");
     server.wait_log("the store cannot write").await;
     assert_eq!(scrape(&server).await["jobgate_store_writable"], 0.0);
     // Nothing refused was created.
@@ -101,7 +73,7 @@ async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_resta
 
     // Room again: jobgate notices by itself, with no restart and no request.
     disk.free();
-    until_ready_is(&server, 200).await;
+    server.wait_ready_is(200).await;
     assert_eq!(scrape(&server).await["jobgate_store_writable"], 1.0);
     let after = try_submit(&server, "after")
         .await
@@ -123,7 +95,7 @@ async fn a_deleted_data_directory_makes_jobgate_unready_and_refuse_writes() {
     server.wait_phase(&id, "SUCCEEDED").await;
     std::fs::remove_dir_all(&server.data_dir).unwrap();
     // Noticed on the writer's timer, with no request.
-    until_ready_is(&server, 503).await;
+    server.wait_ready_is(503).await;
     assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
     server.wait_log("is gone").await;
 }
@@ -141,7 +113,7 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
         .unwrap();
     // The next write is refused, before the timer has looked.
     assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
-    assert_eq!(readyz(&server).await, 503);
+    assert_eq!(server.readyz().await, 503);
     server.wait_log("was truncated").await;
 
     // Cut short but with its header: the header's page count tells.
@@ -158,7 +130,7 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
         .set_len(4096)
         .unwrap();
     assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
-    assert_eq!(readyz(&server).await, 503);
+    assert_eq!(server.readyz().await, 503);
     server.wait_log("where its header counts").await;
 }
 
@@ -168,16 +140,9 @@ async fn a_cancel_refused_by_a_full_disk_changes_nothing() {
         return;
     };
     let server = Server::start_on(&disk, &[]).await;
-    let body = server
-        .gql(
-            SUBMIT,
-            json!({"input": {"name": "long", "command": ["sleep", "600"]}}),
-        )
+    let id = server
+        .submit(json!({"name": "long", "command": ["sleep", "600"]}))
         .await;
-    let id = body["data"]["submitJob"]["job"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     server.wait_phase(&id, "RUNNING").await;
     disk.fill();
     // Fill what the write-ahead log still has room for, then cancel.
@@ -190,7 +155,7 @@ async fn a_cancel_refused_by_a_full_disk_changes_nothing() {
     );
     assert_eq!(server.job(&id).await["phase"], "RUNNING");
     disk.free();
-    until_ready_is(&server, 200).await;
+    server.wait_ready_is(200).await;
     let done = server.gql(cancel, json!({"id": id})).await;
     assert_eq!(done["data"]["cancelJob"]["job"]["phase"], "CANCELLED", "{done}");
 }

@@ -7,8 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{GqlWs, Server, WAIT, close_of, scrape, ws_raw};
-use futures::SinkExt;
+use common::{GqlWs, Polling, Server, WAIT, close_after_init, scrape, token_entry};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -196,14 +195,7 @@ async fn jwt_server() -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), SECRET).unwrap();
     let tokens = dir.path().join("tokens.toml");
-    std::fs::write(
-        &tokens,
-        format!(
-            "[[token]]\nname = \"alice\"\nsha256 = \"{}\"\nnamespaces = [\"team-a\"]\n",
-            jobgate::auth::hash_token(ALICE)
-        ),
-    )
-    .unwrap();
+    std::fs::write(&tokens, token_entry("alice", ALICE, "namespaces = [\"team-a\"]")).unwrap();
     let server = Server::start(&[
         "--jwt-hs256-secret-file",
         dir.path().join("secret").to_str().unwrap(),
@@ -237,18 +229,6 @@ fn claims(sub: &str, without: &[&str], extra: Value) -> Value {
     c
 }
 
-async fn post_as(server: &Server, token: &str, query: &str, variables: Value) -> (u16, Value) {
-    let response = server
-        .http()
-        .post(server.url("/graphql"))
-        .bearer_auth(token)
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap())
-}
-
 #[tokio::test]
 async fn jwts_must_carry_the_configured_claims_and_not_come_from_the_future() {
     let (server, _dir) = jwt_server().await;
@@ -275,7 +255,9 @@ async fn jwts_must_carry_the_configured_claims_and_not_come_from_the_future() {
         ),
     ];
     for (what, token, claim) in &cases {
-        let (status, body) = post_as(&server, token, "{ jobs { totalCount } }", json!({})).await;
+        let (status, body) = server
+            .gql_as(Some(token.as_str()), "{ jobs { totalCount } }", json!({}))
+            .await;
         assert_eq!(status, 401, "{what}: {body}");
         assert_eq!(
             body["errors"][0]["extensions"]["code"], "UNAUTHENTICATED",
@@ -284,18 +266,14 @@ async fn jwts_must_carry_the_configured_claims_and_not_come_from_the_future() {
         let message = body["errors"][0]["message"].as_str().unwrap();
         assert!(message.contains(claim), "{what}: {message}");
 
-        let mut ws = ws_raw(&server, &["graphql-transport-ws"]).await;
-        ws.send(Message::text(
-            json!({"type": "connection_init", "payload": {"authorization": format!("Bearer {token}")}})
-                .to_string(),
-        ))
-        .await
-        .unwrap();
-        assert_eq!(close_of(&mut ws).await.0, 4403, "{what}");
+        let init = json!({"authorization": format!("Bearer {token}")});
+        assert_eq!(close_after_init(&server, Some(init)).await.0, 4403, "{what}");
     }
     // The same claims, valid (nbf and iat now, within the leeway), are accepted.
     let good = jwt(claims("mallory", &[], json!({"nbf": now()})), SECRET);
-    let (status, body) = post_as(&server, &good, "{ jobs { totalCount } }", json!({})).await;
+    let (status, body) = server
+        .gql_as(Some(&good), "{ jobs { totalCount } }", json!({}))
+        .await;
     assert_eq!(status, 200, "{body}");
     GqlWs::connect_with(&server, json!({"authorization": format!("Bearer {good}")})).await;
 }
@@ -312,7 +290,7 @@ async fn a_jwt_subject_named_like_an_api_token_shares_none_of_its_idempotency_ke
         let server = &server;
         let input = input.clone();
         async move {
-            let (status, body) = post_as(server, &token, SUBMIT, input).await;
+            let (status, body) = server.gql_as(Some(&token), SUBMIT, input).await;
             assert_eq!(status, 200, "{body}");
             let payload = body["data"]["submitJob"].clone();
             assert!(payload.is_object(), "{body}");
@@ -493,7 +471,7 @@ async fn connections_beyond_the_cap_are_refused_and_counted() {
     );
     // Closing two makes room (once jobgate has seen them close).
     held.truncate(3);
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let polling = Polling::start();
     let metrics = loop {
         let answer = raw(
             &server,
@@ -503,11 +481,7 @@ async fn connections_beyond_the_cap_are_refused_and_counted() {
         if answer.starts_with("HTTP/1.1 200") {
             break answer;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never served again: {answer}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        polling.pause(|| format!("never served again: {answer}")).await;
     };
     let samples = common::parse_metrics(body_of(&metrics));
     assert!(
@@ -550,11 +524,7 @@ async fn on_sigterm_a_request_in_flight_still_finishes() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !server.log_text().contains("shutdown requested") {
-        assert!(tokio::time::Instant::now() < deadline, "{}", server.log_text());
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    server.wait_log("shutdown requested").await;
     // Shutdown has begun; the request is answered all the same, and its connection closed.
     in_flight.write_all(query.as_bytes()).await.unwrap();
     let answer = read_until_closed(&mut in_flight).await;

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::{GqlWs, Server, WAIT};
+use common::{GqlWs, Polling, Server};
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
@@ -27,45 +27,17 @@ fn input(env: &[(&str, &str)], extra: Value) -> Value {
     input
 }
 
+/// What the tests read of a job: `server.job_with(id, JOB_FIELDS)`.
 const JOB_FIELDS: &str = "id name phase message result startedAt finishedAt submitter \
-    progress { succeeded failed active ready total } conditions { type status reason message }";
+    progress { succeeded failed active ready total } conditions { type status reason message } \
+    logs(tailLines: 50)";
 
-async fn job(server: &Server, id: &str) -> Value {
-    let data = server
-        .gql_ok(
-            &format!("query($id: ID!) {{ job(id: $id) {{ {JOB_FIELDS} logs(tailLines: 50) }} }}"),
-            json!({ "id": id }),
-        )
-        .await;
-    data["job"].clone()
-}
-
-/// Every status event of `id` from its first: (phase, reason), through jobStatus.
 /// The job's phase changes, (phase, reason), once it has finished: followed through
 /// `jobStatus` until it completes, then read from the recorded history, which holds the
 /// phases a subscription that started late would not see (a fast job may be done before
 /// the subscription starts).
 async fn status_events(server: &Server, id: &str) -> Vec<(String, Option<String>)> {
-    let mut ws = GqlWs::connect(server).await;
-    ws.subscribe(
-        "s",
-        "subscription($id: ID!) { jobStatus(id: $id) { phase reason } }",
-        json!({"id": id}),
-    )
-    .await;
-    let mut last = None;
-    loop {
-        let msg = ws.recv().await;
-        match msg["type"].as_str() {
-            Some("next") => {
-                let e = &msg["payload"]["data"]["jobStatus"];
-                assert!(e.is_object(), "{msg}");
-                last = Some(e["phase"].as_str().unwrap().to_owned());
-            }
-            Some("complete") => break,
-            _ => panic!("unexpected {msg}"),
-        }
-    }
+    let last = server.wait_terminal(id).await.pop();
     let data = server
         .gql_ok(
             "query($id: ID!) { job(id: $id) { events(last: 1000) { phase previousPhase reason } } }",
@@ -92,12 +64,10 @@ async fn status_events(server: &Server, id: &str) -> Vec<(String, Option<String>
     history
 }
 
+/// The reason of the job's condition `type_`, if that condition holds.
 fn reason_of(job: &Value, type_: &str) -> Option<String> {
-    job["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == type_ && c["status"] == "True")
+    common::condition(job, type_)
+        .filter(|c| c["status"] == "True")
         .and_then(|c| c["reason"].as_str().map(str::to_owned))
 }
 
@@ -152,31 +122,11 @@ fn assert_forward_only(events: &[(String, String)]) {
     }
 }
 
-async fn ready(server: &Server) -> bool {
-    server
-        .http()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-}
-
-async fn wait_ready(server: &Server, want: bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while ready(server).await != want {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "/readyz never became {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_job_runs_as_a_batch_v1_job_with_its_result_and_logs() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&[]).await;
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
     let id = server
         .submit(input(
             &[
@@ -198,7 +148,7 @@ async fn a_job_runs_as_a_batch_v1_job_with_its_result_and_logs() {
         .collect();
     assert_eq!(phases.last().map(String::as_str), Some("SUCCEEDED"), "{phases:?}");
     assert!(phases.contains(&"RUNNING".to_owned()), "{phases:?}");
-    let done = job(&server, &id).await;
+    let done = server.job_with(&id, JOB_FIELDS).await;
     assert_eq!(done["result"], "42", "the termination message: {done}");
     assert_eq!(done["progress"]["succeeded"], 1);
     assert_eq!(done["submitter"], "anonymous");
@@ -274,7 +224,7 @@ async fn a_failing_job_is_retried_then_fails_with_the_controllers_reason() {
     let last = events.last().unwrap();
     assert_eq!(last.0, "FAILED");
     assert_eq!(last.1.as_deref(), Some("BackoffLimitExceeded"));
-    let done = job(&server, &id).await;
+    let done = server.job_with(&id, JOB_FIELDS).await;
     assert_eq!(done["progress"]["failed"], 3, "backoffLimit 2: three failed pods");
     let message = done["message"].as_str().unwrap();
     assert!(
@@ -293,7 +243,7 @@ async fn a_failing_job_is_retried_then_fails_with_the_controllers_reason() {
         ))
         .await;
     assert_eq!(status_events(&server, &id).await.last().unwrap().0, "SUCCEEDED");
-    let done = job(&server, &id).await;
+    let done = server.job_with(&id, JOB_FIELDS).await;
     assert_eq!(done["progress"]["failed"], 2);
     assert_eq!(done["progress"]["succeeded"], 1);
 }
@@ -357,7 +307,7 @@ async fn an_indexed_job_runs_every_index_within_its_parallelism() {
         Some("0-3")
     );
     assert_eq!(
-        job(&server, &id).await["result"],
+        server.job_with(&id, JOB_FIELDS).await["result"],
         "done 3",
         "the highest index's message"
     );
@@ -391,13 +341,9 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
                 .any(|p| p["phase"] == "Running")
         })
         .await;
-    let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
     let listed: Vec<String> = cluster
-        .pods()
-        .list(&lp)
+        .pods_of(&id)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|p| p.metadata.name.unwrap())
         .collect();
@@ -409,13 +355,7 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
         .map(|p| p["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(shown, listed);
-    let data = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": id}),
-        )
-        .await;
-    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&id).await, "CANCELLED");
     let name = format!("jobgate-{id}");
     cluster
         .until("the Job is deleted", || async {
@@ -424,14 +364,13 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
         .await;
     cluster
         .until("its pods are deleted", || async {
-            let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
-            cluster.pods().list(&lp).await.unwrap().items.is_empty()
+            cluster.pods_of(&id).await.is_empty()
         })
         .await;
     // The deletion does not turn the cancelled job into a vanished one.
     cluster.emu.simulation().open_gate("held");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let done = job(&server, &id).await;
+    let done = server.job_with(&id, JOB_FIELDS).await;
     assert_eq!(done["phase"], "CANCELLED");
     // Cancelling a finished job is refused and changes nothing.
     let body = server
@@ -471,7 +410,7 @@ async fn two_hundred_concurrent_submissions_create_exactly_two_hundred_jobs() {
 async fn jobs_submitted_while_the_api_server_is_down_wait_then_run_once() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&[]).await;
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
     cluster.emu.go_down().await;
     let mut ids = HashSet::new();
     for i in 0..10 {
@@ -483,52 +422,39 @@ async fn jobs_submitted_while_the_api_server_is_down_wait_then_run_once() {
     }
     // Each stays PENDING with a condition saying why, and /readyz turns red.
     for id in &ids {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        let polling = Polling::start();
         loop {
-            let j = job(&server, id).await;
+            let j = server.job_with(id, JOB_FIELDS).await;
             assert_eq!(j["phase"], "PENDING");
-            let waiting = j["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["type"] == "WorkloadCreated" && c["status"] == "False");
+            let waiting = common::condition(&j, "WorkloadCreated").filter(|c| c["status"] == "False");
             if let Some(c) = waiting {
                 assert_eq!(c["reason"], "ApiServerUnreachable", "{c}");
                 break;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no WorkloadCreated=False on {j}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            polling.pause(|| format!("no WorkloadCreated=False on {j}")).await;
         }
     }
-    wait_ready(&server, false).await;
+    server.wait_ready_is(503).await;
     cluster.emu.come_up().await.unwrap();
     let events = history_until_all_terminal(&server, &ids).await;
     assert_forward_only(&events);
     for id in &ids {
-        let j = job(&server, id).await;
+        let j = server.job_with(id, JOB_FIELDS).await;
         assert_eq!(j["phase"], "SUCCEEDED", "{j}");
-        let created = j["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "WorkloadCreated")
-            .unwrap();
+        let created = common::condition(&j, "WorkloadCreated").unwrap();
         assert_eq!(created["status"], "True");
     }
     let managed = cluster.managed_jobs().await;
     assert_eq!(managed.len(), 10);
     assert!(managed.values().all(|jobs| jobs.len() == 1), "no duplicates");
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
 }
 
 #[tokio::test]
 async fn server_errors_and_throttling_delay_launches_without_losing_or_duplicating() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&[]).await;
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
     cluster.emu.fail_next(6, 500);
     let a = server.submit(input(&[], json!({}))).await;
     let b = server.submit(input(&[], json!({}))).await;
@@ -546,7 +472,7 @@ async fn server_errors_and_throttling_delay_launches_without_losing_or_duplicati
 async fn dropped_watches_and_expired_versions_miss_no_transition() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&[]).await;
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
     let lists_before = cluster.emu.requests().verb("list");
     let mut ids = Vec::new();
     for i in 0..8 {
@@ -597,7 +523,7 @@ async fn dropped_watches_and_expired_versions_miss_no_transition() {
         cluster.emu.requests().verb("list") > lists_before,
         "the expired versions forced a re-list"
     );
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
 }
 
 #[tokio::test]
@@ -650,19 +576,19 @@ async fn jobs_that_finish_or_vanish_while_jobgate_is_down_get_their_true_outcome
     let server = server.start_again(&cluster.args(&[])).await;
     let ids: HashSet<String> = [&ok, &bad, &gone].into_iter().cloned().collect();
     history_until_all_terminal(&server, &ids).await;
-    let j = job(&server, &ok).await;
+    let j = server.job_with(&ok, JOB_FIELDS).await;
     assert_eq!(
         (j["phase"].as_str(), j["result"].as_str()),
         (Some("SUCCEEDED"), Some("fine"))
     );
-    let j = job(&server, &bad).await;
+    let j = server.job_with(&bad, JOB_FIELDS).await;
     assert_eq!(j["phase"], "FAILED");
     assert_eq!(reason_of(&j, "Failed").as_deref(), Some("BackoffLimitExceeded"));
-    let j = job(&server, &gone).await;
+    let j = server.job_with(&gone, JOB_FIELDS).await;
     assert_eq!(j["phase"], "FAILED");
     assert_eq!(reason_of(&j, "Failed").as_deref(), Some("WorkloadDeleted"), "{j}");
     // The one still running is followed again and finishes normally.
-    assert_eq!(job(&server, &still).await["phase"], "RUNNING");
+    assert_eq!(server.job_with(&still, JOB_FIELDS).await["phase"], "RUNNING");
     sim.open_gate("still");
     assert_eq!(
         status_events(&server, &still).await.last().unwrap().0,
@@ -722,7 +648,7 @@ async fn a_kill_between_accepting_and_creating_leaves_exactly_one_job() {
     let server = server.start_again(&cluster.args(&[])).await;
     history_until_all_terminal(&server, &ids).await;
     for id in &ids {
-        assert_eq!(job(&server, id).await["phase"], "SUCCEEDED");
+        assert_eq!(server.job_with(id, JOB_FIELDS).await["phase"], "SUCCEEDED");
     }
     let managed = cluster.managed_jobs().await;
     assert_eq!(managed.len(), ids.len());
@@ -755,12 +681,9 @@ async fn a_job_removed_by_its_ttl_keeps_its_history_result_and_logs() {
         })
         .await;
     cluster
-        .until("and its pods", || async {
-            let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
-            cluster.pods().list(&lp).await.unwrap().items.is_empty()
-        })
+        .until("and its pods", || async { cluster.pods_of(&id).await.is_empty() })
         .await;
-    let j = job(&server, &id).await;
+    let j = server.job_with(&id, JOB_FIELDS).await;
     assert_eq!(j["phase"], "SUCCEEDED", "a TTL deletion is not a vanishing");
     assert_eq!(j["result"], "{\"answer\": 42}");
     assert!(
@@ -801,14 +724,14 @@ async fn job_logs_follow_the_pods_as_they_write() {
     cluster.emu.simulation().open_gate("logs");
     let end = ws.recv().await;
     assert_eq!(end["type"], "complete", "the stream ends with the job: {end}");
-    assert_eq!(job(&server, &id).await["phase"], "SUCCEEDED");
+    assert_eq!(server.job_with(&id, JOB_FIELDS).await["phase"], "SUCCEEDED");
 }
 
 #[tokio::test]
 async fn watch_and_list_requests_stay_constant_as_subscribers_grow() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&[]).await;
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
     let run_one = |tag: &'static str| {
         let server = &server;
         async move {
@@ -877,17 +800,6 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
             "trainer",
         ])
         .await;
-    let submit = |input: Value| {
-        let server = &server;
-        async move {
-            server
-                .gql(
-                    "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-                    json!({ "input": input }),
-                )
-                .await
-        }
-    };
     for (bad, field) in [
         (json!({"command": ["true"]}), "input.image"),
         (input(&[], json!({"namespace": "prod"})), "input.namespace"),
@@ -903,7 +815,7 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
             "input.resources.requests.memory",
         ),
     ] {
-        let body = submit(bad).await;
+        let body = server.submit_answer(bad).await;
         assert_eq!(
             body["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
             "{body}"
@@ -940,7 +852,7 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
     assert_eq!(templates["namespaces"], json!(["default", "ml"]));
     // Watched per allowed namespace: one Jobs and one Pods watch in each, and one watch of
     // CustomResourceDefinitions (no workload kind is installed here).
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
     assert_eq!(cluster.emu.requests().open_watches, 5);
 }
 
@@ -954,7 +866,7 @@ async fn a_job_for_a_missing_namespace_fails_with_the_clusters_answer() {
         events.last().unwrap(),
         &("FAILED".to_owned(), Some("NamespaceNotFound".to_owned()))
     );
-    let j = job(&server, &id).await;
+    let j = server.job_with(&id, JOB_FIELDS).await;
     assert!(j["message"].as_str().unwrap().contains("nowhere"), "{j}");
 }
 
@@ -962,7 +874,7 @@ async fn a_job_for_a_missing_namespace_fails_with_the_clusters_answer() {
 async fn a_foreign_job_under_our_name_fails_the_job_loudly() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&[]).await;
-    wait_ready(&server, true).await;
+    server.wait_ready_is(200).await;
     cluster.emu.go_down().await;
     let id = server.submit(input(&[], json!({}))).await;
     // While jobgate cannot reach the cluster, someone else takes the Job's name.
@@ -987,7 +899,7 @@ async fn a_foreign_job_under_our_name_fails_the_job_loudly() {
         &("FAILED".to_owned(), Some("WorkloadConflict".to_owned())),
         "{events:?}"
     );
-    let j = job(&server, &id).await;
+    let j = server.job_with(&id, JOB_FIELDS).await;
     assert!(
         j["message"]
             .as_str()
@@ -1010,13 +922,7 @@ async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_r
     server.wait_phase(&id, "RUNNING").await;
     let name = format!("jobgate-{id}");
     cluster.emu.go_down().await;
-    let data = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": id}),
-        )
-        .await;
-    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&id).await, "CANCELLED");
     // jobgate dies before the API server is back: only what it stored can stop the Job now.
     server.kill9();
     cluster.emu.come_up().await.unwrap();
@@ -1033,11 +939,10 @@ async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_r
         .await;
     // Its pods never get to finish the work.
     cluster.emu.simulation().open_gate("held");
-    assert_eq!(job(&server, &id).await["phase"], "CANCELLED");
+    assert_eq!(server.job_with(&id, JOB_FIELDS).await["phase"], "CANCELLED");
     cluster
         .until("its pods are deleted", || async {
-            let lp = ListParams::default().labels(&format!("jobgate.io/job-id={id}"));
-            cluster.pods().list(&lp).await.unwrap().items.is_empty()
+            cluster.pods_of(&id).await.is_empty()
         })
         .await;
 }
@@ -1050,12 +955,7 @@ async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
         .await;
     server.wait_phase(&id, "RUNNING").await;
-    server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": id}),
-        )
-        .await;
+    server.cancel(&id).await;
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), "default");
     let name = format!("jobgate-{id}");
     cluster

@@ -10,9 +10,8 @@ mod common;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use common::{Server, WAIT};
+use common::{Polling, Server, token_entry};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-isolation-token-0123456789";
@@ -41,40 +40,23 @@ fn skip_unless_root(test: &str) -> bool {
     true
 }
 
-fn token_entry(name: &str, token: &str, namespaces: &str) -> String {
-    format!(
-        "[[token]]\nname = \"{name}\"\nsha256 = \"{}\"\nnamespaces = [{namespaces}]\n",
-        jobgate::auth::hash_token(token)
-    )
-}
-
 /// A tokens file for alice (team-a) and bob (team-b).
 fn two_tenants(dir: &Path) -> PathBuf {
     let path = dir.join("tokens.toml");
-    let text = token_entry("alice", ALICE, "\"team-a\"") + &token_entry("bob", BOB, "\"team-b\"");
+    let text = token_entry("alice", ALICE, "namespaces = [\"team-a\"]")
+        + &token_entry("bob", BOB, "namespaces = [\"team-b\"]");
     std::fs::write(&path, text).unwrap();
     path
 }
 
-async fn gql_as(server: &Server, token: Option<&str>, query: &str, variables: Value) -> Value {
-    let mut request = server
-        .http()
-        .post(server.url("/graphql"))
-        .json(&json!({ "query": query, "variables": variables }));
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    request.send().await.unwrap().json().await.unwrap()
-}
-
 async fn submit_as(server: &Server, token: Option<&str>, input: Value) -> String {
-    let body = gql_as(
-        server,
-        token,
-        "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-        json!({ "input": input }),
-    )
-    .await;
+    let (_, body) = server
+        .gql_as(
+            token,
+            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
+            json!({ "input": input }),
+        )
+        .await;
     body["data"]["submitJob"]["job"]["id"]
         .as_str()
         .unwrap_or_else(|| panic!("submit failed: {body}"))
@@ -84,24 +66,20 @@ async fn submit_as(server: &Server, token: Option<&str>, input: Value) -> String
 /// Asks for the job until it has finished (the test polls its own API; jobgate polls
 /// nothing); returns its phase, result and whole log.
 async fn finished(server: &Server, token: Option<&str>, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let polling = Polling::start();
     loop {
-        let body = gql_as(
-            server,
-            token,
-            "query($id: ID!) { job(id: $id) { phase message result logs(tailLines: 2000) } }",
-            json!({ "id": id }),
-        )
-        .await;
+        let (_, body) = server
+            .gql_as(
+                token,
+                "query($id: ID!) { job(id: $id) { phase message result logs(tailLines: 2000) } }",
+                json!({ "id": id }),
+            )
+            .await;
         let job = &body["data"]["job"];
         if matches!(job["phase"].as_str(), Some("SUCCEEDED" | "FAILED" | "CANCELLED")) {
             return job.clone();
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "job {id} never finished: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        polling.pause(|| format!("job {id} never finished: {body}")).await;
     }
 }
 
@@ -374,7 +352,7 @@ fn start_or_exit(mut command: Command) -> Result<(), (Option<i32>, String)> {
     let mut stderr = String::new();
     for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
-        if line.contains("listening on") {
+        if common::listening::listening_address(&line).is_some() {
             let _ = child.kill();
             let _ = child.wait();
             return Ok(());
@@ -394,7 +372,8 @@ async fn jobgate_refuses_to_serve_several_tenants_when_every_job_would_run_as_it
     let one_tenant = dir.path().join("one-tenant.toml");
     std::fs::write(
         &one_tenant,
-        token_entry("alice", ALICE, "\"team-a\"") + &token_entry("alice-ci", BOB, "\"team-a\""),
+        token_entry("alice", ALICE, "namespaces = [\"team-a\"]")
+            + &token_entry("alice-ci", BOB, "namespaces = [\"team-a\"]"),
     )
     .unwrap();
     let secret = dir.path().join("jwt.secret");

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::{GqlWs, Server, WAIT, close_of, scrape, ws_raw};
+use common::{GqlWs, Polling, Server, close_after_init, scrape, token_entry};
 use futures::SinkExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
@@ -22,16 +22,10 @@ const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $inpu
 /// A tokens file for alice (team-a), bob (team-b) and an admin, in `dir`.
 fn tokens_file(dir: &Path) -> String {
     let path = dir.join("tokens.toml");
-    let entry = |name: &str, token: &str, extra: &str| {
-        format!(
-            "[[token]]\nname = \"{name}\"\nsha256 = \"{}\"\n{extra}\n",
-            jobgate::auth::hash_token(token)
-        )
-    };
     let text = [
-        entry("alice", ALICE, "namespaces = [\"team-a\"]"),
-        entry("bob", BOB, "namespaces = [\"team-b\"]"),
-        entry("admin", ADMIN, "admin = true"),
+        token_entry("alice", ALICE, "namespaces = [\"team-a\"]"),
+        token_entry("bob", BOB, "namespaces = [\"team-b\"]"),
+        token_entry("admin", ADMIN, "admin = true"),
     ]
     .concat();
     std::fs::write(&path, text).unwrap();
@@ -51,21 +45,6 @@ async fn tenants() -> (Server, tempfile::TempDir) {
     (server, dir)
 }
 
-/// POSTs a GraphQL request as `token`'s holder; returns the status and body.
-async fn gql_as(server: &Server, token: Option<&str>, query: &str, variables: Value) -> (u16, Value) {
-    let mut request = server
-        .http()
-        .post(server.url("/graphql"))
-        .header("accept", "application/graphql-response+json")
-        .json(&json!({ "query": query, "variables": variables }));
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
-}
-
 fn code(body: &Value) -> &str {
     body["errors"][0]["extensions"]["code"]
         .as_str()
@@ -73,7 +52,7 @@ fn code(body: &Value) -> &str {
 }
 
 async fn submit_as(server: &Server, token: Option<&str>, input: Value) -> Value {
-    let (_, body) = gql_as(server, token, SUBMIT, json!({ "input": input })).await;
+    let (_, body) = server.gql_as(token, SUBMIT, json!({ "input": input })).await;
     body
 }
 
@@ -111,25 +90,19 @@ async fn credentials_are_required_and_checked_over_http_and_websocket() {
         let body: Value = response.json().await.unwrap();
         assert_eq!(code(&body), "UNAUTHENTICATED", "{body}");
     }
-    let (status, body) = gql_as(&server, Some(ALICE), query, json!({})).await;
+    let (status, body) = server.gql_as(Some(ALICE), query, json!({})).await;
     assert_eq!(
         (status, &body["data"]["jobs"]["totalCount"]),
         (200, &json!(0)),
         "{body}"
     );
 
-    let mut ws = ws_raw(&server, &["graphql-transport-ws"]).await;
-    ws.send(Message::text(r#"{"type":"connection_init"}"#))
-        .await
-        .unwrap();
-    assert_eq!(close_of(&mut ws).await.0, 4403);
-    let mut ws = ws_raw(&server, &["graphql-transport-ws"]).await;
-    ws.send(Message::text(
-        json!({"type": "connection_init", "payload": {"authorization": "Bearer nope"}}).to_string(),
-    ))
-    .await
-    .unwrap();
-    assert_eq!(close_of(&mut ws).await.0, 4403);
+    for (what, payload) in [
+        ("a bare init", None),
+        ("a wrong token", Some(json!({"authorization": "Bearer nope"}))),
+    ] {
+        assert_eq!(close_after_init(&server, payload).await.0, 4403, "{what}");
+    }
     ws_as(&server, BOB).await; // acknowledged
 
     // Missing: an empty Authorization header, a bare init; invalid: two wrong tokens (a JWT
@@ -214,7 +187,9 @@ async fn jwts_signed_by_the_jwks_or_the_hs256_secret_carry_their_namespaces() {
         None,
         &hs256,
     );
-    let (status, body) = gql_as(&server, Some(&dave), "{ jobs { totalCount } }", json!({})).await;
+    let (status, body) = server
+        .gql_as(Some(&dave), "{ jobs { totalCount } }", json!({}))
+        .await;
     assert_eq!(
         (status, &body["data"]["jobs"]["totalCount"]),
         (200, &json!(1)),
@@ -254,7 +229,9 @@ async fn jwts_signed_by_the_jwks_or_the_hs256_secret_carry_their_namespaces() {
         (wrong_key, "bad signature"),
         (unsigned, "malformed"),
     ] {
-        let (status, body) = gql_as(&server, Some(&token), "{ jobs { totalCount } }", json!({})).await;
+        let (status, body) = server
+            .gql_as(Some(&token), "{ jobs { totalCount } }", json!({}))
+            .await;
         assert_eq!(status, 401, "{why}: {body}");
         assert_eq!(code(&body), "UNAUTHENTICATED");
         assert!(
@@ -283,13 +260,13 @@ async fn a_rotated_jwks_is_read_again_without_a_restart() {
         )
     };
     let query = "{ jobs { totalCount } }";
-    let (status, body) = gql_as(&server, Some(&token("retired")), query, json!({})).await;
+    let (status, body) = server.gql_as(Some(&token("retired")), query, json!({})).await;
     assert_eq!(status, 200, "{body}");
     // The issuer rotates: the file now holds only the new kid.
     std::fs::write(&path, &jwks).unwrap();
-    let (status, body) = gql_as(&server, Some(&token("test-es256")), query, json!({})).await;
+    let (status, body) = server.gql_as(Some(&token("test-es256")), query, json!({})).await;
     assert_eq!(status, 200, "the new key is read from the file: {body}");
-    let (status, body) = gql_as(&server, Some(&token("retired")), query, json!({})).await;
+    let (status, body) = server.gql_as(Some(&token("retired")), query, json!({})).await;
     assert_eq!(status, 401, "the retired key is gone: {body}");
     assert!(
         body["errors"][0]["message"]
@@ -340,20 +317,20 @@ async fn another_tenants_jobs_are_invisible_to_queries_subscriptions_and_cancel(
         let id = id.to_owned();
         let server = &server;
         async move {
-            let (_, job) = gql_as(
-                server,
-                Some(BOB),
-                "query($id: ID!) { job(id: $id) { id } }",
-                json!({"id": id}),
-            )
-            .await;
-            let (_, cancel) = gql_as(
-                server,
-                Some(BOB),
-                "mutation($id: ID!) { cancelJob(id: $id) { job { id } } }",
-                json!({"id": id}),
-            )
-            .await;
+            let (_, job) = server
+                .gql_as(
+                    Some(BOB),
+                    "query($id: ID!) { job(id: $id) { id } }",
+                    json!({"id": id}),
+                )
+                .await;
+            let (_, cancel) = server
+                .gql_as(
+                    Some(BOB),
+                    "mutation($id: ID!) { cancelJob(id: $id) { job { id } } }",
+                    json!({"id": id}),
+                )
+                .await;
             let depends = submit_as(
                 server,
                 Some(BOB),
@@ -390,9 +367,7 @@ async fn another_tenants_jobs_are_invisible_to_queries_subscriptions_and_cancel(
         "{seen:?}"
     );
 
-    let (_, lists) = gql_as(
-        &server,
-        Some(BOB),
+    let (_, lists) = server.gql_as(Some(BOB),
         "{ jobs { totalCount edges { node { id } } } jobStats { counts { total running pending } } namespaces }",
         json!({}),
     )
@@ -437,13 +412,13 @@ async fn another_tenants_jobs_are_invisible_to_queries_subscriptions_and_cancel(
         alice_ws.recv().await["payload"]["data"]["cancelJob"]["job"]["phase"],
         "CANCELLED"
     );
-    let (_, cancelled) = gql_as(
-        &server,
-        Some(BOB),
-        "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-        json!({"id": bobs}),
-    )
-    .await;
+    let (_, cancelled) = server
+        .gql_as(
+            Some(BOB),
+            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
+            json!({"id": bobs}),
+        )
+        .await;
     assert_eq!(
         cancelled["data"]["cancelJob"]["job"]["phase"], "CANCELLED",
         "{cancelled}"
@@ -455,13 +430,13 @@ async fn another_tenants_jobs_are_invisible_to_queries_subscriptions_and_cancel(
     );
 
     // The admin sees both, each with who submitted it.
-    let (_, all) = gql_as(
-        &server,
-        Some(ADMIN),
-        "{ jobs { totalCount edges { node { submitter namespace } } } }",
-        json!({}),
-    )
-    .await;
+    let (_, all) = server
+        .gql_as(
+            Some(ADMIN),
+            "{ jobs { totalCount edges { node { submitter namespace } } } }",
+            json!({}),
+        )
+        .await;
     assert_eq!(all["data"]["jobs"]["totalCount"], 2, "{all}");
     let mut who: Vec<String> = all["data"]["jobs"]["edges"]
         .as_array()
@@ -510,7 +485,7 @@ async fn rate_limits_answer_each_with_its_own_error() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(code(&body), "RATE_LIMITED", "{body}");
     assert_eq!(body["errors"][0]["extensions"]["retryAfterSeconds"], retry_after);
-    let (_, count) = gql_as(&server, None, "{ jobs { totalCount } }", json!({})).await;
+    let (_, count) = server.gql_as(None, "{ jobs { totalCount } }", json!({})).await;
     assert_eq!(
         count["data"]["jobs"]["totalCount"], 2,
         "nothing was created: {count}"
@@ -518,12 +493,7 @@ async fn rate_limits_answer_each_with_its_own_error() {
 
     let mut first = GqlWs::connect(&server).await;
     let _second = GqlWs::connect(&server).await;
-    let mut third = ws_raw(&server, &["graphql-transport-ws"]).await;
-    third
-        .send(Message::text(r#"{"type":"connection_init"}"#))
-        .await
-        .unwrap();
-    let (close, reason) = close_of(&mut third).await;
+    let (close, reason) = close_after_init(&server, None).await;
     assert_eq!(close, 1013, "{reason}");
     assert!(reason.contains("too many connections"), "{reason}");
 
@@ -575,12 +545,7 @@ async fn a_namespace_quota_caps_its_active_jobs() {
         json!({"command": ["sleep", "60"], "namespace": "other"}),
     )
     .await;
-    server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { id } } }",
-            json!({"id": running}),
-        )
-        .await;
+    server.cancel(&running).await;
     submit_ok(&server, None, json!({"command": ["true"]})).await;
 }
 
@@ -692,7 +657,7 @@ async fn origins_are_checked_and_simple_cross_site_posts_are_refused() {
             .unwrap();
         assert_eq!(response.status(), 415, "{content_type}");
     }
-    let (_, count) = gql_as(&server, None, "{ jobs { totalCount } }", json!({})).await;
+    let (_, count) = server.gql_as(None, "{ jobs { totalCount } }", json!({})).await;
     assert_eq!(count["data"]["jobs"]["totalCount"], 0, "{count}");
 }
 
@@ -702,13 +667,13 @@ async fn introspection_and_suggestions_can_be_turned_off() {
     let open = Server::start(&[]).await;
     let introspect = "{ __schema { queryType { name } } }";
     let typo = "{ jobz { totalCount } }";
-    let (_, body) = gql_as(&open, None, introspect, json!({})).await;
+    let (_, body) = open.gql_as(None, introspect, json!({})).await;
     assert_eq!(body["data"]["__schema"]["queryType"]["name"], "Query", "{body}");
-    let (_, body) = gql_as(&closed, None, introspect, json!({})).await;
+    let (_, body) = closed.gql_as(None, introspect, json!({})).await;
     assert!(body["data"]["__schema"].is_null(), "{body}");
-    let (_, body) = gql_as(&open, None, typo, json!({})).await;
+    let (_, body) = open.gql_as(None, typo, json!({})).await;
     assert!(body.to_string().contains("Did you mean"), "{body}");
-    let (_, body) = gql_as(&closed, None, typo, json!({})).await;
+    let (_, body) = closed.gql_as(None, typo, json!({})).await;
     assert!(
         body["errors"].is_array() && !body.to_string().contains("Did you mean"),
         "{body}"
@@ -769,13 +734,11 @@ async fn metrics_parse_and_their_counters_move_when_jobs_run() {
     assert!(after.contains_key("jobgate_broadcast_lag_recoveries_total"));
     drop(ws);
     // The socket's end is counted once the server has seen it close.
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let polling = Polling::start();
     while sample(&scrape(&server).await, "jobgate_websocket_connections") != 0.0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the closed socket is still counted"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        polling
+            .pause(|| "the closed socket is still counted".to_owned())
+            .await;
     }
     assert_eq!(
         sample(&scrape(&server).await, "jobgate_active_subscriptions"),

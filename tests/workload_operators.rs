@@ -7,10 +7,8 @@
 
 mod common;
 
-use common::Server;
 use common::cluster::Cluster;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 /// One built-in template and what its operator says.
@@ -58,22 +56,6 @@ impl Case {
 const FIELDS: &str = "id phase message result logs(tailLines: 50) progress { succeeded failed active total } \
     conditions { type status reason message }";
 
-async fn job(server: &Server, id: &str) -> Value {
-    server.job_with(id, FIELDS).await
-}
-
-async fn job_until(server: &Server, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    server.job_until(id, FIELDS, what, check).await
-}
-
-async fn pods_of(cluster: &Cluster, id: &str) -> Vec<Pod> {
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
-    pods.list(&ListParams::default().labels(&format!("jobgate.io/job-id={id}")))
-        .await
-        .unwrap()
-        .items
-}
-
 async fn run_case(case: Case) {
     let cluster = Cluster::start().await;
     cluster.emu.register_workload_crds(&[case.kind]).unwrap();
@@ -102,7 +84,9 @@ async fn run_case(case: Case) {
     let cancelled = server.submit(case.input(&[("EMULATOR_GATE", &gate)])).await;
 
     // Success: RUNNING first (seen over the subscription's history), then SUCCEEDED.
-    let done = job_until(&server, &succeeding, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED").await;
+    let done = server
+        .job_until(&succeeding, FIELDS, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED")
+        .await;
     let history = server
         .gql_ok(
             "query($id: ID!) { job(id: $id) { events { phase } } }",
@@ -152,14 +136,10 @@ async fn run_case(case: Case) {
     );
 
     // Failure, with the operator's reason and message.
-    let failed = job_until(&server, &failing, "FAILED", |j| j["phase"] == "FAILED").await;
-    let condition = failed["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Failed")
-        .cloned()
-        .unwrap();
+    let failed = server
+        .job_until(&failing, FIELDS, "FAILED", |j| j["phase"] == "FAILED")
+        .await;
+    let condition = common::condition(&failed, "Failed").unwrap();
     assert_eq!(condition["reason"], case.failure.0, "{}: {failed}", case.template);
     assert!(
         failed["message"].as_str().unwrap().contains(case.failure.1),
@@ -170,14 +150,10 @@ async fn run_case(case: Case) {
     assert_eq!(failed["result"], Value::Null);
 
     // Cancel: CANCELLED at once; the workload is stopped the template's way and its pods go.
-    job_until(&server, &cancelled, "RUNNING", |j| j["phase"] == "RUNNING").await;
-    let data = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": cancelled}),
-        )
+    server
+        .job_until(&cancelled, FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
         .await;
-    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&cancelled).await, "CANCELLED");
     let name = format!("jobgate-{cancelled}");
     match &case.cancel_patch {
         None => {
@@ -203,10 +179,10 @@ async fn run_case(case: Case) {
     }
     cluster
         .until("the cancelled job's pods are gone", || async {
-            pods_of(&cluster, &cancelled).await.is_empty()
+            cluster.pods_of(&cancelled).await.is_empty()
         })
         .await;
-    assert_eq!(job(&server, &cancelled).await["phase"], "CANCELLED");
+    assert_eq!(server.job_with(&cancelled, FIELDS).await["phase"], "CANCELLED");
 }
 
 #[tokio::test]

@@ -8,10 +8,8 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::cluster::Cluster;
-use common::{Server, WAIT};
+use common::{Polling, Server};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -109,16 +107,19 @@ fn widgets(cluster: &Cluster) -> Api<DynamicObject> {
     Api::namespaced_with(cluster.client.clone(), "default", &resource)
 }
 
+/// Waits until jobgate has made job `id`'s Widget; returns its name.
+async fn widget_of(cluster: &Cluster, id: &str) -> String {
+    let name = format!("jobgate-{id}");
+    cluster
+        .until(&format!("the Widget {name} exists"), || async {
+            widgets(cluster).get_opt(&name).await.unwrap().is_some()
+        })
+        .await;
+    name
+}
+
 const JOB_FIELDS: &str = "id phase message result template progress { succeeded active total } \
     conditions { type status reason message } logs(tailLines: 10)";
-
-async fn job(server: &Server, id: &str) -> Value {
-    server.job_with(id, JOB_FIELDS).await
-}
-
-async fn job_until(server: &Server, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    server.job_until(id, JOB_FIELDS, what, check).await
-}
 
 async fn set_status(cluster: &Cluster, name: &str, status: Value) {
     widgets(cluster)
@@ -140,12 +141,7 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
     let id = server
         .submit(json!({"template": "widget", "name": "spin", "image": "widgets:1", "command": ["spin", "--fast"], "parameters": {"size": 3}}))
         .await;
-    let name = format!("jobgate-{id}");
-    cluster
-        .until("the Widget exists", || async {
-            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-        })
-        .await;
+    let name = widget_of(&cluster, &id).await;
     let widget = widgets(&cluster).get(&name).await.unwrap();
     let labels = widget.metadata.labels.clone().unwrap();
     assert_eq!(labels["app.kubernetes.io/managed-by"], "jobgate");
@@ -183,31 +179,25 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
         json!({"state": "Spinning", "done": 1, "startedAt": "2026-01-01T00:00:00Z"}),
     )
     .await;
-    let running = job_until(&server, &id, "RUNNING", |j| j["phase"] == "RUNNING").await;
+    let running = server
+        .job_until(&id, JOB_FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
+        .await;
     assert_eq!(running["progress"]["total"], 3);
     cluster
         .until("progress reaches jobgate", || async {
-            job(&server, &id).await["progress"]["succeeded"] == 1
+            server.job_with(&id, JOB_FIELDS).await["progress"]["succeeded"] == 1
         })
         .await;
 
     // A state no rule knows: the phase stays, and a condition says what was seen.
     set_status(&cluster, &name, json!({"state": "Wobbling", "done": 2})).await;
-    let odd = job_until(&server, &id, "the status is reported not understood", |j| {
-        j["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["type"] == "StatusUnderstood" && c["status"] == "False")
-    })
-    .await;
+    let odd = server
+        .job_until(&id, JOB_FIELDS, "the status is reported not understood", |j| {
+            common::condition(j, "StatusUnderstood").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
     assert_eq!(odd["phase"], "RUNNING");
-    let c = odd["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "StatusUnderstood")
-        .unwrap();
+    let c = common::condition(&odd, "StatusUnderstood").unwrap();
     assert_eq!(c["reason"], "UnknownStatus");
     assert!(c["message"].as_str().unwrap().contains("Wobbling"), "{c}");
     // Malformed, not merely unknown: still no crash, no stall.
@@ -223,15 +213,13 @@ async fn a_template_file_turns_a_job_into_its_kind_and_its_status_into_phases() 
         json!({"state": "Done", "done": 3, "output": "42 widgets"}),
     )
     .await;
-    let done = job_until(&server, &id, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED").await;
+    let done = server
+        .job_until(&id, JOB_FIELDS, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED")
+        .await;
     assert_eq!(done["result"], "42 widgets");
     assert_eq!(done["progress"]["succeeded"], 3);
     assert!(
-        !done["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["type"] == "StatusUnderstood"),
+        common::condition(&done, "StatusUnderstood").is_none(),
         "the understood status replaced the condition: {done}"
     );
 }
@@ -245,40 +233,28 @@ async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_te
     let broken = server
         .submit(json!({"template": "widget", "image": "widgets:1"}))
         .await;
-    let name = format!("jobgate-{broken}");
-    cluster
-        .until("the Widget exists", || async {
-            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-        })
-        .await;
+    let name = widget_of(&cluster, &broken).await;
     set_status(
         &cluster,
         &name,
         json!({"state": "Broken", "error": "the spindle snapped"}),
     )
     .await;
-    let failed = job_until(&server, &broken, "FAILED", |j| j["phase"] == "FAILED").await;
+    let failed = server
+        .job_until(&broken, JOB_FIELDS, "FAILED", |j| j["phase"] == "FAILED")
+        .await;
     assert_eq!(failed["message"], "the spindle snapped");
     assert_eq!(failed["result"], Value::Null);
 
     let cancelled = server
         .submit(json!({"template": "widget", "image": "widgets:1"}))
         .await;
-    let name = format!("jobgate-{cancelled}");
-    cluster
-        .until("the Widget exists", || async {
-            widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-        })
-        .await;
+    let name = widget_of(&cluster, &cancelled).await;
     set_status(&cluster, &name, json!({"state": "Spinning"})).await;
-    job_until(&server, &cancelled, "RUNNING", |j| j["phase"] == "RUNNING").await;
-    let data = server
-        .gql_ok(
-            "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
-            json!({"id": cancelled}),
-        )
+    server
+        .job_until(&cancelled, JOB_FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
         .await;
-    assert_eq!(data["cancelJob"]["job"]["phase"], "CANCELLED");
+    assert_eq!(server.cancel(&cancelled).await, "CANCELLED");
     cluster
         .until("the Widget is told to stop", || async {
             widgets(&cluster).get(&name).await.unwrap().data["spec"]["stop"] == true
@@ -290,18 +266,14 @@ async fn a_failed_workload_fails_the_job_with_its_message_and_cancel_uses_the_te
     let barrier = server
         .submit(json!({"template": "widget", "image": "widgets:1"}))
         .await;
-    let barrier_name = format!("jobgate-{barrier}");
-    cluster
-        .until("the barrier Widget exists", || async {
-            widgets(&cluster).get_opt(&barrier_name).await.unwrap().is_some()
+    let barrier_name = widget_of(&cluster, &barrier).await;
+    set_status(&cluster, &barrier_name, json!({"state": "Done"})).await;
+    server
+        .job_until(&barrier, JOB_FIELDS, "the barrier SUCCEEDED", |j| {
+            j["phase"] == "SUCCEEDED"
         })
         .await;
-    set_status(&cluster, &barrier_name, json!({"state": "Done"})).await;
-    job_until(&server, &barrier, "the barrier SUCCEEDED", |j| {
-        j["phase"] == "SUCCEEDED"
-    })
-    .await;
-    let after = job(&server, &cancelled).await;
+    let after = server.job_with(&cancelled, JOB_FIELDS).await;
     assert_eq!(after["phase"], "CANCELLED", "{after}");
     assert_eq!(after["message"], "cancelled by request");
 }
@@ -319,14 +291,11 @@ async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retenti
         .submit(json!({"template": "widget", "image": "widgets:1", "ttlSecondsAfterFinished": 3600}))
         .await;
     for id in [&short, &kept] {
-        let name = format!("jobgate-{id}");
-        cluster
-            .until("the Widget exists", || async {
-                widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-            })
-            .await;
+        let name = widget_of(&cluster, id).await;
         set_status(&cluster, &name, json!({"state": "Done"})).await;
-        job_until(&server, id, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED").await;
+        server
+            .job_until(id, JOB_FIELDS, "SUCCEEDED", |j| j["phase"] == "SUCCEEDED")
+            .await;
     }
     let short_name = format!("jobgate-{short}");
     cluster
@@ -354,7 +323,7 @@ async fn finished_workloads_of_kinds_without_ttl_are_deleted_after_their_retenti
         "a Widget with an hour to live is kept"
     );
     // jobgate keeps the job's history after its object is gone.
-    assert_eq!(job(&server, &short).await["phase"], "SUCCEEDED");
+    assert_eq!(server.job_with(&short, JOB_FIELDS).await["phase"], "SUCCEEDED");
 }
 
 async fn templates(server: &Server) -> Vec<Value> {
@@ -451,10 +420,7 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
 
     // A job of a kind the cluster lacks is refused, and nothing is created.
     let refused = server
-        .gql(
-            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-            json!({"input": {"template": "argo-workflow", "image": "alpine:3.20", "command": ["true"]}}),
-        )
+        .submit_answer(json!({"template": "argo-workflow", "image": "alpine:3.20", "command": ["true"]}))
         .await;
     assert_eq!(
         refused["errors"][0]["extensions"]["code"], "UNAVAILABLE",
@@ -474,17 +440,15 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
         .emu
         .register_crd_yaml(&crd("argoproj.io", "v1alpha1", "Workflow", "workflows"))
         .unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let polling = Polling::start();
     loop {
         let all = templates(&server).await;
         if by_name(&all, "argo-workflow")["available"] == true {
             break;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "argo-workflow never became available"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        polling
+            .pause(|| "argo-workflow never became available".to_owned())
+            .await;
     }
     assert!(common::metrics_text(&server).await.contains(
         r#"jobgate_template_available{template="argo-workflow",kind="argoproj.io/v1alpha1 Workflow"} 1"#
@@ -500,17 +464,6 @@ async fn bad_input_for_a_template_names_the_field_and_creates_nothing() {
     let server = cluster
         .jobgate(&["--template-dir", dir.path().to_str().unwrap()])
         .await;
-    let submit = |input: Value| {
-        let server = &server;
-        async move {
-            server
-                .gql(
-                    "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-                    json!({ "input": input }),
-                )
-                .await
-        }
-    };
     for (input, field, text) in [
         (
             json!({"template": "widget", "image": "w:1", "parameters": {"size": 11}}),
@@ -543,7 +496,7 @@ async fn bad_input_for_a_template_names_the_field_and_creates_nothing() {
             "unknown template",
         ),
     ] {
-        let answer = submit(input.clone()).await;
+        let answer = server.submit_answer(input.clone()).await;
         let e = &answer["errors"][0];
         assert_eq!(e["extensions"]["code"], "BAD_USER_INPUT", "{input}: {answer}");
         assert_eq!(e["extensions"]["field"], field, "{input}: {answer}");
@@ -603,9 +556,8 @@ async fn on_the_local_executor_workload_templates_are_listed_but_unavailable() {
         "{ray}"
     );
     let refused = server
-        .gql(
-            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }",
-            json!({"input": {"template": "rayjob", "image": "rayproject/ray:2.52.0", "command": ["python", "-c", "1"]}}),
+        .submit_answer(
+            json!({"template": "rayjob", "image": "rayproject/ray:2.52.0", "command": ["python", "-c", "1"]}),
         )
         .await;
     assert_eq!(
@@ -629,14 +581,11 @@ async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile(
         .submit(json!({"template": "widget", "image": "widgets:1", "ttlSecondsAfterFinished": 1}))
         .await;
     for id in [&finished, &deleted, &expiring] {
-        let name = format!("jobgate-{id}");
-        cluster
-            .until("the Widget exists", || async {
-                widgets(&cluster).get_opt(&name).await.unwrap().is_some()
-            })
-            .await;
+        let name = widget_of(&cluster, id).await;
         set_status(&cluster, &name, json!({"state": "Spinning"})).await;
-        job_until(&server, id, "RUNNING", |j| j["phase"] == "RUNNING").await;
+        server
+            .job_until(id, JOB_FIELDS, "RUNNING", |j| j["phase"] == "RUNNING")
+            .await;
     }
     server.kill9();
 
@@ -654,26 +603,24 @@ async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile(
     set_status(&cluster, &format!("jobgate-{expiring}"), json!({"state": "Done"})).await;
 
     let server = server.start_again(&args).await;
-    let done = job_until(&server, &finished, "SUCCEEDED after the restart", |j| {
-        j["phase"] == "SUCCEEDED"
-    })
-    .await;
+    let done = server
+        .job_until(&finished, JOB_FIELDS, "SUCCEEDED after the restart", |j| {
+            j["phase"] == "SUCCEEDED"
+        })
+        .await;
     assert_eq!(done["result"], "ok");
-    let gone = job_until(&server, &deleted, "FAILED after the restart", |j| {
-        j["phase"] == "FAILED"
-    })
-    .await;
-    let failed = gone["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Failed")
-        .unwrap();
+    let gone = server
+        .job_until(&deleted, JOB_FIELDS, "FAILED after the restart", |j| {
+            j["phase"] == "FAILED"
+        })
+        .await;
+    let failed = common::condition(&gone, "Failed").unwrap();
     assert_eq!(failed["reason"], "WorkloadDeleted", "{gone}");
-    job_until(&server, &expiring, "SUCCEEDED after the restart", |j| {
-        j["phase"] == "SUCCEEDED"
-    })
-    .await;
+    server
+        .job_until(&expiring, JOB_FIELDS, "SUCCEEDED after the restart", |j| {
+            j["phase"] == "SUCCEEDED"
+        })
+        .await;
     let name = format!("jobgate-{expiring}");
     cluster
         .until("the expired Widget is deleted by the new jobgate", || async {
@@ -698,14 +645,10 @@ async fn a_child_of_a_kind_the_cluster_does_not_serve_fails_the_job_and_removes_
     let id = server
         .submit(json!({"template": "geared-widget", "image": "widgets:1"}))
         .await;
-    let failed = job_until(&server, &id, "FAILED", |j| j["phase"] == "FAILED").await;
-    let condition = failed["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Failed")
-        .unwrap()
-        .clone();
+    let failed = server
+        .job_until(&id, JOB_FIELDS, "FAILED", |j| j["phase"] == "FAILED")
+        .await;
+    let condition = common::condition(&failed, "Failed").unwrap();
     assert_eq!(condition["reason"], "InvalidWorkload", "{failed}");
     assert!(
         failed["message"].as_str().unwrap().contains("Sprocket"),

@@ -4,14 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job as K8sJob;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube_emulator::Emulator;
 
-use super::{Server, WAIT};
+use super::{Polling, Server};
 
 /// An emulated cluster, a kubeconfig pointing at it, and a kube-rs client for inspection.
 pub struct Cluster {
@@ -65,6 +64,16 @@ impl Cluster {
         Api::namespaced(self.client.clone(), "default")
     }
 
+    /// The pods of jobgate's job `id`, found by the label jobgate puts on what it creates.
+    pub async fn pods_of(&self, id: &str) -> Vec<Pod> {
+        let labels = format!("jobgate.io/job-id={id}");
+        self.pods()
+            .list(&ListParams::default().labels(&labels))
+            .await
+            .unwrap()
+            .items
+    }
+
     /// The Jobs jobgate manages, by jobgate job id.
     pub async fn managed_jobs(&self) -> BTreeMap<String, Vec<K8sJob>> {
         let list = self
@@ -86,10 +95,9 @@ impl Cluster {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        let polling = Polling::start();
         while !check().await {
-            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            polling.pause(|| format!("never: {what}")).await;
         }
     }
 }

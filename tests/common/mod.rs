@@ -1,23 +1,29 @@
 //! Test harness: starts the real `jobgate` binary on 127.0.0.1:0 with its own data
-//! directory and drives it over HTTP and WebSocket, as a user would.
-#![allow(dead_code)]
+//! directory and drives it over HTTP and WebSocket, as a user would. [`Server`] is one
+//! jobgate (started, asked, stopped); its waits are in `wait`, its WebSocket clients in `ws`,
+//! a small disk to fill under it in `disk`, an emulated Kubernetes cluster in `cluster`. The
+//! harness never asserts what a test is about, only that jobgate answered at all.
+// Each test binary uses a part of the harness; the rest is unused there, not dead.
+#![allow(dead_code, unused_imports)]
 
 pub mod cluster;
+mod disk;
+pub mod listening;
+mod wait;
+mod ws;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub use disk::SmallDisk;
+pub use wait::Polling;
+pub use ws::{GqlWs, Ws, close_after_init, close_of, ws_raw};
 
 /// The local executor's default `--local-work-dir`.
 pub fn default_work_root() -> PathBuf {
@@ -134,35 +140,18 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting jobgate");
-        let stderr = child.stderr.take().unwrap();
+        let stderr = child.stderr.take().expect("jobgate's standard error is piped");
         let logs = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
         let sink = logs.clone();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.split("listening on http://").nth(1)
-                    && let Some(tx) = tx.take()
-                {
-                    let addr: String = rest
-                        .chars()
-                        .take_while(|c| !c.is_whitespace() && *c != ' ')
-                        .collect();
-                    let _ = tx.send(addr);
-                }
-                sink.lock().unwrap().push(line);
-            }
+        let listening = listening::read_log_until_listening(stderr, WAIT, move |line| {
+            sink.lock().unwrap().push(line);
         });
-        let addr = match rx.recv_timeout(WAIT) {
-            Ok(addr) => addr
-                .trim_end_matches(|c: char| !c.is_ascii_digit())
-                .parse()
-                .expect("address"),
-            Err(_) => {
+        let addr = match listening {
+            Ok((addr, _)) => addr,
+            Err(why) => {
                 let _ = child.kill();
                 panic!(
-                    "jobgate did not start; its log:\n{}",
+                    "jobgate did not start ({why:?}); its log:\n{}",
                     logs.lock().unwrap().join("\n")
                 );
             }
@@ -215,6 +204,22 @@ impl Server {
         body["data"].clone()
     }
 
+    /// POSTs a GraphQL request as `token`'s holder (anonymously for `None`), asking for
+    /// `application/graphql-response+json`; returns the status and the JSON body.
+    pub async fn gql_as(&self, token: Option<&str>, query: &str, variables: Value) -> (u16, Value) {
+        let mut request = self
+            .http
+            .post(self.url("/graphql"))
+            .header("accept", "application/graphql-response+json")
+            .json(&json!({ "query": query, "variables": variables }));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("POST /graphql");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON body"))
+    }
+
     /// Submits a job and returns its id.
     pub async fn submit(&self, input: Value) -> String {
         let data = self
@@ -225,6 +230,30 @@ impl Server {
             .await;
         assert_eq!(data["submitJob"]["job"]["phase"], "PENDING");
         data["submitJob"]["job"]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Submits a job that may be refused; returns the whole answer, `data` (the job's id,
+    /// phase and message) or `errors`.
+    pub async fn submit_answer(&self, input: Value) -> Value {
+        self.gql(
+            "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase message } } }",
+            json!({ "input": input }),
+        )
+        .await
+    }
+
+    /// Cancels a job, which must succeed; returns the phase the answer gives it.
+    pub async fn cancel(&self, id: &str) -> String {
+        let data = self
+            .gql_ok(
+                "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }",
+                json!({ "id": id }),
+            )
+            .await;
+        data["cancelJob"]["job"]["phase"]
+            .as_str()
+            .expect("the cancelled job's phase")
+            .to_owned()
     }
 
     pub async fn job(&self, id: &str) -> Value {
@@ -242,81 +271,6 @@ impl Server {
     pub async fn job_with(&self, id: &str, fields: &str) -> Value {
         let query = format!("query($id: ID!) {{ job(id: $id) {{ {fields} }} }}");
         self.gql_ok(&query, json!({ "id": id })).await["job"].clone()
-    }
-
-    /// Asks for the job (with `fields`) until `check` holds of it, and returns it: for states
-    /// a subscription does not announce (progress, conditions, another object's effect). The
-    /// test polls its own API; jobgate polls nothing.
-    pub async fn job_until(
-        &self,
-        id: &str,
-        fields: &str,
-        what: &str,
-        check: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let job = self.job_with(id, fields).await;
-            if check(&job) {
-                return job;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "never: {what}; last {job}; jobgate's log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Waits (through a jobStatus subscription, never by polling) until the job is terminal;
-    /// returns the phases seen, the first being the state at subscription time.
-    pub async fn wait_terminal(&self, id: &str) -> Vec<String> {
-        let mut ws = GqlWs::connect(self).await;
-        ws.subscribe(
-            "s",
-            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
-            json!({"id": id}),
-        )
-        .await;
-        let mut phases = Vec::new();
-        loop {
-            let msg = ws.recv().await;
-            match msg["type"].as_str() {
-                Some("next") => phases.push(
-                    msg["payload"]["data"]["jobStatus"]["phase"]
-                        .as_str()
-                        .unwrap()
-                        .to_owned(),
-                ),
-                Some("complete") => return phases,
-                _ => panic!("unexpected message {msg}"),
-            }
-        }
-    }
-
-    /// Waits (through jobStatus) until the job reaches `phase`; panics if it ends first.
-    pub async fn wait_phase(&self, id: &str, phase: &str) {
-        let mut ws = GqlWs::connect(self).await;
-        ws.subscribe(
-            "s",
-            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
-            json!({"id": id}),
-        )
-        .await;
-        loop {
-            let Some(msg) = ws.recv_within(WAIT).await else {
-                let job = self.job(id).await;
-                panic!(
-                    "job {id} did not reach {phase} within {WAIT:?}; it is {job}; jobgate's log:\n{}",
-                    self.log_text()
-                );
-            };
-            assert_eq!(msg["type"], "next", "jobStatus ended before {phase}: {msg}");
-            if msg["payload"]["data"]["jobStatus"]["phase"] == phase {
-                return;
-            }
-        }
     }
 
     pub fn pid(&self) -> i32 {
@@ -344,20 +298,6 @@ impl Server {
             .unwrap()
     }
 
-    /// Waits until jobgate's log has a line containing `needle` (its log is read from a pipe
-    /// by a thread of ours, so a line written before an answer may be read after it).
-    pub async fn wait_log(&self, needle: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.log_text().contains(needle) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "jobgate's log never said {needle:?}:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     pub fn log_text(&self) -> String {
         self.logs.lock().unwrap().join("\n")
     }
@@ -369,99 +309,39 @@ impl Drop for Server {
     }
 }
 
-pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-/// Opens a WebSocket to jobgate offering `protocols` (none when empty).
-pub async fn ws_raw(server: &Server, protocols: &[&str]) -> Ws {
-    let mut request = server.ws_url().into_client_request().unwrap();
-    if !protocols.is_empty() {
-        request
-            .headers_mut()
-            .insert("Sec-WebSocket-Protocol", protocols.join(", ").parse().unwrap());
-    }
-    let (ws, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("websocket connect");
-    ws
+/// The job's condition of type `type_`, if it has one (jobgate keeps one per type); `job` is
+/// a job as `job_with` answers it, with `conditions { type … }` asked for.
+pub fn condition<'a>(job: &'a Value, type_: &str) -> Option<&'a Value> {
+    job["conditions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no conditions in {job}"))
+        .iter()
+        .find(|c| c["type"] == type_)
 }
 
-/// A graphql-transport-ws client over tokio-tungstenite.
-pub struct GqlWs {
-    pub ws: Ws,
+/// One entry of an `--api-tokens-file`: the token `name` hashed, and its scope, a TOML line
+/// such as `namespaces = ["team-a"]` or `admin = true`.
+pub fn token_entry(name: &str, token: &str, scope: &str) -> String {
+    format!(
+        "[[token]]\nname = \"{name}\"\nsha256 = \"{}\"\n{scope}\n",
+        jobgate::auth::hash_token(token)
+    )
 }
 
-impl GqlWs {
-    /// Connects and completes connection_init / connection_ack.
-    pub async fn connect(server: &Server) -> GqlWs {
-        Self::connect_with(server, json!({})).await
-    }
+/// Names a table's row in the test's output if the test fails while the row runs (an
+/// assertion of the row's, or a helper's time limit): `let _row = TableRow::named(&name);`.
+pub struct TableRow(String);
 
-    pub async fn connect_with(server: &Server, payload: Value) -> GqlWs {
-        let ws = ws_raw(server, &["graphql-transport-ws"]).await;
-        let mut client = GqlWs { ws };
-        client
-            .send(json!({"type": "connection_init", "payload": payload}))
-            .await;
-        let ack = client.recv().await;
-        assert_eq!(ack["type"], "connection_ack", "expected an ack, got {ack}");
-        client
-    }
-
-    pub async fn send(&mut self, msg: Value) {
-        self.ws.send(Message::text(msg.to_string())).await.expect("send");
-    }
-
-    pub async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
-        self.send(
-            json!({"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}),
-        )
-        .await;
-    }
-
-    /// The next protocol message (control frames are skipped); panics on close.
-    pub async fn recv(&mut self) -> Value {
-        self.recv_within(WAIT)
-            .await
-            .expect("no message within the wait limit")
-    }
-
-    /// The next protocol message within `limit`, or `None`; panics on close.
-    pub async fn recv_within(&mut self, limit: Duration) -> Option<Value> {
-        // One deadline for the message, however many keepalive pings arrive meanwhile.
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let frame = tokio::time::timeout_at(deadline, self.ws.next())
-                .await
-                .ok()?
-                .expect("socket ended")
-                .expect("socket error");
-            match frame {
-                Message::Text(t) => return Some(serde_json::from_str(t.as_str()).expect("JSON message")),
-                Message::Close(c) => panic!("socket closed: {c:?}"),
-                _ => continue,
-            }
-        }
-    }
-
-    /// Reads until the socket closes; returns the close code and reason.
-    pub async fn closed(&mut self) -> (u16, String) {
-        close_of(&mut self.ws).await
+impl TableRow {
+    pub fn named(name: &str) -> TableRow {
+        TableRow(name.to_owned())
     }
 }
 
-/// Reads frames until a close frame; returns its code and reason.
-pub async fn close_of(ws: &mut Ws) -> (u16, String) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let frame = tokio::time::timeout_at(deadline, ws.next())
-            .await
-            .expect("no close within the wait limit");
-        match frame {
-            Some(Ok(Message::Close(Some(c)))) => return (c.code.into(), c.reason.to_string()),
-            Some(Ok(Message::Close(None))) => return (1005, String::new()),
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => panic!("socket error before close: {e}"),
-            None => panic!("socket ended without a close frame"),
+impl Drop for TableRow {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the failing row: {}", self.0);
         }
     }
 }
@@ -512,131 +392,4 @@ pub async fn metrics_text(server: &Server) -> String {
 /// GETs `/metrics` and parses it.
 pub async fn scrape(server: &Server) -> HashMap<String, f64> {
     parse_metrics(&metrics_text(server).await)
-}
-
-/// A small disk for jobgate's data directory, to fill and free under a running jobgate: a
-/// tmpfs mounted in a mount namespace of its own (so nothing on the machine sees it), held
-/// open by a `sleep` in that namespace. jobgate runs in it through `nsenter`; the test reaches
-/// its files through `/proc/<holder>/root`. As root this needs only a mount namespace; as
-/// another user, a user namespace mapping that user to itself.
-pub struct SmallDisk {
-    holder: Child,
-    /// The mount point, as seen inside the namespace.
-    dir: PathBuf,
-    _temp: tempfile::TempDir,
-}
-
-impl SmallDisk {
-    /// A tmpfs of `size` (e.g. "4m"), or why one cannot be made here.
-    pub fn create(size: &str) -> Result<SmallDisk, String> {
-        let temp = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let dir = temp.path().to_owned();
-        let root = nix::unistd::geteuid().is_root();
-        let mut command = Command::new("unshare");
-        if !root {
-            command.args(["--user", "--map-current-user"]);
-        }
-        let script = format!(
-            "mount -t tmpfs -o size={size},mode=0755 tmpfs '{}' && echo mounted && exec sleep 600",
-            dir.display()
-        );
-        let mut holder = command
-            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("running unshare: {e}"))?;
-        let mut line = String::new();
-        let stdout = holder.stdout.take().expect("piped");
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        if line.trim() != "mounted" {
-            let _ = holder.kill();
-            let output = holder.wait_with_output().map_err(|e| e.to_string())?;
-            return Err(format!(
-                "unshare could not mount a tmpfs: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
-        }
-        Ok(SmallDisk {
-            holder,
-            dir,
-            _temp: temp,
-        })
-    }
-
-    /// A small disk, or `None` with a loud notice where namespaces are not allowed; in CI
-    /// (`CI=true`) it must work.
-    pub fn or_skip(size: &str) -> Option<SmallDisk> {
-        match Self::create(size) {
-            Ok(disk) => Some(disk),
-            Err(why) if std::env::var("CI").as_deref() != Ok("true") => {
-                eprintln!("SKIPPED: this test needs a tmpfs in a mount namespace of its own: {why}");
-                None
-            }
-            Err(why) => panic!("CI=true, and this test needs a tmpfs in a mount namespace: {why}"),
-        }
-    }
-
-    /// jobgate's data directory, as jobgate sees it.
-    pub fn data_dir(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    /// The path, seen from the test, of `relative` on the disk.
-    pub fn path(&self, relative: &str) -> PathBuf {
-        let inside = self.dir.join(relative);
-        PathBuf::from(format!("/proc/{}/root{}", self.holder.id(), inside.display()))
-    }
-
-    /// The command that runs a program in the disk's namespace.
-    fn wrapper(&self) -> Vec<String> {
-        let mut wrapper = vec![
-            "nsenter".to_owned(),
-            "--target".to_owned(),
-            self.holder.id().to_string(),
-        ];
-        if !nix::unistd::geteuid().is_root() {
-            wrapper.extend(["--user".to_owned(), "--preserve-credentials".to_owned()]);
-        }
-        wrapper.push("--mount".to_owned());
-        wrapper.push("--".to_owned());
-        wrapper
-    }
-
-    /// Fills every free byte with a file of its own.
-    pub fn fill(&self) {
-        use std::io::Write;
-        let mut file = std::fs::File::create(self.path("filler")).expect("creating the filler");
-        let block = vec![0u8; 64 * 1024];
-        loop {
-            match file.write(&block) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
-                Err(e) => panic!("filling the disk: {e}"),
-            }
-        }
-        // Smaller writes for the last partial block.
-        while let Ok(n) = file.write(&block[..512]) {
-            if n == 0 {
-                break;
-            }
-        }
-    }
-
-    /// Frees what [`SmallDisk::fill`] took.
-    pub fn free(&self) {
-        std::fs::remove_file(self.path("filler")).expect("removing the filler");
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        // The namespace, and the tmpfs with it, go when its last process does.
-        let _ = self.holder.kill();
-        let _ = self.holder.wait();
-    }
 }
