@@ -24,11 +24,11 @@ use crate::executor::local::sandbox::{self, RunAs};
 use crate::graphql::http::HttpOptions;
 use crate::graphql::schema::QueryLimits;
 use crate::graphql::ws::WsConfig;
+use crate::jobs::catalog::{self, Runtime};
 use crate::jobs::service::ServiceConfig;
-use crate::jobs::template::{self, Runtime};
-use crate::limits::RateLimitSettings;
 use crate::metrics::Metrics;
 use crate::model::{Scope, TemplateInputs, ValidationLimits};
+use crate::rate_limits::RateLimitSettings;
 use crate::store::Durability;
 use crate::templates::{TemplateError, TemplateSet};
 
@@ -734,7 +734,7 @@ impl Config {
             },
         };
         ServiceConfig {
-            templates: template::builtin(&limits, runtime, &workloads),
+            templates: catalog::builtin(&limits, runtime, &workloads),
             workload_templates: workloads,
             limits,
             broadcast_capacity: self.broadcast_capacity as usize,

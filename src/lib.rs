@@ -13,9 +13,9 @@
 //!   the event log;
 //! - [`executor`]: the `Executor` trait, local processes and Kubernetes;
 //! - [`jobs`]: the one writer of job state (`service`), the event fan-out with replay
-//!   (`bus`), templates described for clients (`template`);
+//!   (`bus`), templates described for clients (`catalog`);
 //! - [`auth`]: who is calling (API tokens, JWTs, anonymous) and their namespaces;
-//!   [`limits`]: per-identity rate limits;
+//!   [`rate_limits`]: per-identity rate limits;
 //! - [`graphql`]: schema types and resolvers, error codes, the HTTP and graphql-transport-ws
 //!   transports;
 //! - [`hosts`]: which `Host` a request may name (DNS rebinding); [`listener`]: the accept
@@ -35,10 +35,10 @@ pub mod executor;
 pub mod graphql;
 pub mod hosts;
 pub mod jobs;
-pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod model;
+pub mod rate_limits;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -38,8 +38,8 @@ use crate::graphql::schema::{self, JobgateSchema};
 use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
 use crate::hosts::AllowedHosts;
 use crate::jobs::service::JobService;
-use crate::limits::{Limited, RateLimits};
 use crate::metrics::Metrics;
+use crate::rate_limits::{Limited, RateLimits};
 use crate::store::{SqliteStore, Store};
 
 /// Everything a request handler needs; cloning is cheap.

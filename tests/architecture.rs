@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["executor"],
     &["jobs"],
     // Who is calling and how often: used by the transports.
-    &["auth", "limits"],
+    &["auth", "rate_limits"],
     &["graphql"],
     &["hosts", "listener", "web"],
     // Wiring: configuration, start-up, logging.

@@ -19,8 +19,8 @@ use crate::graphql::types::{
     PageInfo, SubmitJobInput, SubmitJobPayload, TemplateObject,
 };
 use crate::jobs::service::{JobService, Submitter};
-use crate::limits::{Limited, RateLimits};
 use crate::model::{self, JobEvent};
+use crate::rate_limits::{Limited, RateLimits};
 
 pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
 

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 
 use crate::graphql::caller::caller;
 use crate::graphql::error::OrApiError;
+use crate::jobs::catalog::{FieldType, Template, TemplateField};
 use crate::jobs::service::JobService;
-use crate::jobs::template::{FieldType, Template, TemplateField};
 use crate::model::{self, Job, JobEvent};
 
 /// Where a job is in its life; phases only move forward.

@@ -3,8 +3,8 @@
 //! - [`service`]: `JobService`, the one writer of job state (submit, cancel, observations,
 //!   launching);
 //! - [`bus`]: broadcast of recorded events and gap-free replay from the store;
-//! - [`template`]: the templates jobs may name, described for clients (fields, limits).
+//! - [`catalog`]: the templates jobs may name, described for clients (fields, limits).
 
 pub mod bus;
+pub mod catalog;
 pub mod service;
-pub mod template;

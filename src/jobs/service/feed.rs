@@ -10,7 +10,7 @@ use futures::{FutureExt, Stream, StreamExt};
 
 use super::{ActivityBucket, JobService, ServiceError, Stats};
 use crate::executor::{LogLine, RunInfo};
-use crate::jobs::template::Template;
+use crate::jobs::catalog::Template;
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope};
 use crate::store::JobPage;
 

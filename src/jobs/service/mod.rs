@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::executor::{Executor, Observation};
 use crate::jobs::bus::EventBus;
-use crate::jobs::template::{self, Runtime, Template};
+use crate::jobs::catalog::{self, Runtime, Template};
 use crate::metrics::{Metrics, TemplateAvailability};
 use crate::model::{Job, JobPhase, JobSpec, Scope, SubmitRequest, ValidationError, ValidationLimits};
 use crate::store::{Store, StoreError};
@@ -129,7 +129,7 @@ impl Default for ServiceConfig {
             max_active_per_namespace: 0,
             metrics: Metrics::new(),
             max_batch: 256,
-            templates: template::builtin(
+            templates: catalog::builtin(
                 &ValidationLimits::default(),
                 Runtime::Local,
                 &TemplateSet::default(),
