@@ -104,7 +104,9 @@ pub struct Subscription(broadcast::Receiver<Arc<JobEvent>>);
 struct Cursor {
     bus: Arc<EventBus>,
     rx: broadcast::Receiver<Arc<JobEvent>>,
-    /// The last seq this stream has passed (yielded or, for another job, skipped).
+    /// The seq of the last event this stream yielded. Events of other jobs are skipped
+    /// without moving it: a catch-up reads the store after it with the same job filter, so it
+    /// finds nothing of theirs, and what the channel still holds is de-duplicated against it.
     last: i64,
     job_id: Option<String>,
     backlog: VecDeque<Arc<JobEvent>>,
