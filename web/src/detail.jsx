@@ -10,39 +10,8 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError } from './api.js';
 import { TERMINAL, duration, fullTime, jobTitle, phaseWord, runTime, when } from './format.js';
 import { PhaseBadge, ProgressBar, useNow } from './jobs.jsx';
-import { JOB_ROW_FIELDS } from './live.js';
 import { navigate } from './nav.js';
-
-const JOB_FIELDS = `${JOB_ROW_FIELDS}
-  result submitter dependencies { id name phase }
-  conditions { type status reason message lastTransitionTime }`;
-
-const PODS_FIELD = 'pods { name index phase exitCode reason message createdAt finishedAt }';
-
-const JOB_QUERY = `query Job($id: ID!) {
-  job(id: $id) {
-    ${JOB_FIELDS}
-    spec {
-      image command args env { name value } parallelism completions backoffLimit
-      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished
-      resources { requests { cpu memory } limits { cpu memory } }
-    }
-    events(last: 200) { cursor phase previousPhase at reason message }
-    ${PODS_FIELD}
-  }
-}`;
-
-const PODS_QUERY = `query Pods($id: ID!) { job(id: $id) { ${PODS_FIELD} } }`;
-
-const STATUS_SUBSCRIPTION = `subscription Status($id: ID!) {
-  jobStatus(id: $id) { cursor phase previousPhase at reason message job { ${JOB_FIELDS} } }
-}`;
-
-const LOGS_SUBSCRIPTION = `subscription Logs($id: ID!, $tailLines: Int!) {
-  jobLogs(id: $id, follow: true, tailLines: $tailLines) { text source }
-}`;
-
-const CANCEL_MUTATION = `mutation Cancel($id: ID!) { cancelJob(id: $id) { job { ${JOB_FIELDS} } } }`;
+import { CANCEL_MUTATION, JOB_QUERY, LOGS_SUBSCRIPTION, PODS_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
 
 const MAX_TIMELINE = 500;
 

@@ -7,20 +7,10 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 
 import { PHASES, TERMINAL, duration, fullTime, jobTitle, phaseWord, progressShare, progressText, runTime, when } from './format.js';
-import { JOB_ROW_FIELDS } from './live.js';
 import { navigate } from './nav.js';
+import { JOBS_QUERY, NAMESPACES_QUERY } from './documents.js';
 
 const PAGE_SIZE = 25;
-
-const JOBS_QUERY = `query Jobs($first: Int!, $after: String, $filter: JobFilter) {
-  jobs(first: $first, after: $after, filter: $filter) {
-    totalCount
-    pageInfo { hasNextPage endCursor }
-    edges { node { ${JOB_ROW_FIELDS} } }
-  }
-}`;
-
-const NAMESPACES_QUERY = `query { namespaces }`;
 
 function filterFrom(params) {
   return {

@@ -6,26 +6,7 @@
 // re-sends it after a reconnect, so the figures stay exact: no event is missed or counted twice.
 
 import { PHASES, TERMINAL } from './format.js';
-
-export const JOB_ROW_FIELDS = `
-  id name namespace template phase submittedAt startedAt finishedAt message lastEventCursor
-  progress { succeeded failed active ready total }
-`;
-
-const STATS_QUERY = `query Stats($windowMinutes: Int!, $bucketSeconds: Int!) {
-  jobStats(windowMinutes: $windowMinutes, bucketSeconds: $bucketSeconds) {
-    cursor
-    counts { pending running succeeded failed cancelled total }
-    activity { start submitted succeeded failed cancelled }
-  }
-}`;
-
-const EVENTS_SUBSCRIPTION = `subscription Events($after: String) {
-  jobEvents(after: $after) {
-    cursor phase previousPhase at reason message
-    job { ${JOB_ROW_FIELDS} }
-  }
-}`;
+import { EVENTS_SUBSCRIPTION, STATS_QUERY } from './documents.js';
 
 export const WINDOW_MINUTES = 60;
 export const BUCKET_SECONDS = 60;

@@ -8,28 +8,7 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 
 import { randomId } from './api.js';
 import { navigate } from './nav.js';
-
-const TEMPLATES_QUERY = `query Templates {
-  templates {
-    name description kind available unavailableReason parameterSchema
-    fields { name label description type required default choices minimum maximum placeholder }
-  }
-}`;
-
-const FROM_QUERY = `query From($id: ID!) {
-  job(id: $id) {
-    name namespace template
-    spec {
-      image command args env { name value } parallelism completions backoffLimit
-      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished dependsOn
-      resources { requests { cpu memory } limits { cpu memory } }
-    }
-  }
-}`;
-
-const SUBMIT_MUTATION = `mutation Submit($input: SubmitJobInput!) {
-  submitJob(input: $input) { created job { id } }
-}`;
+import { FROM_QUERY, SUBMIT_MUTATION, TEMPLATES_QUERY } from './documents.js';
 
 /** The form's text for a field's value (numbers and lists are edited as text). */
 function toText(field, value) {

@@ -1,0 +1,74 @@
+// Every GraphQL document the dashboard sends, in one place, so that a test can check them
+// all against the server's schema (web/check-documents.mjs, run by tests/dashboard_documents.rs)
+// without a browser: a field renamed or removed on the server fails a fast test.
+//
+// This module holds plain strings only (no imports, no JSX), so Node can load it as it is.
+
+export const JOB_ROW_FIELDS = `
+  id name namespace template phase submittedAt startedAt finishedAt message lastEventCursor
+  progress { succeeded failed active ready total }
+`;
+export const JOB_FIELDS = `${JOB_ROW_FIELDS}
+  result submitter dependencies { id name phase }
+  conditions { type status reason message lastTransitionTime }`;
+export const PODS_FIELD = 'pods { name index phase exitCode reason message createdAt finishedAt }';
+export const STATS_QUERY = `query Stats($windowMinutes: Int!, $bucketSeconds: Int!) {
+  jobStats(windowMinutes: $windowMinutes, bucketSeconds: $bucketSeconds) {
+    cursor
+    counts { pending running succeeded failed cancelled total }
+    activity { start submitted succeeded failed cancelled }
+  }
+}`;
+export const EVENTS_SUBSCRIPTION = `subscription Events($after: String) {
+  jobEvents(after: $after) {
+    cursor phase previousPhase at reason message
+    job { ${JOB_ROW_FIELDS} }
+  }
+}`;
+export const JOBS_QUERY = `query Jobs($first: Int!, $after: String, $filter: JobFilter) {
+  jobs(first: $first, after: $after, filter: $filter) {
+    totalCount
+    pageInfo { hasNextPage endCursor }
+    edges { node { ${JOB_ROW_FIELDS} } }
+  }
+}`;
+export const NAMESPACES_QUERY = `query { namespaces }`;
+export const JOB_QUERY = `query Job($id: ID!) {
+  job(id: $id) {
+    ${JOB_FIELDS}
+    spec {
+      image command args env { name value } parallelism completions backoffLimit
+      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished
+      resources { requests { cpu memory } limits { cpu memory } }
+    }
+    events(last: 200) { cursor phase previousPhase at reason message }
+    ${PODS_FIELD}
+  }
+}`;
+export const PODS_QUERY = `query Pods($id: ID!) { job(id: $id) { ${PODS_FIELD} } }`;
+export const STATUS_SUBSCRIPTION = `subscription Status($id: ID!) {
+  jobStatus(id: $id) { cursor phase previousPhase at reason message job { ${JOB_FIELDS} } }
+}`;
+export const LOGS_SUBSCRIPTION = `subscription Logs($id: ID!, $tailLines: Int!) {
+  jobLogs(id: $id, follow: true, tailLines: $tailLines) { text source }
+}`;
+export const CANCEL_MUTATION = `mutation Cancel($id: ID!) { cancelJob(id: $id) { job { ${JOB_FIELDS} } } }`;
+export const TEMPLATES_QUERY = `query Templates {
+  templates {
+    name description kind available unavailableReason parameterSchema
+    fields { name label description type required default choices minimum maximum placeholder }
+  }
+}`;
+export const FROM_QUERY = `query From($id: ID!) {
+  job(id: $id) {
+    name namespace template
+    spec {
+      image command args env { name value } parallelism completions backoffLimit
+      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished dependsOn
+      resources { requests { cpu memory } limits { cpu memory } }
+    }
+  }
+}`;
+export const SUBMIT_MUTATION = `mutation Submit($input: SubmitJobInput!) {
+  submitJob(input: $input) { created job { id } }
+}`;
