@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -88,7 +89,7 @@ pub struct Metrics {
     pub watcher_relists: Family<WatcherLabels, Counter>,
     /// Each watcher's clock: Unix milliseconds of its last event (or its start), for
     /// "seconds since".
-    watcher_last_event: dashmap::DashMap<String, Arc<AtomicU64>>,
+    watcher_last_event: Arc<dashmap::DashMap<String, Arc<AtomicU64>>>,
     pub kube_requests: Family<RequestLabels, Counter>,
     pub auth_failures: Family<ReasonLabels, Counter>,
     pub rate_limited: Family<LimitLabels, Counter>,
@@ -109,7 +110,9 @@ pub struct Metrics {
     /// Subscribers caught up from the store after lagging the broadcast; counted by the bus.
     pub broadcast_lag_recoveries: Counter,
     /// Reads each template's availability at scrape time; registered by the service.
-    template_availability: std::sync::RwLock<Option<TemplateAvailabilityReader>>,
+    template_availability: Arc<std::sync::RwLock<Option<TemplateAvailabilityReader>>>,
+    /// Every metric above, registered once when the handles are made; a scrape only encodes.
+    registry: std::sync::Mutex<Registry>,
 }
 
 /// One template's availability, as `template_available` reports it.
@@ -128,9 +131,12 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self {
+impl Metrics {
+    /// The metrics, every one registered: the one registry of the process, made by `serve`
+    /// and handed to every part (there is no `Default`, so no part can make one of its own
+    /// that nobody scrapes).
+    pub fn new() -> Arc<Self> {
+        let mut metrics = Self {
             jobs_submitted: Counter::default(),
             jobs_accepted: Counter::default(),
             jobs_rejected: Family::default(),
@@ -138,7 +144,7 @@ impl Default for Metrics {
             launch_retries: Counter::default(),
             watcher_restarts: Family::default(),
             watcher_relists: Family::default(),
-            watcher_last_event: dashmap::DashMap::new(),
+            watcher_last_event: Arc::new(dashmap::DashMap::new()),
             kube_requests: Family::default(),
             auth_failures: Family::default(),
             rate_limited: Family::default(),
@@ -152,8 +158,12 @@ impl Default for Metrics {
             store_latency: Family::new_with_constructor(seconds_histogram),
             store_writable: Gauge::default(),
             broadcast_lag_recoveries: Counter::default(),
-            template_availability: std::sync::RwLock::new(None),
-        }
+            template_availability: Arc::new(std::sync::RwLock::new(None)),
+            registry: std::sync::Mutex::new(Registry::with_prefix("jobgate")),
+        };
+        let registry = register_all(&metrics);
+        metrics.registry = std::sync::Mutex::new(registry);
+        Arc::new(metrics)
     }
 }
 
@@ -165,10 +175,6 @@ pub fn unix_millis() -> u64 {
 }
 
 impl Metrics {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
-    }
-
     pub fn rejected(&self, reason: &str) {
         self.jobs_rejected
             .get_or_create(&ReasonLabels {
@@ -270,8 +276,17 @@ impl Metrics {
 
 /// Every metric, as text.
 pub fn render(metrics: &Metrics) -> String {
+    let registry = metrics.registry.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = String::new();
+    // Writing into a String cannot fail, and every metric encodes.
+    let _ = encode(&mut out, &registry);
+    out
+}
+
+/// The registry of every metric, made once: handles are shared with it (a handle and its
+/// registered clone are one value), and the values read at scrape time are collectors.
+fn register_all(m: &Metrics) -> Registry {
     let mut registry = Registry::with_prefix("jobgate");
-    let m = metrics;
     registry.register(
         "jobs_submitted",
         "submitJob calls that reached validation",
@@ -307,19 +322,7 @@ pub fn render(metrics: &Metrics) -> String {
         "Full lists (initial, after 410 Gone or a restart), by watcher",
         m.watcher_relists.clone(),
     );
-    let since = Family::<WatcherLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-    let now = unix_millis();
-    for entry in &m.watcher_last_event {
-        let last = entry.value().load(Ordering::Relaxed);
-        since
-            .get_or_create(&Metrics::watcher(entry.key()))
-            .set(now.saturating_sub(last) as f64 / 1000.0);
-    }
-    registry.register(
-        "watcher_seconds_since_last_event",
-        "Seconds since each watcher's last event (or start); bookmarks count",
-        since,
-    );
+    registry.register_collector(Box::new(WatcherSilence(m.watcher_last_event.clone())));
     registry.register(
         "kube_requests",
         "Requests to the Kubernetes API, by verb and HTTP status code",
@@ -385,23 +388,61 @@ pub fn render(metrics: &Metrics) -> String {
         "Time of store operations: write (one committed batch), read",
         m.store_latency.clone(),
     );
-    let available = Family::<TemplateLabels, Gauge>::default();
-    let read = m.template_availability.read().unwrap_or_else(|p| p.into_inner());
-    for t in read.as_ref().map(|read| read()).unwrap_or_default() {
-        let labels = TemplateLabels {
-            template: t.template,
-            kind: t.kind,
-        };
-        available.get_or_create(&labels).set(i64::from(t.available));
+    registry.register_collector(Box::new(TemplatesAvailable(m.template_availability.clone())));
+    registry
+}
+
+/// `watcher_seconds_since_last_event`: each watcher's clock, read at scrape time.
+#[derive(Debug)]
+struct WatcherSilence(Arc<dashmap::DashMap<String, Arc<AtomicU64>>>);
+
+impl Collector for WatcherSilence {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let since = Family::<WatcherLabels, Gauge<f64, AtomicU64>>::default();
+        let now = unix_millis();
+        for entry in self.0.iter() {
+            let last = entry.value().load(Ordering::Relaxed);
+            since
+                .get_or_create(&Metrics::watcher(entry.key()))
+                .set(now.saturating_sub(last) as f64 / 1000.0);
+        }
+        let metric = encoder.encode_descriptor(
+            "watcher_seconds_since_last_event",
+            "Seconds since each watcher's last event (or start); bookmarks count",
+            None,
+            since.metric_type(),
+        )?;
+        since.encode(metric)
     }
-    drop(read);
-    registry.register(
-        "template_available",
-        "Whether jobs of a template can run now: 1, or 0 when its kind is not installed or not watchable",
-        available,
-    );
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = encode(&mut out, &registry);
-    out
+}
+
+/// `template_available`: read at scrape time through the reader the service registered.
+struct TemplatesAvailable(Arc<std::sync::RwLock<Option<TemplateAvailabilityReader>>>);
+
+impl std::fmt::Debug for TemplatesAvailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TemplatesAvailable")
+    }
+}
+
+impl Collector for TemplatesAvailable {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let available = Family::<TemplateLabels, Gauge>::default();
+        let read = self.0.read().unwrap_or_else(|p| p.into_inner());
+        for t in read.as_ref().map(|read| read()).unwrap_or_default() {
+            let labels = TemplateLabels {
+                template: t.template,
+                kind: t.kind,
+            };
+            available.get_or_create(&labels).set(i64::from(t.available));
+        }
+        drop(read);
+        let metric = encoder.encode_descriptor(
+            "template_available",
+            "Whether jobs of a template can run now: 1, or 0 when its kind is not installed or not watchable",
+            None,
+            available.metric_type(),
+        )?;
+        available.encode(metric)
+    }
 }

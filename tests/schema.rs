@@ -75,7 +75,10 @@ fn the_dashboards_documents_validate_against_the_schema() {
         ok,
         "a GraphQL document of the dashboard (web/src/documents.js) does not validate against the server's schema:\n{report}"
     );
-    assert!(report.contains("ok   JOBS_QUERY"), "the checker read the documents:\n{report}");
+    assert!(
+        report.contains("ok   JOBS_QUERY"),
+        "the checker read the documents:\n{report}"
+    );
 }
 
 #[test]
@@ -88,7 +91,10 @@ fn a_field_the_dashboard_uses_missing_from_the_schema_fails_the_check() {
         .collect();
     assert_ne!(without, schema, "the schema has Job.lastEventCursor to remove");
     let (ok, report) = check_dashboard_documents(&without);
-    assert!(!ok, "the check passed with Job.lastEventCursor removed:\n{report}");
+    assert!(
+        !ok,
+        "the check passed with Job.lastEventCursor removed:\n{report}"
+    );
     assert!(
         report.contains("Cannot query field \"lastEventCursor\""),
         "the check names the missing field:\n{report}"
