@@ -46,6 +46,8 @@ use crate::templates::TemplateSet;
 
 mod feed;
 mod launcher;
+#[cfg(test)]
+mod tests;
 mod writer;
 
 use launcher::{LaunchOutcome, canceller, launcher};
