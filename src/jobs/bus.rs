@@ -168,3 +168,74 @@ impl Cursor {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use futures::StreamExt;
+    use prometheus_client::metrics::counter::Counter;
+
+    use super::EventBus;
+    use crate::model::{Job, JobEvent, JobPhase, Scope, SubmitRequest, ValidationLimits};
+    use crate::store::{Durability, SqliteStore};
+
+    /// A PENDING event of a job of `namespace` that no store holds: one only the live channel
+    /// can carry.
+    pub(crate) fn event(seq: i64, namespace: &str) -> std::sync::Arc<JobEvent> {
+        let spec = SubmitRequest {
+            namespace: Some(namespace.into()),
+            command: Some(vec!["true".into()]),
+            ..SubmitRequest::default()
+        }
+        .validate(&ValidationLimits::default())
+        .expect("a valid job");
+        let job = Job::accepted(format!("job-{seq}"), spec, None, Utc::now());
+        std::sync::Arc::new(JobEvent {
+            seq,
+            job_id: job.id.clone(),
+            phase: JobPhase::Pending,
+            previous_phase: None,
+            at: Utc::now(),
+            reason: None,
+            message: None,
+            job: std::sync::Arc::new(job),
+        })
+    }
+
+    async fn next_seq(
+        events: &mut (
+                 impl futures::Stream<Item = Result<std::sync::Arc<JobEvent>, crate::store::StoreError>> + Unpin
+             ),
+    ) -> i64 {
+        tokio::time::timeout(Duration::from_secs(60), events.next())
+            .await
+            .expect("an event comes")
+            .expect("the stream goes on")
+            .expect("no error")
+            .seq
+    }
+
+    /// Live events (published, not in the store, so only the channel carries them) of
+    /// another namespace never reach a scoped subscriber.
+    #[tokio::test]
+    async fn live_events_outside_the_subscribers_scope_are_dropped() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = SqliteStore::open(dir.path(), Durability::Normal)
+            .await
+            .expect("the store opens");
+        let bus = std::sync::Arc::new(EventBus::new(
+            std::sync::Arc::new(store),
+            16,
+            0,
+            Counter::default(),
+        ));
+        let mut team_a = bus.events(Some(0), None, Scope::namespaces(["team-a"])).boxed();
+        let mut everyone = bus.events(Some(0), None, Scope::All).boxed();
+        bus.publish(event(1, "team-b"));
+        bus.publish(event(2, "team-a"));
+        assert_eq!(next_seq(&mut team_a).await, 2);
+        assert_eq!(next_seq(&mut everyone).await, 1);
+    }
+}
