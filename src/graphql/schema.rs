@@ -1,14 +1,15 @@
 //! The root types (`Query`, `Mutation`, `Subscription`) and the schema builder.
 //!
 //! Resolvers translate between GraphQL and the job service and do nothing else: no rules,
-//! no storage. Limits on query shape (depth, complexity, aliases, expanded size) are set here
+//! no storage, no tenancy. Each hands the service the caller's `Scope` (from `caller`), and
+//! the service decides what that caller may see; nothing here filters, builds events or
+//! counts metrics. Limits on query shape (depth, complexity, aliases, expanded size) are set here
 //! and checked by `limits`.
 
 use std::sync::Arc;
 
 use async_graphql::{Context, ID, Object, Schema, Subscription};
-use chrono::Utc;
-use futures::{Stream, StreamExt, stream};
+use futures::{Stream, StreamExt};
 
 use crate::graphql::caller::caller;
 use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, rate_limited};
@@ -19,7 +20,7 @@ use crate::graphql::types::{
     PageInfo, SubmitJobInput, SubmitJobPayload, TemplateObject,
 };
 use crate::jobs::service::{JobService, Submitter};
-use crate::model::{self, JobEvent};
+use crate::model;
 use crate::rate_limits::{Limited, RateLimits};
 
 pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
@@ -89,7 +90,7 @@ fn rate_limit(ctx: &Context<'_>, what: Limited) -> async_graphql::Result<()> {
     match ctx.data_opt::<Arc<RateLimits>>() {
         Some(limits) => limits.check(what, &identity.principal).map_err(|wait| {
             if let Ok(service) = ctx.data::<JobService>() {
-                service.metrics().rate_limited(what.as_str());
+                service.count_rate_limited(what.as_str());
             }
             rate_limited(what.as_str(), wait)
         }),
@@ -136,9 +137,11 @@ impl Query {
         }
         let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
         let service = ctx.data::<JobService>()?;
-        let mut filter: model::JobFilter = filter.unwrap_or_default().into();
-        filter.scope = caller(ctx)?.scope.clone();
-        let page = service.jobs(&filter, first.into(), after).await.api()?;
+        let filter: model::JobFilter = filter.unwrap_or_default().into();
+        let page = service
+            .jobs(&filter, &caller(ctx)?.scope, first.into(), after)
+            .await
+            .api()?;
         let edges: Vec<JobEdge> = page
             .jobs
             .into_iter()
@@ -222,8 +225,7 @@ impl Mutation {
     ) -> async_graphql::Result<SubmitJobPayload> {
         let service = ctx.data::<JobService>()?;
         if let Err(e) = rate_limit(ctx, Limited::Mutations) {
-            service.metrics().jobs_submitted.inc();
-            service.metrics().rejected("rate_limited");
+            service.count_submission_rate_limited();
             return Err(e);
         }
         let identity = caller(ctx)?;
@@ -255,23 +257,6 @@ impl Mutation {
 
 pub struct SubscriptionRoot;
 
-/// Yields items up to and including the first for which `last` holds, then ends at once.
-fn until_inclusive<S, F>(inner: S, last: F) -> impl Stream<Item = S::Item> + Send
-where
-    S: Stream + Send + Unpin,
-    S::Item: Send,
-    F: Fn(&S::Item) -> bool + Send,
-{
-    stream::unfold((inner, last, false), |(mut inner, last, done)| async move {
-        if done {
-            return None;
-        }
-        let item = inner.next().await?;
-        let done = last(&item);
-        Some((item, (inner, last, done)))
-    })
-}
-
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<JobStatusEvent>> + Send>>;
 
 #[Subscription(name = "Subscription")]
@@ -281,44 +266,12 @@ impl SubscriptionRoot {
     async fn job_status(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<EventStream> {
         rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
-        let Some((job, events)) = service.watch_job(&id, &caller(ctx)?.scope).await.api()? else {
+        let Some(events) = service.job_status(&id, &caller(ctx)?.scope).await.api()? else {
             return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
         };
-        let current = JobEvent {
-            seq: job.last_event_seq,
-            job_id: job.id.clone(),
-            phase: job.phase,
-            previous_phase: None,
-            at: job
-                .conditions
-                .iter()
-                .filter_map(|c| c.last_transition_time)
-                .max()
-                .unwrap_or_else(Utc::now),
-            reason: job.conditions.last().and_then(|c| c.reason.clone()),
-            message: job.message.clone(),
-            job: job.clone(),
-        };
-        let first = stream::iter([Ok(JobStatusEvent {
-            event: Arc::new(current),
-        })]);
-        if job.phase.is_terminal() {
-            return Ok(first.boxed());
-        }
-        let changes = events
-            .filter(|r| {
-                let keep = match r {
-                    Ok(e) => e.previous_phase != Some(e.phase),
-                    Err(_) => true,
-                };
-                async move { keep }
-            })
-            .map(|r| r.map(|event| JobStatusEvent { event }).api());
-        // End right after the terminal event (or an error), without waiting for another.
-        let changes = until_inclusive(changes.boxed(), |r| {
-            r.as_ref().map(|e| e.event.phase.is_terminal()).unwrap_or(true)
-        });
-        Ok(first.chain(changes).boxed())
+        Ok(events
+            .map(|r| r.map(|event| JobStatusEvent { event }).api())
+            .boxed())
     }
 
     /// Every status event of every job matching `filter`, in cursor order: phase changes,
@@ -333,19 +286,11 @@ impl SubscriptionRoot {
         rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
         let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
-        let mut filter: model::JobFilter = filter.unwrap_or_default().into();
-        filter.scope = caller(ctx)?.scope.clone();
-        let events = service
-            .events(after, None)
-            .filter(move |r| {
-                let keep = match r {
-                    Ok(e) => filter.matches(&e.job),
-                    Err(_) => true,
-                };
-                async move { keep }
-            })
-            .map(|r| r.map(|event| JobStatusEvent { event }).api());
-        Ok(until_inclusive(events.boxed(), |r| r.is_err()).boxed())
+        let filter: model::JobFilter = filter.unwrap_or_default().into();
+        Ok(service
+            .events(filter, &caller(ctx)?.scope, after)
+            .map(|r| r.map(|event| JobStatusEvent { event }).api())
+            .boxed())
     }
 
     /// The job's output, a line at a time: its last `tailLines` lines, then with `follow`
@@ -368,13 +313,14 @@ impl SubscriptionRoot {
         else {
             return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
         };
-        let lines = lines.map(|r| {
-            r.map(|l| LogLine {
-                text: l.text,
-                source: l.source,
+        Ok(lines
+            .map(|r| {
+                r.map(|l| LogLine {
+                    text: l.text,
+                    source: l.source,
+                })
+                .api()
             })
-            .api()
-        });
-        Ok(until_inclusive(lines.boxed(), |r| r.is_err()).boxed())
+            .boxed())
     }
 }

@@ -181,8 +181,6 @@ impl From<JobFilterInput> for model::JobFilter {
             phases: f.phases.map(|p| p.into_iter().map(Into::into).collect()),
             namespace: f.namespace,
             name_contains: f.name_contains,
-            // Narrowed to the caller's namespaces by the resolver.
-            scope: model::Scope::All,
         }
     }
 }
@@ -323,7 +321,7 @@ impl JobObject {
     #[graphql(complexity = "10 * child_complexity")]
     async fn dependencies(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<JobObject>> {
         let service = ctx.data::<JobService>()?;
-        // Only those the caller may see; another tenant's stay invisible.
+        // The service answers another tenant's dependency as none.
         let scope = &caller(ctx)?.scope;
         let mut jobs = Vec::with_capacity(self.0.spec.depends_on.len());
         for id in &self.0.spec.depends_on {
@@ -384,7 +382,11 @@ impl JobObject {
     ) -> async_graphql::Result<String> {
         let service = ctx.data::<JobService>()?;
         let lines = service
-            .logs(&self.0, tail_lines.clamp(1, MAX_TAIL_LINES) as usize)
+            .logs(
+                &self.0.id,
+                &caller(ctx)?.scope,
+                tail_lines.clamp(1, MAX_TAIL_LINES) as usize,
+            )
             .await
             .api()?;
         Ok(lines.join("\n"))
@@ -399,7 +401,7 @@ impl JobObject {
     ) -> async_graphql::Result<Vec<JobStatusEvent>> {
         let service = ctx.data::<JobService>()?;
         let events = service
-            .history(&self.0.id, last.clamp(1, 1000) as usize)
+            .history(&self.0.id, &caller(ctx)?.scope, last.clamp(1, 1000) as usize)
             .await
             .api()?;
         Ok(events
@@ -412,7 +414,9 @@ impl JobObject {
     async fn pods(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Pod>> {
         let service = ctx.data::<JobService>()?;
         Ok(service
-            .runs(&self.0.id)
+            .runs(&self.0.id, &caller(ctx)?.scope)
+            .await
+            .api()?
             .into_iter()
             .map(|r| Pod {
                 name: r.name,

@@ -6,6 +6,10 @@
 //! yielded (events carry a strictly increasing `seq`). A subscriber that lags the channel is
 //! caught up from the store. The bus does not write events; only the job service does, after
 //! they are committed, in `seq` order.
+//!
+//! Every stream belongs to a subscriber's `Scope`: the store's replay reads only events of
+//! jobs in it, and live events of other namespaces are dropped here, so nothing of another
+//! tenant reaches the service's callers.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use futures::Stream;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::broadcast::{self, error::RecvError};
 
-use crate::model::JobEvent;
+use crate::model::{JobEvent, Scope};
 use crate::store::{Store, StoreError};
 
 /// How many events one catch-up read takes from the store.
@@ -58,17 +62,19 @@ impl EventBus {
         self.tx.receiver_count()
     }
 
-    /// Every event after `after` (or after the present, when `None`), then live events, in
-    /// `seq` order with no gap and no duplicate. With `job_id`, only that job's events.
+    /// Every event of jobs in `scope` after `after` (or after the present, when `None`), then
+    /// live events, in `seq` order with no gap and no duplicate. With `job_id`, only that
+    /// job's events.
     pub fn events(
         self: &Arc<Self>,
         after: Option<i64>,
         job_id: Option<String>,
+        scope: Scope,
     ) -> impl Stream<Item = Result<Arc<JobEvent>, StoreError>> + Send + 'static {
         // Subscribe before reading the head, so nothing falls between the two.
         let rx = self.subscribe();
         let after = after.unwrap_or_else(|| self.head());
-        self.events_from(rx, after, job_id)
+        self.events_from(rx, after, job_id, scope)
     }
 
     /// A receiver of live events; take it before reading the state a stream starts from.
@@ -82,12 +88,14 @@ impl EventBus {
         Subscription(rx): Subscription,
         last: i64,
         job_id: Option<String>,
+        scope: Scope,
     ) -> impl Stream<Item = Result<Arc<JobEvent>, StoreError>> + Send + 'static {
         let cursor = Cursor {
             bus: self.clone(),
             rx,
             last,
             job_id,
+            scope,
             backlog: VecDeque::new(),
             catching_up: true,
         };
@@ -109,13 +117,15 @@ struct Cursor {
     /// finds nothing of theirs, and what the channel still holds is de-duplicated against it.
     last: i64,
     job_id: Option<String>,
+    /// The subscriber's namespaces: events of other jobs are never read nor yielded.
+    scope: Scope,
     backlog: VecDeque<Arc<JobEvent>>,
     catching_up: bool,
 }
 
 impl Cursor {
     fn wants(&self, event: &JobEvent) -> bool {
-        self.job_id.as_ref().is_none_or(|id| *id == event.job_id)
+        self.scope.sees(&event.job) && self.job_id.as_ref().is_none_or(|id| *id == event.job_id)
     }
 
     async fn next(&mut self) -> Option<Result<Arc<JobEvent>, StoreError>> {
@@ -128,7 +138,7 @@ impl Cursor {
                 match self
                     .bus
                     .store
-                    .events_after(self.last, REPLAY_PAGE, self.job_id.as_deref())
+                    .events_after(self.last, REPLAY_PAGE, self.job_id.as_deref(), &self.scope)
                     .await
                 {
                     Ok(page) if page.is_empty() => self.catching_up = false,
@@ -158,5 +168,76 @@ impl Cursor {
                 Err(RecvError::Closed) => return None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use futures::StreamExt;
+    use prometheus_client::metrics::counter::Counter;
+
+    use super::EventBus;
+    use crate::model::{Job, JobEvent, JobPhase, Scope, SubmitRequest, ValidationLimits};
+    use crate::store::{Durability, SqliteStore};
+
+    /// A PENDING event of a job of `namespace` that no store holds: one only the live channel
+    /// can carry.
+    pub(crate) fn event(seq: i64, namespace: &str) -> std::sync::Arc<JobEvent> {
+        let spec = SubmitRequest {
+            namespace: Some(namespace.into()),
+            command: Some(vec!["true".into()]),
+            ..SubmitRequest::default()
+        }
+        .validate(&ValidationLimits::default())
+        .expect("a valid job");
+        let job = Job::accepted(format!("job-{seq}"), spec, None, Utc::now());
+        std::sync::Arc::new(JobEvent {
+            seq,
+            job_id: job.id.clone(),
+            phase: JobPhase::Pending,
+            previous_phase: None,
+            at: Utc::now(),
+            reason: None,
+            message: None,
+            job: std::sync::Arc::new(job),
+        })
+    }
+
+    async fn next_seq(
+        events: &mut (
+                 impl futures::Stream<Item = Result<std::sync::Arc<JobEvent>, crate::store::StoreError>> + Unpin
+             ),
+    ) -> i64 {
+        tokio::time::timeout(Duration::from_secs(60), events.next())
+            .await
+            .expect("an event comes")
+            .expect("the stream goes on")
+            .expect("no error")
+            .seq
+    }
+
+    /// Live events (published, not in the store, so only the channel carries them) of
+    /// another namespace never reach a scoped subscriber.
+    #[tokio::test]
+    async fn live_events_outside_the_subscribers_scope_are_dropped() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = SqliteStore::open(dir.path(), Durability::Normal)
+            .await
+            .expect("the store opens");
+        let bus = std::sync::Arc::new(EventBus::new(
+            std::sync::Arc::new(store),
+            16,
+            0,
+            Counter::default(),
+        ));
+        let mut team_a = bus.events(Some(0), None, Scope::namespaces(["team-a"])).boxed();
+        let mut everyone = bus.events(Some(0), None, Scope::All).boxed();
+        bus.publish(event(1, "team-b"));
+        bus.publish(event(2, "team-a"));
+        assert_eq!(next_seq(&mut team_a).await, 2);
+        assert_eq!(next_seq(&mut everyone).await, 1);
     }
 }

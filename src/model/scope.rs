@@ -1,5 +1,9 @@
 //! `Scope`: the namespaces a caller may see and use. A job outside a caller's scope does not
 //! exist for them.
+//!
+//! There is deliberately no default: every scope is an authenticated caller's (see `auth`),
+//! and every read of the job service takes one, so a forgotten scope is a compile error
+//! rather than a leak. `Scope::All` (an admin, open access) is only ever written out.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,9 +12,8 @@ use super::job::Job;
 
 /// The namespaces a caller may see and use: every one (an admin, or open access), or a set.
 /// A job outside the caller's scope does not exist for them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scope {
-    #[default]
     All,
     Namespaces(Arc<BTreeSet<String>>),
 }

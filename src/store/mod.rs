@@ -127,13 +127,30 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// room like any commit.
     async fn probe_write(&self) -> Result<()>;
 
+    /// The job, whatever its namespace: the service answers callers only after checking
+    /// their scope against it (one job needs no SQL filter to be checked).
     async fn get_job(&self, id: &str) -> Result<Option<Job>>;
 
-    /// Jobs matching `filter`, newest first, after the cursor `after` (a job's sequence).
-    async fn list_jobs(&self, filter: &JobFilter, first: i64, after: Option<i64>) -> Result<JobPage>;
+    /// Jobs in `scope` matching `filter`, newest first, after the cursor `after` (a job's
+    /// sequence); `total_count` counts only those too.
+    async fn list_jobs(
+        &self,
+        filter: &JobFilter,
+        scope: &Scope,
+        first: i64,
+        after: Option<i64>,
+    ) -> Result<JobPage>;
 
-    /// Up to `limit` events after the cursor `after`, oldest first; only `job_id`'s if given.
-    async fn events_after(&self, after: i64, limit: i64, job_id: Option<&str>) -> Result<Vec<JobEvent>>;
+    /// Up to `limit` events of jobs in `scope` after the cursor `after`, oldest first; only
+    /// `job_id`'s if given. Events of other namespaces are never read, so a page is full
+    /// unless nothing more of `scope` follows.
+    async fn events_after(
+        &self,
+        after: i64,
+        limit: i64,
+        job_id: Option<&str>,
+        scope: &Scope,
+    ) -> Result<Vec<JobEvent>>;
 
     /// Distinct namespaces of jobs in `scope`, sorted, at most `limit`.
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>>;
@@ -144,8 +161,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// after.
     async fn stats(&self, buckets: i64, bucket_seconds: i64, scope: &Scope) -> Result<StatsSnapshot>;
 
-    /// The newest `limit` events of one job, oldest first.
-    async fn job_history(&self, job_id: &str, limit: i64) -> Result<Vec<JobEvent>>;
+    /// The newest `limit` events of one job, oldest first; none when the job is outside
+    /// `scope`.
+    async fn job_history(&self, job_id: &str, scope: &Scope, limit: i64) -> Result<Vec<JobEvent>>;
 
     /// The newest event's cursor, 0 when there is none.
     async fn last_event_seq(&self) -> Result<i64>;

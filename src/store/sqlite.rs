@@ -224,14 +224,21 @@ impl Store for SqliteStore {
         row.map(|r| decode_job(r.get("body"))).transpose()
     }
 
-    /// Jobs matching `filter`, newest first, after the cursor `after` (a job's sequence).
-    async fn list_jobs(&self, filter: &JobFilter, first: i64, after: Option<i64>) -> Result<JobPage> {
+    /// Jobs in `scope` matching `filter`, newest first, after the cursor `after` (a job's
+    /// sequence).
+    async fn list_jobs(
+        &self,
+        filter: &JobFilter,
+        scope: &Scope,
+        first: i64,
+        after: Option<i64>,
+    ) -> Result<JobPage> {
         let phases = filter
             .phases
             .as_ref()
             .map(|p| serde_json::to_string(&p.iter().map(|p| p.as_str()).collect::<Vec<_>>()))
             .transpose()?;
-        let scope = scope_json(&filter.scope)?;
+        let scope = scope_json(scope)?;
         const WHERE: &str = "(?1 IS NULL OR namespace = ?1) \
              AND (?2 IS NULL OR instr(name, ?2) > 0) \
              AND (?3 IS NULL OR phase IN (SELECT value FROM json_each(?3))) \
@@ -269,15 +276,27 @@ impl Store for SqliteStore {
         })
     }
 
-    /// Up to `limit` events after the cursor `after`, oldest first; only `job_id`'s if given.
-    async fn events_after(&self, after: i64, limit: i64, job_id: Option<&str>) -> Result<Vec<JobEvent>> {
+    /// Up to `limit` events of jobs in `scope` after the cursor `after`, oldest first; only
+    /// `job_id`'s if given. The scope is the namespace of the event's job (which never
+    /// changes), looked up per event by the jobs table's unique id.
+    async fn events_after(
+        &self,
+        after: i64,
+        limit: i64,
+        job_id: Option<&str>,
+        scope: &Scope,
+    ) -> Result<Vec<JobEvent>> {
         let rows = sqlx::query(
             "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
-             WHERE seq > ?1 AND (?2 IS NULL OR job_id = ?2) ORDER BY seq LIMIT ?3",
+             WHERE seq > ?1 AND (?2 IS NULL OR job_id = ?2) \
+             AND (?4 IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id \
+                  AND jobs.namespace IN (SELECT value FROM json_each(?4)))) \
+             ORDER BY seq LIMIT ?3",
         )
         .bind(after)
         .bind(job_id)
         .bind(limit)
+        .bind(scope_json(scope)?)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(decode_event).collect()
@@ -367,14 +386,19 @@ impl Store for SqliteStore {
         })
     }
 
-    /// The newest `limit` events of one job, oldest first.
-    async fn job_history(&self, job_id: &str, limit: i64) -> Result<Vec<JobEvent>> {
+    /// The newest `limit` events of one job, oldest first; none when the job is outside
+    /// `scope`.
+    async fn job_history(&self, job_id: &str, scope: &Scope, limit: i64) -> Result<Vec<JobEvent>> {
         let rows = sqlx::query(
             "SELECT * FROM (SELECT seq, job_id, phase, previous_phase, at, reason, message, job \
-             FROM events WHERE job_id = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+             FROM events WHERE job_id = ?1 \
+             AND (?3 IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE id = ?1 \
+                  AND namespace IN (SELECT value FROM json_each(?3)))) \
+             ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
         )
         .bind(job_id)
         .bind(limit)
+        .bind(scope_json(scope)?)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(decode_event).collect()

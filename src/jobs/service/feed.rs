@@ -1,12 +1,19 @@
 //! The read side of [`JobService`]: jobs, pages, statistics and history from the cache and
 //! the store, and the event feeds that subscriptions read (`events`, `watch_job`, logs).
 //!
-//! It changes nothing: every change goes through the writer (see `writer`). Each method
-//! takes the caller's `Scope`, and a job outside it answers as if it did not exist.
+//! It changes nothing: every change goes through the writer (see `writer`). Tenancy is
+//! enforced here, not by callers: every method that reads jobs, events, runs or logs takes
+//! the caller's `Scope` (there is no default one), the store filters by it in SQL, the bus
+//! drops live events outside it, and a job outside it answers exactly as one that does not
+//! exist. Callers (GraphQL resolvers, any other transport) only translate.
+//!
+//! What each subscriber gets first (the current state of `job_status`) is built here too,
+//! so every transport sends the same.
 
 use std::sync::Arc;
 
-use futures::{FutureExt, Stream, StreamExt};
+use chrono::Utc;
+use futures::{FutureExt, Stream, StreamExt, stream};
 
 use super::{ActivityBucket, JobService, ServiceError, Stats};
 use crate::executor::{LogLine, RunInfo};
@@ -30,21 +37,32 @@ impl JobService {
         Ok(job.filter(|j| scope.sees(j)))
     }
 
+    /// A page of the jobs in `scope` that match `filter`, newest first; its `total_count`
+    /// counts only those.
     pub async fn jobs(
         &self,
         filter: &JobFilter,
+        scope: &Scope,
         first: i64,
         after: Option<i64>,
     ) -> Result<JobPage, ServiceError> {
         let started = std::time::Instant::now();
-        let page = self.inner.store.list_jobs(filter, first, after).await?;
+        let page = self.inner.store.list_jobs(filter, scope, first, after).await?;
         self.inner.metrics.store_op("list", started.elapsed());
         Ok(page)
     }
 
-    /// The job's runs as its executor sees them now (its pods, on Kubernetes).
-    pub fn runs(&self, id: &str) -> Vec<RunInfo> {
-        self.inner.executor.runs(id)
+    /// The job's runs as its executor sees them now (its pods, on Kubernetes); none for a job
+    /// `scope` may not see.
+    pub async fn runs(&self, id: &str, scope: &Scope) -> Result<Vec<RunInfo>, ServiceError> {
+        let runs = self.inner.executor.runs(id);
+        // Most jobs have no runs to hide (finished ones, local ones): only read the job when
+        // there is something to show.
+        if runs.is_empty() || self.job(id, scope).await?.is_some() {
+            Ok(runs)
+        } else {
+            Ok(Vec::new())
+        }
     }
 
     /// The templates jobs may name, with whether each can run now.
@@ -122,20 +140,32 @@ impl JobService {
         })
     }
 
-    /// The job's newest `last` status events, oldest first: its recorded history.
-    pub async fn history(&self, id: &str, last: usize) -> Result<Vec<JobEvent>, ServiceError> {
-        Ok(self.inner.store.job_history(id, last as i64).await?)
+    /// The job's newest `last` status events, oldest first: its recorded history. None for a
+    /// job `scope` may not see, as for one that does not exist.
+    pub async fn history(&self, id: &str, scope: &Scope, last: usize) -> Result<Vec<JobEvent>, ServiceError> {
+        Ok(self.inner.store.job_history(id, scope, last as i64).await?)
     }
 
-    pub async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ServiceError> {
-        self.inner.executor.logs(job, tail_lines).await.map_err(|e| {
+    /// The last `tail_lines` lines of the job's output; `NotFound` for a job `scope` may not
+    /// see, as for one that does not exist.
+    pub async fn logs(
+        &self,
+        id: &str,
+        scope: &Scope,
+        tail_lines: usize,
+    ) -> Result<Vec<String>, ServiceError> {
+        let Some(job) = self.job(id, scope).await? else {
+            return Err(ServiceError::NotFound { id: id.to_owned() });
+        };
+        self.inner.executor.logs(&job, tail_lines).await.map_err(|e| {
             tracing::error!(job = %job.id, error = %e, "reading logs failed");
             ServiceError::FailedPrecondition("logs are not available right now".into())
         })
     }
 
     /// The job's output: the last `tail_lines` lines, then with `follow` every new line until
-    /// the job has finished. `None` for an unknown job.
+    /// the job has finished; ends after an error. `None` for a job `scope` may not see, as
+    /// for one that does not exist.
     pub async fn log_stream(
         &self,
         id: &str,
@@ -170,19 +200,60 @@ impl JobService {
                     ServiceError::FailedPrecondition("logs are not available right now".into())
                 })
             });
-        Ok(Some(lines))
+        Ok(Some(until_inclusive(lines.boxed(), |r| r.is_err())))
     }
 
-    /// Every event after `after` (the present when `None`), then live ones.
+    /// Every event of the jobs in `scope` that match `filter` (as each job was right after
+    /// its event) after `after` (the present when `None`), then live ones, in cursor order
+    /// with no gap and no duplicate; ends after an error.
     pub fn events(
         &self,
+        filter: JobFilter,
+        scope: &Scope,
         after: Option<i64>,
-        job_id: Option<String>,
     ) -> impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static {
-        self.inner
+        let events = self
+            .inner
             .bus
-            .events(after, job_id)
-            .map(|r| r.map_err(ServiceError::from))
+            .events(after, None, scope.clone())
+            .filter(move |r| {
+                let keep = match r {
+                    Ok(e) => filter.matches(&e.job),
+                    Err(_) => true,
+                };
+                async move { keep }
+            })
+            .map(|r| r.map_err(ServiceError::from));
+        until_inclusive(events.boxed(), |r| r.is_err())
+    }
+
+    /// The job's status as it is now, then each change of its phase (not progress updates),
+    /// ending right after a terminal phase or an error. `None` for a job `scope` may not see,
+    /// as for one that does not exist.
+    pub async fn job_status(
+        &self,
+        id: &str,
+        scope: &Scope,
+    ) -> Result<Option<impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static>, ServiceError>
+    {
+        let Some((job, events)) = self.watch_job(id, scope).await? else {
+            return Ok(None);
+        };
+        let finished = job.phase.is_terminal();
+        let current = stream::iter([Ok(Arc::new(current_state(job)))]);
+        let changes = events.filter(|r| {
+            let keep = match r {
+                Ok(e) => e.previous_phase != Some(e.phase),
+                Err(_) => true,
+            };
+            async move { keep }
+        });
+        // A finished job has nothing more to say; the stream ends after its state.
+        let changes = if finished { None } else { Some(changes) };
+        let all = current.chain(stream::iter(changes).flatten());
+        Ok(Some(until_inclusive(all.boxed(), |r| {
+            r.as_ref().map(|e| e.phase.is_terminal()).unwrap_or(true)
+        })))
     }
 
     /// The job as it is now and a stream of its later events, taken so that no event
@@ -205,8 +276,51 @@ impl JobService {
         let events = self
             .inner
             .bus
-            .events_from(subscription, job.last_event_seq, Some(id.to_owned()))
+            .events_from(
+                subscription,
+                job.last_event_seq,
+                Some(id.to_owned()),
+                scope.clone(),
+            )
             .map(|r| r.map_err(ServiceError::from));
         Ok(Some((job, events)))
     }
+}
+
+/// The job as it is now, as the event a status subscriber gets first: its cursor is the job's
+/// last event, its time that of its latest condition.
+fn current_state(job: Arc<Job>) -> JobEvent {
+    JobEvent {
+        seq: job.last_event_seq,
+        job_id: job.id.clone(),
+        phase: job.phase,
+        previous_phase: None,
+        at: job
+            .conditions
+            .iter()
+            .filter_map(|c| c.last_transition_time)
+            .max()
+            .unwrap_or_else(Utc::now),
+        reason: job.conditions.last().and_then(|c| c.reason.clone()),
+        message: job.message.clone(),
+        job,
+    }
+}
+
+/// Yields items up to and including the first for which `last` holds, then ends at once
+/// (without waiting for another item).
+fn until_inclusive<S, F>(inner: S, last: F) -> impl Stream<Item = S::Item> + Send
+where
+    S: Stream + Send + Unpin,
+    S::Item: Send,
+    F: Fn(&S::Item) -> bool + Send,
+{
+    stream::unfold((inner, last, false), |(mut inner, last, done)| async move {
+        if done {
+            return None;
+        }
+        let item = inner.next().await?;
+        let done = last(&item);
+        Some((item, (inner, last, done)))
+    })
 }

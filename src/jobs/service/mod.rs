@@ -21,7 +21,8 @@
 //!
 //! - this file: the handle, its start and shutdown, and the commands (`submit`, `cancel`);
 //! - `feed`: reads and the event feeds subscriptions use (`job`, `jobs`, `events`,
-//!   `watch_job`, logs, stats);
+//!   `job_status`, `watch_job`, logs, runs, history, stats, namespaces), each within the
+//!   caller's `Scope`;
 //! - `writer`: the one task that applies commands and observations to the store;
 //! - `launcher`: the launcher and the canceller, which talk to the executor.
 
@@ -45,6 +46,8 @@ use crate::templates::TemplateSet;
 
 mod feed;
 mod launcher;
+#[cfg(test)]
+mod tests;
 mod writer;
 
 use launcher::{LaunchOutcome, canceller, launcher};
@@ -429,8 +432,16 @@ impl JobService {
             .map_err(|_| ServiceError::ShuttingDown)
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.inner.metrics
+    /// Counts a request that a rate limit (`what`) refused before it reached the service.
+    pub fn count_rate_limited(&self, what: &'static str) {
+        self.inner.metrics.rate_limited(what);
+    }
+
+    /// Counts a submission that a rate limit refused before it reached [`JobService::submit`]:
+    /// submitted, and rejected as `rate_limited`, as `submit` counts its own refusals.
+    pub fn count_submission_rate_limited(&self) {
+        self.inner.metrics.jobs_submitted.inc();
+        self.inner.metrics.rejected("rate_limited");
     }
 
     /// Whether the store takes writes now (see `Store::health`).
