@@ -739,8 +739,7 @@ impl Config {
             limits,
             broadcast_capacity: self.broadcast_capacity as usize,
             max_active_per_namespace: self.max_active_jobs_per_namespace,
-            metrics,
-            ..ServiceConfig::default()
+            ..ServiceConfig::new(metrics)
         }
     }
 
@@ -789,8 +788,7 @@ impl Config {
             max_subscriptions: self.ws_max_subscriptions,
             idle_timeout: Duration::from_secs(self.ws_idle_timeout_secs),
             request_timeout: Duration::from_millis(self.request_timeout_ms),
-            metrics,
-            ..WsConfig::default()
+            ..WsConfig::new(metrics)
         }
     }
 

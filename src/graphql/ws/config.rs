@@ -49,8 +49,10 @@ pub struct WsConfig {
     pub request_timeout: Duration,
 }
 
-impl Default for WsConfig {
-    fn default() -> Self {
+impl WsConfig {
+    /// The defaults, counting into `metrics`: the process's one registry, so that there is no
+    /// way to serve sockets whose metrics nobody scrapes.
+    pub fn new(metrics: Arc<crate::metrics::Metrics>) -> Self {
         Self {
             init_timeout: Duration::from_secs(3),
             keepalive_interval: Duration::from_secs(12),
@@ -61,7 +63,7 @@ impl Default for WsConfig {
             idle_timeout: Duration::ZERO,
             outgoing_queue: 32,
             request_timeout: Duration::ZERO,
-            metrics: crate::metrics::Metrics::new(),
+            metrics,
         }
     }
 }

@@ -143,7 +143,7 @@ mod tests {
         // Long enough for a loaded machine to answer each ping before the next tick.
         let server = TestServer::start(WsConfig {
             keepalive_interval: Duration::from_millis(250),
-            ..WsConfig::default()
+            ..WsConfig::new(crate::metrics::Metrics::new())
         })
         .await;
         let mut client = server.acked().await;
@@ -166,7 +166,7 @@ mod tests {
     async fn keepalive_drops_a_client_that_never_answers() {
         let server = TestServer::start(WsConfig {
             keepalive_interval: Duration::from_millis(20),
-            ..WsConfig::default()
+            ..WsConfig::new(crate::metrics::Metrics::new())
         })
         .await;
         let opcodes = raw_silent_client(server.addr).await;

@@ -237,7 +237,7 @@ impl TestServer {
     }
 
     pub(super) async fn default() -> Self {
-        Self::start(WsConfig::default()).await
+        Self::start(WsConfig::new(crate::metrics::Metrics::new())).await
     }
 
     pub(super) async fn connect(&self) -> Client {

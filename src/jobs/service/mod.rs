@@ -124,13 +124,15 @@ pub struct ServiceConfig {
     pub workload_templates: Arc<TemplateSet>,
 }
 
-impl Default for ServiceConfig {
-    fn default() -> Self {
+impl ServiceConfig {
+    /// The defaults, counting into `metrics`: the process's one registry, so that there is no
+    /// way to start a service whose metrics nobody scrapes.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
         Self {
             limits: ValidationLimits::default(),
             broadcast_capacity: 4096,
             max_active_per_namespace: 0,
-            metrics: Metrics::new(),
+            metrics,
             max_batch: 256,
             templates: catalog::builtin(
                 &ValidationLimits::default(),

@@ -135,7 +135,7 @@ impl Fixture {
             observations_rx,
             ServiceConfig {
                 limits,
-                ..ServiceConfig::default()
+                ..ServiceConfig::new(crate::metrics::Metrics::new())
             },
         )
         .await

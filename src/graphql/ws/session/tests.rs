@@ -59,7 +59,7 @@ async fn binary_frames_get_4400_even_when_they_hold_json() {
 async fn oversized_message_gets_1009() {
     let server = TestServer::start(WsConfig {
         max_message_bytes: 1024,
-        ..WsConfig::default()
+        ..WsConfig::new(crate::metrics::Metrics::new())
     })
     .await;
     let mut client = server.acked().await;
@@ -72,7 +72,7 @@ async fn oversized_message_gets_1009() {
 async fn init_timeout_gets_4408() {
     let server = TestServer::start(WsConfig {
         init_timeout: Duration::from_millis(50),
-        ..WsConfig::default()
+        ..WsConfig::new(crate::metrics::Metrics::new())
     })
     .await;
     let mut client = server.connect().await;
@@ -86,7 +86,7 @@ async fn init_timeout_gets_4408() {
 async fn slow_init_hook_is_not_a_timeout() {
     let server = TestServer::start(WsConfig {
         init_timeout: Duration::from_millis(50),
-        ..WsConfig::default()
+        ..WsConfig::new(crate::metrics::Metrics::new())
     })
     .await;
     let mut client = server.connect().await;
