@@ -65,7 +65,8 @@ pub struct AppState {
     pub connections: TaskTracker,
 }
 
-/// The router over a built state; tests and `run` share it.
+/// The router over a built state; `serve` builds it, for `run` and for the integration tests,
+/// which run `serve` in their own process (tests/common/in_process.rs).
 pub fn app(state: AppState, max_body_bytes: usize) -> Router {
     let cors = cors_layer(&state.allowed_origins);
     let hosts = (state.allowed_hosts.clone(), state.metrics.clone());

@@ -212,7 +212,7 @@ async fn unknown_or_repeated_dependencies_are_refused_and_nothing_is_created() {
 async fn jobs_waiting_for_dependencies_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("go");
-    let mut server = Server::start(&[]).await;
+    let mut server = Server::spawn(&[]).await;
     // Killing jobgate interrupts the run; it is retried after the restart.
     let first = server
         .submit(with(gated(&gate, 0), json!({"backoffLimit": 3})))

@@ -42,7 +42,7 @@ async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_resta
     let Some(disk) = SmallDisk::or_skip("4m") else {
         return;
     };
-    let mut server = Server::start_on(&disk, &[]).await;
+    let mut server = Server::spawn_on(&disk, &[]).await;
     let first = try_submit(&server, "before").await.expect("accepted");
     server.wait_phase(&first, "SUCCEEDED").await;
     let mut accepted = vec!["before".to_owned()];
@@ -139,7 +139,7 @@ async fn a_cancel_refused_by_a_full_disk_changes_nothing() {
     let Some(disk) = SmallDisk::or_skip("4m") else {
         return;
     };
-    let server = Server::start_on(&disk, &[]).await;
+    let server = Server::spawn_on(&disk, &[]).await;
     let id = server
         .submit(json!({"name": "long", "command": ["sleep", "600"]}))
         .await;

@@ -498,7 +498,7 @@ async fn connections_beyond_the_cap_are_refused_and_counted() {
 
 #[tokio::test]
 async fn on_sigterm_a_request_in_flight_still_finishes() {
-    let mut server = Server::start(&[]).await;
+    let mut server = Server::spawn(&[]).await;
     let query = r#"{"query":"{ jobs { totalCount } }"}"#;
     let mut in_flight = TcpStream::connect(server.addr).await.unwrap();
     in_flight

@@ -554,7 +554,7 @@ async fn job_events_resume_after_a_cursor_across_a_restart_with_no_gap_or_duplic
     // More happens while the client is away, then jobgate restarts.
     let second = server.submit(json!({"command": ["true"]})).await;
     server.wait_terminal(&second).await;
-    assert!(server.terminate().await.success());
+    server.stop().await;
     server = server.start_again(&[]).await;
     let third = server.submit(json!({"command": ["true"]})).await;
     server.wait_terminal(&third).await;
@@ -626,7 +626,7 @@ async fn a_subscriber_that_lags_the_broadcast_is_caught_up_from_the_store() {
 
 #[tokio::test]
 async fn a_run_in_progress_at_a_crash_counts_as_failed_with_gateway_restarted() {
-    let mut server = Server::start(&[]).await;
+    let mut server = Server::spawn(&[]).await;
     let id = server
         .submit(json!({"command": sh("echo $$ > leader.pid; sleep 300"), "backoffLimit": 0}))
         .await;
@@ -650,7 +650,7 @@ async fn a_run_in_progress_at_a_crash_counts_as_failed_with_gateway_restarted() 
 
 #[tokio::test]
 async fn an_interrupted_run_is_retried_after_a_restart_when_the_backoff_limit_allows() {
-    let mut server = Server::start(&[]).await;
+    let mut server = Server::spawn(&[]).await;
     // The first run hangs; the retry finishes at once.
     let id = server
         .submit(json!({
@@ -681,7 +681,7 @@ async fn an_interrupted_run_is_retried_after_a_restart_when_the_backoff_limit_al
 
 #[tokio::test]
 async fn kill_9_during_submissions_loses_no_accepted_job() {
-    let mut server = Server::start(&[]).await;
+    let mut server = Server::spawn(&[]).await;
     let client = reqwest::Client::new();
     let url = server.url("/graphql");
     let body = json!({"query": "mutation { submitJob(input: {command: [\"true\"]}) { job { id } } }"});
@@ -760,7 +760,7 @@ async fn a_second_jobgate_on_the_same_data_directory_refuses_to_start() {
 
 #[tokio::test]
 async fn sigterm_drains_and_exits_cleanly_and_jobs_resume_after_restart() {
-    let mut server = Server::start(&[]).await;
+    let mut server = Server::spawn(&[]).await;
     let id = server
         .submit(json!({"command": sh("if [ -e attempted ]; then exit 0; fi; touch attempted; sleep 300"), "backoffLimit": 1}))
         .await;

@@ -529,7 +529,7 @@ async fn dropped_watches_and_expired_versions_miss_no_transition() {
 #[tokio::test]
 async fn jobs_that_finish_or_vanish_while_jobgate_is_down_get_their_true_outcome() {
     let cluster = Cluster::start().await;
-    let mut server = cluster.jobgate(&[]).await;
+    let mut server = cluster.spawn_jobgate(&[]).await;
     let ok = server
         .submit(input(
             &[("EMULATOR_GATE", "ok"), ("EMULATOR_TERMINATION_MESSAGE", "fine")],
@@ -628,7 +628,7 @@ async fn a_job_deleted_while_running_fails_with_workload_deleted() {
 #[tokio::test]
 async fn a_kill_between_accepting_and_creating_leaves_exactly_one_job() {
     let cluster = Cluster::start().await;
-    let mut server = cluster.jobgate(&[]).await;
+    let mut server = cluster.spawn_jobgate(&[]).await;
     // Accepted while the cluster is away: nothing created yet when jobgate dies.
     cluster.emu.go_down().await;
     let mut ids = HashSet::new();
@@ -915,7 +915,7 @@ async fn a_foreign_job_under_our_name_fails_the_job_loudly() {
 #[tokio::test]
 async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_restart() {
     let cluster = Cluster::start().await;
-    let mut server = cluster.jobgate(&[]).await;
+    let mut server = cluster.spawn_jobgate(&[]).await;
     let id = server
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
         .await;

@@ -154,7 +154,7 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
     let jwt_secret = secrets.path().join("jwt.secret");
     std::fs::write(&jwt_secret, JWT_SECRET).unwrap();
     // As an operator would: the secret file named in jobgate's environment, with a token.
-    let server = Server::start_with_env(
+    let server = Server::spawn_with_env(
         &[
             "--api-tokens-file",
             tokens.to_str().unwrap(),
@@ -280,7 +280,7 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
 #[tokio::test]
 async fn a_job_runs_in_a_directory_of_its_own_outside_the_data_directory_with_a_private_environment() {
     let secret_value = "postgres://jobgate:hunter2@db/jobgate";
-    let server = Server::start_with_env(
+    let server = Server::spawn_with_env(
         &[],
         &[
             ("JOBGATE_DATABASE_URL", secret_value),

@@ -769,9 +769,9 @@ async fn a_config_file_sets_what_flags_and_the_environment_do_not() {
     };
     let server = Server::start(&["--config", config]).await;
     assert_eq!(namespace_of(server).await, "from-file");
-    let server = Server::start_with_env(&["--config", config], &[("JOBGATE_NAMESPACE", "from-env")]).await;
+    let server = Server::spawn_with_env(&["--config", config], &[("JOBGATE_NAMESPACE", "from-env")]).await;
     assert_eq!(namespace_of(server).await, "from-env");
-    let server = Server::start_with_env(
+    let server = Server::spawn_with_env(
         &["--default-namespace", "from-flag"],
         &[("JOBGATE_NAMESPACE", "from-env"), ("JOBGATE_CONFIG", config)],
     )

@@ -570,7 +570,7 @@ async fn on_the_local_executor_workload_templates_are_listed_but_unavailable() {
 async fn after_a_restart_jobgate_finds_what_happened_to_its_workloads_meanwhile() {
     let (cluster, dir) = widget_cluster().await;
     let args = cluster.args(&["--template-dir", dir.path().to_str().unwrap()]);
-    let mut server = Server::start(&args).await;
+    let mut server = Server::spawn(&args).await;
     let finished = server
         .submit(json!({"template": "widget", "image": "widgets:1"}))
         .await;

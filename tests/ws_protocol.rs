@@ -862,7 +862,7 @@ fn opcodes(mut bytes: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn sigterm_closes_every_socket_with_1001() {
-    let mut server = Server::start(&[]).await;
+    let mut server = Server::spawn(&[]).await;
     let mut active = Client::acked(&server).await;
     active
         .subscribe("events", "subscription { jobEvents { cursor } }", json!({}))

@@ -56,6 +56,11 @@ impl Cluster {
         Server::start(&self.args(extra)).await
     }
 
+    /// The jobgate binary against this cluster, as a process of its own (to kill it).
+    pub async fn spawn_jobgate(&self, extra: &[&str]) -> Server {
+        Server::spawn(&self.args(extra)).await
+    }
+
     pub fn jobs(&self) -> Api<K8sJob> {
         Api::namespaced(self.client.clone(), "default")
     }

@@ -1,27 +1,35 @@
-//! Test harness: starts the real `jobgate` binary on 127.0.0.1:0 with its own data
-//! directory and drives it over HTTP and WebSocket, as a user would. [`Server`] is one
-//! jobgate (started, asked, stopped); its waits are in `wait`, its WebSocket clients in `ws`,
-//! a small disk to fill under it in `disk`, an emulated Kubernetes cluster in `cluster`. The
-//! harness never asserts what a test is about, only that jobgate answered at all.
+//! Test harness: starts jobgate on 127.0.0.1:0 with its own data directory and drives it
+//! over HTTP and WebSocket, as a user would. [`Server`] is one jobgate (started, asked,
+//! stopped): served in the test's own process through the binary's path (`in_process`), or,
+//! for what only a process has (kill -9, signals, its pid, environment, user or mount
+//! namespace), the binary spawned (`process`). Its log is in `log`, its waits in `wait`, its
+//! WebSocket clients in `ws`, a small disk to fill under it in `disk`, an emulated Kubernetes
+//! cluster in `cluster`. The harness never asserts what a test is about, only that jobgate
+//! answered at all.
 // Each test binary uses a part of the harness; the rest is unused there, not dead.
 #![allow(dead_code, unused_imports)]
 
 pub mod cluster;
 mod disk;
+mod in_process;
 pub mod listening;
+mod log;
+mod process;
 mod wait;
 mod ws;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, ExitStatus};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 pub use disk::SmallDisk;
+use in_process::InProcess;
+pub use log::Log;
 pub use wait::Polling;
 pub use ws::{GqlWs, Ws, close_after_init, close_of, ws_raw};
 
@@ -34,76 +42,84 @@ pub fn default_work_root() -> PathBuf {
 pub const WAIT: Duration = Duration::from_secs(60);
 
 pub struct Server {
-    child: Option<Child>,
+    running: Running,
+    /// How it was started: `start_again` starts the next one the same way.
+    how: How,
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
     /// Keeps a temporary data directory alive for the server's lifetime.
     _temp: Option<Arc<tempfile::TempDir>>,
-    pub logs: Arc<Mutex<Vec<String>>>,
+    pub logs: Arc<Log>,
     http: reqwest::Client,
-    /// A command jobgate runs under (see [`SmallDisk`]); empty for none.
-    wrapper: Vec<String>,
+}
+
+/// A jobgate as it runs now.
+enum Running {
+    InProcess(InProcess),
+    Process(Child),
+    /// Stopped or killed.
+    Stopped,
+}
+
+#[derive(Clone)]
+enum How {
+    InProcess,
+    /// The binary, under `wrapper` (a command it runs under, see [`SmallDisk`]; empty for
+    /// none).
+    Process {
+        wrapper: Vec<String>,
+    },
 }
 
 impl Server {
-    /// Starts jobgate with a fresh data directory and fast local retries.
+    /// Starts jobgate, in this process, with a fresh data directory and fast local retries.
     pub async fn start(extra: &[&str]) -> Server {
+        Self::start_fresh(How::InProcess, extra, &[]).await
+    }
+
+    /// Starts the jobgate binary as a process of its own, with a fresh data directory: for a
+    /// test that kills it (-9), signals it, or looks at its process.
+    pub async fn spawn(extra: &[&str]) -> Server {
+        Self::spawn_with_env(extra, &[]).await
+    }
+
+    /// Starts the jobgate binary, with a fresh data directory and these environment variables
+    /// (a jobgate in this process would share the tests' environment).
+    pub async fn spawn_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let how = How::Process { wrapper: Vec::new() };
+        Self::start_fresh(how, extra, env).await
+    }
+
+    /// Starts the jobgate binary on a small disk of its own, with its data directory there
+    /// (it runs in the disk's mount namespace).
+    pub async fn spawn_on(disk: &SmallDisk, extra: &[&str]) -> Server {
+        let how = How::Process {
+            wrapper: disk.wrapper(),
+        };
+        Self::start_how(how, &disk.data_dir(), extra, &[]).await
+    }
+
+    async fn start_fresh(how: How, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let temp = Arc::new(tempfile::tempdir().expect("tempdir"));
         let dir = temp.path().to_owned();
-        let mut server = Self::start_in(&dir, extra).await;
+        let mut server = Self::start_how(how, &dir, extra, env).await;
         server._temp = Some(temp);
         server
     }
 
-    /// Starts jobgate over an existing data directory (to test restarts).
-    pub async fn start_in(data_dir: &Path, extra: &[&str]) -> Server {
-        Self::start_in_with_env(data_dir, extra, &[]).await
-    }
-
-    /// Starts jobgate with a fresh data directory and these environment variables.
-    pub async fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let temp = Arc::new(tempfile::tempdir().expect("tempdir"));
-        let dir = temp.path().to_owned();
-        let mut server = Self::start_in_with_env(&dir, extra, env).await;
-        server._temp = Some(temp);
-        server
-    }
-
-    async fn start_in_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        Self::start_wrapped(Vec::new(), data_dir, extra, env).await
-    }
-
-    /// Starts jobgate on a small disk of its own, with its data directory there.
-    pub async fn start_on(disk: &SmallDisk, extra: &[&str]) -> Server {
-        Self::start_wrapped(disk.wrapper(), &disk.data_dir(), extra, &[]).await
-    }
-
-    async fn start_wrapped(
-        wrapper: Vec<String>,
-        data_dir: &Path,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Server {
-        let dir = data_dir.to_owned();
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        tokio::task::spawn_blocking(move || Self::spawn(&wrapper, &dir, &extra, &env))
-            .await
-            .unwrap()
-    }
-
-    /// Starts jobgate again over this server's data directory (stop this one first).
+    /// Starts jobgate again over this server's data directory, the way this one was started
+    /// (stop or kill this one first).
     pub async fn start_again(&self, extra: &[&str]) -> Server {
         assert!(
-            self.child.is_none(),
+            matches!(self.running, Running::Stopped),
             "stop the running server before starting it again"
         );
-        let mut server = Self::start_wrapped(self.wrapper.clone(), &self.data_dir, extra, &[]).await;
+        let mut server = Self::start_how(self.how.clone(), &self.data_dir, extra, &[]).await;
         server._temp = self._temp.clone();
         server
     }
 
-    fn spawn(wrapper: &[String], data_dir: &Path, extra: &[String], env: &[(String, String)]) -> Server {
+    async fn start_how(how: How, data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args: Vec<String> = vec![
             "--listen".into(),
             "127.0.0.1:0".into(),
@@ -120,50 +136,39 @@ impl Server {
             // tests/local_isolation.rs checks the refusal and the isolation.
             "--local-trusted-tenants".into(),
         ];
-        args.extend(extra.iter().cloned());
-        let binary = env!("CARGO_BIN_EXE_jobgate");
-        let mut command = match wrapper.split_first() {
-            Some((program, rest)) => {
-                let mut command = Command::new(program);
-                command.args(rest).arg(binary);
-                command
-            }
-            None => Command::new(binary),
-        };
-        let mut child = command
-            .args(&args)
-            .env_remove("JOBGATE_API_TOKEN")
-            .env_remove("JOBGATE_CONFIG")
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting jobgate");
-        let stderr = child.stderr.take().expect("jobgate's standard error is piped");
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let sink = logs.clone();
-        let listening = listening::read_log_until_listening(stderr, WAIT, move |line| {
-            sink.lock().unwrap().push(line);
-        });
-        let addr = match listening {
-            Ok((addr, _)) => addr,
-            Err(why) => {
-                let _ = child.kill();
-                panic!(
-                    "jobgate did not start ({why:?}); its log:\n{}",
-                    logs.lock().unwrap().join("\n")
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let logs = Arc::new(Log::default());
+        let started = match &how {
+            How::InProcess => {
+                assert!(
+                    env.is_empty(),
+                    "a jobgate in this process has the tests' environment"
                 );
+                InProcess::start(&args, logs.clone())
+                    .await
+                    .map(|(server, addr)| (Running::InProcess(server), addr))
+            }
+            How::Process { wrapper } => {
+                let wrapper = wrapper.clone();
+                let env: Vec<(String, String)> =
+                    env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+                let log = logs.clone();
+                tokio::task::spawn_blocking(move || process::spawn(&wrapper, &args, &env, log))
+                    .await
+                    .unwrap()
+                    .map(|(child, addr)| (Running::Process(child), addr))
             }
         };
+        let (running, addr) =
+            started.unwrap_or_else(|why| panic!("jobgate did not start ({why}); its log:\n{}", logs.text()));
         Server {
-            child: Some(child),
+            running,
+            how,
             addr,
             data_dir: data_dir.to_owned(),
             _temp: None,
             logs,
             http: reqwest::Client::new(),
-            wrapper: wrapper.to_vec(),
         }
     }
 
@@ -273,21 +278,33 @@ impl Server {
         self.gql_ok(&query, json!({ "id": id })).await["job"].clone()
     }
 
+    /// A spawned jobgate's process id.
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
-    }
-
-    /// kill -9: no chance to clean up.
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        match &self.running {
+            Running::Process(child) => child.id() as i32,
+            _ => panic!("only a spawned jobgate has a pid of its own: start it with Server::spawn"),
         }
     }
 
-    /// SIGTERM, then wait for the exit.
+    /// kill -9 of a spawned jobgate: no chance to clean up.
+    pub fn kill9(&mut self) {
+        match std::mem::replace(&mut self.running, Running::Stopped) {
+            Running::Process(mut child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Running::InProcess(_) => {
+                panic!("kill -9 needs a jobgate of its own: start it with Server::spawn")
+            }
+            Running::Stopped => {}
+        }
+    }
+
+    /// SIGTERM to a spawned jobgate, then wait for it to exit.
     pub async fn terminate(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("running");
+        let Running::Process(mut child) = std::mem::replace(&mut self.running, Running::Stopped) else {
+            panic!("only a spawned jobgate can be sent SIGTERM: start it with Server::spawn");
+        };
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
@@ -298,14 +315,44 @@ impl Server {
             .unwrap()
     }
 
+    /// Stops jobgate as SIGTERM does (for one in this process, by its shutdown token) and
+    /// checks that it stopped cleanly.
+    pub async fn stop(&mut self) {
+        match std::mem::replace(&mut self.running, Running::Stopped) {
+            Running::InProcess(mut server) => {
+                if let Err(e) = server.stop().await {
+                    panic!("jobgate stopped with {e:#}; its log:\n{}", self.log_text());
+                }
+            }
+            running @ Running::Process(_) => {
+                self.running = running;
+                let status = self.terminate().await;
+                assert!(
+                    status.success(),
+                    "jobgate exited with {status}; its log:\n{}",
+                    self.log_text()
+                );
+            }
+            Running::Stopped => panic!("jobgate is not running"),
+        }
+    }
+
     pub fn log_text(&self) -> String {
-        self.logs.lock().unwrap().join("\n")
+        self.logs.text()
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.kill9();
+        // Abruptly, either way: a test that cares how jobgate stops says so.
+        match std::mem::replace(&mut self.running, Running::Stopped) {
+            Running::InProcess(mut server) => server.abort(),
+            Running::Process(mut child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Running::Stopped => {}
+        }
     }
 }
 

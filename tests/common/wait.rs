@@ -1,9 +1,9 @@
 //! Waiting in tests, bounded by [`WAIT`]: for what jobgate announces (a job's phases, through
-//! a `jobStatus` subscription: never by polling), and for what a test can only look at again
-//! and again (its own API, `/readyz`, jobgate's log, a file, a process, the cluster), through
-//! [`Polling`]. A wait that gives up says what it waited for and, where there is a jobgate to
-//! ask, what it last saw and jobgate's log. A wait only waits: what the test then asserts of
-//! what it found is the test's.
+//! a `jobStatus` subscription, and lines of its log: never by polling), and for what a test
+//! can only look at again and again (its own API, `/readyz`, a file, a process, the
+//! cluster), through [`Polling`]. A wait that gives up says what it waited for and, where
+//! there is a jobgate to ask, what it last saw and jobgate's log. A wait only waits: what the
+//! test then asserts of what it found is the test's.
 
 use std::time::Duration;
 
@@ -153,14 +153,17 @@ impl Server {
         }
     }
 
-    /// Waits until jobgate's log has a line containing `needle` (its log is read from a pipe
-    /// by a thread of ours, so a line written before an answer may be read after it).
+    /// Waits until jobgate's log has a line containing `needle` (a spawned jobgate's log is
+    /// read from a pipe by a thread of ours, so a line written before an answer may be read
+    /// after it).
     pub async fn wait_log(&self, needle: &str) {
-        let polling = Polling::start();
-        while !self.log_text().contains(needle) {
-            polling
-                .pause(|| format!("jobgate's log never said {needle:?}:\n{}", self.log_text()))
-                .await;
+        if self
+            .logs
+            .line_where(|line| line.contains(needle), WAIT)
+            .await
+            .is_none()
+        {
+            panic!("jobgate's log never said {needle:?}:\n{}", self.log_text());
         }
     }
 
