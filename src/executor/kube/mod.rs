@@ -40,6 +40,7 @@ mod pods;
 mod reconcile;
 mod requests;
 pub mod status;
+mod tracking;
 mod watch;
 mod workloads;
 
@@ -63,6 +64,7 @@ use tokio_util::task::TaskTracker;
 
 use self::manifest::ManifestDefaults;
 use self::pods::JobPods;
+use self::tracking::Tracked;
 use self::watch::WatcherHealth;
 use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, RunInfo};
 use crate::model::{Job, WorkloadStatus};
@@ -141,7 +143,7 @@ struct Inner {
     jobs_version: tokio::sync::watch::Sender<u64>,
     /// Bumped at the start of every (re-)list of Jobs: a job confirmed before a list began
     /// must appear in it, or it vanished.
-    list_epoch: AtomicU64,
+    list_epoch: Arc<AtomicU64>,
     /// The Job and pod watchers, pushed once at start and read by `/readyz`. A poisoned lock
     /// is used anyway: a push cannot leave the list half-changed.
     watchers: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
@@ -155,27 +157,6 @@ struct Inner {
     shutdown: CancellationToken,
     /// Every task the executor spawns, awaited at shutdown.
     tasks: TaskTracker,
-}
-
-/// What the executor keeps per unfinished job (a few hundred bytes).
-struct Tracked {
-    namespace: String,
-    completions: i32,
-    /// The list epoch when the Job was known to exist; `None` while it is being created.
-    confirmed_epoch: Option<u64>,
-    /// The newest resourceVersion applied: older events are stale and ignored.
-    last_rv: u64,
-    /// The outcome is decided; its result and logs are being captured.
-    finishing: bool,
-    /// While finishing: the newest status, whose counts settle once the controller writes
-    /// its final condition (Complete or Failed) after the interim one.
-    settled: Option<WorkloadStatus>,
-    /// The last status reported, to report only changes.
-    last_sent: Option<WorkloadStatus>,
-    /// For jobs of workload templates: how their object's status decodes.
-    decoding: Option<workloads::Decoding>,
-    /// The job's `ttlSecondsAfterFinished` (or the server's default).
-    ttl_seconds: Option<i32>,
 }
 
 impl KubeExecutor {
@@ -218,7 +199,7 @@ impl KubeExecutor {
                 pods: DashMap::new(),
                 pods_version: tokio::sync::watch::Sender::new(0),
                 jobs_version: tokio::sync::watch::Sender::new(0),
-                list_epoch: AtomicU64::new(0),
+                list_epoch: Arc::new(AtomicU64::new(0)),
                 watchers: std::sync::Mutex::new(Vec::new()),
                 kinds,
                 retention_timers: DashMap::new(),
@@ -246,16 +227,14 @@ impl Inner {
             .spec
             .ttl_seconds_after_finished
             .or(self.config.manifest.ttl_seconds_after_finished);
-        self.tracked.entry(job.id.clone()).or_insert_with(|| Tracked {
-            decoding,
-            ttl_seconds,
-            namespace: job.spec.namespace.clone(),
-            completions: job.spec.completions,
-            confirmed_epoch,
-            last_rv: 0,
-            finishing: false,
-            settled: None,
-            last_sent: None,
+        self.tracked.entry(job.id.clone()).or_insert_with(|| {
+            Tracked::new(
+                job.spec.namespace.clone(),
+                job.spec.completions,
+                confirmed_epoch,
+                decoding,
+                ttl_seconds,
+            )
         });
     }
 
