@@ -12,15 +12,19 @@
 //!
 //! # Layout
 //!
-//! This file holds the executor's state ([`KubeExecutor`], what it tracks per job), its
+//! This file holds the executor's state ([`KubeExecutor`], the jobs it tracks), its
 //! construction, and its [`Executor`] implementation, whose methods hand over to the file of
 //! their concept:
 //!
 //! - `launcher.rs`: launching and cancelling every job; creating its batch Job (adopting the
 //!   one a retried create finds), deleting it on cancel, and the Kubernetes Events that say so;
-//! - `watch.rs`: the Job and pod watchers of each scope, and their health for `/readyz`;
-//! - `reconcile.rs`: what a Job event means for its job: a change reported, a decided job
-//!   finished (result, log tail), a vanished one reported after a re-list;
+//! - `watch.rs`: the one watch loop every watcher runs over a stream of watcher events, the
+//!   Job and pod watchers of each scope, and their health for `/readyz`;
+//! - `tracking.rs`: the pure state machine deciding what a watched Job or workload object
+//!   means for its tracked job (what it keeps per job, stale events, changes, decisions,
+//!   deletions, what a re-list shows vanished), as actions for the executor to carry out;
+//! - `reconcile.rs`: carrying out those actions for batch Jobs: a change reported, a decided
+//!   job finished (result, log tail), a vanished one reported with what its pods prove;
 //! - `pods.rs`: what the pod watcher saw of each job's pods: runs, captured log tails, and
 //!   waiting for them to end;
 //! - `logs.rs`: reading pods' logs: tails, following, and the tail kept when a job finishes;

@@ -3,8 +3,10 @@
 //! label-selected watcher per kind and scope, through kube-rs' dynamic API.
 //!
 //! It owns per-kind discovery (a kind whose CRD is missing, or whose watch is forbidden, is
-//! reported for that kind while the others keep working), the watchers, decoding each object
-//! with its template's status rules, cancelling as the template says, and retention: each
+//! reported for that kind while the others keep working), the watchers' handlers (the loop is
+//! `watch.rs`'s; what an object means, decoded with its template's status rules, is decided
+//! by `tracking.rs`), carrying out those decisions (reporting, finishing with the pods'
+//! result and log tail, a vanished workload), cancelling as the template says, and retention: each
 //! finished object of a kind without a native TTL gets its own deletion timer. Pods of these
 //! objects are followed by the executor's pod watcher like a batch Job's (the templates label
 //! their pod templates), which gives runs, logs and the log tail.
