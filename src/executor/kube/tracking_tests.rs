@@ -455,3 +455,25 @@ fn a_batch_job_watcher_leaves_workload_jobs_alone() {
 
     assert!(actions.is_empty(), "{actions:?}");
 }
+
+#[test]
+fn a_list_restarted_midway_forgets_what_the_interrupted_one_showed() {
+    let tracked = DashMap::new();
+    tracked.insert("a".to_owned(), batch_record("ns", Some(0)));
+    let (mut tracker, _) = jobs_tracker(None);
+
+    let actions = run(
+        &mut tracker,
+        &tracked,
+        vec![
+            Event::Init,
+            Event::InitApply(batch_job("a", "ns", 10, running(1))),
+            // The list failed before its end; kube-rs lists again from scratch, and `a` is
+            // gone by then.
+            Event::Init,
+            Event::InitDone,
+        ],
+    );
+
+    assert_eq!(actions, ["report a active=1", "vanished a Unlisted"]);
+}
