@@ -28,6 +28,8 @@
 //! - `pods.rs`: what the pod watcher saw of each job's pods: runs, captured log tails, and
 //!   waiting for them to end;
 //! - `logs.rs`: reading pods' logs: tails, following, and the tail kept when a job finishes;
+//! - `kinds.rs`: the workload kinds templates create, and what a job of one keeps to decode
+//!   its object;
 //! - `workloads.rs`: jobs of workload templates, all of the above for other kinds: discovery,
 //!   watchers, decoding, cancelling, retention;
 //! - `manifest.rs`: the batch Job a job becomes, and the names and labels jobgate stamps;
@@ -37,6 +39,7 @@
 //! All of them add methods to one shared `Inner`, the executor's state; every watcher and
 //! spawned task holds an `Arc` of it, is tracked by its `tasks`, and ends at its `shutdown`.
 
+mod kinds;
 mod launcher;
 mod logs;
 pub mod manifest;
@@ -152,7 +155,7 @@ struct Inner {
     /// is used anyway: a push cannot leave the list half-changed.
     watchers: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
     /// The workload kinds templates create, by (group, version, kind).
-    kinds: BTreeMap<(String, String, String), Arc<workloads::Kind>>,
+    kinds: BTreeMap<(String, String, String), Arc<kinds::Kind>>,
     /// Finished workloads whose deletion is scheduled (namespace/name/uid).
     retention_timers: DashMap<String, ()>,
     /// The watchers have been started (they start once).
@@ -188,9 +191,9 @@ impl KubeExecutor {
             .templates
             .iter()
             .map(|t| {
-                let (group, version, kind) = workloads::Kind::key(t);
+                let (group, version, kind) = kinds::Kind::key(t);
                 let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
-                ((group, version, kind), workloads::Kind::new(gvk))
+                ((group, version, kind), kinds::Kind::new(gvk))
             })
             .collect();
         Ok(Self {
@@ -222,7 +225,7 @@ impl Inner {
     fn track(&self, job: &Job, confirmed_epoch: Option<u64>) {
         let decoding = self
             .kind_of(&job.spec.template)
-            .map(|(template, kind)| workloads::Decoding {
+            .map(|(template, kind)| kinds::Decoding {
                 template,
                 kind,
                 mapped: job.workload.mapped.clone().unwrap_or_default(),

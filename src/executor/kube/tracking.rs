@@ -24,8 +24,8 @@ use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
 
+use super::kinds::{Decoding, Kind};
 use super::manifest::JOB_ID_LABEL;
-use super::workloads::{Decoding, Kind};
 use super::{label, resource_version, status};
 use crate::model::WorkloadStatus;
 

@@ -11,7 +11,7 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 use super::{Action, BatchJobs, Follow, KindObjects, Tracked, Tracker};
-use crate::executor::kube::workloads::{Decoding, Kind};
+use crate::executor::kube::kinds::{Decoding, Kind};
 use crate::model::{JobPhase, MappedPhase};
 use crate::templates::TemplateSet;
 

@@ -15,8 +15,8 @@
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -26,6 +26,7 @@ use kube::api::{
 };
 use kube::runtime::watcher;
 
+use super::kinds::Kind;
 use super::launcher::launch_error;
 use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
@@ -39,79 +40,6 @@ use crate::executor::ExecutorError;
 use crate::model::{Job, JobPhase, MappedPhase, WorkloadStatus};
 use crate::templates::rules::STATUS_UNDERSTOOD;
 use crate::templates::{Retention, Stamp, WorkloadTemplate};
-
-/// One workload kind (group, version, kind) that templates create.
-///
-/// A poisoned lock of it is used anyway: each writer replaces the whole value at once, so a
-/// panic elsewhere cannot leave it half-written.
-pub(super) struct Kind {
-    pub gvk: GroupVersionKind,
-    /// What discovery found; `None` until it has (or while the kind is missing).
-    resource: RwLock<Option<ApiResource>>,
-    /// Why jobs of this kind cannot run now; `None` while available or not known yet.
-    unavailable: RwLock<Option<String>>,
-    /// Bumped at the start of every (re-)list of this kind.
-    pub list_epoch: Arc<AtomicU64>,
-    watching: AtomicBool,
-}
-
-impl Kind {
-    pub fn new(gvk: GroupVersionKind) -> Arc<Self> {
-        Arc::new(Self {
-            gvk,
-            resource: RwLock::new(None),
-            unavailable: RwLock::new(None),
-            list_epoch: Arc::new(AtomicU64::new(0)),
-            watching: AtomicBool::new(false),
-        })
-    }
-
-    pub fn key(t: &WorkloadTemplate) -> (String, String, String) {
-        let (group, version) = t.group_version();
-        (group.to_owned(), version.to_owned(), t.kind.clone())
-    }
-
-    fn name(&self) -> String {
-        format!("{}/{} {}", self.gvk.group, self.gvk.version, self.gvk.kind)
-    }
-
-    pub fn availability(&self) -> Result<(), String> {
-        match self
-            .unavailable
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-        {
-            None => Ok(()),
-            Some(why) => Err(why),
-        }
-    }
-
-    fn set_unavailable(&self, why: Option<String>) {
-        let mut current = self.unavailable.write().unwrap_or_else(PoisonError::into_inner);
-        if *current != why {
-            match &why {
-                Some(why) => tracing::warn!(kind = %self.name(), %why, "workload kind unavailable"),
-                None => tracing::info!(kind = %self.name(), "workload kind available"),
-            }
-            *current = why;
-        }
-    }
-
-    fn resource(&self) -> Option<ApiResource> {
-        self.resource
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-/// The object's phase as last decoded, and the template that decodes it.
-pub(super) struct Decoding {
-    pub template: Arc<WorkloadTemplate>,
-    pub kind: Arc<Kind>,
-    pub mapped: MappedPhase,
-}
 
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
