@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Handler, WatcherHealth, follow_events};
 use crate::executor::kube::tracking::{Action, BatchJobs, Tracked, Tracker};
 
-/// Records what the loop hands over, and whether the health said ready at each event.
+/// Records what the loop hands over, and stops at a failure when told to.
 #[derive(Default)]
 struct Recorder {
     seen: Vec<String>,
