@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 
 use super::manifest::{self, JOB_ID_LABEL, workload_name};
+use super::tracking::{self, BatchJobs};
 use super::{Inner, label, retry_delays};
 use crate::executor::ExecutorError;
 use crate::model::Job;
@@ -97,7 +98,8 @@ impl Inner {
                 }
                 if let Some(created) = created {
                     // The watch reports it too; this only saves waiting for it.
-                    self.on_job(created).await;
+                    let actions = tracking::applied(&BatchJobs, &self.tracked, created);
+                    self.carry_out_job_actions(actions).await;
                 }
                 Ok(())
             }

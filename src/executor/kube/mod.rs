@@ -12,18 +12,24 @@
 //!
 //! # Layout
 //!
-//! This file holds the executor's state ([`KubeExecutor`], what it tracks per job), its
+//! This file holds the executor's state ([`KubeExecutor`], the jobs it tracks), its
 //! construction, and its [`Executor`] implementation, whose methods hand over to the file of
 //! their concept:
 //!
 //! - `launcher.rs`: launching and cancelling every job; creating its batch Job (adopting the
 //!   one a retried create finds), deleting it on cancel, and the Kubernetes Events that say so;
-//! - `watch.rs`: the Job and pod watchers of each scope, and their health for `/readyz`;
-//! - `reconcile.rs`: what a Job event means for its job: a change reported, a decided job
-//!   finished (result, log tail), a vanished one reported after a re-list;
+//! - `watch.rs`: the one watch loop every watcher runs over a stream of watcher events, the
+//!   Job and pod watchers of each scope, and their health for `/readyz`;
+//! - `tracking.rs`: the pure state machine deciding what a watched Job or workload object
+//!   means for its tracked job (what it keeps per job, stale events, changes, decisions,
+//!   deletions, what a re-list shows vanished), as actions for the executor to carry out;
+//! - `reconcile.rs`: carrying out those actions for batch Jobs: a change reported, a decided
+//!   job finished (result, log tail), a vanished one reported with what its pods prove;
 //! - `pods.rs`: what the pod watcher saw of each job's pods: runs, captured log tails, and
 //!   waiting for them to end;
 //! - `logs.rs`: reading pods' logs: tails, following, and the tail kept when a job finishes;
+//! - `kinds.rs`: the workload kinds templates create, and what a job of one keeps to decode
+//!   its object;
 //! - `workloads.rs`: jobs of workload templates, all of the above for other kinds: discovery,
 //!   watchers, decoding, cancelling, retention;
 //! - `manifest.rs`: the batch Job a job becomes, and the names and labels jobgate stamps;
@@ -33,6 +39,7 @@
 //! All of them add methods to one shared `Inner`, the executor's state; every watcher and
 //! spawned task holds an `Arc` of it, is tracked by its `tasks`, and ends at its `shutdown`.
 
+mod kinds;
 mod launcher;
 mod logs;
 pub mod manifest;
@@ -40,6 +47,7 @@ mod pods;
 mod reconcile;
 mod requests;
 pub mod status;
+mod tracking;
 mod watch;
 mod workloads;
 
@@ -63,6 +71,7 @@ use tokio_util::task::TaskTracker;
 
 use self::manifest::ManifestDefaults;
 use self::pods::JobPods;
+use self::tracking::Tracked;
 use self::watch::WatcherHealth;
 use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, RunInfo};
 use crate::model::{Job, WorkloadStatus};
@@ -141,12 +150,12 @@ struct Inner {
     jobs_version: tokio::sync::watch::Sender<u64>,
     /// Bumped at the start of every (re-)list of Jobs: a job confirmed before a list began
     /// must appear in it, or it vanished.
-    list_epoch: AtomicU64,
+    list_epoch: Arc<AtomicU64>,
     /// The Job and pod watchers, pushed once at start and read by `/readyz`. A poisoned lock
     /// is used anyway: a push cannot leave the list half-changed.
     watchers: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
     /// The workload kinds templates create, by (group, version, kind).
-    kinds: BTreeMap<(String, String, String), Arc<workloads::Kind>>,
+    kinds: BTreeMap<(String, String, String), Arc<kinds::Kind>>,
     /// Finished workloads whose deletion is scheduled (namespace/name/uid).
     retention_timers: DashMap<String, ()>,
     /// The watchers have been started (they start once).
@@ -155,27 +164,6 @@ struct Inner {
     shutdown: CancellationToken,
     /// Every task the executor spawns, awaited at shutdown.
     tasks: TaskTracker,
-}
-
-/// What the executor keeps per unfinished job (a few hundred bytes).
-struct Tracked {
-    namespace: String,
-    completions: i32,
-    /// The list epoch when the Job was known to exist; `None` while it is being created.
-    confirmed_epoch: Option<u64>,
-    /// The newest resourceVersion applied: older events are stale and ignored.
-    last_rv: u64,
-    /// The outcome is decided; its result and logs are being captured.
-    finishing: bool,
-    /// While finishing: the newest status, whose counts settle once the controller writes
-    /// its final condition (Complete or Failed) after the interim one.
-    settled: Option<WorkloadStatus>,
-    /// The last status reported, to report only changes.
-    last_sent: Option<WorkloadStatus>,
-    /// For jobs of workload templates: how their object's status decodes.
-    decoding: Option<workloads::Decoding>,
-    /// The job's `ttlSecondsAfterFinished` (or the server's default).
-    ttl_seconds: Option<i32>,
 }
 
 impl KubeExecutor {
@@ -203,9 +191,9 @@ impl KubeExecutor {
             .templates
             .iter()
             .map(|t| {
-                let (group, version, kind) = workloads::Kind::key(t);
+                let (group, version, kind) = kinds::Kind::key(t);
                 let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
-                ((group, version, kind), workloads::Kind::new(gvk))
+                ((group, version, kind), kinds::Kind::new(gvk))
             })
             .collect();
         Ok(Self {
@@ -218,7 +206,7 @@ impl KubeExecutor {
                 pods: DashMap::new(),
                 pods_version: tokio::sync::watch::Sender::new(0),
                 jobs_version: tokio::sync::watch::Sender::new(0),
-                list_epoch: AtomicU64::new(0),
+                list_epoch: Arc::new(AtomicU64::new(0)),
                 watchers: std::sync::Mutex::new(Vec::new()),
                 kinds,
                 retention_timers: DashMap::new(),
@@ -237,7 +225,7 @@ impl Inner {
     fn track(&self, job: &Job, confirmed_epoch: Option<u64>) {
         let decoding = self
             .kind_of(&job.spec.template)
-            .map(|(template, kind)| workloads::Decoding {
+            .map(|(template, kind)| kinds::Decoding {
                 template,
                 kind,
                 mapped: job.workload.mapped.clone().unwrap_or_default(),
@@ -246,16 +234,14 @@ impl Inner {
             .spec
             .ttl_seconds_after_finished
             .or(self.config.manifest.ttl_seconds_after_finished);
-        self.tracked.entry(job.id.clone()).or_insert_with(|| Tracked {
-            decoding,
-            ttl_seconds,
-            namespace: job.spec.namespace.clone(),
-            completions: job.spec.completions,
-            confirmed_epoch,
-            last_rv: 0,
-            finishing: false,
-            settled: None,
-            last_sent: None,
+        self.tracked.entry(job.id.clone()).or_insert_with(|| {
+            Tracked::new(
+                job.spec.namespace.clone(),
+                job.spec.completions,
+                confirmed_epoch,
+                decoding,
+                ttl_seconds,
+            )
         });
     }
 

@@ -1,28 +1,31 @@
-//! The watchers of batch Jobs and of the pods of managed workloads: one of each per watched
-//! namespace (or one of each for the whole cluster), label-selected on
-//! `app.kubernetes.io/managed-by=jobgate`, whatever the number of jobs or clients.
+//! The one watch loop every watcher runs, the watchers of batch Jobs and of the pods of
+//! managed workloads (one of each per watched namespace, or one of each for the whole
+//! cluster, label-selected on `app.kubernetes.io/managed-by=jobgate`, whatever the number of
+//! jobs or clients), and each watcher's health for `/readyz` and `/metrics`.
 //!
-//! It owns starting them (after every job launched before a restart has been adopted),
-//! their loops (kube-rs' watcher, restarted with back-off and re-listing on `410 Gone`),
-//! the list epochs and "seen" sets that let a re-list reveal what vanished, and each
-//! watcher's health for `/readyz` and `/metrics`. Workload kinds' watchers live in
-//! `workloads.rs`, and use [`WatcherHealth`] too.
+//! It owns starting the watchers (after every job launched before a restart has been
+//! adopted) and [`follow_events`]: the loop that takes any stream of watcher events (kube-rs'
+//! watcher, restarted with back-off and re-listing on `410 Gone`, or a plain sequence in
+//! tests), keeps its watcher's health, and hands each event to a [`Handler`]. Workload
+//! kinds' and CustomResourceDefinitions' handlers live in `workloads.rs`.
 //!
-//! It must not interpret what it sees: each event goes to `reconcile.rs` (Jobs) or
-//! `pods.rs` (pods).
+//! It must not interpret what it sees: what Job events mean is decided by `tracking.rs` and
+//! carried out by `reconcile.rs`; pod events go to `pods.rs`.
 
-use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job as K8sJob;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
+use tokio_util::sync::CancellationToken;
 
-use super::manifest::{JOB_ID_LABEL, MANAGED_SELECTOR};
-use super::{Inner, label};
+use super::Inner;
+use super::manifest::MANAGED_SELECTOR;
+use super::tracking::{BatchJobs, Tracker};
 
 /// The health of one watcher, for `/readyz`.
 pub(super) struct WatcherHealth {
@@ -74,6 +77,99 @@ impl WatcherHealth {
     }
 }
 
+/// kube-rs' watcher of `api`'s objects matching `config`: it re-lists after `410 Gone` (an
+/// `Init` … `InitDone` again) and restarts a failed watch with its default back-off.
+pub(super) fn watch_stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watcher(api, config).default_backoff()
+}
+
+/// What a watcher does with what it sees.
+pub(super) trait Handler<K> {
+    /// One event of the watch.
+    async fn event(&mut self, event: watcher::Event<K>);
+
+    /// The watch failed; the stream retries with back-off unless this says to stop.
+    fn failed(&mut self, _error: &watcher::Error) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+}
+
+/// Hands every event of `events` to `handler` until the stream ends, `handler` stops after a
+/// failure, or `shutdown`; `health` (when the watcher has one) follows what arrives.
+pub(super) async fn follow_events<K>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    health: Option<&WatcherHealth>,
+    shutdown: &CancellationToken,
+    handler: &mut impl Handler<K>,
+) {
+    let mut events = std::pin::pin!(events);
+    loop {
+        let item = tokio::select! {
+            // Shutdown first: a busy stream must not delay it.
+            biased;
+            _ = shutdown.cancelled() => return,
+            item = events.next() => item,
+        };
+        let Some(item) = item else { return };
+        match item {
+            Ok(event) => {
+                let list_done = matches!(event, watcher::Event::InitDone);
+                // Init comes before the list request: no proof that the server answers.
+                if let Some(health) = health {
+                    health.seen(matches!(event, watcher::Event::Init));
+                }
+                handler.event(event).await;
+                if let (true, Some(health)) = (list_done, health) {
+                    health.list_done();
+                }
+            }
+            Err(e) => {
+                if let Some(health) = health {
+                    health.failed(&e);
+                }
+                if handler.failed(&e).is_break() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The Job watcher of one scope: the only source of batch Jobs' observations.
+struct JobEvents {
+    inner: Arc<Inner>,
+    tracker: Tracker<BatchJobs>,
+}
+
+impl Handler<K8sJob> for JobEvents {
+    async fn event(&mut self, event: watcher::Event<K8sJob>) {
+        let actions = self.tracker.apply(&self.inner.tracked, event);
+        self.inner.carry_out_job_actions(actions).await;
+    }
+}
+
+/// The pod watcher of one scope: results, failure causes and where logs are.
+struct PodEvents(Arc<Inner>);
+
+impl Handler<Pod> for PodEvents {
+    async fn event(&mut self, event: watcher::Event<Pod>) {
+        match event {
+            watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => self.0.on_pod(&pod),
+            // A deleted pod's last state stays known: it may prove the outcome of a Job
+            // deleted with it. One deleted before it ended will never end: nothing should
+            // wait for it.
+            watcher::Event::Delete(pod) => self.0.on_pod_deleted(&pod),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+}
+
 impl Inner {
     /// The scopes to watch: each configured namespace, else the whole cluster (`None`).
     pub(super) fn watch_scopes(&self) -> Vec<Option<String>> {
@@ -103,9 +199,22 @@ impl Inner {
             let pods_health = WatcherHealth::new(format!("pods in {where_}"), &self.config.metrics);
             watchers.push(jobs_health.clone());
             watchers.push(pods_health.clone());
-            self.tasks
-                .spawn(self.clone().watch_jobs(jobs, scope.clone(), jobs_health));
-            self.tasks.spawn(self.clone().watch_pods(pods, pods_health));
+            let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+            let mut job_events = JobEvents {
+                inner: self.clone(),
+                tracker: Tracker::new(BatchJobs, scope, self.list_epoch.clone()),
+            };
+            let inner = self.clone();
+            let job_stream = watch_stream(jobs, config.clone());
+            self.tasks.spawn(async move {
+                follow_events(job_stream, Some(&jobs_health), &inner.shutdown, &mut job_events).await;
+            });
+            let mut pod_events = PodEvents(self.clone());
+            let inner = self.clone();
+            let pod_stream = watch_stream(pods, config);
+            self.tasks.spawn(async move {
+                follow_events(pod_stream, Some(&pods_health), &inner.shutdown, &mut pod_events).await;
+            });
         }
     }
 
@@ -119,81 +228,8 @@ impl Inner {
                 .iter()
                 .all(|w| w.listed.load(Ordering::Relaxed) && w.healthy.load(Ordering::Relaxed))
     }
-
-    /// Follows the Jobs in one namespace (or all): the only source of job observations.
-    async fn watch_jobs(
-        self: Arc<Self>,
-        api: Api<K8sJob>,
-        namespace: Option<String>,
-        health: Arc<WatcherHealth>,
-    ) {
-        let config = watcher::Config::default().labels(MANAGED_SELECTOR);
-        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
-        let mut list_epoch = 0;
-        let mut seen = HashSet::new();
-        loop {
-            let item = tokio::select! {
-                _ = self.shutdown.cancelled() => return,
-                item = events.next() => item,
-            };
-            let Some(item) = item else { return };
-            match item {
-                Ok(event) => {
-                    // Init comes before the list request: no proof that the server answers.
-                    health.seen(matches!(event, watcher::Event::Init));
-                    match event {
-                        watcher::Event::Init => {
-                            list_epoch = self.list_epoch.fetch_add(1, Ordering::SeqCst) + 1;
-                            seen.clear();
-                        }
-                        watcher::Event::InitApply(job) => {
-                            if let Some(id) = label(&job.metadata, JOB_ID_LABEL) {
-                                seen.insert(id.to_owned());
-                            }
-                            self.on_job(job).await;
-                        }
-                        watcher::Event::InitDone => {
-                            self.reconcile(namespace.as_deref(), list_epoch, &seen);
-                            seen = HashSet::new();
-                            health.list_done();
-                        }
-                        watcher::Event::Apply(job) => self.on_job(job).await,
-                        watcher::Event::Delete(job) => self.on_job_deleted(job),
-                    }
-                }
-                Err(e) => health.failed(&e),
-            }
-        }
-    }
-
-    /// Follows the pods of managed Jobs: results, failure causes and where logs are.
-    async fn watch_pods(self: Arc<Self>, api: Api<Pod>, health: Arc<WatcherHealth>) {
-        let config = watcher::Config::default().labels(MANAGED_SELECTOR);
-        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
-        loop {
-            let item = tokio::select! {
-                _ = self.shutdown.cancelled() => return,
-                item = events.next() => item,
-            };
-            let Some(item) = item else { return };
-            match item {
-                Ok(event) => {
-                    // Init comes before the list request: no proof that the server answers.
-                    health.seen(matches!(event, watcher::Event::Init));
-                    match event {
-                        watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => self.on_pod(&pod),
-                        watcher::Event::InitDone => {
-                            health.list_done();
-                        }
-                        // A deleted pod's last state stays known: it may prove the outcome
-                        // of a Job deleted with it. One deleted before it ended will never end:
-                        // nothing should wait for it.
-                        watcher::Event::Delete(pod) => self.on_pod_deleted(&pod),
-                        watcher::Event::Init => {}
-                    }
-                }
-                Err(e) => health.failed(&e),
-            }
-        }
-    }
 }
+
+#[cfg(test)]
+#[path = "watch_tests.rs"]
+mod tests;

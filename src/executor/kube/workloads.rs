@@ -3,112 +3,43 @@
 //! label-selected watcher per kind and scope, through kube-rs' dynamic API.
 //!
 //! It owns per-kind discovery (a kind whose CRD is missing, or whose watch is forbidden, is
-//! reported for that kind while the others keep working), the watchers, decoding each object
-//! with its template's status rules, cancelling as the template says, and retention: each
+//! reported for that kind while the others keep working), the watchers' handlers (the loop is
+//! `watch.rs`'s; what an object means, decoded with its template's status rules, is decided
+//! by `tracking.rs`), carrying out those decisions (reporting, finishing with the pods'
+//! result and log tail, a vanished workload), cancelling as the template says, and retention: each
 //! finished object of a kind without a native TTL gets its own deletion timer. Pods of these
 //! objects are followed by the executor's pod watcher like a batch Job's (the templates label
 //! their pod templates), which gives runs, logs and the log tail.
 //!
 //! It must not decide phases beyond what the template's rules decode, nor write the store.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
+use super::kinds::Kind;
 use super::launcher::launch_error;
 use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     MANAGED_SELECTOR, SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
 };
 use super::status::PodInfo;
-use super::watch::WatcherHealth;
-use super::{Inner, label, resource_version, retry_delays};
+use super::tracking::{Action, KindObjects, Tracker, Vanish};
+use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
+use super::{Inner, label, retry_delays};
 use crate::executor::ExecutorError;
 use crate::model::{Job, JobPhase, MappedPhase, WorkloadStatus};
 use crate::templates::rules::STATUS_UNDERSTOOD;
 use crate::templates::{Retention, Stamp, WorkloadTemplate};
-
-/// One workload kind (group, version, kind) that templates create.
-///
-/// A poisoned lock of it is used anyway: each writer replaces the whole value at once, so a
-/// panic elsewhere cannot leave it half-written.
-pub(super) struct Kind {
-    pub gvk: GroupVersionKind,
-    /// What discovery found; `None` until it has (or while the kind is missing).
-    resource: RwLock<Option<ApiResource>>,
-    /// Why jobs of this kind cannot run now; `None` while available or not known yet.
-    unavailable: RwLock<Option<String>>,
-    /// Bumped at the start of every (re-)list of this kind.
-    pub list_epoch: AtomicU64,
-    watching: AtomicBool,
-}
-
-impl Kind {
-    pub fn new(gvk: GroupVersionKind) -> Arc<Self> {
-        Arc::new(Self {
-            gvk,
-            resource: RwLock::new(None),
-            unavailable: RwLock::new(None),
-            list_epoch: AtomicU64::new(0),
-            watching: AtomicBool::new(false),
-        })
-    }
-
-    pub fn key(t: &WorkloadTemplate) -> (String, String, String) {
-        let (group, version) = t.group_version();
-        (group.to_owned(), version.to_owned(), t.kind.clone())
-    }
-
-    fn name(&self) -> String {
-        format!("{}/{} {}", self.gvk.group, self.gvk.version, self.gvk.kind)
-    }
-
-    pub fn availability(&self) -> Result<(), String> {
-        match self
-            .unavailable
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-        {
-            None => Ok(()),
-            Some(why) => Err(why),
-        }
-    }
-
-    fn set_unavailable(&self, why: Option<String>) {
-        let mut current = self.unavailable.write().unwrap_or_else(PoisonError::into_inner);
-        if *current != why {
-            match &why {
-                Some(why) => tracing::warn!(kind = %self.name(), %why, "workload kind unavailable"),
-                None => tracing::info!(kind = %self.name(), "workload kind available"),
-            }
-            *current = why;
-        }
-    }
-
-    fn resource(&self) -> Option<ApiResource> {
-        self.resource
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-/// The object's phase as last decoded, and the template that decodes it.
-pub(super) struct Decoding {
-    pub template: Arc<WorkloadTemplate>,
-    pub kind: Arc<Kind>,
-    pub mapped: MappedPhase,
-}
 
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
@@ -194,10 +125,18 @@ impl Inner {
             };
             let where_ = scope.as_deref().unwrap_or("all namespaces");
             let health = WatcherHealth::new(format!("{} in {where_}", resource.plural), &self.config.metrics);
-            self.tasks.spawn(
-                self.clone()
-                    .watch_kind(kind.clone(), api, resource.clone(), scope, health),
-            );
+            let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+            let events = watch_stream(api, config);
+            let mut handler = KindEvents {
+                inner: self.clone(),
+                tracker: Tracker::new(KindObjects(kind.clone()), scope.clone(), kind.list_epoch.clone()),
+                resource: resource.clone(),
+                scope,
+            };
+            let inner = self.clone();
+            self.tasks.spawn(async move {
+                follow_events(events, Some(&health), &inner.shutdown, &mut handler).await;
+            });
         }
     }
 
@@ -206,162 +145,73 @@ impl Inner {
     /// only found again at the next start (said once, in the log).
     async fn watch_crds(self: Arc<Self>) {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
-        let mut warned = false;
-        loop {
-            let item = tokio::select! {
-                _ = self.shutdown.cancelled() => return,
-                item = events.next() => item,
-            };
-            let Some(item) = item else { return };
-            match item {
-                Ok(watcher::Event::Apply(crd) | watcher::Event::InitApply(crd)) => {
-                    let group = &crd.spec.group;
-                    let kind_name = &crd.spec.names.kind;
-                    let served = |v: &str| crd.spec.versions.iter().any(|x| x.name == v && x.served);
-                    for kind in self.kinds.values() {
-                        let wanted = &kind.gvk.group == group
-                            && &kind.gvk.kind == kind_name
-                            && served(&kind.gvk.version);
-                        if wanted && kind.availability().is_err() && !kind.watching.load(Ordering::SeqCst) {
-                            self.tasks.spawn(self.clone().discover(kind.clone()));
-                        }
-                    }
-                }
-                Ok(watcher::Event::Delete(crd)) => {
-                    for kind in self.kinds.values() {
-                        if kind.gvk.group == crd.spec.group && kind.gvk.kind == crd.spec.names.kind {
-                            kind.set_unavailable(Some(format!(
-                                "the CustomResourceDefinition of {} was deleted",
-                                kind.name()
-                            )));
-                        }
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    if !warned {
-                        warned = true;
-                        tracing::warn!(error = %e, "cannot watch CustomResourceDefinitions; a workload kind installed later is found at the next start");
-                    }
-                    if matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 403)
-                    {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    async fn watch_kind(
-        self: Arc<Self>,
-        kind: Arc<Kind>,
-        api: Api<DynamicObject>,
-        resource: ApiResource,
-        scope: Option<String>,
-        health: Arc<WatcherHealth>,
-    ) {
-        let config = watcher::Config::default().labels(MANAGED_SELECTOR);
-        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
-        let mut seen = HashSet::new();
-        let mut list_epoch = 0;
-        loop {
-            let item = tokio::select! {
-                _ = self.shutdown.cancelled() => return,
-                item = events.next() => item,
-            };
-            let Some(item) = item else { return };
-            match item {
-                Ok(event) => {
-                    health.seen(matches!(event, watcher::Event::Init));
-                    if !matches!(event, watcher::Event::Init)
-                        && kind.availability().is_err()
-                        && kind.resource().is_some()
-                    {
-                        kind.set_unavailable(None);
-                    }
-                    match event {
-                        watcher::Event::Init => {
-                            seen.clear();
-                            list_epoch = kind.list_epoch.fetch_add(1, Ordering::SeqCst) + 1;
-                        }
-                        watcher::Event::InitApply(obj) => {
-                            if let Some(id) = label(&obj.metadata, JOB_ID_LABEL) {
-                                seen.insert(id.to_owned());
-                            }
-                            self.on_object(&kind, &resource, obj).await;
-                        }
-                        watcher::Event::InitDone => {
-                            health.list_done();
-                            self.reconcile_kind(&kind, scope.as_deref(), list_epoch, &seen);
-                        }
-                        watcher::Event::Apply(obj) => self.on_object(&kind, &resource, obj).await,
-                        watcher::Event::Delete(obj) => self.on_object_deleted(obj),
-                    }
-                }
-                Err(e) => {
-                    health.failed(&e);
-                    let forbidden = matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s)) | watcher::Error::WatchFailed(kube::Error::Api(s)) if s.code == 403);
-                    if forbidden {
-                        kind.set_unavailable(Some(format!(
-                            "jobgate may not watch {} in {}: {e}",
-                            resource.plural,
-                            scope.as_deref().unwrap_or("all namespaces")
-                        )));
-                    }
-                }
-            }
-        }
-    }
-
-    /// An object of a workload kind was added or changed.
-    async fn on_object(self: &Arc<Self>, kind: &Arc<Kind>, resource: &ApiResource, obj: DynamicObject) {
-        let Some(id) = label(&obj.metadata, JOB_ID_LABEL).map(str::to_owned) else {
-            return;
+        let events = watch_stream(api, watcher::Config::default());
+        let mut handler = CrdEvents {
+            inner: self.clone(),
+            warned: false,
         };
-        let value = serde_json::to_value(&obj).unwrap_or_default();
-        let decided;
-        let status;
-        {
-            let Some(mut tracked) = self.tracked.get_mut(&id) else {
-                // Finished (or not ours any more): only retention is left to do.
-                self.retain_finished(kind, resource, &obj);
-                return;
-            };
-            // Borrowed field by field: the decoding is updated along with the rest.
-            let t = &mut *tracked;
-            let Some(decoding) = t.decoding.as_mut() else {
-                return; // a batch Job's job: the Job watcher follows it
-            };
-            if let Some(rv) = resource_version(&obj.metadata) {
-                if rv <= t.last_rv {
-                    return;
-                }
-                t.last_rv = rv;
+        follow_events(events, None, &self.shutdown, &mut handler).await;
+    }
+
+    /// A CustomResourceDefinition was added or changed: a missing kind it serves is
+    /// discovered again.
+    fn on_crd(self: &Arc<Self>, crd: &CustomResourceDefinition) {
+        let group = &crd.spec.group;
+        let kind_name = &crd.spec.names.kind;
+        let served = |v: &str| crd.spec.versions.iter().any(|x| x.name == v && x.served);
+        for kind in self.kinds.values() {
+            let wanted = &kind.gvk.group == group && &kind.gvk.kind == kind_name && served(&kind.gvk.version);
+            if wanted && kind.availability().is_err() && !kind.watching.load(Ordering::SeqCst) {
+                self.tasks.spawn(self.clone().discover(kind.clone()));
             }
-            if t.finishing {
-                return;
-            }
-            let decoded = decoding.template.status.decode(&value, &decoding.mapped);
-            if let Some(c) = decoded.conditions.iter().find(|c| c.type_ == STATUS_UNDERSTOOD) {
-                tracing::warn!(job = %id, kind = %kind.name(), message = ?c.message, "status not understood");
-            }
-            decoding.mapped = decoded.mapped.clone().unwrap_or_default();
-            decided = decoding.mapped.phase.is_terminal();
-            if decided {
-                t.finishing = true;
-            } else if t.last_sent.as_ref() == Some(&decoded) {
-                return;
-            } else {
-                t.last_sent = Some(decoded.clone());
-            }
-            status = decoded;
         }
-        if decided {
-            let retention = self.retention_of(&id).map(|r| (r, resource.clone(), obj));
-            self.spawn_finish_workload(id, status, retention);
-        } else {
-            self.send(id, status).await;
+    }
+
+    /// A CustomResourceDefinition was deleted: the kinds it served are unavailable.
+    fn on_crd_deleted(&self, crd: &CustomResourceDefinition) {
+        for kind in self.kinds.values() {
+            if kind.gvk.group == crd.spec.group && kind.gvk.kind == crd.spec.names.kind {
+                kind.set_unavailable(Some(format!(
+                    "the CustomResourceDefinition of {} was deleted",
+                    kind.name()
+                )));
+            }
+        }
+    }
+
+    /// Carries out what the tracking decided about objects of a workload kind.
+    async fn carry_out_kind_actions(
+        self: &Arc<Self>,
+        kind: &Arc<Kind>,
+        resource: &ApiResource,
+        actions: Vec<Action<DynamicObject>>,
+    ) {
+        for action in actions {
+            match action {
+                Action::Report { job_id, status } => {
+                    warn_not_understood(&job_id, kind, &status);
+                    self.send(job_id, status).await;
+                }
+                Action::Finish {
+                    job_id,
+                    status,
+                    object,
+                } => {
+                    warn_not_understood(&job_id, kind, &status);
+                    let retention = self.retention_of(&job_id).map(|r| (r, resource.clone(), object));
+                    self.spawn_finish_workload(job_id, status, retention);
+                }
+                // Only batch Jobs settle after their decision.
+                Action::Settled { .. } => {}
+                Action::Vanished { job_id, how } => {
+                    if how == Vanish::Unlisted {
+                        tracing::warn!(job = %job_id, kind = %kind.name(), "its workload is gone though it never finished");
+                    }
+                    self.spawn_workload_vanished(job_id);
+                }
+                // Finished (or not ours any more): only retention is left to do.
+                Action::Untracked { object } => self.retain_finished(kind, resource, &object),
+            }
         }
     }
 
@@ -457,42 +307,6 @@ impl Inner {
             }
             inner.retention_timers.remove(&key);
         });
-    }
-
-    /// An object of a workload kind was deleted: unless it finished first or was cancelled
-    /// (both untrack the job), its job failed.
-    fn on_object_deleted(self: &Arc<Self>, obj: DynamicObject) {
-        let Some(id) = label(&obj.metadata, JOB_ID_LABEL).map(str::to_owned) else {
-            return;
-        };
-        {
-            let Some(mut t) = self.tracked.get_mut(&id) else {
-                return;
-            };
-            if t.finishing || t.decoding.is_none() {
-                return;
-            }
-            t.finishing = true;
-        }
-        self.spawn_workload_vanished(id);
-    }
-
-    /// After a full list of a kind in `namespace`: tracked jobs of that kind known to exist
-    /// before the list began and missing from it vanished while nobody watched.
-    fn reconcile_kind(
-        self: &Arc<Self>,
-        kind: &Arc<Kind>,
-        namespace: Option<&str>,
-        list_epoch: u64,
-        seen: &HashSet<String>,
-    ) {
-        let vanished = self.vanished_from_list(namespace, list_epoch, seen, |t| {
-            t.decoding.as_ref().is_some_and(|d| Arc::ptr_eq(&d.kind, kind))
-        });
-        for id in vanished {
-            tracing::warn!(job = %id, kind = %kind.name(), "its workload is gone though it never finished");
-            self.spawn_workload_vanished(id);
-        }
     }
 
     fn spawn_workload_vanished(self: &Arc<Self>, id: String) {
@@ -790,6 +604,86 @@ impl Inner {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Says once that a kind's object has a status its template's rules do not understand.
+fn warn_not_understood(job_id: &str, kind: &Kind, status: &WorkloadStatus) {
+    if let Some(c) = status.conditions.iter().find(|c| c.type_ == STATUS_UNDERSTOOD) {
+        tracing::warn!(job = %job_id, kind = %kind.name(), message = ?c.message, "status not understood");
+    }
+}
+
+/// Whether a watch failed because jobgate may not list or watch what it watches.
+fn is_forbidden(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) if s.code == 403)
+}
+
+/// The watcher of one workload kind in one scope.
+struct KindEvents {
+    inner: Arc<Inner>,
+    tracker: Tracker<KindObjects>,
+    resource: ApiResource,
+    scope: Option<String>,
+}
+
+impl Handler<DynamicObject> for KindEvents {
+    async fn event(&mut self, event: watcher::Event<DynamicObject>) {
+        let kind = self.tracker.follow().0.clone();
+        // An answer after a refusal: the kind is watched again.
+        if !matches!(event, watcher::Event::Init) && kind.availability().is_err() && kind.resource().is_some()
+        {
+            kind.set_unavailable(None);
+        }
+        let actions = self.tracker.apply(&self.inner.tracked, event);
+        self.inner
+            .carry_out_kind_actions(&kind, &self.resource, actions)
+            .await;
+    }
+
+    fn failed(&mut self, error: &watcher::Error) -> ControlFlow<()> {
+        if is_forbidden(error) {
+            self.tracker.follow().0.set_unavailable(Some(format!(
+                "jobgate may not watch {} in {}: {error}",
+                self.resource.plural,
+                self.scope.as_deref().unwrap_or("all namespaces")
+            )));
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// The watcher of CustomResourceDefinitions.
+struct CrdEvents {
+    inner: Arc<Inner>,
+    /// That the watch fails has been logged.
+    warned: bool,
+}
+
+impl Handler<CustomResourceDefinition> for CrdEvents {
+    async fn event(&mut self, event: watcher::Event<CustomResourceDefinition>) {
+        match event {
+            watcher::Event::Apply(crd) | watcher::Event::InitApply(crd) => self.inner.on_crd(&crd),
+            watcher::Event::Delete(crd) => self.inner.on_crd_deleted(&crd),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+
+    fn failed(&mut self, error: &watcher::Error) -> ControlFlow<()> {
+        if !self.warned {
+            self.warned = true;
+            tracing::warn!(%error, "cannot watch CustomResourceDefinitions; a workload kind installed later is found at the next start");
+        }
+        // Forbidden stays forbidden: no point in retrying until the next start.
+        let forbidden = matches!(error, watcher::Error::InitialListFailed(kube::Error::Api(s))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 403);
+        if forbidden {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
     }
 }

@@ -66,7 +66,23 @@ pub(super) async fn launcher(inner: Arc<Inner>) {
                 tracing::Instrument::instrument(async move {
                     // The cache holds the job as last committed (it may have been cancelled
                     // since the outbox was read); a finished job is only marked.
-                    let job = inner.active.get(&stored.id).map(|j| j.clone());
+                    let job = match inner.active.get(&stored.id).map(|j| j.clone()) {
+                        Some(job) => Some(job),
+                        // Not cached: finished, or submitted an instant ago (the writer
+                        // commits, then publishes to the cache; the outbox read may come in
+                        // between). Only the store can tell which; taking the absence for
+                        // "finished" marked a new job launched without creating its
+                        // workload, and it stayed PENDING for good.
+                        None => match inner.store.get_job(&stored.id).await {
+                            Ok(job) => job.map(Arc::new),
+                            // Launched from the outbox's copy: a cancel that came meanwhile
+                            // is caught below, and launching is idempotent.
+                            Err(e) => {
+                                tracing::warn!(job = %stored.id, error = %e, "launcher cannot re-read a job missing from the cache; launching it as the outbox read it");
+                                Some(Arc::new(stored.clone()))
+                            }
+                        },
+                    };
                     let result = match job.filter(|j| !j.phase.is_terminal()) {
                         Some(job) => inner.executor.launch(job).await,
                         None => Ok(()),

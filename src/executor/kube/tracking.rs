@@ -1,0 +1,343 @@
+//! What watch events mean for the tracked jobs: a pure state machine, one per watcher of
+//! objects that carry jobs (batch Jobs, and each workload kind).
+//!
+//! It owns the per-job record ([`Tracked`]) and every decision made from a watched object:
+//! a stale event (an older resourceVersion) is ignored, a changed status is reported once, a
+//! decided one finishes its job, a finishing batch Job's newer decided status is kept (its
+//! final condition and counts come after the decision), an object deleted before its job
+//! finished makes the job vanish (unless a batch Job's own status decided it), and after each
+//! (re-)list a job known to exist before the list began but missing from it vanished. Each
+//! decision is an [`Action`] for the executor to carry out (`reconcile.rs` for batch Jobs,
+//! `workloads.rs` for other kinds); what differs between kinds (which jobs a watcher follows,
+//! how an object's status reads) is a [`Follow`].
+//!
+//! It must stay pure: no client, no I/O, no clock, no spawning. It only reads the events
+//! given to it and changes the tracked jobs' records, so that plain event sequences test it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dashmap::DashMap;
+use k8s_openapi::api::batch::v1::Job as K8sJob;
+use kube::Resource;
+use kube::api::DynamicObject;
+use kube::runtime::watcher;
+
+use super::kinds::{Decoding, Kind};
+use super::manifest::JOB_ID_LABEL;
+use super::{label, resource_version, status};
+use crate::model::WorkloadStatus;
+
+/// What the executor keeps per unfinished job (a few hundred bytes).
+pub(super) struct Tracked {
+    pub(super) namespace: String,
+    pub(super) completions: i32,
+    /// The list epoch when the workload was known to exist; `None` while it is being created.
+    pub(super) confirmed_epoch: Option<u64>,
+    /// The newest resourceVersion applied: older events are stale and ignored.
+    pub(super) last_rv: u64,
+    /// The outcome is decided (or the workload is gone): its final report is being made.
+    pub(super) finishing: bool,
+    /// While finishing: the newest decided status, whose counts settle once the controller
+    /// writes its final condition (Complete or Failed) after the interim one.
+    pub(super) settled: Option<WorkloadStatus>,
+    /// The last status reported, to report only changes.
+    pub(super) last_sent: Option<WorkloadStatus>,
+    /// For jobs of workload templates: how their object's status decodes.
+    pub(super) decoding: Option<Decoding>,
+    /// The job's `ttlSecondsAfterFinished` (or the server's default).
+    pub(super) ttl_seconds: Option<i32>,
+}
+
+impl Tracked {
+    /// A job not yet seen by any watcher.
+    pub(super) fn new(
+        namespace: String,
+        completions: i32,
+        confirmed_epoch: Option<u64>,
+        decoding: Option<Decoding>,
+        ttl_seconds: Option<i32>,
+    ) -> Self {
+        Self {
+            namespace,
+            completions,
+            confirmed_epoch,
+            last_rv: 0,
+            finishing: false,
+            settled: None,
+            last_sent: None,
+            decoding,
+            ttl_seconds,
+        }
+    }
+}
+
+/// What the executor must do about one event.
+#[derive(Debug)]
+pub(super) enum Action<K> {
+    /// Report this changed, undecided status of the job.
+    Report { job_id: String, status: WorkloadStatus },
+    /// The job's outcome is decided by `status`, read from `object`: capture its pods'
+    /// result, failure cause and log tail, then report it.
+    Finish {
+        job_id: String,
+        status: WorkloadStatus,
+        object: K,
+    },
+    /// A finishing job's decided status changed: whoever waits for its final condition
+    /// should look again.
+    Settled { job_id: String },
+    /// The job's workload is gone before its outcome was decided.
+    Vanished { job_id: String, how: Vanish },
+    /// An object of ours that no job tracked here follows (finished, or never ours to
+    /// follow): only what is done to finished objects (retention) may apply.
+    Untracked { object: K },
+}
+
+/// How a workload was found gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Vanish {
+    /// Its deletion was watched.
+    Deleted,
+    /// A (re-)list did not show it: it went while nobody watched.
+    Unlisted,
+}
+
+/// What differs between the kinds of objects that carry jobs.
+pub(super) trait Follow {
+    type Object: Resource;
+    /// Whether a finishing job's newer decided status is kept (batch Jobs write their final
+    /// condition, with settled counts, after the one that decides), and whether a deleted
+    /// object's own decided status finishes its job rather than making it vanish.
+    const SETTLES: bool;
+    /// Whether the tracked job's workload is an object of this watcher.
+    fn follows(&self, tracked: &Tracked) -> bool;
+    /// The job's status as the object shows it, and whether its outcome is decided. It may
+    /// keep what it decoded in the record (a workload's last phase).
+    fn read(&self, object: &Self::Object, tracked: &mut Tracked) -> (WorkloadStatus, bool);
+}
+
+/// Batch Jobs: jobs of the `container` template, read from the Job's own status.
+pub(super) struct BatchJobs;
+
+impl Follow for BatchJobs {
+    type Object = K8sJob;
+    const SETTLES: bool = true;
+
+    fn follows(&self, tracked: &Tracked) -> bool {
+        tracked.decoding.is_none()
+    }
+
+    fn read(&self, object: &K8sJob, _: &mut Tracked) -> (WorkloadStatus, bool) {
+        let status = status::workload_status(object);
+        let decided = status::is_decided(&status);
+        (status, decided)
+    }
+}
+
+/// Objects of one workload kind, decoded by their job's template's status rules.
+pub(super) struct KindObjects(pub(super) Arc<Kind>);
+
+impl Follow for KindObjects {
+    type Object = DynamicObject;
+    const SETTLES: bool = false;
+
+    fn follows(&self, tracked: &Tracked) -> bool {
+        tracked
+            .decoding
+            .as_ref()
+            .is_some_and(|d| Arc::ptr_eq(&d.kind, &self.0))
+    }
+
+    fn read(&self, object: &DynamicObject, tracked: &mut Tracked) -> (WorkloadStatus, bool) {
+        let Some(decoding) = tracked.decoding.as_mut() else {
+            return (WorkloadStatus::default(), false); // not followed: never asked
+        };
+        let value = serde_json::to_value(object).unwrap_or_default();
+        let decoded = decoding.template.status.decode(&value, &decoding.mapped);
+        decoding.mapped = decoded.mapped.clone().unwrap_or_default();
+        let decided = decoding.mapped.phase.is_terminal();
+        (decoded, decided)
+    }
+}
+
+/// The job an object belongs to.
+fn job_id(meta: &kube::api::ObjectMeta) -> Option<String> {
+    label(meta, JOB_ID_LABEL).map(str::to_owned)
+}
+
+/// What an added or changed object means for its job (also how a Job the launcher has just
+/// created is taken in, before the watch shows it).
+pub(super) fn applied<F: Follow>(
+    follow: &F,
+    tracked: &DashMap<String, Tracked>,
+    object: F::Object,
+) -> Vec<Action<F::Object>> {
+    let Some(job_id) = job_id(object.meta()) else {
+        return Vec::new();
+    };
+    let mut record = match tracked.get_mut(&job_id) {
+        Some(record) => record,
+        None => return vec![Action::Untracked { object }],
+    };
+    let t = &mut *record;
+    if !follow.follows(t) {
+        return Vec::new(); // a job of another kind's watcher
+    }
+    if let Some(rv) = resource_version(object.meta()) {
+        if rv <= t.last_rv {
+            return Vec::new(); // stale: never move backward
+        }
+        t.last_rv = rv;
+    }
+    if t.finishing {
+        if F::SETTLES {
+            let (status, decided) = follow.read(&object, t);
+            if decided {
+                t.settled = Some(status);
+                return vec![Action::Settled { job_id }];
+            }
+        }
+        return Vec::new();
+    }
+    let (status, decided) = follow.read(&object, t);
+    if decided {
+        t.finishing = true;
+        t.settled = Some(status.clone());
+        return vec![Action::Finish {
+            job_id,
+            status,
+            object,
+        }];
+    }
+    if t.last_sent.as_ref() == Some(&status) {
+        return Vec::new();
+    }
+    t.last_sent = Some(status.clone());
+    vec![Action::Report { job_id, status }]
+}
+
+/// What a deleted object means for its job. Ours are deleted after jobgate saw them finish
+/// (and untracked them), or by a cancel (which untracks first): any other deletion of an
+/// unfinished job's workload is reported, with the outcome its status proves if any.
+fn deleted<F: Follow>(
+    follow: &F,
+    tracked: &DashMap<String, Tracked>,
+    object: F::Object,
+) -> Vec<Action<F::Object>> {
+    let Some(job_id) = job_id(object.meta()) else {
+        return Vec::new();
+    };
+    let Some(mut record) = tracked.get_mut(&job_id) else {
+        return Vec::new();
+    };
+    let t = &mut *record;
+    if t.finishing || !follow.follows(t) {
+        return Vec::new();
+    }
+    t.finishing = true;
+    if F::SETTLES {
+        let (status, decided) = follow.read(&object, t);
+        if decided {
+            t.settled = Some(status.clone());
+            return vec![Action::Finish {
+                job_id,
+                status,
+                object,
+            }];
+        }
+    }
+    vec![Action::Vanished {
+        job_id,
+        how: Vanish::Deleted,
+    }]
+}
+
+/// One watcher's side of tracking: what its events mean for the jobs it follows, in its
+/// scope, across its (re-)lists.
+pub(super) struct Tracker<F> {
+    follow: F,
+    /// The namespace watched; `None` for the whole cluster.
+    scope: Option<String>,
+    /// Bumped at the start of every (re-)list by every watcher of the same kind; the
+    /// launcher reads it once a workload exists.
+    epochs: Arc<AtomicU64>,
+    /// The epoch of the list under way or last done.
+    list_epoch: u64,
+    /// The jobs whose objects the list under way has shown.
+    seen: HashSet<String>,
+}
+
+impl<F: Follow> Tracker<F> {
+    pub(super) fn new(follow: F, scope: Option<String>, epochs: Arc<AtomicU64>) -> Self {
+        Self {
+            follow,
+            scope,
+            epochs,
+            list_epoch: 0,
+            seen: HashSet::new(),
+        }
+    }
+
+    pub(super) fn follow(&self) -> &F {
+        &self.follow
+    }
+
+    /// What `event` means for the tracked jobs, changing their records accordingly.
+    pub(super) fn apply(
+        &mut self,
+        tracked: &DashMap<String, Tracked>,
+        event: watcher::Event<F::Object>,
+    ) -> Vec<Action<F::Object>> {
+        match event {
+            // Sent before the list request: every workload confirmed before now must be in
+            // the list, or it vanished.
+            watcher::Event::Init => {
+                self.list_epoch = self.epochs.fetch_add(1, Ordering::SeqCst) + 1;
+                self.seen.clear();
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                if let Some(id) = job_id(object.meta()) {
+                    self.seen.insert(id);
+                }
+                applied(&self.follow, tracked, object)
+            }
+            watcher::Event::InitDone => {
+                let vanished = self.unlisted(tracked);
+                self.seen = HashSet::new();
+                vanished
+            }
+            watcher::Event::Apply(object) => applied(&self.follow, tracked, object),
+            watcher::Event::Delete(object) => deleted(&self.follow, tracked, object),
+        }
+    }
+
+    /// After a full list: the followed jobs in scope known to exist before it began and
+    /// missing from it vanished while nobody watched. Each is marked finishing, so that it
+    /// is reported once.
+    fn unlisted(&self, tracked: &DashMap<String, Tracked>) -> Vec<Action<F::Object>> {
+        tracked
+            .iter_mut()
+            .filter_map(|mut t| {
+                let vanished = self.follow.follows(&t)
+                    && self.scope.as_deref().is_none_or(|ns| t.namespace == ns)
+                    && !t.finishing
+                    && t.confirmed_epoch.is_some_and(|e| e < self.list_epoch)
+                    && !self.seen.contains(t.key());
+                vanished.then(|| {
+                    t.finishing = true;
+                    Action::Vanished {
+                        job_id: t.key().clone(),
+                        how: Vanish::Unlisted,
+                    }
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "tracking_tests.rs"]
+mod tests;
