@@ -713,7 +713,6 @@ impl Config {
     pub fn kube(&self, workloads: Arc<TemplateSet>, metrics: Arc<Metrics>) -> KubeConfig {
         KubeConfig {
             templates: workloads,
-            metrics,
             kubeconfig: self.kubeconfig.clone(),
             context: self.kube_context.clone(),
             watch_namespaces: self.allowed_namespaces(),
@@ -721,7 +720,7 @@ impl Config {
                 ttl_seconds_after_finished: Some(self.ttl_seconds_after_finished),
             },
             captured_log_lines: self.captured_log_lines,
-            ..KubeConfig::default()
+            ..KubeConfig::new(metrics)
         }
     }
 

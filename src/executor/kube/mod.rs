@@ -100,8 +100,10 @@ pub struct KubeConfig {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
-impl Default for KubeConfig {
-    fn default() -> Self {
+impl KubeConfig {
+    /// The defaults, counting into `metrics`: the process's one registry, so that there is no
+    /// way to start an executor whose metrics nobody scrapes.
+    pub fn new(metrics: Arc<crate::metrics::Metrics>) -> Self {
         Self {
             kubeconfig: None,
             context: None,
@@ -110,7 +112,7 @@ impl Default for KubeConfig {
             finish_grace: Duration::from_secs(5),
             captured_log_lines: 200,
             templates: Arc::new(TemplateSet::default()),
-            metrics: crate::metrics::Metrics::new(),
+            metrics,
         }
     }
 }
