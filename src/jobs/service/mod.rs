@@ -47,6 +47,8 @@ use crate::templates::TemplateSet;
 mod feed;
 mod launcher;
 #[cfg(test)]
+mod launcher_tests;
+#[cfg(test)]
 mod tests;
 mod writer;
 

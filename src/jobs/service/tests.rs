@@ -93,13 +93,13 @@ impl Executor for WithRuns {
 }
 
 /// A running service over its own temporary directory.
-struct Fixture {
-    service: JobService,
+pub(super) struct Fixture {
+    pub(super) service: JobService,
     _dir: tempfile::TempDir,
 }
 
 impl Fixture {
-    async fn start() -> Self {
+    pub(super) async fn start() -> Self {
         Self::start_with(ValidationLimits::default()).await
     }
 
@@ -169,7 +169,7 @@ impl Fixture {
         Ok(self.service.submit(request, None, scope).await?.job)
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.service.shutdown().await;
     }
 }
