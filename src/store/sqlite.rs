@@ -138,9 +138,9 @@ impl SqliteStore {
     }
 }
 
+// Each method's contract is its doc in the trait; docs here say only what is SQLite's own.
 #[async_trait]
 impl Store for SqliteStore {
-    /// Whether the database answers reads and takes writes.
     async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
     }
@@ -224,8 +224,6 @@ impl Store for SqliteStore {
         row.map(|r| decode_job(r.get("body"))).transpose()
     }
 
-    /// Jobs in `scope` matching `filter`, newest first, after the cursor `after` (a job's
-    /// sequence).
     async fn list_jobs(
         &self,
         filter: &JobFilter,
@@ -302,7 +300,6 @@ impl Store for SqliteStore {
         rows.into_iter().map(decode_event).collect()
     }
 
-    /// Distinct namespaces of jobs, sorted, at most `limit`.
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
         Ok(sqlx::query_scalar(
             "SELECT DISTINCT namespace FROM jobs \
@@ -386,8 +383,6 @@ impl Store for SqliteStore {
         })
     }
 
-    /// The newest `limit` events of one job, oldest first; none when the job is outside
-    /// `scope`.
     async fn job_history(&self, job_id: &str, scope: &Scope, limit: i64) -> Result<Vec<JobEvent>> {
         let rows = sqlx::query(
             "SELECT * FROM (SELECT seq, job_id, phase, previous_phase, at, reason, message, job \
@@ -404,14 +399,12 @@ impl Store for SqliteStore {
         rows.into_iter().map(decode_event).collect()
     }
 
-    /// The newest event's cursor, 0 when there is none.
     async fn last_event_seq(&self) -> Result<i64> {
         Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
             .fetch_one(&self.pool)
             .await?)
     }
 
-    /// Every job that has not reached a terminal phase, oldest first.
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
         let rows =
             sqlx::query("SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq")
@@ -428,7 +421,6 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    /// Cancelled jobs whose workload is still to be stopped, oldest request first.
     async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>> {
         let rows = sqlx::query(
             "SELECT j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
@@ -440,7 +432,6 @@ impl Store for SqliteStore {
         rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
     }
 
-    /// Jobs accepted but not yet handed to the executor, oldest first.
     async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>> {
         let rows = sqlx::query("SELECT body FROM jobs WHERE launched = 0 ORDER BY seq LIMIT ?")
             .bind(limit)
@@ -469,10 +460,9 @@ impl SqliteTx {
     }
 }
 
+// Each method's contract is its doc in the trait; docs here say only what is SQLite's own.
 #[async_trait]
 impl StoreTx for SqliteTx {
-    /// How many jobs of `namespace` are PENDING or RUNNING (inside a transaction, so that
-    /// submissions committed together are counted).
     async fn active_in_namespace(&mut self, namespace: &str) -> Result<i64> {
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM jobs WHERE namespace = ? AND phase IN ('PENDING', 'RUNNING')",
@@ -490,8 +480,6 @@ impl StoreTx for SqliteTx {
         row.map(|r| decode_job(r.get("body"))).transpose()
     }
 
-    /// The job `submitter` submitted with idempotency key `key`: keys are per submitter, so
-    /// one caller's key never finds (or reveals) another's job.
     async fn find_by_idempotency_key(
         &mut self,
         submitter: Option<&str>,
@@ -533,8 +521,6 @@ impl StoreTx for SqliteTx {
         Ok(())
     }
 
-    /// Appends the event for `transition` and returns its cursor. The job's
-    /// `last_event_seq` must then be set and the job saved with [`StoreTx::save_job`].
     async fn append_event(&mut self, job: &Job, transition: &Transition, at: DateTime<Utc>) -> Result<i64> {
         // The snapshot is written with the seq it is about to get; SQLite assigns
         // AUTOINCREMENT keys as max(seq)+1 within this exclusive transaction.
@@ -571,8 +557,6 @@ impl StoreTx for SqliteTx {
         Ok(())
     }
 
-    /// Holds a job out of the launch outbox until [`StoreTx::release`] (it waits for its
-    /// dependencies), and records what it depends on.
     async fn hold(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
         sqlx::query("UPDATE jobs SET launched = -1 WHERE id = ?")
             .bind(id)
@@ -581,7 +565,6 @@ impl StoreTx for SqliteTx {
         self.add_dependencies(id, depends_on).await
     }
 
-    /// Records the jobs `id` depends on.
     async fn add_dependencies(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
         for dependency in depends_on {
             sqlx::query("INSERT OR IGNORE INTO job_dependencies (job_id, depends_on) VALUES (?, ?)")
@@ -593,7 +576,6 @@ impl StoreTx for SqliteTx {
         Ok(())
     }
 
-    /// Puts a held job into the launch outbox.
     async fn release(&mut self, id: &str) -> Result<()> {
         sqlx::query("UPDATE jobs SET launched = 0 WHERE id = ? AND launched = -1")
             .bind(id)
@@ -602,7 +584,6 @@ impl StoreTx for SqliteTx {
         Ok(())
     }
 
-    /// The jobs that depend on `id`.
     async fn dependents(&mut self, id: &str) -> Result<Vec<String>> {
         Ok(
             sqlx::query_scalar("SELECT job_id FROM job_dependencies WHERE depends_on = ? ORDER BY job_id")
@@ -612,8 +593,6 @@ impl StoreTx for SqliteTx {
         )
     }
 
-    /// Records that the cancelled job's workload must be stopped, in the transaction that
-    /// records the cancellation: it survives a restart until [`StoreTx::cancellation_done`].
     async fn request_cancellation(&mut self, id: &str, at: DateTime<Utc>) -> Result<()> {
         sqlx::query("INSERT OR IGNORE INTO pending_cancellations (job_id, requested_at) VALUES (?, ?)")
             .bind(id)
@@ -623,7 +602,6 @@ impl StoreTx for SqliteTx {
         Ok(())
     }
 
-    /// The cancelled job's workload is stopped.
     async fn cancellation_done(&mut self, id: &str) -> Result<()> {
         sqlx::query("DELETE FROM pending_cancellations WHERE job_id = ?")
             .bind(id)
