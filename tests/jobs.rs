@@ -762,8 +762,11 @@ async fn a_second_jobgate_on_the_same_data_directory_refuses_to_start() {
 async fn sigterm_drains_and_exits_cleanly_and_jobs_resume_after_restart() {
     let mut server = Server::spawn(&[]).await;
     let id = server
-        .submit(json!({"command": sh("if [ -e attempted ]; then exit 0; fi; touch attempted; sleep 300"), "backoffLimit": 1}))
+        .submit(json!({"command": sh("if [ -e attempted ]; then exit 0; fi; echo 1 > attempted; sleep 300"), "backoffLimit": 1}))
         .await;
+    // RUNNING is reported once the process is spawned, which may be before the shell has
+    // written its marker: stopped before that, the retry would take the hanging branch.
+    wait_file(&server.work_dir(&id).join("attempted")).await;
     server.wait_phase(&id, "RUNNING").await;
     let status = server.terminate().await;
     assert!(status.success(), "jobgate exited with {status}");

@@ -344,6 +344,15 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A failing test shows what jobgate said, so that a failure seen once in CI can be
+        // understood from its output alone.
+        if std::thread::panicking() {
+            eprintln!(
+                "--- jobgate's log ({}) ---\n{}",
+                self.data_dir.display(),
+                self.log_text()
+            );
+        }
         // Abruptly, either way: a test that cares how jobgate stops says so.
         match std::mem::replace(&mut self.running, Running::Stopped) {
             Running::InProcess(mut server) => server.abort(),
