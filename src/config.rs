@@ -67,6 +67,12 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
 
+    /// A PostgreSQL database to keep jobs in instead of SQLite (postgres://user:password@host:5432/db),
+    /// which several jobgate replicas may share (docs/DEPLOY.md). The data directory then
+    /// holds only the local executor's logs.
+    #[arg(long, env = "JOBGATE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
     /// Where jobs run.
     #[arg(long, env = "JOBGATE_EXECUTOR", value_enum, default_value_t = ExecutorKind::Local)]
     pub executor: ExecutorKind,

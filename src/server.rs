@@ -40,7 +40,7 @@ use crate::hosts::AllowedHosts;
 use crate::jobs::service::JobService;
 use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
-use crate::store::{SqliteStore, Store};
+use crate::store::{PostgresStore, SqliteStore, Store};
 
 /// Everything a request handler needs; cloning is cheap.
 #[derive(Clone)]
@@ -346,6 +346,31 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status, body).into_response()
 }
 
+/// Opens the store `config` names: PostgreSQL with `--database-url`, else SQLite in the data
+/// directory. The local executor runs jobs in this process, so it refuses a database another
+/// process already runs local jobs from (their runs would be nobody's to stop or adopt).
+async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    let store: Arc<dyn Store> = match config.database_url.as_deref().filter(|u| !u.trim().is_empty()) {
+        // The URL may hold a password: never in a message.
+        Some(url) => Arc::new(
+            PostgresStore::connect(url)
+                .await
+                .context("connecting to the PostgreSQL database of --database-url")?,
+        ),
+        None => Arc::new(
+            SqliteStore::open(&config.data_dir, config.durability)
+                .await
+                .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
+        ),
+    };
+    if config.executor == ExecutorKind::Local && !store.claim_sole_runner().await? {
+        anyhow::bail!(
+            "another jobgate already runs local jobs from this database: the local executor runs on one replica only (use --executor kubernetes for several)"
+        );
+    }
+    Ok(store)
+}
+
 /// Opens the store, starts the executor and the job service, and serves until `shutdown`
 /// is cancelled; then shuts everything down in order.
 pub async fn serve(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -353,11 +378,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let workloads = Arc::new(config.workload_templates()?);
     let auth = Arc::new(Auth::load(&config.auth_settings()?)?);
     let metrics = Metrics::new();
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&config.data_dir, config.durability)
-            .await
-            .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
-    );
+    let store = open_store(&config).await?;
     let (observations_tx, observations_rx) = mpsc::channel(1024);
     let executor: Arc<dyn Executor> = match config.executor {
         ExecutorKind::Local => Arc::new(

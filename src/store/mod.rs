@@ -1,5 +1,7 @@
 //! The durable store: what the service needs of it ([`Store`] and its write transaction
-//! [`StoreTx`]), and the SQLite implementation behind it ([`sqlite::SqliteStore`]).
+//! [`StoreTx`]), and its implementations: SQLite, the embedded default
+//! ([`sqlite::SqliteStore`]), and PostgreSQL, for replicas sharing one database
+//! ([`postgres::PostgresStore`]).
 //!
 //! A store owns its schema, its connections and every query; callers see only the model's
 //! types and the shapes below. Writes go through one [`StoreTx`] for a batch of changes, so
@@ -11,12 +13,15 @@
 //!   dropped without a successful commit changed nothing;
 //! - event cursors (`seq`) grow with commit order and are never reused, so a subscriber that
 //!   resumes after a cursor misses nothing;
+//! - a reader that has read events up to a cursor never later finds an event below it, even
+//!   with several processes writing (cursor order is commit order);
 //! - reads never block on the writer for long, and a failed write leaves the store usable by
 //!   the next transaction once the fault clears.
 //!
-//! A second backend (PostgreSQL, for replicas) is another implementation of these traits;
-//! the service holds an `Arc<dyn Store>` and does not change.
+//! The service holds an `Arc<dyn Store>` and does not know which backend it has; what differs
+//! for replicas (other processes commit too) it learns from [`Store::commit_wakeups`].
 
+pub mod postgres;
 pub mod sqlite;
 
 use std::path::PathBuf;
@@ -26,6 +31,7 @@ use chrono::{DateTime, Utc};
 
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
 
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// Why a store operation failed. Never shown to clients: the caller logs it and answers a
@@ -101,7 +107,7 @@ pub struct KeyedJob {
 }
 
 /// The stored form of an idempotency key: its submitter, a unit separator, the key (see
-/// migrations/0004_idempotency_per_submitter.sql).
+/// migrations/sqlite/0004_idempotency_per_submitter.sql).
 pub fn scoped_key(submitter: Option<&str>, key: &str) -> String {
     format!("{}\u{1f}{key}", submitter.unwrap_or_default())
 }
@@ -120,7 +126,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// was not deleted, replaced or truncated; a server database has nothing to check here.
     fn check_storage(&self) -> Result<()>;
 
-    /// Starts the write transaction. One writer at a time; callers batch.
+    /// Wake-ups for events other processes commit to this store (replicas sharing one
+    /// database), or `None` when this process is its only writer. With `Some`, the service
+    /// reads job state inside its write transactions rather than from its cache, and learns
+    /// every change, its own included, by reading the event log after each wake-up. A
+    /// wake-up may be lost (a reconnection): callers also read on a timer.
+    async fn commit_wakeups(&self) -> Result<Option<futures::stream::BoxStream<'static, ()>>>;
+
+    /// Claims, for as long as the store is open, the right to run jobs in this process (the
+    /// local executor's runs live in one process, which alone can stop or adopt them);
+    /// `false` when another process holds it.
+    async fn claim_sole_runner(&self) -> Result<bool>;
+
+    /// Starts the write transaction. One writer at a time (across processes too); callers
+    /// batch.
     async fn begin(&self) -> Result<Box<dyn StoreTx>>;
 
     /// A write that proves the store takes commits again (after a full disk, say); it needs
@@ -175,6 +194,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>>;
 
     /// Jobs accepted but not yet handed to the executor (the launch outbox), oldest first.
+    /// A store shared by replicas claims the jobs it returns for a while, so that another
+    /// replica's launcher skips them until the claim expires.
     async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>>;
 }
 

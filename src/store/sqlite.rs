@@ -114,7 +114,7 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await
             .map_err(StoreError::Open)?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         // Finish any checkpoint a crash interrupted, so that the database file is as long as
         // its header says from now on (`check_storage` relies on it; we are the only process
         // on this data directory, by the lock above).
@@ -196,6 +196,16 @@ impl Store for SqliteStore {
             )));
         }
         Ok(())
+    }
+
+    /// `None`: the data directory's lock makes this process the only writer.
+    async fn commit_wakeups(&self) -> Result<Option<futures::stream::BoxStream<'static, ()>>> {
+        Ok(None)
+    }
+
+    /// Always granted: the data directory's lock already keeps other processes out.
+    async fn claim_sole_runner(&self) -> Result<bool> {
+        Ok(true)
     }
 
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {

@@ -19,6 +19,10 @@ use crate::model::JobPhase;
 /// How many jobs the launcher reads from the outbox at a time.
 const LAUNCH_BATCH: i64 = 64;
 
+/// How often the launcher reads a shared outbox without a wake-up: jobs claimed by a replica
+/// that died become free when their claim expires, which nothing announces.
+const SHARED_OUTBOX_POLL: Duration = Duration::from_secs(5);
+
 /// How many launches run at once (each is one API request on Kubernetes).
 const LAUNCH_CONCURRENCY: usize = 16;
 
@@ -87,7 +91,9 @@ pub(super) async fn launcher(inner: Arc<Inner>) {
                         Some(job) => inner.executor.launch(job).await,
                         None => Ok(()),
                     };
-                    if result.is_ok() && !inner.active.contains_key(&stored.id) {
+                    // With replicas, the cache may not know yet of a cancel another one
+                    // committed: ask the store.
+                    if result.is_ok() && (inner.shared || !inner.active.contains_key(&stored.id)) {
                         // Cancelled while it was being launched: the cancel may have run
                         // before the workload existed, so stop it again now that it does.
                         if let Ok(Some(job)) = inner.store.get_job(&stored.id).await
@@ -156,6 +162,8 @@ pub(super) async fn launcher(inner: Arc<Inner>) {
             _ = inner.shutdown.cancelled() => return,
             _ = inner.launch_wanted.notified(), if !retry => {}
             _ = tokio::time::sleep(delay), if retry => {}
+            // With replicas, a claim of one that died expires without a wake-up.
+            _ = tokio::time::sleep(SHARED_OUTBOX_POLL), if inner.shared && !retry => {}
         }
     }
 }

@@ -45,6 +45,7 @@ use crate::store::{Store, StoreError};
 use crate::templates::TemplateSet;
 
 mod feed;
+mod follower;
 mod launcher;
 #[cfg(test)]
 mod launcher_tests;
@@ -227,9 +228,16 @@ struct Inner {
     templates: Vec<Template>,
     workload_templates: Arc<TemplateSet>,
     commands: mpsc::Sender<Command>,
-    /// Jobs not yet finished, as last committed. Written by the writer task only; read by
-    /// anyone. Finished jobs are read from the store.
+    /// Jobs not yet finished, as last committed. Written by the writer task only (by the
+    /// follower instead, when the store is shared); read by anyone. Finished jobs are read
+    /// from the store.
     active: DashMap<String, Arc<Job>>,
+    /// Whether other processes write the store too (replicas on one database): the writer
+    /// then reads job state in its transaction, not from `active`, and the follower, not the
+    /// writer, publishes what was committed.
+    shared: bool,
+    /// Wakes the follower: this replica's writer committed.
+    committed: Notify,
     launch_wanted: Notify,
     /// Wakes the canceller: a cancellation was committed.
     cancel_wanted: Notify,
@@ -268,6 +276,7 @@ impl JobService {
         observations: mpsc::Receiver<Observation>,
         config: ServiceConfig,
     ) -> Result<Self, ServiceError> {
+        let wakeups = store.commit_wakeups().await?;
         let head = store.last_event_seq().await?;
         let bus = Arc::new(EventBus::new(
             store.clone(),
@@ -293,6 +302,8 @@ impl JobService {
             workload_templates: config.workload_templates,
             commands,
             active,
+            shared: wakeups.is_some(),
+            committed: Notify::new(),
             launch_wanted: Notify::new(),
             cancel_wanted: Notify::new(),
             shutdown: CancellationToken::new(),
@@ -323,6 +334,9 @@ impl JobService {
             max_batch: config.max_batch,
         };
         inner.tasks.spawn(writer.run(commands_rx, observations));
+        if let Some(wakeups) = wakeups {
+            inner.tasks.spawn(follower::follower(inner.clone(), wakeups, head));
+        }
         // Jobs launched before a restart go back to the executor, which reconciles them;
         // jobs never launched are the launcher's.
         for r in unfinished.into_iter().filter(|r| r.launched) {

@@ -186,7 +186,10 @@ impl Writer {
         if let Some(job) = touched.get(id) {
             return Ok(Some(job.clone()));
         }
-        if let Some(job) = self.inner.active.get(id) {
+        // Another replica may have changed the job since the cache learnt of it.
+        if !self.inner.shared
+            && let Some(job) = self.inner.active.get(id)
+        {
             return Ok(Some((**job).clone()));
         }
         tx.get_job(id).await
@@ -504,6 +507,14 @@ impl Writer {
             cancelled,
         } = outcome;
         let inner = &self.inner;
+        // Shared with other replicas: the follower publishes what was committed, theirs and
+        // ours, in cursor order.
+        let touched = if inner.shared {
+            inner.committed.notify_one();
+            HashMap::new()
+        } else {
+            touched
+        };
         // Cache first, then events: a reader that sees an event finds the cache as new.
         for (id, job) in &touched {
             if job.phase.is_terminal() {
@@ -519,7 +530,9 @@ impl Writer {
                     .metrics
                     .transition(event.previous_phase.map(|p| p.as_str()), event.phase.as_str());
             }
-            inner.bus.publish(r.event);
+            if !inner.shared {
+                inner.bus.publish(r.event);
+            }
         }
         for (command, answer) in batch.into_iter().zip(answers) {
             match (command, answer) {

@@ -1,0 +1,623 @@
+//! The PostgreSQL store: jobs and their status history in a database that several jobgate
+//! replicas share (`--database-url postgres://…`).
+//!
+//! It owns the schema (migrations under `migrations/postgres/`), the connection pool, the
+//! listener that wakes replicas when events are committed, and every SQL statement, behind
+//! the [`Store`] and [`StoreTx`] traits. It must not decide what to write: the service does.
+//!
+//! How replicas stay correct on one database:
+//! - **One writer at a time.** Every write transaction first takes a transaction-scoped
+//!   advisory lock, so batches from different replicas apply one after another, each reading
+//!   the state the previous one committed.
+//! - **Cursor order is commit order.** Event cursors come from the one-row `event_cursor`
+//!   table, under that lock, so a cursor is handed out only after every smaller one has
+//!   committed or rolled back: a reader that has read up to cursor N never later finds an
+//!   event below N. (A sequence or identity column would not do: its values are taken at
+//!   insert and may commit out of order.) Cursors never go back, even if events are deleted.
+//! - **Wake-ups, not truth.** A transaction that appended events sends `NOTIFY` on commit;
+//!   replicas read the events table after each wake-up (and on a timer, for notifications a
+//!   reconnecting listener missed), so a lost notification delays an event, never loses it.
+//! - **The outbox is claimed.** [`Store::unlaunched_jobs`] claims the jobs it returns for
+//!   [`LAUNCH_CLAIM`] with `FOR UPDATE SKIP LOCKED`: two replicas never hand the same job over
+//!   at once, and a replica that died holding a claim leaves its jobs to another when it
+//!   expires.
+//! - **A stopped replica cannot write late.** Sessions set `idle_in_transaction_session_timeout`,
+//!   so a replica paused in the middle of a transaction (SIGSTOP, a long GC-like stall) has it
+//!   aborted by the server, which frees the lock; its commit fails when it resumes.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
+use sqlx::{PgPool, Postgres, Row, Transaction};
+
+use super::{
+    JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, scoped_key,
+};
+use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
+
+/// The advisory lock every write transaction holds: one writer at a time across replicas.
+const WRITE_LOCK: i64 = 0x6a6f_6267_6174_6501;
+
+/// The advisory lock a process running jobs itself (the local executor) holds for as long as
+/// it runs: a second such process on the same database is refused.
+const SOLE_RUNNER_LOCK: i64 = 0x6a6f_6267_6174_6502;
+
+/// The channel a commit that appended events notifies.
+const EVENTS_CHANNEL: &str = "jobgate_events";
+
+/// How long a replica's claim on an unlaunched job lasts: it retries its launch alone for
+/// that long; another replica takes the job over once it expires.
+pub const LAUNCH_CLAIM: Duration = Duration::from_secs(30);
+
+/// How long a write waits for another replica's write to finish before failing.
+const LOCK_TIMEOUT: &str = "20s";
+
+/// How long a session may sit idle inside a transaction before the server aborts it (and
+/// releases its locks): longer than any pause between two statements of a healthy writer.
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "15s";
+
+/// The PostgreSQL store; cloning it is cheap.
+#[derive(Clone, Debug)]
+pub struct PostgresStore {
+    pool: PgPool,
+    /// This process, as recorded in the claims it makes.
+    replica: String,
+    /// The connection that holds [`SOLE_RUNNER_LOCK`], once claimed.
+    sole_runner: std::sync::Arc<tokio::sync::Mutex<Option<sqlx::pool::PoolConnection<Postgres>>>>,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (postgres://user:password@host:port/database?…),
+    /// and brings its schema up to date.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(StoreError::Open)?
+            .options([
+                ("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT),
+                ("lock_timeout", LOCK_TIMEOUT),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            // A database that does not answer makes reads fail soon (and readiness false),
+            // rather than hang every caller.
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(StoreError::Open)?;
+        // Replicas starting together migrate one at a time (sqlx takes an advisory lock).
+        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        Ok(Self {
+            pool,
+            replica: uuid::Uuid::now_v7().to_string(),
+            sole_runner: Default::default(),
+        })
+    }
+
+    async fn begin_write(&self) -> Result<PostgresTx> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(WRITE_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        Ok(PostgresTx { tx, notify: false })
+    }
+}
+
+// Each method's contract is its doc in the trait; docs here say only what is PostgreSQL's own.
+#[async_trait]
+impl Store for PostgresStore {
+    async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    async fn close(&self) {
+        self.sole_runner.lock().await.take();
+        self.pool.close().await;
+    }
+
+    fn check_storage(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn begin(&self) -> Result<Box<dyn StoreTx>> {
+        Ok(Box::new(self.begin_write().await?))
+    }
+
+    async fn probe_write(&self) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO store_probe (id, at) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at",
+        )
+        .execute(&mut *tx.tx)
+        .await?;
+        Box::new(tx).commit().await
+    }
+
+    /// Wakes on every commit that appended events, by any replica: the listener has a
+    /// connection of its own and reconnects by itself; after a reconnection it wakes once, since
+    /// notifications sent meanwhile are lost.
+    async fn commit_wakeups(&self) -> Result<Option<BoxStream<'static, ()>>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(EVENTS_CHANNEL).await?;
+        let wakeups = futures::stream::unfold(listener, |mut listener| async move {
+            loop {
+                match listener.try_recv().await {
+                    // `None`: the connection was lost and is being re-established.
+                    Ok(_) => return Some(((), listener)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "listening for commits failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        Ok(Some(wakeups.boxed()))
+    }
+
+    async fn claim_sole_runner(&self) -> Result<bool> {
+        let mut slot = self.sole_runner.lock().await;
+        if slot.is_some() {
+            return Ok(true);
+        }
+        let mut conn = self.pool.acquire().await?;
+        let claimed: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(SOLE_RUNNER_LOCK)
+            .fetch_one(&mut *conn)
+            .await?;
+        if claimed {
+            // Held by this connection's session: it leaves the pool, so that nobody else
+            // uses (or returns) the session that holds the lock.
+            *slot = Some(conn);
+        }
+        Ok(claimed)
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
+        let row = sqlx::query("SELECT body FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| decode_job(r.get("body"))).transpose()
+    }
+
+    async fn list_jobs(
+        &self,
+        filter: &JobFilter,
+        scope: &Scope,
+        first: i64,
+        after: Option<i64>,
+    ) -> Result<JobPage> {
+        let phases = filter
+            .phases
+            .as_ref()
+            .map(|p| p.iter().map(|p| p.as_str().to_owned()).collect::<Vec<_>>());
+        let scope = scope_list(scope);
+        const WHERE: &str = "($1::text IS NULL OR namespace = $1) \
+             AND ($2::text IS NULL OR strpos(name, $2) > 0) \
+             AND ($3::text[] IS NULL OR phase = ANY($3)) \
+             AND ($4::text[] IS NULL OR namespace = ANY($4))";
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT seq, body FROM jobs WHERE {WHERE} AND seq < $5 ORDER BY seq DESC LIMIT $6"
+        )))
+        .bind(&filter.namespace)
+        .bind(&filter.name_contains)
+        .bind(&phases)
+        .bind(&scope)
+        .bind(after.unwrap_or(i64::MAX))
+        .bind(first + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let total_count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM jobs WHERE {WHERE}"
+        )))
+        .bind(&filter.namespace)
+        .bind(&filter.name_contains)
+        .bind(&phases)
+        .bind(&scope)
+        .fetch_one(&self.pool)
+        .await?;
+        let has_next_page = rows.len() as i64 > first;
+        let jobs = rows
+            .into_iter()
+            .take(first as usize)
+            .map(|r| Ok((r.get::<i64, _>("seq"), decode_job(r.get("body"))?)))
+            .collect::<Result<_>>()?;
+        Ok(JobPage {
+            jobs,
+            has_next_page,
+            total_count,
+        })
+    }
+
+    async fn events_after(
+        &self,
+        after: i64,
+        limit: i64,
+        job_id: Option<&str>,
+        scope: &Scope,
+    ) -> Result<Vec<JobEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
+             WHERE seq > $1 AND ($2::text IS NULL OR job_id = $2) \
+             AND ($4::text[] IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id \
+                  AND jobs.namespace = ANY($4))) \
+             ORDER BY seq LIMIT $3",
+        )
+        .bind(after)
+        .bind(job_id)
+        .bind(limit)
+        .bind(scope_list(scope))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(decode_event).collect()
+    }
+
+    async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT namespace FROM jobs \
+             WHERE ($2::text[] IS NULL OR namespace = ANY($2)) \
+             ORDER BY namespace LIMIT $1",
+        )
+        .bind(limit)
+        .bind(scope_list(scope))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Read in one REPEATABLE READ transaction, so the figures are one snapshot.
+    async fn stats(&self, buckets: i64, bucket_seconds: i64, scope: &Scope) -> Result<StatsSnapshot> {
+        let scope = scope_list(scope);
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let cursor: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0)::bigint FROM events")
+            .fetch_one(&mut *tx)
+            .await?;
+        // The window ends now, read after the first read fixed the snapshot: anything in the
+        // snapshot happened before it, so nothing counted falls past the last bucket.
+        let last = Utc::now().timestamp().div_euclid(bucket_seconds) * bucket_seconds;
+        let since = last - (buckets - 1) * bucket_seconds;
+        let since_at = DateTime::from_timestamp(since, 0).unwrap_or(DateTime::UNIX_EPOCH);
+        let counts = sqlx::query(
+            "SELECT phase, count(*) AS n FROM jobs \
+             WHERE ($1::text[] IS NULL OR namespace = ANY($1)) GROUP BY phase",
+        )
+        .bind(&scope)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
+        .collect();
+        let submitted = sqlx::query(
+            "SELECT ((floor(extract(epoch FROM submitted_at))::bigint - $1) / $2) AS bucket, \
+             count(*) AS n FROM jobs \
+             WHERE submitted_at >= $3 AND ($4::text[] IS NULL OR namespace = ANY($4)) \
+             GROUP BY bucket",
+        )
+        .bind(since)
+        .bind(bucket_seconds)
+        .bind(since_at)
+        .bind(&scope)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|r| (r.get("bucket"), r.get("n")))
+        .collect();
+        // The event that entered a terminal phase; the WHERE repeats the partial index's.
+        let finished = sqlx::query(
+            "SELECT ((floor(extract(epoch FROM at))::bigint - $1) / $2) AS bucket, phase, \
+             count(*) AS n FROM events \
+             WHERE phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND at >= $3 \
+             AND (previous_phase IS NULL OR previous_phase <> phase) \
+             AND ($4::text[] IS NULL OR job_id IN (SELECT id FROM jobs WHERE namespace = ANY($4))) \
+             GROUP BY bucket, phase",
+        )
+        .bind(since)
+        .bind(bucket_seconds)
+        .bind(since_at)
+        .bind(&scope)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .filter_map(|r| Some((r.get("bucket"), JobPhase::parse(r.get("phase"))?, r.get("n"))))
+        .collect();
+        tx.commit().await?;
+        Ok(StatsSnapshot {
+            since,
+            cursor,
+            counts,
+            submitted,
+            finished,
+        })
+    }
+
+    async fn job_history(&self, job_id: &str, scope: &Scope, limit: i64) -> Result<Vec<JobEvent>> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT seq, job_id, phase, previous_phase, at, reason, message, job \
+             FROM events WHERE job_id = $1 \
+             AND ($3::text[] IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE id = $1 \
+                  AND namespace = ANY($3))) \
+             ORDER BY seq DESC LIMIT $2) AS newest ORDER BY seq",
+        )
+        .bind(job_id)
+        .bind(limit)
+        .bind(scope_list(scope))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(decode_event).collect()
+    }
+
+    async fn last_event_seq(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0)::bigint FROM events")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
+        let rows = sqlx::query(
+            "SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(Recoverable {
+                    job: decode_job(r.get("body"))?,
+                    // -1 is held for its dependencies: never handed to the executor.
+                    launched: r.get::<i16, _>("launched") == 1,
+                })
+            })
+            .collect()
+    }
+
+    async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>> {
+        let rows = sqlx::query(
+            "SELECT j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
+             ORDER BY c.requested_at, c.job_id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
+    }
+
+    /// Claims the jobs it returns for [`LAUNCH_CLAIM`]: other replicas skip them (rows being
+    /// claimed right now are skipped too, not waited for) until the claim expires; this
+    /// replica's own claims are returned again, so that it retries its own launches.
+    async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>> {
+        let rows = sqlx::query(
+            "UPDATE jobs SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3) \
+             WHERE seq IN (SELECT seq FROM jobs WHERE launched = 0 \
+                 AND (claimed_by IS NULL OR claimed_by = $1 OR claimed_until < now()) \
+                 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             RETURNING seq, body",
+        )
+        .bind(&self.replica)
+        .bind(limit)
+        .bind(LAUNCH_CLAIM.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await?;
+        let mut jobs = rows
+            .into_iter()
+            .map(|r| Ok((r.get::<i64, _>("seq"), decode_job(r.get("body"))?)))
+            .collect::<Result<Vec<_>>>()?;
+        // RETURNING follows no ORDER BY: oldest first again.
+        jobs.sort_by_key(|(seq, _)| *seq);
+        Ok(jobs.into_iter().map(|(_, job)| job).collect())
+    }
+}
+
+/// One write transaction, holding the write lock until it ends. Dropping it without a
+/// successful [`StoreTx::commit`] rolls everything back.
+pub struct PostgresTx {
+    tx: Transaction<'static, Postgres>,
+    /// Whether it appended events, so its commit must wake the replicas.
+    notify: bool,
+}
+
+// Each method's contract is its doc in the trait; docs here say only what is PostgreSQL's own.
+#[async_trait]
+impl StoreTx for PostgresTx {
+    async fn active_in_namespace(&mut self, namespace: &str) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE namespace = $1 AND phase IN ('PENDING', 'RUNNING')",
+        )
+        .bind(namespace)
+        .fetch_one(&mut *self.tx)
+        .await?)
+    }
+
+    async fn get_job(&mut self, id: &str) -> Result<Option<Job>> {
+        let row = sqlx::query("SELECT body FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *self.tx)
+            .await?;
+        row.map(|r| decode_job(r.get("body"))).transpose()
+    }
+
+    async fn find_by_idempotency_key(
+        &mut self,
+        submitter: Option<&str>,
+        key: &str,
+    ) -> Result<Option<KeyedJob>> {
+        let row = sqlx::query("SELECT body, fingerprint FROM jobs WHERE idempotency_key = $1")
+            .bind(scoped_key(submitter, key))
+            .fetch_optional(&mut *self.tx)
+            .await?;
+        row.map(|r| {
+            Ok(KeyedJob {
+                job: decode_job(r.get("body"))?,
+                fingerprint: r.get("fingerprint"),
+            })
+        })
+        .transpose()
+    }
+
+    async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&job.id)
+        .bind(&job.spec.name)
+        .bind(&job.spec.namespace)
+        .bind(&job.spec.template)
+        .bind(job.phase.as_str())
+        .bind(job.submitted_at)
+        .bind(
+            job.idempotency_key
+                .as_deref()
+                .map(|k| scoped_key(job.key_scope(), k)),
+        )
+        .bind(fingerprint)
+        .bind(serde_json::to_string(job)?)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// The cursor comes from `event_cursor`, whose row this transaction then holds (on top
+    /// of the write lock) until it ends: see the module docs.
+    async fn append_event(&mut self, job: &Job, transition: &Transition, at: DateTime<Utc>) -> Result<i64> {
+        let seq: i64 = sqlx::query_scalar("UPDATE event_cursor SET last = last + 1 WHERE id = 1 RETURNING last")
+            .fetch_one(&mut *self.tx)
+            .await?;
+        let mut snapshot = job.clone();
+        snapshot.last_event_seq = seq;
+        sqlx::query(
+            "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(seq)
+        .bind(&job.id)
+        .bind(transition.phase.as_str())
+        .bind(transition.previous_phase.map(JobPhase::as_str))
+        .bind(at)
+        .bind(&transition.reason)
+        .bind(&transition.message)
+        .bind(serde_json::to_string(&snapshot)?)
+        .execute(&mut *self.tx)
+        .await?;
+        self.notify = true;
+        Ok(seq)
+    }
+
+    async fn save_job(&mut self, job: &Job) -> Result<()> {
+        sqlx::query("UPDATE jobs SET phase = $1, body = $2 WHERE id = $3")
+            .bind(job.phase.as_str())
+            .bind(serde_json::to_string(job)?)
+            .bind(&job.id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn hold(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
+        sqlx::query("UPDATE jobs SET launched = -1 WHERE id = $1")
+            .bind(id)
+            .execute(&mut *self.tx)
+            .await?;
+        self.add_dependencies(id, depends_on).await
+    }
+
+    async fn add_dependencies(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
+        for dependency in depends_on {
+            sqlx::query(
+                "INSERT INTO job_dependencies (job_id, depends_on) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            )
+            .bind(id)
+            .bind(dependency)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn release(&mut self, id: &str) -> Result<()> {
+        sqlx::query("UPDATE jobs SET launched = 0 WHERE id = $1 AND launched = -1")
+            .bind(id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn dependents(&mut self, id: &str) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT job_id FROM job_dependencies WHERE depends_on = $1 ORDER BY job_id",
+        )
+        .bind(id)
+        .fetch_all(&mut *self.tx)
+        .await?)
+    }
+
+    async fn request_cancellation(&mut self, id: &str, at: DateTime<Utc>) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO pending_cancellations (job_id, requested_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(at)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn cancellation_done(&mut self, id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM pending_cancellations WHERE job_id = $1")
+            .bind(id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_launched(&mut self, id: &str) -> Result<()> {
+        sqlx::query("UPDATE jobs SET launched = 1, claimed_by = NULL, claimed_until = NULL WHERE id = $1")
+            .bind(id)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Commits, notifying the replicas (PostgreSQL delivers the notification only if the
+    /// commit succeeds).
+    async fn commit(self: Box<Self>) -> Result<()> {
+        let PostgresTx { mut tx, notify } = *self;
+        if notify {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(EVENTS_CHANNEL)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// A scope as a list of namespaces for `= ANY(…)`, or NULL for every namespace.
+fn scope_list(scope: &Scope) -> Option<Vec<String>> {
+    scope.list().map(|set| set.iter().cloned().collect())
+}
+
+fn decode_job(body: String) -> Result<Job> {
+    Ok(serde_json::from_str(&body)?)
+}
+
+fn decode_event(r: PgRow) -> Result<JobEvent> {
+    let phase: String = r.get("phase");
+    let previous: Option<String> = r.get("previous_phase");
+    Ok(JobEvent {
+        seq: r.get("seq"),
+        job_id: r.get("job_id"),
+        phase: JobPhase::parse(&phase).unwrap_or(JobPhase::Pending),
+        previous_phase: previous.as_deref().and_then(JobPhase::parse),
+        at: r.get("at"),
+        reason: r.get("reason"),
+        message: r.get("message"),
+        job: std::sync::Arc::new(decode_job(r.get("job"))?),
+    })
+}
