@@ -32,9 +32,9 @@ pub const DEFAULT_BROADCAST_CAPACITY: usize = 65_536;
 /// Characters the real API server uses for `generateName` suffixes (no vowels, no confusables).
 const NAME_SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-/// A kind the emulator serves: built in (namespaces, pods, pods/log, events (core/v1 and
-/// events.k8s.io/v1), batch/v1 jobs, apiextensions.k8s.io/v1 customresourcedefinitions) or
-/// registered from a CRD.
+/// A kind the emulator serves: built in (namespaces, pods, pods/log, configmaps, events (core/v1
+/// and events.k8s.io/v1), batch/v1 jobs, coordination.k8s.io/v1 leases,
+/// apiextensions.k8s.io/v1 customresourcedefinitions) or registered from a CRD.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceType {
     /// `""` for the core group.
@@ -96,6 +96,7 @@ impl ResourceType {
             Self::builtin("", "Event", "events", true, false, &["ev"]),
             Self::builtin("events.k8s.io", "Event", "events", true, false, &["ev"]),
             Self::builtin("batch", "Job", "jobs", true, true, &[]),
+            Self::builtin("coordination.k8s.io", "Lease", "leases", true, false, &[]),
             Self::builtin(
                 "apiextensions.k8s.io",
                 "CustomResourceDefinition",
@@ -592,10 +593,11 @@ impl Store {
         let meta = metadata_mut(&mut next)?;
         match meta.get("resourceVersion") {
             Some(rv) if !rv.is_null() && rv.as_str() != Some("") && *rv != cur_rv => {
-                return Err(StoreError::Conflict(format!(
-                    "the object has been modified; please apply your changes to the latest version and try again \
-                     (resourceVersion {rv} is not the current {cur_rv})"
-                )));
+                // The real server's OptimisticLockErrorMsg, word for word: clients match on it.
+                return Err(StoreError::Conflict(
+                    "the object has been modified; please apply your changes to the latest version and try again"
+                        .to_owned(),
+                ));
             }
             _ => {}
         }

@@ -1,5 +1,6 @@
 //! kubectl against the standalone emulator binary: create a Job from YAML, list it, read it as
-//! JSON, follow `get -w`, delete it. Skipped (loudly) where /usr/bin/kubectl is absent.
+//! JSON, follow `get -w`, delete it; the same for a Lease. Skipped (loudly) where
+//! /usr/bin/kubectl is absent.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -97,17 +98,16 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
-#[test]
-fn kubectl_creates_lists_watches_and_deletes_jobs() {
+/// The standalone emulator (killed on drop) and kubectl pointed at it, or `None` (after a loud
+/// notice) where kubectl is not installed.
+fn emulator_and_kubectl(test: &str) -> Option<(Killed, Kubectl, PathBuf)> {
     if !Path::new(KUBECTL).exists() {
-        eprintln!(
-            "\n!!! SKIPPED kubectl_creates_lists_watches_and_deletes_jobs: {KUBECTL} is not installed !!!\n"
-        );
-        return;
+        eprintln!("\n!!! SKIPPED {test}: {KUBECTL} is not installed !!!\n");
+        return None;
     }
     let dir = scratch_dir();
     let kubeconfig = dir.join("emulator.kubeconfig");
-    let _emulator = Killed(
+    let emulator = Killed(
         Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
             .args(["--listen", "127.0.0.1:0", "--kubeconfig"])
             .arg(&kubeconfig)
@@ -127,6 +127,16 @@ fn kubectl_creates_lists_watches_and_deletes_jobs() {
     let kubectl = Kubectl {
         kubeconfig,
         cache: dir.join("cache"),
+    };
+    Some((emulator, kubectl, dir))
+}
+
+#[test]
+fn kubectl_creates_lists_watches_and_deletes_jobs() {
+    let Some((_emulator, kubectl, dir)) =
+        emulator_and_kubectl("kubectl_creates_lists_watches_and_deletes_jobs")
+    else {
+        return;
     };
 
     assert!(kubectl.create(&dir, "pi").contains("job.batch/pi created"));
@@ -193,6 +203,71 @@ fn kubectl_creates_lists_watches_and_deletes_jobs() {
     let deleted = kubectl.ok(&["delete", "job", "pi"]);
     assert!(deleted.contains("job.batch \"pi\" deleted"), "{deleted}");
     let gone = kubectl.run(&["get", "job", "pi"]);
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const LEASE_YAML: &str = "apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: shard-0
+spec:
+  holderIdentity: replica-a
+  leaseDurationSeconds: 15
+  renewTime: \"2026-01-01T00:00:00.000000Z\"
+";
+
+#[test]
+fn kubectl_creates_lists_and_deletes_leases() {
+    let Some((_emulator, kubectl, dir)) = emulator_and_kubectl("kubectl_creates_lists_and_deletes_leases")
+    else {
+        return;
+    };
+    let file = dir.join("lease.yaml");
+    std::fs::write(&file, LEASE_YAML).expect("write lease yaml");
+    let created = kubectl.ok(&[
+        "create",
+        "-f",
+        file.to_str().expect("utf-8 path"),
+        "--validate=false",
+    ]);
+    assert!(
+        created.contains("lease.coordination.k8s.io/shard-0 created"),
+        "{created}"
+    );
+
+    // Discovery finds `leases`, and server-side printing gives the real Lease columns.
+    let listed = kubectl.ok(&["get", "leases"]);
+    let rows: Vec<Vec<&str>> = listed.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        rows.first().map(|r| &r[..]),
+        Some(&["NAME", "HOLDER", "AGE"][..]),
+        "{listed}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.get(..2) == Some(&["shard-0", "replica-a"][..])),
+        "{listed}"
+    );
+
+    let json: Value =
+        serde_json::from_str(&kubectl.ok(&["get", "lease", "shard-0", "-o", "json"])).expect("JSON");
+    assert_eq!(json["kind"], "Lease");
+    assert_eq!(json["apiVersion"], "coordination.k8s.io/v1");
+    assert_eq!(json["spec"]["holderIdentity"], "replica-a");
+    assert_eq!(json["spec"]["renewTime"], "2026-01-01T00:00:00.000000Z");
+
+    let deleted = kubectl.ok(&["delete", "lease", "shard-0"]);
+    assert!(
+        deleted.contains("lease.coordination.k8s.io \"shard-0\" deleted"),
+        "{deleted}"
+    );
+    let gone = kubectl.run(&["get", "lease", "shard-0"]);
     assert!(!gone.status.success());
     assert!(
         String::from_utf8_lossy(&gone.stderr).contains("NotFound"),

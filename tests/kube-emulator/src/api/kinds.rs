@@ -1,6 +1,7 @@
 //! What the real API server does per kind on create and update: defaulting, validation (422 with
-//! field causes), the status-subresource split, the events.k8s.io/v1 ↔ core/v1 Event mapping,
-//! and turning a CustomResourceDefinition into a served kind.
+//! field causes), the status-subresource split, each kind's update strategy (whether a PUT needs a
+//! resourceVersion, whether it may create), the events.k8s.io/v1 ↔ core/v1 Event mapping, and
+//! turning a CustomResourceDefinition into a served kind.
 //!
 //! Owns only pure object transformations and checks. It must not touch the store or HTTP, and
 //! must not do what controllers do (creating pods, writing Job status).
@@ -18,6 +19,24 @@ pub fn storage_key(rt: &ResourceType) -> String {
     } else {
         rt.key()
     }
+}
+
+/// Store key of coordination.k8s.io/v1 Leases.
+const LEASES: &str = "leases.coordination.k8s.io";
+
+/// Whether a PUT without `metadata.resourceVersion` is an unconditional update (the strategy's
+/// `AllowUnconditionalUpdate`). Otherwise it is 422 `must be specified for an update`. True for
+/// the built-in kinds except Leases, whose strategy refuses it: a lease holder must always prove
+/// it saw the current version. False for custom kinds.
+pub fn allows_unconditional_update(rt: &ResourceType) -> bool {
+    let key = rt.key();
+    key != LEASES && ResourceType::builtins().iter().any(|b| b.key() == key)
+}
+
+/// Whether a PUT to an absent object creates it (the strategy's `AllowCreateOnUpdate`): only
+/// Leases among the kinds served here (that is how a first candidate may take a lease).
+pub fn allows_create_on_update(rt: &ResourceType) -> bool {
+    rt.key() == LEASES
 }
 
 /// A DNS-1123 subdomain: ≤ 253 chars of lowercase alphanumerics, `-` and `.`, alphanumeric at
@@ -226,6 +245,9 @@ pub fn check_shape(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
                 Some(_) => return wrong(field, "an object"),
             }
         }
+        if storage_key(rt) == LEASES {
+            check_lease_shape(object, &wrong)?;
+        }
         if storage_key(rt) == "jobs.batch" {
             for pointer in [
                 "/spec/template",
@@ -241,6 +263,114 @@ pub fn check_shape(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// The LeaseSpec field types the real decoder enforces (`int32`s, strings, `MicroTime`s).
+fn check_lease_shape(
+    lease: &Value,
+    wrong: &dyn Fn(&str, &str) -> Result<(), ApiError>,
+) -> Result<(), ApiError> {
+    let Some(spec) = lease.get("spec").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (field, value) in spec {
+        let ok = value.is_null()
+            || match field.as_str() {
+                "holderIdentity" | "strategy" | "preferredHolder" => value.is_string(),
+                "leaseDurationSeconds" | "leaseTransitions" => {
+                    value.as_i64().is_some_and(|n| i32::try_from(n).is_ok())
+                }
+                "acquireTime" | "renewTime" => value
+                    .as_str()
+                    .is_some_and(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok()),
+                // Unknown fields are dropped by the real decoder; see `prepare_lease`.
+                _ => true,
+            };
+        if !ok {
+            let want = match field.as_str() {
+                "leaseDurationSeconds" | "leaseTransitions" => "int32",
+                "acquireTime" | "renewTime" => "MicroTime",
+                _ => "string",
+            };
+            return wrong(&format!("LeaseSpec.spec.{field}"), want);
+        }
+    }
+    Ok(())
+}
+
+/// Lease create and update (`pkg/registry/coordination/lease/strategy.go`,
+/// `pkg/apis/coordination/validation`), with the CoordinatedLeaderElection feature gate off as on
+/// a default v1.33 server: `strategy` and `preferredHolder` are dropped unless the stored lease
+/// (`old`) already had them. The spec keeps only LeaseSpec's fields (the decoder drops the rest),
+/// the times are re-encoded as `MicroTime` (UTC, six fractional digits), and
+/// `leaseDurationSeconds` must be > 0, `leaseTransitions` >= 0.
+fn prepare_lease(old: Option<&Value>, lease: &mut Value, errs: &mut FieldErrors) {
+    if !lease.get("spec").is_some_and(Value::is_object) {
+        // LeaseSpec is a struct field: the real server always writes `spec`, `{}` when empty.
+        lease["spec"] = json!({});
+    }
+    let Some(spec) = lease["spec"].as_object_mut() else {
+        return;
+    };
+    spec.retain(|field, value| {
+        !value.is_null()
+            && matches!(
+                field.as_str(),
+                "holderIdentity"
+                    | "leaseDurationSeconds"
+                    | "acquireTime"
+                    | "renewTime"
+                    | "leaseTransitions"
+                    | "strategy"
+                    | "preferredHolder"
+            )
+    });
+    for gated in ["strategy", "preferredHolder"] {
+        if old.is_none_or(|o| o.pointer(&format!("/spec/{gated}")).is_none_or(Value::is_null)) {
+            spec.remove(gated);
+        }
+    }
+    for field in ["acquireTime", "renewTime"] {
+        if let Some(t) = spec
+            .get(field)
+            .and_then(Value::as_str)
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        {
+            let micro = t
+                .with_timezone(&chrono::Utc)
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            spec.insert(field.to_owned(), json!(micro));
+        }
+    }
+    if let Some(d) = spec.get("leaseDurationSeconds").and_then(Value::as_i64)
+        && d <= 0
+    {
+        errs.invalid("spec.leaseDurationSeconds", &json!(d), "must be greater than 0");
+    }
+    if let Some(n) = spec.get("leaseTransitions").and_then(Value::as_i64)
+        && n < 0
+    {
+        errs.invalid(
+            "spec.leaseTransitions",
+            &json!(n),
+            "must be greater than or equal to 0",
+        );
+    }
+    let strategy_set = spec
+        .get("strategy")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty());
+    if spec
+        .get("preferredHolder")
+        .and_then(Value::as_str)
+        .is_some_and(|h| !h.is_empty())
+        && !strategy_set
+    {
+        errs.forbidden(
+            "spec.preferredHolder",
+            "may only be specified if `strategy` is defined",
+        );
+    }
 }
 
 /// Create-time handling of a kind: defaults, validation, and discarding a submitted status for
@@ -269,6 +399,7 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) -> Result<(), ApiEr
             object["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
         }
         "events" => validate_event(rt, object, &mut errs),
+        LEASES => prepare_lease(None, object, &mut errs),
         "customresourcedefinitions.apiextensions.k8s.io" => {
             object["status"] = json!({});
             validate_crd(object, &mut errs);
@@ -533,6 +664,7 @@ pub fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value) -> Result
                 );
             }
         }
+        LEASES => prepare_lease(Some(old), new, &mut errs),
         "events" if rt.group == "events.k8s.io" => {
             for field in [
                 "reason",
@@ -928,6 +1060,40 @@ mod tests {
         let mut missing = from_wire(&ev, json!({"metadata": {"name": "y", "namespace": "default"}}));
         let e = prepare_create(&ev, &mut missing).expect_err("invalid");
         assert!(e.message.contains("eventTime: Required value"), "{}", e.message);
+    }
+
+    #[test]
+    fn lease_strategy_fields_and_validation() {
+        let leases = rt("leases.coordination.k8s.io");
+        assert!(!allows_unconditional_update(&leases) && allows_create_on_update(&leases));
+        assert!(
+            allows_unconditional_update(&rt("jobs.batch")) && !allows_create_on_update(&rt("jobs.batch"))
+        );
+        let mut l = json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a", "unknown": 1,
+            "renewTime": "2026-01-01T01:00:00.5+01:00", "strategy": "OldestEmulationVersion"}});
+        prepare_create(&leases, &mut l).expect("valid");
+        assert_eq!(
+            l["spec"],
+            json!({"holderIdentity": "a", "renewTime": "2026-01-01T00:00:00.500000Z"})
+        );
+        // A stored lease that has a gated field keeps it on update (the gate's rule).
+        let old = json!({"metadata": {"name": "l"}, "spec": {"strategy": "OldestEmulationVersion"}});
+        let mut new = json!({"metadata": {"name": "l"}, "spec": {"strategy": "OldestEmulationVersion", "preferredHolder": "b"}});
+        prepare_update(&leases, &old, &mut new).expect("valid");
+        assert_eq!(new["spec"], json!({"strategy": "OldestEmulationVersion"}));
+        let mut bad = json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": "15"}});
+        assert_eq!(
+            check_shape(&leases, &bad).expect_err("a string duration").code,
+            400
+        );
+        bad["spec"]["leaseDurationSeconds"] = json!(-3);
+        let e = prepare_create(&leases, &mut bad).expect_err("negative");
+        assert!(
+            e.message
+                .contains("spec.leaseDurationSeconds: Invalid value: -3: must be greater than 0"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! human-readable `get` asks for) answered with a `meta.k8s.io/v1` `Table`, with the real
 //! server's columns for Jobs (Name, Status, Completions, Duration, Age), Pods (Name, Ready,
 //! Status, Restarts, Age), Namespaces (Name, Status, Age), Events (Last Seen, Type, Reason,
-//! Object, Message) and Name/Age for the rest (as for CRDs without printer columns).
+//! Object, Message), Leases (Name, Holder, Age) and Name/Age for the rest (as for CRDs without
+//! printer columns).
 //!
 //! Row objects follow `includeObject` (`Metadata` by default, `Object`, `None`). Pure functions of
 //! the objects and the current time; must not read the store.
@@ -76,6 +77,16 @@ fn columns(rt: &ResourceType) -> Vec<Value> {
         "namespaces" => vec![
             name,
             column("Status", "string", "", "The status of the namespace"),
+            age,
+        ],
+        "leases.coordination.k8s.io" => vec![
+            name,
+            column(
+                "Holder",
+                "string",
+                "",
+                "holderIdentity contains the identity of the holder of a current lease.",
+            ),
             age,
         ],
         "events" => vec![
@@ -257,6 +268,11 @@ fn row(rt: &ResourceType, stored: &Value, wire: &Value, include: &str, now: Date
             json!(age(stored, "/metadata/creationTimestamp", now)),
         ],
         "events" => event_cells(stored, now),
+        "leases.coordination.k8s.io" => vec![
+            json!(str_at(stored, "/metadata/name")),
+            json!(str_at(stored, "/spec/holderIdentity")),
+            json!(age(stored, "/metadata/creationTimestamp", now)),
+        ],
         _ => vec![
             json!(str_at(stored, "/metadata/name")),
             json!(age(stored, "/metadata/creationTimestamp", now)),
