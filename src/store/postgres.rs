@@ -54,6 +54,9 @@ const EVENTS_CHANNEL: &str = "jobgate_events";
 /// that long; another replica takes the job over once it expires.
 pub const LAUNCH_CLAIM: Duration = Duration::from_secs(30);
 
+/// How long a readiness check waits for the database.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long a write waits for another replica's write to finish before failing.
 const LOCK_TIMEOUT: &str = "20s";
 
@@ -111,8 +114,11 @@ impl PostgresStore {
 // Each method's contract is its doc in the trait; docs here say only what is PostgreSQL's own.
 #[async_trait]
 impl Store for PostgresStore {
+    /// A database that does not answer within [`PING_TIMEOUT`] counts as down (a paused or
+    /// unreachable server would otherwise hang readiness checks).
     async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+        let ping = sqlx::query("SELECT 1").execute(&self.pool);
+        matches!(tokio::time::timeout(PING_TIMEOUT, ping).await, Ok(Ok(_)))
     }
 
     async fn close(&self) {

@@ -1,0 +1,181 @@
+//! Several jobgate replicas on one PostgreSQL database (`--database-url`): each serves the
+//! whole API, a change committed through one reaches subscribers of every other, in cursor
+//! order and once, and a client resumes on any replica after its cursor with no gap. The
+//! tests start a throwaway PostgreSQL server (tests/common/postgres.rs) and, for the
+//! Kubernetes executor, the API emulator; replicas are real jobgate servers, driven over HTTP
+//! and WebSocket.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+
+use common::cluster::Cluster;
+use common::postgres::Postgres;
+use common::{GqlWs, Server};
+use serde_json::{Value, json};
+
+/// A job input for the emulated kubelet (`image` is required on Kubernetes).
+fn input(name: &str) -> Value {
+    json!({"name": name, "image": "busybox:1.36", "command": ["echo", "hello"]})
+}
+
+/// `count` replicas of jobgate on `cluster`, sharing the database at `url`.
+async fn replicas(cluster: &Cluster, url: &str, count: usize) -> Vec<Server> {
+    let mut servers = Vec::new();
+    for _ in 0..count {
+        servers.push(cluster.jobgate(&["--database-url", url]).await);
+    }
+    servers
+}
+
+/// One event as a subscriber saw it: (cursor, job id, phase).
+type Seen = (i64, String, String);
+
+/// A `jobEvents` subscription from after `after` ("0": from the beginning).
+async fn events_socket(server: &Server, after: &str) -> GqlWs {
+    let mut ws = GqlWs::connect(server).await;
+    ws.subscribe(
+        "events",
+        "subscription($after: String) { jobEvents(after: $after) { cursor phase job { id } } }",
+        json!({ "after": after }),
+    )
+    .await;
+    ws
+}
+
+/// Reads events until every job of `ids` has reached a terminal phase.
+async fn until_all_terminal(ws: &mut GqlWs, ids: &HashSet<String>) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    let mut done = HashSet::new();
+    while !ids.is_subset(&done) {
+        let msg = ws.recv().await;
+        let e = &msg["payload"]["data"]["jobEvents"];
+        assert!(e.is_object(), "not an event: {msg}");
+        let cursor: i64 = e["cursor"].as_str().unwrap().parse().unwrap();
+        let id = e["job"]["id"].as_str().unwrap().to_owned();
+        let phase = e["phase"].as_str().unwrap().to_owned();
+        if matches!(phase.as_str(), "SUCCEEDED" | "FAILED" | "CANCELLED") {
+            done.insert(id.clone());
+        }
+        seen.push((cursor, id, phase));
+    }
+    seen
+}
+
+/// Cursors strictly grow: in order, none twice.
+fn assert_in_order_once(seen: &[Seen]) {
+    for pair in seen.windows(2) {
+        assert!(
+            pair[0].0 < pair[1].0,
+            "cursor {} came after {}: {seen:?}",
+            pair[1].0,
+            pair[0].0
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_job_submitted_on_any_replica_reaches_subscribers_of_every_replica_in_order_once() {
+    let Some(pg) = Postgres::start_or_skip() else { return };
+    let cluster = Cluster::start().await;
+    let servers = replicas(&cluster, &pg.url(), 3).await;
+    // Live subscribers on every replica before anything is submitted.
+    let mut sockets = Vec::new();
+    for server in &servers {
+        sockets.push(events_socket(server, "0").await);
+    }
+    // Ten jobs through each replica, all at once.
+    let submissions = (0..30).map(|i| {
+        let server = &servers[i % servers.len()];
+        async move { server.submit(input(&format!("replicated-{i}"))).await }
+    });
+    let ids: HashSet<String> = futures::future::join_all(submissions).await.into_iter().collect();
+    assert_eq!(ids.len(), 30);
+
+    let mut histories = Vec::new();
+    for ws in &mut sockets {
+        let seen = until_all_terminal(ws, &ids).await;
+        assert_in_order_once(&seen);
+        histories.push(seen);
+    }
+    // Every subscriber saw the same events, with the same cursors, in the same order; and
+    // each job went PENDING, RUNNING, SUCCEEDED.
+    for other in &histories[1..] {
+        assert_eq!(other, &histories[0], "replicas disagree on the event log");
+    }
+    let mut phases: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (_, id, phase) in &histories[0] {
+        let list = phases.entry(id.as_str()).or_default();
+        if list.last() != Some(&phase.as_str()) {
+            list.push(phase);
+        }
+    }
+    for id in &ids {
+        assert_eq!(phases[id.as_str()], ["PENDING", "RUNNING", "SUCCEEDED"], "job {id}");
+    }
+    // Each replica reads every job, whoever accepted it.
+    for server in &servers {
+        for id in &ids {
+            assert_eq!(server.job(id).await["phase"], "SUCCEEDED");
+        }
+    }
+    // Launched once each, by one replica: one Job each, one create each.
+    let managed = cluster.managed_jobs().await;
+    assert_eq!(managed.len(), 30);
+    assert!(managed.values().all(|jobs| jobs.len() == 1), "one Job per job");
+    let counts = cluster.emu.requests();
+    assert_eq!(counts.of("jobs.batch", "create"), 30, "{counts:?}");
+}
+
+#[tokio::test]
+async fn a_client_resumes_on_another_replica_after_its_cursor_with_no_gap() {
+    let Some(pg) = Postgres::start_or_skip() else { return };
+    let cluster = Cluster::start().await;
+    let servers = replicas(&cluster, &pg.url(), 3).await;
+    let first: HashSet<String> = [servers[0].submit(input("before")).await].into();
+    let mut ws = events_socket(&servers[0], "0").await;
+    let before = until_all_terminal(&mut ws, &first).await;
+    let cursor = before.last().unwrap().0;
+    drop(ws);
+
+    // While the client is away, jobs are submitted through the other replicas.
+    let mut later = HashSet::new();
+    for (i, server) in servers[1..].iter().enumerate() {
+        later.insert(server.submit(input(&format!("while-away-{i}"))).await);
+    }
+    // It resumes on the third replica after its cursor: exactly what came after it.
+    let mut resumed = events_socket(&servers[2], &cursor.to_string()).await;
+    let after = until_all_terminal(&mut resumed, &later).await;
+    assert_in_order_once(&after);
+    let mut reference = events_socket(&servers[1], "0").await;
+    let all = until_all_terminal(&mut reference, &later).await;
+    let expected: Vec<Seen> = all.into_iter().filter(|e| e.0 > cursor).collect();
+    assert_eq!(after, expected);
+    assert!(after.iter().all(|(_, id, _)| later.contains(id)));
+}
+
+#[tokio::test]
+async fn a_second_replica_with_the_local_executor_is_refused() {
+    let Some(pg) = Postgres::start_or_skip() else { return };
+    let url = pg.url();
+    let first = Server::start(&["--database-url", &url]).await;
+    let id = first.submit(json!({"command": ["true"]})).await;
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_jobgate"))
+        .args(["--listen", "127.0.0.1:0", "--local-trusted-tenants", "--database-url", &url, "--data-dir"])
+        .arg(data.path())
+        .env_remove("JOBGATE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the local executor runs on one replica only"),
+        "{stderr}"
+    );
+    // Never the password-bearing URL in a message.
+    assert!(!stderr.contains(&url), "{stderr}");
+    // The first one is unharmed.
+    first.wait_terminal(&id).await;
+    assert_eq!(first.job(&id).await["phase"], "SUCCEEDED");
+}
