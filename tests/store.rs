@@ -9,6 +9,7 @@
 //! backend's fresh, empty store (`sqlite::<test>`, …). SQLite's own concerns (its file lock,
 //! durability settings, a deleted database file) are tested elsewhere, not here.
 
+// The harness: a throwaway PostgreSQL server for that backend (`common::postgres`).
 mod common;
 
 use std::any::Any;
