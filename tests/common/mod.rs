@@ -4,8 +4,9 @@
 //! for what only a process has (kill -9, signals, its pid, environment, user or mount
 //! namespace), the binary spawned (`process`). Its log is in `log`, its waits in `wait`, its
 //! WebSocket clients in `ws`, a small disk to fill under it in `disk`, an emulated Kubernetes
-//! cluster in `cluster`. The harness never asserts what a test is about, only that jobgate
-//! answered at all.
+//! cluster in `cluster`, a throwaway PostgreSQL server (for the PostgreSQL store) in
+//! `postgres`. The harness never asserts what a test is about, only that jobgate answered at
+//! all.
 // Each test binary uses a part of the harness; the rest is unused there, not dead.
 #![allow(dead_code, unused_imports)]
 
@@ -14,6 +15,7 @@ mod disk;
 mod in_process;
 pub mod listening;
 mod log;
+pub mod postgres;
 mod process;
 mod wait;
 mod ws;

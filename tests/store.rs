@@ -1,0 +1,1014 @@
+//! The store's contract (`jobgate::store::{Store, StoreTx}`), tested once for every backend:
+//! what the service relies on and a user sees through it. A committed transaction is visible
+//! to every read, a dropped one changed nothing; event cursors grow with commit order, so a
+//! subscriber resuming after one misses nothing; idempotency keys are per submitter; the
+//! launch outbox, dependencies and pending cancellations survive as written; reads filter,
+//! scope and page as asked.
+//!
+//! Each test is an `async fn(Arc<dyn Store>)`; `backend_tests!` runs every one against a
+//! backend's fresh, empty store (`sqlite::<test>`, …). SQLite's own concerns (its file lock,
+//! durability settings, a deleted database file) are tested elsewhere, not here.
+
+// The harness: a throwaway PostgreSQL server for that backend (`common::postgres`).
+mod common;
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use chrono::{DateTime, Duration, DurationRound as _, Utc};
+use jobgate::model::{
+    Job, JobEvent, JobFilter, JobPhase, Scope, SubmitRequest, Transition, ValidationLimits,
+};
+use jobgate::store::{Durability, SqliteStore, Store, StoreTx};
+
+/// A fresh store, and what must live as long as it does (its directory, its server).
+type Opened = (Arc<dyn Store>, Box<dyn Any + Send>);
+
+/// A SQLite store in a temporary directory.
+async fn open_sqlite() -> Option<Opened> {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = SqliteStore::open(dir.path(), Durability::Normal)
+        .await
+        .expect("opening the SQLite store");
+    Some((Arc::new(store), Box::new(dir)))
+}
+
+/// Every contract test against one backend, as `<backend>::<test>`: `$open` makes a fresh,
+/// empty store, or `None` (after saying why) when the backend cannot run here.
+macro_rules! backend_tests {
+    ($backend:ident, $open:path) => {
+        backend_tests!(@each $backend, $open;
+            ping_and_probe_write_answer_on_an_empty_store,
+            a_committed_job_and_its_event_are_visible,
+            a_transaction_dropped_without_commit_changes_nothing,
+            a_transaction_reads_its_own_writes,
+            event_cursors_grow_with_each_commit,
+            a_subscriber_resuming_after_a_cursor_misses_nothing_under_concurrent_writers,
+            list_jobs_filters_newest_first,
+            list_jobs_matches_a_name_fragment_literally,
+            list_jobs_never_shows_jobs_outside_the_scope,
+            list_jobs_pages_with_cursors,
+            events_after_filters_by_job_and_scope,
+            job_history_is_the_newest_events_oldest_first,
+            namespaces_are_distinct_sorted_scoped_and_limited,
+            stats_count_phases_submissions_and_completions,
+            idempotency_keys_are_per_submitter,
+            a_duplicate_key_is_refused_and_the_store_stays_usable,
+            the_launch_outbox_holds_accepted_jobs_until_launched,
+            held_jobs_wait_for_release_and_dependents_are_recorded,
+            unfinished_jobs_are_the_pending_and_running_ones,
+            pending_cancellations_last_until_done,
+            active_in_namespace_counts_the_transactions_own_inserts,
+        );
+    };
+    (@each $backend:ident, $open:path; $($test:ident),* $(,)?) => {
+        mod $backend {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    let Some((store, _alive)) = $open().await else { return };
+                    super::$test(store).await;
+                }
+            )*
+        }
+    };
+}
+
+backend_tests!(sqlite, open_sqlite);
+
+// ---- Building jobs and writing them as the service does ----
+
+/// Now, to the microsecond: what every backend keeps of a time.
+fn now() -> DateTime<Utc> {
+    Utc::now()
+        .duration_trunc(Duration::microseconds(1))
+        .expect("now, truncated")
+}
+
+/// A newly accepted job (PENDING) named `name` in `namespace`.
+fn job(namespace: &str, name: &str) -> Job {
+    let spec = SubmitRequest {
+        name: Some(name.into()),
+        namespace: Some(namespace.into()),
+        command: Some(vec!["true".into()]),
+        ..SubmitRequest::default()
+    }
+    .validate(&ValidationLimits::default())
+    .expect("a valid request");
+    Job::accepted(uuid::Uuid::now_v7().to_string(), spec, None, now())
+}
+
+/// `job` with idempotency key `key`, submitted by `principal`.
+fn keyed_job(namespace: &str, name: &str, principal: &str, key: &str) -> Job {
+    let mut job = job(namespace, name);
+    job.idempotency_key = Some(key.into());
+    job.submitter = Some(principal.into());
+    job.submitter_key = Some(principal.into());
+    job
+}
+
+fn fingerprint(job: &Job) -> String {
+    job.spec.fingerprint()
+}
+
+/// Appends the event for `transition` and saves the job with its cursor, as the service's
+/// writer does; returns the cursor.
+async fn record(tx: &mut dyn StoreTx, job: &mut Job, transition: &Transition) -> i64 {
+    let seq = tx
+        .append_event(job, transition, now())
+        .await
+        .expect("appending an event");
+    job.last_event_seq = seq;
+    tx.save_job(job).await.expect("saving the job");
+    seq
+}
+
+/// What the writer records on accepting a job: the job, in the outbox, with its first event.
+async fn insert(tx: &mut dyn StoreTx, job: &mut Job) -> i64 {
+    tx.insert_job(job, &fingerprint(job))
+        .await
+        .expect("inserting the job");
+    let transition = Transition {
+        previous_phase: None,
+        phase: job.phase,
+        reason: Some("Submitted".into()),
+        message: Some("accepted by jobgate".into()),
+    };
+    record(tx, job, &transition).await
+}
+
+/// Submits jobs in one committed transaction; returns them as stored (with their cursors).
+async fn submit(store: &Arc<dyn Store>, jobs: Vec<Job>) -> Vec<Job> {
+    let mut tx = store.begin().await.expect("a write transaction");
+    let mut stored = Vec::new();
+    for mut job in jobs {
+        insert(&mut *tx, &mut job).await;
+        stored.push(job);
+    }
+    tx.commit().await.expect("committing");
+    stored
+}
+
+async fn submit_one(store: &Arc<dyn Store>, job: Job) -> Job {
+    submit(store, vec![job]).await.remove(0)
+}
+
+/// Moves a job to `phase` (an event and the saved job), committed.
+async fn move_to(store: &Arc<dyn Store>, job: &mut Job, phase: JobPhase) -> i64 {
+    let mut tx = store.begin().await.expect("a write transaction");
+    let seq = move_in(&mut *tx, job, phase).await;
+    tx.commit().await.expect("committing");
+    seq
+}
+
+async fn move_in(tx: &mut dyn StoreTx, job: &mut Job, phase: JobPhase) -> i64 {
+    let transition = match phase {
+        JobPhase::Cancelled => job.cancel(now()).expect("an unfinished job cancels"),
+        _ => {
+            let previous = job.phase;
+            job.phase = phase;
+            Transition {
+                previous_phase: Some(previous),
+                phase,
+                reason: Some(format!("Moved{phase:?}")),
+                message: None,
+            }
+        }
+    };
+    record(tx, job, &transition).await
+}
+
+async fn stored(store: &Arc<dyn Store>, id: &str) -> Option<Job> {
+    store.get_job(id).await.expect("get_job")
+}
+
+async fn all_events(store: &Arc<dyn Store>) -> Vec<JobEvent> {
+    store
+        .events_after(0, 10_000, None, &Scope::All)
+        .await
+        .expect("events_after")
+}
+
+fn ids(jobs: &[Job]) -> Vec<&str> {
+    jobs.iter().map(|j| j.id.as_str()).collect()
+}
+
+fn page_ids(page: &jobgate::store::JobPage) -> Vec<&str> {
+    page.jobs.iter().map(|(_, j)| j.id.as_str()).collect()
+}
+
+fn team(namespace: &str) -> Scope {
+    Scope::namespaces([namespace])
+}
+
+async fn list(store: &Arc<dyn Store>, filter: &JobFilter, scope: &Scope) -> jobgate::store::JobPage {
+    store
+        .list_jobs(filter, scope, 100, None)
+        .await
+        .expect("list_jobs")
+}
+
+// ---- The contract ----
+
+async fn ping_and_probe_write_answer_on_an_empty_store(store: Arc<dyn Store>) {
+    assert!(store.ping().await, "a fresh store does not answer ping");
+    store.check_storage().expect("a fresh store's storage checks out");
+    store.probe_write().await.expect("a probe write");
+    store.probe_write().await.expect("a second probe write");
+    assert_eq!(store.last_event_seq().await.unwrap(), 0, "no events yet");
+    assert!(all_events(&store).await.is_empty());
+    assert!(stored(&store, "no-such-job").await.is_none());
+    assert!(store.unlaunched_jobs(10).await.unwrap().is_empty());
+    assert!(store.unfinished_jobs().await.unwrap().is_empty());
+    assert!(store.pending_cancellations(10).await.unwrap().is_empty());
+    // A probe is no job and no event.
+    assert_eq!(store.last_event_seq().await.unwrap(), 0);
+    assert_eq!(
+        list(&store, &JobFilter::default(), &Scope::All).await.total_count,
+        0
+    );
+}
+
+async fn a_committed_job_and_its_event_are_visible(store: Arc<dyn Store>) {
+    let submitted = now();
+    let mut tx = store.begin().await.unwrap();
+    let mut job = job("team-a", "alpha");
+    tx.insert_job(&job, &fingerprint(&job)).await.unwrap();
+    let transition = Transition {
+        previous_phase: None,
+        phase: JobPhase::Pending,
+        reason: Some("Submitted".into()),
+        message: Some("accepted by jobgate".into()),
+    };
+    let seq = tx.append_event(&job, &transition, submitted).await.unwrap();
+    job.last_event_seq = seq;
+    tx.save_job(&job).await.unwrap();
+    tx.commit().await.unwrap();
+
+    assert!(seq > 0, "a cursor is positive: 0 means no event");
+    assert_eq!(
+        stored(&store, &job.id).await.as_ref(),
+        Some(&job),
+        "the job reads back as saved"
+    );
+    assert_eq!(store.last_event_seq().await.unwrap(), seq);
+    let events = all_events(&store).await;
+    assert_eq!(events.len(), 1);
+    let event = &events[0];
+    assert_eq!(event.seq, seq);
+    assert_eq!(event.job_id, job.id);
+    assert_eq!(event.phase, JobPhase::Pending);
+    assert_eq!(event.previous_phase, None);
+    assert_eq!(event.at, submitted);
+    assert_eq!(event.reason.as_deref(), Some("Submitted"));
+    assert_eq!(event.message.as_deref(), Some("accepted by jobgate"));
+    assert_eq!(
+        *event.job, job,
+        "the event's snapshot is the job with its own cursor"
+    );
+    let history = store.job_history(&job.id, &Scope::All, 10).await.unwrap();
+    assert_eq!(history, events);
+
+    // A later change is visible the same way, snapshot and all.
+    let mut changed = job.clone();
+    let cancelled = move_to(&store, &mut changed, JobPhase::Cancelled).await;
+    assert!(cancelled > seq);
+    let read = stored(&store, &job.id).await.unwrap();
+    assert_eq!(read.phase, JobPhase::Cancelled);
+    assert_eq!(read.last_event_seq, cancelled);
+    assert_eq!(read, changed);
+    let history = store.job_history(&job.id, &Scope::All, 10).await.unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[1].previous_phase, Some(JobPhase::Pending));
+    assert_eq!(history[1].phase, JobPhase::Cancelled);
+    assert_eq!(*history[0].job, job, "an earlier snapshot does not change");
+    assert_eq!(*history[1].job, changed);
+}
+
+async fn a_transaction_dropped_without_commit_changes_nothing(store: Arc<dyn Store>) {
+    let committed = submit_one(&store, job("team-a", "kept")).await;
+    let cursor = store.last_event_seq().await.unwrap();
+
+    let mut tx = store.begin().await.unwrap();
+    let mut dropped = job("team-a", "dropped");
+    insert(&mut *tx, &mut dropped).await;
+    tx.hold(&dropped.id, std::slice::from_ref(&committed.id))
+        .await
+        .unwrap();
+    let mut changed = committed.clone();
+    move_in(&mut *tx, &mut changed, JobPhase::Cancelled).await;
+    tx.request_cancellation(&committed.id, now()).await.unwrap();
+    tx.mark_launched(&committed.id).await.unwrap();
+    drop(tx);
+
+    assert!(
+        stored(&store, &dropped.id).await.is_none(),
+        "an uncommitted job is visible"
+    );
+    assert_eq!(stored(&store, &committed.id).await.as_ref(), Some(&committed));
+    assert_eq!(store.last_event_seq().await.unwrap(), cursor);
+    assert_eq!(all_events(&store).await.len(), 1);
+    assert!(store.pending_cancellations(10).await.unwrap().is_empty());
+    assert_eq!(
+        ids(&store.unlaunched_jobs(10).await.unwrap()),
+        [committed.id.as_str()]
+    );
+    assert_eq!(
+        list(&store, &JobFilter::default(), &Scope::All).await.total_count,
+        1
+    );
+
+    // The next transaction starts clean and sees none of it either.
+    let mut tx = store.begin().await.unwrap();
+    assert!(tx.get_job(&dropped.id).await.unwrap().is_none());
+    assert!(tx.dependents(&committed.id).await.unwrap().is_empty());
+    assert_eq!(tx.active_in_namespace("team-a").await.unwrap(), 1);
+    tx.commit().await.unwrap();
+}
+
+async fn a_transaction_reads_its_own_writes(store: Arc<dyn Store>) {
+    let mut tx = store.begin().await.unwrap();
+    let mut job = keyed_job("team-a", "alpha", "token:alice", "k1");
+    insert(&mut *tx, &mut job).await;
+    assert_eq!(tx.get_job(&job.id).await.unwrap().as_ref(), Some(&job));
+    let found = tx
+        .find_by_idempotency_key(Some("token:alice"), "k1")
+        .await
+        .unwrap()
+        .expect("the transaction's own keyed job");
+    assert_eq!(found.job.id, job.id);
+    assert_eq!(found.fingerprint, fingerprint(&job));
+    move_in(&mut *tx, &mut job, JobPhase::Running).await;
+    assert_eq!(
+        tx.get_job(&job.id).await.unwrap().map(|j| j.phase),
+        Some(JobPhase::Running)
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        stored(&store, &job.id).await.map(|j| j.phase),
+        Some(JobPhase::Running)
+    );
+}
+
+async fn event_cursors_grow_with_each_commit(store: Arc<dyn Store>) {
+    let mut jobs = submit(&store, vec![job("team-a", "one"), job("team-a", "two")]).await;
+    let first = all_events(&store).await;
+    assert_eq!(first.len(), 2);
+    assert!(first[0].seq < first[1].seq, "cursors grow within a transaction");
+    assert_eq!(first[1].seq, store.last_event_seq().await.unwrap());
+
+    // A dropped transaction's cursors were never seen: the next commit's are still above
+    // every committed one, and a subscriber resuming there finds exactly them.
+    let mut tx = store.begin().await.unwrap();
+    move_in(&mut *tx, &mut jobs[0].clone(), JobPhase::Running).await;
+    drop(tx);
+    let resume_at = store.last_event_seq().await.unwrap();
+    assert_eq!(resume_at, first[1].seq, "a dropped transaction moved the cursor");
+    let mut seqs = Vec::new();
+    for job in &mut jobs {
+        seqs.push(move_to(&store, job, JobPhase::Running).await);
+    }
+    assert!(
+        seqs[0] > resume_at && seqs[1] > seqs[0],
+        "cursors {seqs:?} after {resume_at}"
+    );
+    let resumed = store
+        .events_after(resume_at, 100, None, &Scope::All)
+        .await
+        .unwrap();
+    assert_eq!(resumed.iter().map(|e| e.seq).collect::<Vec<_>>(), seqs);
+    let every: Vec<i64> = all_events(&store).await.iter().map(|e| e.seq).collect();
+    let distinct: BTreeSet<i64> = every.iter().copied().collect();
+    assert_eq!(distinct.len(), every.len(), "a cursor was used twice: {every:?}");
+}
+
+async fn a_subscriber_resuming_after_a_cursor_misses_nothing_under_concurrent_writers(store: Arc<dyn Store>) {
+    const WRITERS: usize = 4;
+    const COMMITS: usize = 10;
+    let done = Arc::new(AtomicBool::new(false));
+    // A subscriber reads on from the newest cursor it saw while writers commit; an event
+    // that became visible below a cursor already passed would be missed for good.
+    let subscriber = tokio::spawn({
+        let store = store.clone();
+        let done = done.clone();
+        async move {
+            let mut cursor = 0;
+            let mut seen = Vec::new();
+            loop {
+                // Read before the page: once it says done, this page holds every commit.
+                let finished = done.load(Ordering::SeqCst);
+                let page = store.events_after(cursor, 1000, None, &Scope::All).await.unwrap();
+                if let Some(last) = page.last() {
+                    cursor = last.seq;
+                }
+                let empty = page.is_empty();
+                seen.extend(page.into_iter().map(|e| e.seq));
+                if finished && empty {
+                    return seen;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for c in 0..COMMITS {
+                    submit_one(&store, job("team-a", &format!("w{w}-c{c}"))).await;
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let seen = subscriber.await.unwrap();
+    let every: Vec<i64> = all_events(&store).await.iter().map(|e| e.seq).collect();
+    assert_eq!(every.len(), WRITERS * COMMITS);
+    assert_eq!(
+        seen, every,
+        "the subscriber, resuming after each cursor it saw, did not see every event in order"
+    );
+}
+
+async fn list_jobs_filters_newest_first(store: Arc<dyn Store>) {
+    let mut jobs = submit(
+        &store,
+        vec![
+            job("team-a", "alpha-1"),
+            job("team-a", "beta"),
+            job("team-b", "alpha-2"),
+            job("team-a", "alpha-3"),
+        ],
+    )
+    .await;
+    move_to(&store, &mut jobs[1], JobPhase::Cancelled).await;
+    move_to(&store, &mut jobs[2], JobPhase::Running).await;
+    let [a1, beta, a2, a3] = [&jobs[0].id, &jobs[1].id, &jobs[2].id, &jobs[3].id].map(String::as_str);
+
+    let everything = list(&store, &JobFilter::default(), &Scope::All).await;
+    assert_eq!(page_ids(&everything), [a3, a2, beta, a1], "newest first");
+    assert_eq!(everything.total_count, 4);
+    assert!(!everything.has_next_page);
+    assert_eq!(
+        everything.jobs[2].1.phase,
+        JobPhase::Cancelled,
+        "jobs read back as saved"
+    );
+
+    let cases: Vec<(JobFilter, Vec<&str>)> = vec![
+        (
+            JobFilter {
+                namespace: Some("team-a".into()),
+                ..JobFilter::default()
+            },
+            vec![a3, beta, a1],
+        ),
+        (
+            JobFilter {
+                name_contains: Some("alpha".into()),
+                ..JobFilter::default()
+            },
+            vec![a3, a2, a1],
+        ),
+        (
+            JobFilter {
+                phases: Some(vec![JobPhase::Cancelled, JobPhase::Running]),
+                ..JobFilter::default()
+            },
+            vec![a2, beta],
+        ),
+        (
+            JobFilter {
+                phases: Some(vec![JobPhase::Pending]),
+                namespace: Some("team-a".into()),
+                name_contains: Some("alpha".into()),
+            },
+            vec![a3, a1],
+        ),
+        (
+            JobFilter {
+                phases: Some(vec![JobPhase::Succeeded]),
+                ..JobFilter::default()
+            },
+            vec![],
+        ),
+        (
+            JobFilter {
+                namespace: Some("team-c".into()),
+                ..JobFilter::default()
+            },
+            vec![],
+        ),
+    ];
+    for (filter, expected) in cases {
+        let page = list(&store, &filter, &Scope::All).await;
+        assert_eq!(page_ids(&page), expected, "{filter:?}");
+        assert_eq!(
+            page.total_count,
+            expected.len() as i64,
+            "total_count of {filter:?}"
+        );
+        assert!(
+            page.jobs.iter().all(|(_, j)| filter.matches(j)),
+            "the store and JobFilter::matches disagree on {filter:?}"
+        );
+    }
+}
+
+async fn list_jobs_matches_a_name_fragment_literally(store: Arc<dyn Store>) {
+    // Subscriptions filter with JobFilter::matches (a case-sensitive substring); listing
+    // must agree, so no wildcards and no case folding.
+    submit(&store, vec![job("team-a", "alpha-1"), job("team-a", "beta")]).await;
+    for fragment in ["%", "_", "a%1", "alpha_1", "ALPHA", "*", ".*"] {
+        let filter = JobFilter {
+            name_contains: Some(fragment.into()),
+            ..JobFilter::default()
+        };
+        let page = list(&store, &filter, &Scope::All).await;
+        assert!(page.jobs.is_empty(), "{fragment:?} matched {:?}", page_ids(&page));
+        assert_eq!(page.total_count, 0, "{fragment:?}");
+    }
+    let filter = JobFilter {
+        name_contains: Some("a-1".into()),
+        ..JobFilter::default()
+    };
+    assert_eq!(list(&store, &filter, &Scope::All).await.total_count, 1);
+}
+
+async fn list_jobs_never_shows_jobs_outside_the_scope(store: Arc<dyn Store>) {
+    let jobs = submit(
+        &store,
+        vec![
+            job("team-a", "alpha-1"),
+            job("team-b", "alpha-2"),
+            job("team-c", "alpha-3"),
+        ],
+    )
+    .await;
+    let a_and_c = Scope::namespaces(["team-a", "team-c"]);
+    let page = list(&store, &JobFilter::default(), &a_and_c).await;
+    assert_eq!(page_ids(&page), [jobs[2].id.as_str(), jobs[0].id.as_str()]);
+    assert_eq!(page.total_count, 2);
+    // A filter never widens the scope: asking for team-b's jobs in team-a's scope finds none.
+    let filter = JobFilter {
+        namespace: Some("team-b".into()),
+        ..JobFilter::default()
+    };
+    let page = list(&store, &filter, &team("team-a")).await;
+    assert!(page.jobs.is_empty());
+    assert_eq!(page.total_count, 0);
+    let page = list(
+        &store,
+        &JobFilter::default(),
+        &Scope::namespaces(Vec::<String>::new()),
+    )
+    .await;
+    assert!(page.jobs.is_empty(), "an empty scope sees nothing");
+    assert_eq!(page.total_count, 0);
+}
+
+async fn list_jobs_pages_with_cursors(store: Arc<dyn Store>) {
+    let jobs = submit(
+        &store,
+        (0..5).map(|i| job("team-a", &format!("job-{i}"))).collect(),
+    )
+    .await;
+    submit_one(&store, job("team-b", "other")).await;
+    let scope = team("team-a");
+    let filter = JobFilter::default();
+    let mut seen = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = store.list_jobs(&filter, &scope, 2, after).await.unwrap();
+        pages += 1;
+        assert_eq!(
+            page.total_count, 5,
+            "total_count counts every match, not the page"
+        );
+        assert!(page.jobs.len() <= 2);
+        seen.extend(page.jobs.iter().map(|(_, j)| j.id.clone()));
+        if !page.has_next_page {
+            break;
+        }
+        after = Some(page.jobs.last().expect("a page with a next one is not empty").0);
+    }
+    assert_eq!(pages, 3);
+    let newest_first: Vec<String> = jobs.iter().rev().map(|j| j.id.clone()).collect();
+    assert_eq!(seen, newest_first);
+    // A job submitted meanwhile is on the first page, never repeated on a later one.
+    let cursor_before = store.list_jobs(&filter, &scope, 2, None).await.unwrap().jobs[1].0;
+    let newer = submit_one(&store, job("team-a", "newer")).await;
+    let next = store
+        .list_jobs(&filter, &scope, 2, Some(cursor_before))
+        .await
+        .unwrap();
+    assert_eq!(page_ids(&next), [jobs[2].id.as_str(), jobs[1].id.as_str()]);
+    assert_eq!(next.total_count, 6);
+    let first = store.list_jobs(&filter, &scope, 1, None).await.unwrap();
+    assert_eq!(page_ids(&first), [newer.id.as_str()]);
+    assert!(first.has_next_page);
+}
+
+async fn events_after_filters_by_job_and_scope(store: Arc<dyn Store>) {
+    let mut jobs = submit(&store, vec![job("team-a", "a"), job("team-b", "b")]).await;
+    let (mut a, mut b) = (jobs.remove(0), jobs.remove(0));
+    move_to(&store, &mut b, JobPhase::Running).await;
+    move_to(&store, &mut a, JobPhase::Running).await;
+    move_to(&store, &mut b, JobPhase::Cancelled).await;
+    move_to(&store, &mut a, JobPhase::Cancelled).await;
+    let every = all_events(&store).await;
+    assert_eq!(every.len(), 6);
+    assert!(every.windows(2).all(|w| w[0].seq < w[1].seq), "oldest first");
+    let of = |id: &str| -> Vec<i64> { every.iter().filter(|e| e.job_id == id).map(|e| e.seq).collect() };
+    let seqs = |events: Vec<JobEvent>| -> Vec<i64> { events.iter().map(|e| e.seq).collect() };
+
+    let a_only = store
+        .events_after(0, 100, Some(&a.id), &Scope::All)
+        .await
+        .unwrap();
+    assert_eq!(seqs(a_only), of(&a.id));
+    let team_a = store.events_after(0, 100, None, &team("team-a")).await.unwrap();
+    assert_eq!(seqs(team_a), of(&a.id));
+    // A page is full unless nothing more of the scope follows: team-b's events in between
+    // take no room in team-a's page.
+    let page = store.events_after(0, 2, None, &team("team-a")).await.unwrap();
+    assert_eq!(seqs(page), of(&a.id)[..2]);
+    let after = of(&a.id)[0];
+    let rest = store
+        .events_after(after, 100, None, &team("team-a"))
+        .await
+        .unwrap();
+    assert_eq!(seqs(rest), of(&a.id)[1..]);
+    let limited = store.events_after(0, 4, None, &Scope::All).await.unwrap();
+    assert_eq!(
+        seqs(limited),
+        every.iter().take(4).map(|e| e.seq).collect::<Vec<_>>()
+    );
+    // Another namespace's job is nothing, even asked for by id.
+    let hidden = store
+        .events_after(0, 100, Some(&b.id), &team("team-a"))
+        .await
+        .unwrap();
+    assert!(hidden.is_empty());
+    let last = every.last().unwrap().seq;
+    assert!(
+        store
+            .events_after(last, 100, None, &Scope::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn job_history_is_the_newest_events_oldest_first(store: Arc<dyn Store>) {
+    let mut jobs = submit(&store, vec![job("team-a", "a"), job("team-b", "b")]).await;
+    let mut expected = vec![jobs[0].last_event_seq];
+    for phase in [JobPhase::Running, JobPhase::Running, JobPhase::Cancelled] {
+        expected.push(move_to(&store, &mut jobs[0], phase).await);
+        move_to(&store, &mut jobs[1], JobPhase::Running).await;
+    }
+    let seqs = |events: Vec<JobEvent>| -> Vec<i64> { events.iter().map(|e| e.seq).collect() };
+    let a = &jobs[0].id;
+    assert_eq!(
+        seqs(store.job_history(a, &Scope::All, 10).await.unwrap()),
+        expected
+    );
+    assert_eq!(
+        seqs(store.job_history(a, &Scope::All, 2).await.unwrap()),
+        expected[2..]
+    );
+    assert_eq!(
+        seqs(store.job_history(a, &team("team-a"), 10).await.unwrap()),
+        expected
+    );
+    assert!(
+        store
+            .job_history(a, &team("team-b"), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a job outside the scope has no history"
+    );
+    assert!(
+        store
+            .job_history("no-such-job", &Scope::All, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn namespaces_are_distinct_sorted_scoped_and_limited(store: Arc<dyn Store>) {
+    submit(
+        &store,
+        vec![
+            job("team-c", "x"),
+            job("team-a", "x"),
+            job("team-b", "x"),
+            job("team-a", "y"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        store.namespaces(10, &Scope::All).await.unwrap(),
+        ["team-a", "team-b", "team-c"]
+    );
+    assert_eq!(
+        store.namespaces(2, &Scope::All).await.unwrap(),
+        ["team-a", "team-b"]
+    );
+    let scope = Scope::namespaces(["team-c", "team-a", "team-z"]);
+    assert_eq!(store.namespaces(10, &scope).await.unwrap(), ["team-a", "team-c"]);
+}
+
+async fn stats_count_phases_submissions_and_completions(store: Arc<dyn Store>) {
+    let mut jobs = submit(
+        &store,
+        vec![
+            job("team-a", "p1"),
+            job("team-a", "p2"),
+            job("team-a", "c"),
+            job("team-b", "r"),
+        ],
+    )
+    .await;
+    move_to(&store, &mut jobs[2], JobPhase::Cancelled).await;
+    move_to(&store, &mut jobs[3], JobPhase::Running).await;
+    // Buckets of an hour: whatever the clock, everything above falls in the last two.
+    let (buckets, width) = (3, 3600);
+    let all = store.stats(buckets, width, &Scope::All).await.unwrap();
+    assert_eq!(all.cursor, store.last_event_seq().await.unwrap());
+    assert_eq!(all.since % width, 0, "buckets are aligned to the epoch");
+    assert!(all.since <= Utc::now().timestamp() - (buckets - 1) * width);
+    let count = |s: &jobgate::store::StatsSnapshot, p| s.counts.get(&p).copied().unwrap_or(0);
+    assert_eq!(count(&all, JobPhase::Pending), 2);
+    assert_eq!(count(&all, JobPhase::Cancelled), 1);
+    assert_eq!(count(&all, JobPhase::Running), 1);
+    assert_eq!(count(&all, JobPhase::Succeeded), 0);
+    assert!(all.submitted.iter().all(|(b, _)| (0..buckets).contains(b)));
+    assert_eq!(all.submitted.iter().map(|(_, n)| n).sum::<i64>(), 4);
+    let finished: Vec<(JobPhase, i64)> = all.finished.iter().map(|(_, p, n)| (*p, *n)).collect();
+    assert_eq!(finished, [(JobPhase::Cancelled, 1)]);
+    assert!(all.finished.iter().all(|(b, _, _)| (0..buckets).contains(b)));
+
+    let b = store.stats(buckets, width, &team("team-b")).await.unwrap();
+    assert_eq!(b.counts.values().sum::<i64>(), 1);
+    assert_eq!(count(&b, JobPhase::Running), 1);
+    assert_eq!(b.submitted.iter().map(|(_, n)| n).sum::<i64>(), 1);
+    assert!(b.finished.is_empty(), "team-a's cancellation counted for team-b");
+}
+
+async fn idempotency_keys_are_per_submitter(store: Arc<dyn Store>) {
+    let alice = submit_one(&store, keyed_job("team-a", "x", "token:alice", "k")).await;
+    // The same key from another submitter is another job.
+    let bob = submit_one(&store, keyed_job("team-a", "y", "token:bob", "k")).await;
+    let mut tx = store.begin().await.unwrap();
+    let found = tx
+        .find_by_idempotency_key(Some("token:alice"), "k")
+        .await
+        .unwrap();
+    let found = found.expect("alice's key finds her job");
+    assert_eq!(found.job, alice);
+    assert_eq!(found.fingerprint, fingerprint(&alice));
+    let found = tx.find_by_idempotency_key(Some("token:bob"), "k").await.unwrap();
+    assert_eq!(found.map(|k| k.job.id), Some(bob.id));
+    assert!(
+        tx.find_by_idempotency_key(Some("token:carol"), "k")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(tx.find_by_idempotency_key(None, "k").await.unwrap().is_none());
+    assert!(
+        tx.find_by_idempotency_key(Some("token:alice"), "other")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    tx.commit().await.unwrap();
+}
+
+async fn a_duplicate_key_is_refused_and_the_store_stays_usable(store: Arc<dyn Store>) {
+    let first = submit_one(&store, keyed_job("team-a", "x", "token:alice", "k")).await;
+    let duplicate = keyed_job("team-a", "y", "token:alice", "k");
+    let mut tx = store.begin().await.unwrap();
+    let refused = tx.insert_job(&duplicate, &fingerprint(&duplicate)).await;
+    assert!(
+        refused.is_err(),
+        "a second job with the same submitter's key was stored"
+    );
+    drop(tx);
+    assert!(stored(&store, &duplicate.id).await.is_none());
+    // The next transaction works as ever.
+    let later = submit_one(&store, keyed_job("team-a", "z", "token:alice", "k2")).await;
+    assert_eq!(stored(&store, &later.id).await.as_ref(), Some(&later));
+    let mut tx = store.begin().await.unwrap();
+    let found = tx
+        .find_by_idempotency_key(Some("token:alice"), "k")
+        .await
+        .unwrap();
+    assert_eq!(found.map(|k| k.job.id), Some(first.id));
+    tx.commit().await.unwrap();
+}
+
+async fn the_launch_outbox_holds_accepted_jobs_until_launched(store: Arc<dyn Store>) {
+    let jobs = submit(
+        &store,
+        vec![job("team-a", "one"), job("team-a", "two"), job("team-b", "three")],
+    )
+    .await;
+    assert_eq!(
+        ids(&store.unlaunched_jobs(10).await.unwrap()),
+        ids(&jobs),
+        "oldest first"
+    );
+    assert_eq!(ids(&store.unlaunched_jobs(2).await.unwrap()), ids(&jobs[..2]));
+
+    let mut tx = store.begin().await.unwrap();
+    tx.mark_launched(&jobs[1].id).await.unwrap();
+    tx.commit().await.unwrap();
+    let left = store.unlaunched_jobs(10).await.unwrap();
+    assert_eq!(ids(&left), [jobs[0].id.as_str(), jobs[2].id.as_str()]);
+    // Releasing a job that was never held does not put a launched one back (it would run
+    // twice).
+    let mut tx = store.begin().await.unwrap();
+    tx.release(&jobs[1].id).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(ids(&store.unlaunched_jobs(10).await.unwrap()), ids(&left));
+}
+
+async fn held_jobs_wait_for_release_and_dependents_are_recorded(store: Arc<dyn Store>) {
+    let deps = submit(&store, vec![job("team-a", "dep-1"), job("team-a", "dep-2")]).await;
+    let mut tx = store.begin().await.unwrap();
+    let mut waiting = job("team-a", "waiting");
+    insert(&mut *tx, &mut waiting).await;
+    tx.hold(&waiting.id, std::slice::from_ref(&deps[0].id))
+        .await
+        .unwrap();
+    tx.add_dependencies(&waiting.id, std::slice::from_ref(&deps[1].id))
+        .await
+        .unwrap();
+    // Recording an edge twice is harmless.
+    tx.add_dependencies(&waiting.id, std::slice::from_ref(&deps[1].id))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    assert_eq!(
+        ids(&store.unlaunched_jobs(10).await.unwrap()),
+        ids(&deps),
+        "a held job is out of the outbox"
+    );
+    let unfinished = store.unfinished_jobs().await.unwrap();
+    let held = unfinished
+        .iter()
+        .find(|r| r.job.id == waiting.id)
+        .expect("a held job is unfinished");
+    assert!(!held.launched, "a held job was never handed to the executor");
+    let mut tx = store.begin().await.unwrap();
+    assert_eq!(tx.dependents(&deps[0].id).await.unwrap(), [waiting.id.clone()]);
+    assert_eq!(tx.dependents(&deps[1].id).await.unwrap(), [waiting.id.clone()]);
+    assert!(tx.dependents(&waiting.id).await.unwrap().is_empty());
+    tx.release(&waiting.id).await.unwrap();
+    tx.commit().await.unwrap();
+    let outbox = store.unlaunched_jobs(10).await.unwrap();
+    assert_eq!(
+        ids(&outbox),
+        [deps[0].id.as_str(), deps[1].id.as_str(), waiting.id.as_str()]
+    );
+
+    // Several dependents of one job, by id.
+    let mut more = submit(&store, vec![job("team-a", "m1"), job("team-a", "m2")]).await;
+    let mut tx = store.begin().await.unwrap();
+    for m in &more {
+        tx.add_dependencies(&m.id, std::slice::from_ref(&deps[0].id))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    more.push(waiting);
+    let mut expected: Vec<String> = more.iter().map(|j| j.id.clone()).collect();
+    expected.sort();
+    let mut tx = store.begin().await.unwrap();
+    assert_eq!(tx.dependents(&deps[0].id).await.unwrap(), expected);
+    tx.commit().await.unwrap();
+}
+
+async fn unfinished_jobs_are_the_pending_and_running_ones(store: Arc<dyn Store>) {
+    let mut jobs = submit(
+        &store,
+        vec![
+            job("team-a", "pending"),
+            job("team-a", "running"),
+            job("team-b", "cancelled"),
+        ],
+    )
+    .await;
+    move_to(&store, &mut jobs[1], JobPhase::Running).await;
+    move_to(&store, &mut jobs[2], JobPhase::Cancelled).await;
+    let mut tx = store.begin().await.unwrap();
+    tx.mark_launched(&jobs[1].id).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let unfinished = store.unfinished_jobs().await.unwrap();
+    let seen: Vec<(&str, JobPhase, bool)> = unfinished
+        .iter()
+        .map(|r| (r.job.id.as_str(), r.job.phase, r.launched))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (jobs[0].id.as_str(), JobPhase::Pending, false),
+            (jobs[1].id.as_str(), JobPhase::Running, true),
+        ],
+        "oldest first, terminal jobs left out"
+    );
+    assert_eq!(unfinished[1].job, jobs[1], "the job as last saved");
+}
+
+async fn pending_cancellations_last_until_done(store: Arc<dyn Store>) {
+    let mut jobs = submit(
+        &store,
+        vec![job("team-a", "one"), job("team-a", "two"), job("team-a", "three")],
+    )
+    .await;
+    let earlier = now() - Duration::seconds(10);
+    let mut tx = store.begin().await.unwrap();
+    move_in(&mut *tx, &mut jobs[0], JobPhase::Cancelled).await;
+    tx.request_cancellation(&jobs[0].id, now()).await.unwrap();
+    move_in(&mut *tx, &mut jobs[1], JobPhase::Cancelled).await;
+    tx.request_cancellation(&jobs[1].id, earlier).await.unwrap();
+    // Asked twice (a retried batch, say): still one pending cancellation.
+    tx.request_cancellation(&jobs[1].id, earlier).await.unwrap();
+    // Not visible until committed.
+    assert!(store.pending_cancellations(10).await.unwrap().is_empty());
+    tx.commit().await.unwrap();
+
+    let pending = store.pending_cancellations(10).await.unwrap();
+    assert_eq!(
+        ids(&pending),
+        [jobs[1].id.as_str(), jobs[0].id.as_str()],
+        "oldest request first"
+    );
+    assert_eq!(pending[0], jobs[1], "the job as saved, cancelled");
+    assert_eq!(
+        ids(&store.pending_cancellations(1).await.unwrap()),
+        [jobs[1].id.as_str()]
+    );
+
+    let mut tx = store.begin().await.unwrap();
+    tx.cancellation_done(&jobs[1].id).await.unwrap();
+    // Done for a job with nothing pending is harmless.
+    tx.cancellation_done(&jobs[2].id).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        ids(&store.pending_cancellations(10).await.unwrap()),
+        [jobs[0].id.as_str()]
+    );
+}
+
+async fn active_in_namespace_counts_the_transactions_own_inserts(store: Arc<dyn Store>) {
+    let mut jobs = submit(
+        &store,
+        vec![
+            job("team-a", "pending"),
+            job("team-a", "cancelled"),
+            job("team-b", "running"),
+        ],
+    )
+    .await;
+    move_to(&store, &mut jobs[1], JobPhase::Cancelled).await;
+    move_to(&store, &mut jobs[2], JobPhase::Running).await;
+
+    let mut tx = store.begin().await.unwrap();
+    assert_eq!(tx.active_in_namespace("team-a").await.unwrap(), 1);
+    assert_eq!(tx.active_in_namespace("team-b").await.unwrap(), 1);
+    assert_eq!(tx.active_in_namespace("team-c").await.unwrap(), 0);
+    insert(&mut *tx, &mut job("team-a", "new-1")).await;
+    insert(&mut *tx, &mut job("team-a", "new-2")).await;
+    assert_eq!(
+        tx.active_in_namespace("team-a").await.unwrap(),
+        3,
+        "the transaction's own count"
+    );
+    assert_eq!(tx.active_in_namespace("team-b").await.unwrap(), 1);
+    // A job this transaction finishes no longer counts.
+    move_in(&mut *tx, &mut jobs[0], JobPhase::Cancelled).await;
+    assert_eq!(tx.active_in_namespace("team-a").await.unwrap(), 2);
+    drop(tx);
+
+    let mut tx = store.begin().await.unwrap();
+    assert_eq!(
+        tx.active_in_namespace("team-a").await.unwrap(),
+        1,
+        "a dropped transaction's jobs count"
+    );
+    tx.commit().await.unwrap();
+}
