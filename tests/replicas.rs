@@ -76,7 +76,9 @@ fn assert_in_order_once(seen: &[Seen]) {
 
 #[tokio::test]
 async fn a_job_submitted_on_any_replica_reaches_subscribers_of_every_replica_in_order_once() {
-    let Some(pg) = Postgres::start_or_skip() else { return };
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
     let cluster = Cluster::start().await;
     let servers = replicas(&cluster, &pg.url(), 3).await;
     // Live subscribers on every replica before anything is submitted.
@@ -111,7 +113,11 @@ async fn a_job_submitted_on_any_replica_reaches_subscribers_of_every_replica_in_
         }
     }
     for id in &ids {
-        assert_eq!(phases[id.as_str()], ["PENDING", "RUNNING", "SUCCEEDED"], "job {id}");
+        assert_eq!(
+            phases[id.as_str()],
+            ["PENDING", "RUNNING", "SUCCEEDED"],
+            "job {id}"
+        );
     }
     // Each replica reads every job, whoever accepted it.
     for server in &servers {
@@ -129,7 +135,9 @@ async fn a_job_submitted_on_any_replica_reaches_subscribers_of_every_replica_in_
 
 #[tokio::test]
 async fn a_client_resumes_on_another_replica_after_its_cursor_with_no_gap() {
-    let Some(pg) = Postgres::start_or_skip() else { return };
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
     let cluster = Cluster::start().await;
     let servers = replicas(&cluster, &pg.url(), 3).await;
     let first: HashSet<String> = [servers[0].submit(input("before")).await].into();
@@ -156,13 +164,22 @@ async fn a_client_resumes_on_another_replica_after_its_cursor_with_no_gap() {
 
 #[tokio::test]
 async fn a_second_replica_with_the_local_executor_is_refused() {
-    let Some(pg) = Postgres::start_or_skip() else { return };
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
     let url = pg.url();
     let first = Server::start(&["--database-url", &url]).await;
     let id = first.submit(json!({"command": ["true"]})).await;
     let data = tempfile::tempdir().unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_jobgate"))
-        .args(["--listen", "127.0.0.1:0", "--local-trusted-tenants", "--database-url", &url, "--data-dir"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--local-trusted-tenants",
+            "--database-url",
+            &url,
+            "--data-dir",
+        ])
         .arg(data.path())
         .env_remove("JOBGATE_CONFIG")
         .output()

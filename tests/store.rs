@@ -18,10 +18,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Duration, DurationRound as _, Utc};
+use common::postgres::Postgres;
 use jobgate::model::{
     Job, JobEvent, JobFilter, JobPhase, Scope, SubmitRequest, Transition, ValidationLimits,
 };
-use jobgate::store::{Durability, SqliteStore, Store, StoreTx};
+use jobgate::store::{Durability, PostgresStore, SqliteStore, Store, StoreTx};
 
 /// A fresh store, and what must live as long as it does (its directory, its server).
 type Opened = (Arc<dyn Store>, Box<dyn Any + Send>);
@@ -77,7 +78,18 @@ macro_rules! backend_tests {
     };
 }
 
+/// A PostgreSQL store on a throwaway server of its own (`None`, after a loud notice, where
+/// PostgreSQL is not installed and CI is not set).
+async fn open_postgres() -> Option<Opened> {
+    let pg = Postgres::start_or_skip()?;
+    let store = PostgresStore::connect(&pg.url())
+        .await
+        .expect("connecting the PostgreSQL store");
+    Some((Arc::new(store), Box::new(pg)))
+}
+
 backend_tests!(sqlite, open_sqlite);
+backend_tests!(postgres, open_postgres);
 
 // ---- Building jobs and writing them as the service does ----
 

@@ -35,9 +35,7 @@ use futures::stream::BoxStream;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
-use super::{
-    JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, scoped_key,
-};
+use super::{JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, scoped_key};
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
 
 /// The advisory lock every write transaction holds: one writer at a time across replicas.
@@ -360,17 +358,18 @@ impl Store for PostgresStore {
     }
 
     async fn last_event_seq(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0)::bigint FROM events")
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(
+            sqlx::query_scalar("SELECT coalesce(max(seq), 0)::bigint FROM events")
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
-        let rows = sqlx::query(
-            "SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq")
+                .fetch_all(&self.pool)
+                .await?;
         rows.into_iter()
             .map(|r| {
                 Ok(Recoverable {
@@ -491,9 +490,10 @@ impl StoreTx for PostgresTx {
     /// The cursor comes from `event_cursor`, whose row this transaction then holds (on top
     /// of the write lock) until it ends: see the module docs.
     async fn append_event(&mut self, job: &Job, transition: &Transition, at: DateTime<Utc>) -> Result<i64> {
-        let seq: i64 = sqlx::query_scalar("UPDATE event_cursor SET last = last + 1 WHERE id = 1 RETURNING last")
-            .fetch_one(&mut *self.tx)
-            .await?;
+        let seq: i64 =
+            sqlx::query_scalar("UPDATE event_cursor SET last = last + 1 WHERE id = 1 RETURNING last")
+                .fetch_one(&mut *self.tx)
+                .await?;
         let mut snapshot = job.clone();
         snapshot.last_event_seq = seq;
         sqlx::query(
@@ -554,12 +554,12 @@ impl StoreTx for PostgresTx {
     }
 
     async fn dependents(&mut self, id: &str) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT job_id FROM job_dependencies WHERE depends_on = $1 ORDER BY job_id",
+        Ok(
+            sqlx::query_scalar("SELECT job_id FROM job_dependencies WHERE depends_on = $1 ORDER BY job_id")
+                .bind(id)
+                .fetch_all(&mut *self.tx)
+                .await?,
         )
-        .bind(id)
-        .fetch_all(&mut *self.tx)
-        .await?)
     }
 
     async fn request_cancellation(&mut self, id: &str, at: DateTime<Utc>) -> Result<()> {

@@ -41,7 +41,11 @@ pub(super) async fn follower(inner: Arc<Inner>, mut wakeups: BoxStream<'static, 
             _ = timer.tick() => {}
         }
         loop {
-            match inner.store.events_after(cursor, FOLLOW_BATCH, None, &Scope::All).await {
+            match inner
+                .store
+                .events_after(cursor, FOLLOW_BATCH, None, &Scope::All)
+                .await
+            {
                 Ok(events) => {
                     if failing {
                         failing = false;

@@ -335,7 +335,9 @@ impl JobService {
         };
         inner.tasks.spawn(writer.run(commands_rx, observations));
         if let Some(wakeups) = wakeups {
-            inner.tasks.spawn(follower::follower(inner.clone(), wakeups, head));
+            inner
+                .tasks
+                .spawn(follower::follower(inner.clone(), wakeups, head));
         }
         // Jobs launched before a restart go back to the executor, which reconciles them;
         // jobs never launched are the launcher's.
