@@ -283,7 +283,7 @@ async fn a_job_runs_in_a_directory_of_its_own_outside_the_data_directory_with_a_
     let server = Server::spawn_with_env(
         &[],
         &[
-            ("JOBGATE_DATABASE_URL", secret_value),
+            ("PGPASSWORD", secret_value),
             ("AWS_SECRET_ACCESS_KEY", secret_value),
         ],
     )
