@@ -162,14 +162,9 @@ async fn a_client_resumes_on_another_replica_after_its_cursor_with_no_gap() {
     assert!(after.iter().all(|(_, id, _)| later.contains(id)));
 }
 
-#[tokio::test]
-async fn a_second_replica_with_the_local_executor_is_refused() {
-    let Some(pg) = Postgres::start_or_skip() else {
-        return;
-    };
-    let url = pg.url();
-    let first = Server::start(&["--database-url", &url]).await;
-    let id = first.submit(json!({"command": ["true"]})).await;
+/// Starts a second jobgate with the local executor on the database at `url`: it must refuse
+/// to start, saying why (and never printing the URL, which may hold a password).
+fn assert_second_local_replica_refused(url: &str) {
     let data = tempfile::tempdir().unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_jobgate"))
         .args([
@@ -177,7 +172,7 @@ async fn a_second_replica_with_the_local_executor_is_refused() {
             "127.0.0.1:0",
             "--local-trusted-tenants",
             "--database-url",
-            &url,
+            url,
             "--data-dir",
         ])
         .arg(data.path())
@@ -190,9 +185,102 @@ async fn a_second_replica_with_the_local_executor_is_refused() {
         stderr.contains("the local executor runs on one replica only"),
         "{stderr}"
     );
-    // Never the password-bearing URL in a message.
-    assert!(!stderr.contains(&url), "{stderr}");
+    assert!(!stderr.contains(url), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_second_replica_with_the_local_executor_is_refused() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let url = pg.url();
+    let first = Server::start(&["--database-url", &url]).await;
+    let id = first.submit(json!({"command": ["true"]})).await;
+    assert_second_local_replica_refused(&url);
     // The first one is unharmed.
     first.wait_terminal(&id).await;
     assert_eq!(first.job(&id).await["phase"], "SUCCEEDED");
+}
+
+/// Submits a job named `name`; its id, or the error's code.
+async fn try_submit(server: &Server, name: &str) -> Result<String, String> {
+    let body = server
+        .submit_answer(json!({"name": name, "command": ["true"]}))
+        .await;
+    match body["data"]["submitJob"]["job"]["id"].as_str() {
+        Some(id) => Ok(id.to_owned()),
+        None => Err(body["errors"][0]["extensions"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("neither a job nor a coded error: {body}"))
+            .to_owned()),
+    }
+}
+
+/// Every job's name, as jobgate lists them, sorted.
+async fn names(server: &Server) -> Vec<String> {
+    let data = server
+        .gql_ok("{ jobs(first: 100) { edges { node { name } } } }", json!({}))
+        .await;
+    let mut names: Vec<String> = data["jobs"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_replica_that_loses_the_database_goes_unready_refuses_and_recovers_by_itself() {
+    let Some(mut pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let server = Server::start(&["--database-url", &pg.url()]).await;
+    let before = try_submit(&server, "before").await.expect("accepted");
+    server.wait_phase(&before, "SUCCEEDED").await;
+
+    // The database crashes: jobgate goes unready and refuses, changing nothing.
+    pg.kill9();
+    server.wait_ready_is(503).await;
+    assert_eq!(
+        try_submit(&server, "refused").await,
+        Err("UNAVAILABLE".to_owned())
+    );
+
+    // It comes back: jobgate notices by itself, with no restart and no request.
+    pg.restart();
+    server.wait_ready_is(200).await;
+    // Its claim on the database's local jobs died with the old server's sessions: it holds it
+    // again, so a second jobgate with the local executor is still refused.
+    assert_second_local_replica_refused(&pg.url());
+    let after = try_submit(&server, "after")
+        .await
+        .expect("accepted once the database is back");
+    server.wait_phase(&after, "SUCCEEDED").await;
+    assert_eq!(names(&server).await, ["after", "before"]);
+}
+
+#[tokio::test]
+async fn a_database_that_hangs_gets_an_error_not_a_hung_request_and_recovers() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let server = Server::start(&["--database-url", &pg.url()]).await;
+    let before = try_submit(&server, "before").await.expect("accepted");
+    server.wait_phase(&before, "SUCCEEDED").await;
+
+    // Frozen: connections stay open and nothing answers. A submission is answered (an
+    // error, within jobgate's own time limits), and readiness fails.
+    pg.pause();
+    assert_eq!(try_submit(&server, "frozen").await, Err("UNAVAILABLE".to_owned()));
+    server.wait_ready_is(503).await;
+
+    pg.resume();
+    server.wait_ready_is(200).await;
+    let after = try_submit(&server, "after")
+        .await
+        .expect("accepted once the database answers");
+    server.wait_phase(&after, "SUCCEEDED").await;
+    assert_eq!(names(&server).await, ["after", "before"]);
 }

@@ -52,11 +52,15 @@ const EVENTS_CHANNEL: &str = "jobgate_events";
 /// that long; another replica takes the job over once it expires.
 pub const LAUNCH_CLAIM: Duration = Duration::from_secs(30);
 
+/// How long one statement of a write transaction (its commit included) may take.
+const WRITE_STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a readiness check waits for the database.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How long a write waits for another replica's write to finish before failing.
-const LOCK_TIMEOUT: &str = "20s";
+/// How long a write waits for another replica's write to finish before failing (within
+/// [`WRITE_STEP_TIMEOUT`], so that the server answers first).
+const LOCK_TIMEOUT: &str = "8s";
 
 /// How long a session may sit idle inside a transaction before the server aborts it (and
 /// releases its locks): longer than any pause between two statements of a healthy writer.
@@ -69,7 +73,9 @@ pub struct PostgresStore {
     /// This process, as recorded in the claims it makes.
     replica: String,
     /// The connection that holds [`SOLE_RUNNER_LOCK`], once claimed.
-    sole_runner: std::sync::Arc<tokio::sync::Mutex<Option<sqlx::pool::PoolConnection<Postgres>>>>,
+    sole_runner: std::sync::Arc<tokio::sync::Mutex<Option<sqlx::PgConnection>>>,
+    /// Whether this process claimed it (and so must keep holding it).
+    wants_sole_runner: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PostgresStore {
@@ -96,15 +102,57 @@ impl PostgresStore {
             pool,
             replica: uuid::Uuid::now_v7().to_string(),
             sole_runner: Default::default(),
+            wants_sole_runner: Default::default(),
         })
     }
 
+    /// Whether this process still holds the sole-runner lock it claimed (true if it never
+    /// claimed one). The lock lives as long as its session: after the database restarted or
+    /// the connection broke, it is claimed again, and if another process took it meanwhile
+    /// this one is not ready (two processes would each think they own the local jobs).
+    async fn still_sole_runner(&self) -> bool {
+        if !self.wants_sole_runner.load(std::sync::atomic::Ordering::Relaxed) {
+            return true;
+        }
+        let mut slot = self.sole_runner.lock().await;
+        if let Some(conn) = slot.as_mut() {
+            let alive = sqlx::query("SELECT 1").execute(&mut *conn);
+            if matches!(tokio::time::timeout(PING_TIMEOUT, alive).await, Ok(Ok(_))) {
+                return true;
+            }
+            tracing::warn!(
+                "the session holding the local executor's claim on the database was lost; claiming it again"
+            );
+            slot.take();
+        }
+        drop(slot);
+        match self.claim_sole_runner().await {
+            Ok(true) => {
+                tracing::info!("the local executor's claim on the database is held again");
+                true
+            }
+            Ok(false) => {
+                tracing::error!(
+                    "another jobgate claimed this database's local jobs while this one was cut off from it: not ready; stop one of them"
+                );
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
     async fn begin_write(&self) -> Result<PostgresTx> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(WRITE_LOCK)
-            .execute(&mut *tx)
-            .await?;
+        let mut tx = bounded(async { Ok(self.pool.begin().await?) }).await?;
+        // Waits for another replica's write: `lock_timeout` bounds it on the server side,
+        // `bounded` in case the server itself hangs.
+        bounded(async {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(WRITE_LOCK)
+                .execute(&mut *tx)
+                .await?;
+            Ok(())
+        })
+        .await?;
         Ok(PostgresTx { tx, notify: false })
     }
 }
@@ -116,7 +164,7 @@ impl Store for PostgresStore {
     /// unreachable server would otherwise hang readiness checks).
     async fn ping(&self) -> bool {
         let ping = sqlx::query("SELECT 1").execute(&self.pool);
-        matches!(tokio::time::timeout(PING_TIMEOUT, ping).await, Ok(Ok(_)))
+        matches!(tokio::time::timeout(PING_TIMEOUT, ping).await, Ok(Ok(_))) && self.still_sole_runner().await
     }
 
     async fn close(&self) {
@@ -168,14 +216,16 @@ impl Store for PostgresStore {
         if slot.is_some() {
             return Ok(true);
         }
-        let mut conn = self.pool.acquire().await?;
+        self.wants_sole_runner
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // Held by this connection's session: it leaves the pool, so that nobody else uses
+        // (or returns) the session that holds the lock.
+        let mut conn = self.pool.acquire().await?.detach();
         let claimed: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(SOLE_RUNNER_LOCK)
-            .fetch_one(&mut *conn)
+            .fetch_one(&mut conn)
             .await?;
         if claimed {
-            // Held by this connection's session: it leaves the pool, so that nobody else
-            // uses (or returns) the session that holds the lock.
             *slot = Some(conn);
         }
         Ok(claimed)
@@ -430,20 +480,26 @@ pub struct PostgresTx {
 #[async_trait]
 impl StoreTx for PostgresTx {
     async fn active_in_namespace(&mut self, namespace: &str) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM jobs WHERE namespace = $1 AND phase IN ('PENDING', 'RUNNING')",
-        )
-        .bind(namespace)
-        .fetch_one(&mut *self.tx)
-        .await?)
+        bounded(async move {
+            Ok(sqlx::query_scalar(
+                "SELECT count(*) FROM jobs WHERE namespace = $1 AND phase IN ('PENDING', 'RUNNING')",
+            )
+            .bind(namespace)
+            .fetch_one(&mut *self.tx)
+            .await?)
+        })
+        .await
     }
 
     async fn get_job(&mut self, id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query("SELECT body FROM jobs WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut *self.tx)
-            .await?;
-        row.map(|r| decode_job(r.get("body"))).transpose()
+        bounded(async move {
+            let row = sqlx::query("SELECT body FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *self.tx)
+                .await?;
+            row.map(|r| decode_job(r.get("body"))).transpose()
+        })
+        .await
     }
 
     async fn find_by_idempotency_key(
@@ -451,156 +507,211 @@ impl StoreTx for PostgresTx {
         submitter: Option<&str>,
         key: &str,
     ) -> Result<Option<KeyedJob>> {
-        let row = sqlx::query("SELECT body, fingerprint FROM jobs WHERE idempotency_key = $1")
-            .bind(scoped_key(submitter, key))
-            .fetch_optional(&mut *self.tx)
-            .await?;
-        row.map(|r| {
-            Ok(KeyedJob {
-                job: decode_job(r.get("body"))?,
-                fingerprint: r.get("fingerprint"),
+        bounded(async move {
+            let row = sqlx::query("SELECT body, fingerprint FROM jobs WHERE idempotency_key = $1")
+                .bind(scoped_key(submitter, key))
+                .fetch_optional(&mut *self.tx)
+                .await?;
+            row.map(|r| {
+                Ok(KeyedJob {
+                    job: decode_job(r.get("body"))?,
+                    fingerprint: r.get("fingerprint"),
+                })
             })
+            .transpose()
         })
-        .transpose()
+        .await
     }
 
     async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(&job.id)
-        .bind(&job.spec.name)
-        .bind(&job.spec.namespace)
-        .bind(&job.spec.template)
-        .bind(job.phase.as_str())
-        .bind(job.submitted_at)
-        .bind(
-            job.idempotency_key
-                .as_deref()
-                .map(|k| scoped_key(job.key_scope(), k)),
-        )
-        .bind(fingerprint)
-        .bind(serde_json::to_string(job)?)
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
+        bounded(async move {
+            sqlx::query(
+                "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(&job.id)
+            .bind(&job.spec.name)
+            .bind(&job.spec.namespace)
+            .bind(&job.spec.template)
+            .bind(job.phase.as_str())
+            .bind(job.submitted_at)
+            .bind(
+                job.idempotency_key
+                    .as_deref()
+                    .map(|k| scoped_key(job.key_scope(), k)),
+            )
+            .bind(fingerprint)
+            .bind(serde_json::to_string(job)?)
+            .execute(&mut *self.tx)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// The cursor comes from `event_cursor`, whose row this transaction then holds (on top
     /// of the write lock) until it ends: see the module docs.
     async fn append_event(&mut self, job: &Job, transition: &Transition, at: DateTime<Utc>) -> Result<i64> {
-        let seq: i64 =
-            sqlx::query_scalar("UPDATE event_cursor SET last = last + 1 WHERE id = 1 RETURNING last")
-                .fetch_one(&mut *self.tx)
-                .await?;
-        let mut snapshot = job.clone();
-        snapshot.last_event_seq = seq;
-        sqlx::query(
-            "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(seq)
-        .bind(&job.id)
-        .bind(transition.phase.as_str())
-        .bind(transition.previous_phase.map(JobPhase::as_str))
-        .bind(at)
-        .bind(&transition.reason)
-        .bind(&transition.message)
-        .bind(serde_json::to_string(&snapshot)?)
-        .execute(&mut *self.tx)
-        .await?;
-        self.notify = true;
-        Ok(seq)
+        bounded(async move {
+            let seq: i64 =
+                sqlx::query_scalar("UPDATE event_cursor SET last = last + 1 WHERE id = 1 RETURNING last")
+                    .fetch_one(&mut *self.tx)
+                    .await?;
+            let mut snapshot = job.clone();
+            snapshot.last_event_seq = seq;
+            sqlx::query(
+                "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(seq)
+            .bind(&job.id)
+            .bind(transition.phase.as_str())
+            .bind(transition.previous_phase.map(JobPhase::as_str))
+            .bind(at)
+            .bind(&transition.reason)
+            .bind(&transition.message)
+            .bind(serde_json::to_string(&snapshot)?)
+            .execute(&mut *self.tx)
+            .await?;
+            self.notify = true;
+            Ok(seq)
+        })
+        .await
     }
 
     async fn save_job(&mut self, job: &Job) -> Result<()> {
-        sqlx::query("UPDATE jobs SET phase = $1, body = $2 WHERE id = $3")
-            .bind(job.phase.as_str())
-            .bind(serde_json::to_string(job)?)
-            .bind(&job.id)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(())
+        bounded(async move {
+            sqlx::query("UPDATE jobs SET phase = $1, body = $2 WHERE id = $3")
+                .bind(job.phase.as_str())
+                .bind(serde_json::to_string(job)?)
+                .bind(&job.id)
+                .execute(&mut *self.tx)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn hold(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
-        sqlx::query("UPDATE jobs SET launched = -1 WHERE id = $1")
-            .bind(id)
-            .execute(&mut *self.tx)
-            .await?;
-        self.add_dependencies(id, depends_on).await
+        bounded(async move {
+            sqlx::query("UPDATE jobs SET launched = -1 WHERE id = $1")
+                .bind(id)
+                .execute(&mut *self.tx)
+                .await?;
+            self.add_dependencies(id, depends_on).await
+        })
+        .await
     }
 
     async fn add_dependencies(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
-        for dependency in depends_on {
-            sqlx::query(
-                "INSERT INTO job_dependencies (job_id, depends_on) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            )
-            .bind(id)
-            .bind(dependency)
-            .execute(&mut *self.tx)
-            .await?;
-        }
-        Ok(())
+        bounded(async move {
+            for dependency in depends_on {
+                sqlx::query(
+                    "INSERT INTO job_dependencies (job_id, depends_on) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                )
+                .bind(id)
+                .bind(dependency)
+                .execute(&mut *self.tx)
+                .await?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn release(&mut self, id: &str) -> Result<()> {
-        sqlx::query("UPDATE jobs SET launched = 0 WHERE id = $1 AND launched = -1")
-            .bind(id)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(())
+        bounded(async move {
+            sqlx::query("UPDATE jobs SET launched = 0 WHERE id = $1 AND launched = -1")
+                .bind(id)
+                .execute(&mut *self.tx)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn dependents(&mut self, id: &str) -> Result<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT job_id FROM job_dependencies WHERE depends_on = $1 ORDER BY job_id")
-                .bind(id)
-                .fetch_all(&mut *self.tx)
-                .await?,
-        )
+        bounded(async move {
+            Ok(sqlx::query_scalar(
+                "SELECT job_id FROM job_dependencies WHERE depends_on = $1 ORDER BY job_id",
+            )
+            .bind(id)
+            .fetch_all(&mut *self.tx)
+            .await?)
+        })
+        .await
     }
 
     async fn request_cancellation(&mut self, id: &str, at: DateTime<Utc>) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO pending_cancellations (job_id, requested_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        )
-        .bind(id)
-        .bind(at)
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
+        bounded(async move {
+            sqlx::query(
+                "INSERT INTO pending_cancellations (job_id, requested_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            )
+            .bind(id)
+            .bind(at)
+            .execute(&mut *self.tx)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn cancellation_done(&mut self, id: &str) -> Result<()> {
-        sqlx::query("DELETE FROM pending_cancellations WHERE job_id = $1")
-            .bind(id)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(())
+        bounded(async move {
+            sqlx::query("DELETE FROM pending_cancellations WHERE job_id = $1")
+                .bind(id)
+                .execute(&mut *self.tx)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn mark_launched(&mut self, id: &str) -> Result<()> {
-        sqlx::query("UPDATE jobs SET launched = 1, claimed_by = NULL, claimed_until = NULL WHERE id = $1")
+        bounded(async move {
+            sqlx::query(
+                "UPDATE jobs SET launched = 1, claimed_by = NULL, claimed_until = NULL WHERE id = $1",
+            )
             .bind(id)
             .execute(&mut *self.tx)
             .await?;
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 
     /// Commits, notifying the replicas (PostgreSQL delivers the notification only if the
-    /// commit succeeds).
+    /// commit succeeds). A commit the database does not answer in time is reported failed
+    /// although it may have happened: as with any networked database, the outcome is unknown
+    /// (a client that retries with its idempotency key finds the job it submitted).
     async fn commit(self: Box<Self>) -> Result<()> {
-        let PostgresTx { mut tx, notify } = *self;
-        if notify {
-            sqlx::query("SELECT pg_notify($1, '')")
-                .bind(EVENTS_CHANNEL)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        bounded(async move {
+            let PostgresTx { mut tx, notify } = *self;
+            if notify {
+                sqlx::query("SELECT pg_notify($1, '')")
+                    .bind(EVENTS_CHANNEL)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// Runs one step of a write transaction, failing it if the database does not answer within
+/// [`WRITE_STEP_TIMEOUT`]: a server that hangs (frozen, or cut off without a reset) must not
+/// hold the writer, and every caller waiting on it, forever. The transaction is then dropped,
+/// which rolls it back; only a commit cut off this way has an unknown outcome (see
+/// [`StoreTx::commit`] below).
+async fn bounded<T>(step: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(WRITE_STEP_TIMEOUT, step).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Write(format!(
+            "the database did not answer within {} s",
+            WRITE_STEP_TIMEOUT.as_secs()
+        ))),
     }
 }
 

@@ -181,6 +181,21 @@ impl Postgres {
         let _ = postmaster.wait();
     }
 
+    /// Starts the server again after [`Postgres::kill9`], on its data and its port (clients
+    /// reconnect to the same URL), after crash recovery. Panics if the port was taken
+    /// meanwhile.
+    pub fn restart(&mut self) {
+        assert!(self.postmaster.is_none(), "kill9 the server before restarting it");
+        match self.run_postmaster(unprivileged_user().as_ref(), self.port) {
+            Started::Ready(child) => self.postmaster = Some(child),
+            Started::PortTaken => panic!(
+                "port {} was taken while PostgreSQL was down; its log:\n{}",
+                self.port,
+                self.log.text()
+            ),
+        }
+    }
+
     /// Freezes the whole server (SIGSTOP to the postmaster and every process it started): it
     /// holds its connections and answers nothing, as a server that hangs, until
     /// [`Postgres::resume`].
