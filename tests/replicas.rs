@@ -166,7 +166,7 @@ async fn a_client_resumes_on_another_replica_after_its_cursor_with_no_gap() {
 /// to start, saying why (and never printing the URL, which may hold a password).
 fn assert_second_local_replica_refused(url: &str) {
     let data = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_jobgate"))
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_jobgate"))
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -177,10 +177,26 @@ fn assert_second_local_replica_refused(url: &str) {
         ])
         .arg(data.path())
         .env_remove("JOBGATE_CONFIG")
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    // A jobgate that starts serves until stopped: it is given the wait limit to exit.
+    let deadline = std::time::Instant::now() + common::WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a second jobgate with the local executor started on the same database");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(
         stderr.contains("the local executor runs on one replica only"),
         "{stderr}"
