@@ -352,11 +352,13 @@ async fn readyz(State(state): State<AppState>) -> Response {
 async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store: Arc<dyn Store> = match config.database_url.as_deref().filter(|u| !u.trim().is_empty()) {
         // The URL may hold a password: never in a message.
-        Some(url) => Arc::new(
-            PostgresStore::connect(url)
+        Some(url) => {
+            let store = PostgresStore::connect(url)
                 .await
-                .context("connecting to the PostgreSQL database of --database-url")?,
-        ),
+                .context("connecting to the PostgreSQL database of --database-url")?;
+            tracing::info!("store: PostgreSQL (--database-url), which other replicas may share");
+            Arc::new(store)
+        }
         None => Arc::new(
             SqliteStore::open(&config.data_dir, config.durability)
                 .await

@@ -87,6 +87,9 @@ impl PostgresStore {
             .options([
                 ("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT),
                 ("lock_timeout", LOCK_TIMEOUT),
+                // NOTICEs (an idempotent migration's "already exists, skipping") are noise in
+                // jobgate's log; warnings and errors still come through.
+                ("client_min_messages", "warning"),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(16)
