@@ -50,7 +50,7 @@ const EVENTS_CHANNEL: &str = "jobgate_events";
 
 /// How long a replica's claim on an unlaunched job lasts: it retries its launch alone for
 /// that long; another replica takes the job over once it expires.
-pub const LAUNCH_CLAIM: Duration = Duration::from_secs(30);
+pub const LAUNCH_CLAIM: Duration = Duration::from_secs(15);
 
 /// How long one statement of a write transaction (its commit included) may take.
 const WRITE_STEP_TIMEOUT: Duration = Duration::from_secs(10);
