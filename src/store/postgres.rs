@@ -163,7 +163,7 @@ impl PostgresStore {
 // Each method's contract is its doc in the trait; docs here say only what is PostgreSQL's own.
 #[async_trait]
 impl Store for PostgresStore {
-    /// A database that does not answer within [`PING_TIMEOUT`] counts as down (a paused or
+    /// A database that does not answer within 2 s (`PING_TIMEOUT`) counts as down (a paused or
     /// unreachable server would otherwise hang readiness checks).
     async fn ping(&self) -> bool {
         let ping = sqlx::query("SELECT 1").execute(&self.pool);
