@@ -426,3 +426,71 @@ async fn kill_9_of_a_replica_mid_burst_loses_no_accepted_job_and_creates_no_seco
         assert_eq!(managed.get(id).map(Vec::len), Some(1), "job {id}: one Job");
     }
 }
+
+#[tokio::test]
+async fn job_status_and_job_logs_follow_on_a_replica_that_did_not_accept_the_job() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let cluster = Cluster::start().await;
+    let servers = replicas(&cluster, &pg.url(), 2).await;
+    let mut job = input("gated");
+    job["env"] = json!([
+        {"name": "EMULATOR_LOG", "value": "alpha\nbeta"},
+        {"name": "EMULATOR_GATE", "value": "logs"},
+    ]);
+    let id = servers[0].submit(job).await;
+    let mut ws = GqlWs::connect(&servers[1]).await;
+    ws.subscribe(
+        "logs",
+        "subscription($id: ID!) { jobLogs(id: $id, follow: true) { text } }",
+        json!({"id": id}),
+    )
+    .await;
+    ws.subscribe(
+        "status",
+        "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
+        json!({"id": id}),
+    )
+    .await;
+    let (mut lines, mut phases, mut completed) = (Vec::new(), Vec::new(), HashSet::new());
+    while completed.len() < 2 {
+        let msg = ws.recv().await;
+        let op = msg["id"].as_str().unwrap().to_owned();
+        match (msg["type"].as_str(), op.as_str()) {
+            (Some("complete"), _) => {
+                completed.insert(op);
+            }
+            (Some("next"), "logs") => {
+                let text = msg["payload"]["data"]["jobLogs"]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                lines.push(text);
+                // Both lines are there while the job still runs: now let it finish.
+                if lines.len() == 2 {
+                    // Its pod is listed here too, while it runs.
+                    let pods = &servers[1].job_with(&id, "pods { name }").await["pods"];
+                    assert_eq!(pods.as_array().map(Vec::len), Some(1), "{pods}");
+                    cluster.emu.simulation().open_gate("logs");
+                }
+            }
+            (Some("next"), "status") => {
+                let phase = msg["payload"]["data"]["jobStatus"]["phase"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                if phases.last() != Some(&phase) {
+                    phases.push(phase);
+                }
+            }
+            _ => panic!("unexpected message: {msg}"),
+        }
+    }
+    assert_eq!(lines, ["alpha", "beta"]);
+    assert_eq!(phases.last().map(String::as_str), Some("SUCCEEDED"), "{phases:?}");
+    // Finished: no pods shown, whichever replica is asked.
+    for server in &servers {
+        assert_eq!(server.job_with(&id, "pods { name }").await["pods"], json!([]));
+    }
+}

@@ -1,5 +1,9 @@
-//! What the pod watcher saw of each tracked job's pods: its runs, the log tails captured as
-//! each pod ended, and waiting for a finishing job's pods to end.
+//! What the pod watcher saw of each job's pods: its runs, the log tails captured as each pod
+//! of a tracked job ended, and waiting for a finishing job's pods to end.
+//!
+//! Pods of jobs this executor does not track are kept too (without log captures): with
+//! replicas on one database, another replica launched the job, and this one must still show
+//! its runs and logs to its own clients. They go when their pods are deleted.
 //!
 //! Pods are how a job's result, failure cause and output are known: a Job's own status only
 //! counts them. A pod that ends gets its log tail captured at once, because a Job removed by
@@ -64,13 +68,19 @@ impl Inner {
         else {
             return;
         };
+        let tracked = self.tracked.contains_key(id);
         let removed = self.pods.get_mut(id).is_some_and(|mut job| {
-            let unfinished = job.pods.get(name).is_some_and(|p| !p.phase.is_terminal());
-            if unfinished {
+            // A tracked job keeps its ended pods for its final report; nothing else does.
+            let remove = !tracked || job.pods.get(name).is_some_and(|p| !p.phase.is_terminal());
+            if remove {
                 job.pods.remove(name);
             }
-            unfinished
+            remove
         });
+        if !tracked {
+            self.pods
+                .remove_if(id, |_, job| job.pods.is_empty() && job.capturing == 0);
+        }
         if removed {
             self.pods_version.send_modify(|v| *v += 1);
         }
@@ -82,9 +92,7 @@ impl Inner {
         let Some(id) = label(&pod.metadata, JOB_ID_LABEL) else {
             return;
         };
-        if !self.tracked.contains_key(id) {
-            return;
-        }
+        let tracked = self.tracked.contains_key(id);
         let Some(info) = status::pod_info(pod) else {
             return;
         };
@@ -93,7 +101,9 @@ impl Inner {
         if previous == Some(&info) {
             return;
         }
-        let ended = info.phase.is_terminal()
+        // Only a tracked job's final report reads captured tails.
+        let ended = tracked
+            && info.phase.is_terminal()
             && info.started
             && !previous.is_some_and(|p| p.phase.is_terminal())
             && pod.metadata.namespace.is_some();

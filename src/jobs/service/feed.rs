@@ -57,11 +57,14 @@ impl JobService {
     pub async fn runs(&self, id: &str, scope: &Scope) -> Result<Vec<RunInfo>, ServiceError> {
         let runs = self.inner.executor.runs(id);
         // Most jobs have no runs to hide (finished ones, local ones): only read the job when
-        // there is something to show.
-        if runs.is_empty() || self.job(id, scope).await?.is_some() {
-            Ok(runs)
-        } else {
-            Ok(Vec::new())
+        // there is something to show. A finished job shows none, even where its pods are
+        // still known (a replica that did not follow it keeps them until they are deleted).
+        if runs.is_empty() {
+            return Ok(runs);
+        }
+        match self.job(id, scope).await? {
+            Some(job) if !job.phase.is_terminal() => Ok(runs),
+            _ => Ok(Vec::new()),
         }
     }
 
