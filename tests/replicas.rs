@@ -494,3 +494,45 @@ async fn job_status_and_job_logs_follow_on_a_replica_that_did_not_accept_the_job
         assert_eq!(server.job_with(&id, "pods { name }").await["pods"], json!([]));
     }
 }
+
+#[tokio::test]
+async fn a_cancel_through_another_replica_stops_the_workload_and_every_replica_records_it() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let cluster = Cluster::start().await;
+    let servers = replicas(&cluster, &pg.url(), 2).await;
+    let mut job = input("held");
+    job["env"] = json!([{"name": "EMULATOR_GATE", "value": "held"}]);
+    let id = servers[0].submit(job).await;
+    servers[1].wait_phase(&id, "RUNNING").await;
+    assert_eq!(servers[1].cancel(&id).await, "CANCELLED");
+    let name = format!("jobgate-{id}");
+    cluster
+        .until("the Job is deleted", || async {
+            cluster.jobs().get_opt(&name).await.unwrap().is_none()
+        })
+        .await;
+    // Both replicas say CANCELLED, and the job's history has it once, last.
+    for server in &servers {
+        assert_eq!(server.wait_terminal(&id).await.last().unwrap(), "CANCELLED");
+    }
+    for server in &servers {
+        let events = &server.job_with(&id, "events { phase }").await["events"];
+        let phases: Vec<&str> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["phase"].as_str().unwrap())
+            .collect();
+        assert_eq!(phases.last(), Some(&"CANCELLED"), "{phases:?}");
+        assert_eq!(
+            phases.iter().filter(|p| **p == "CANCELLED").count(),
+            1,
+            "{phases:?}"
+        );
+    }
+    // The workload that was cancelled does not come back, nor is it recreated.
+    let counts = cluster.emu.requests();
+    assert_eq!(counts.of("jobs.batch", "create"), 1, "{counts:?}");
+}
