@@ -186,7 +186,7 @@ struct Server {
     submit_body: Arc<String>,
     _dir: tempfile::TempDir,
     /// The PostgreSQL server the store is on, if any; dropped (killed) after jobgate.
-    _postgres: Option<Postgres>,
+    postgres: Option<Postgres>,
 }
 
 impl Server {
@@ -204,7 +204,7 @@ impl Server {
             process: Process::start(&mut command, WAIT, |_| false),
             submit_body: submissions::body(&json!({ "command": job_command })),
             _dir: dir,
-            _postgres: postgres,
+            postgres,
         }
     }
 
@@ -222,8 +222,9 @@ impl Server {
     }
 }
 
-/// CPU use between two points, as % of one core: server, its jobs, this bench, and every
-/// other process on the machine (other people's builds make figures unreliable).
+/// CPU use between two points, as % of one core: server, its jobs, the PostgreSQL server
+/// its store is on (if any), this bench, and every other process on the machine (other
+/// people's builds make figures unreliable).
 struct CpuMark {
     at: Instant,
     machine: (f64, f64),
@@ -231,6 +232,8 @@ struct CpuMark {
     threads: std::collections::BTreeMap<String, f64>,
     bench: f64,
     pid: String,
+    /// The PostgreSQL server's pid and its CPU seconds so far, backends included.
+    postgres: Option<(String, f64)>,
 }
 
 impl CpuMark {
@@ -243,6 +246,14 @@ impl CpuMark {
             threads: thread_cpu(&pid),
             bench: cpu_secs("self").0,
             pid,
+            postgres: server
+                .postgres
+                .as_ref()
+                .and_then(|pg| procfs::postmaster_pid(pg.port))
+                .map(|pid| {
+                    let secs = procfs::tree_cpu_secs(&pid);
+                    (pid, secs)
+                }),
         }
     }
 
@@ -271,16 +282,22 @@ impl CpuMark {
         let threads: Vec<String> = threads.iter().map(|(n, p)| format!("{n} {p:.0}%")).collect();
         let (busy, all) = machine_cpu();
         let cores = ((all - self.machine.1) / wall).round().max(1.0);
-        let ours = s + c + (b - self.bench);
+        let pg = self
+            .postgres
+            .as_ref()
+            .map(|(pid, before)| procfs::tree_cpu_secs(pid) - before);
+        let ours = s + c + (b - self.bench) + pg.unwrap_or(0.0);
         let others = ((busy - self.machine.0) - ours).max(0.0);
         format!(
-            "server {:.0}% (user {:.0}%, sys {:.0}%) [{}], its jobs {:.0}%, bench client {:.0}%, \
+            "server {:.0}% (user {:.0}%, sys {:.0}%) [{}], its jobs {:.0}%, {}bench client {:.0}%, \
              other processes (incl. running jobs) {:.0}% (% of one core of {cores}, over {:.1} s)",
             100.0 * s / wall,
             100.0 * user / wall,
             100.0 * sys / wall,
             threads.join(", "),
             100.0 * c / wall,
+            pg.map(|secs| format!("PostgreSQL {:.0}%, ", 100.0 * secs / wall))
+                .unwrap_or_default(),
             100.0 * (b - self.bench) / wall,
             100.0 * others / wall,
             wall

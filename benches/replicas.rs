@@ -206,17 +206,19 @@ impl Replica {
     }
 }
 
-/// CPU use between two points, as % of one core: the replicas, this process (the bench's
-/// clients and the emulator), and every other process (PostgreSQL's included).
+/// CPU use between two points, as % of one core: the replicas, the PostgreSQL server, this
+/// process (the bench's clients and the emulator), and every other process.
 struct CpuMark {
     at: Instant,
     replicas: Vec<(String, f64)>,
+    /// The PostgreSQL server's pid and its CPU seconds so far, backends included.
+    postgres: Option<(String, f64)>,
     bench: f64,
     machine: f64,
 }
 
 impl CpuMark {
-    fn new(replicas: &[Replica]) -> CpuMark {
+    fn new(replicas: &[Replica], postgres: &Postgres) -> CpuMark {
         CpuMark {
             at: Instant::now(),
             replicas: replicas
@@ -227,6 +229,10 @@ impl CpuMark {
                     (pid, secs)
                 })
                 .collect(),
+            postgres: procfs::postmaster_pid(postgres.port).map(|pid| {
+                let secs = procfs::tree_cpu_secs(&pid);
+                (pid, secs)
+            }),
             bench: procfs::cpu_secs("self").0,
             machine: procfs::machine_cpu().0,
         }
@@ -240,12 +246,18 @@ impl CpuMark {
             .map(|(pid, before)| procfs::cpu_secs(pid).0 - before)
             .collect();
         let bench = procfs::cpu_secs("self").0 - self.bench;
-        let others = (procfs::machine_cpu().0 - self.machine - used.iter().sum::<f64>() - bench).max(0.0);
+        let pg = self
+            .postgres
+            .as_ref()
+            .map_or(0.0, |(pid, before)| procfs::tree_cpu_secs(pid) - before);
+        let others =
+            (procfs::machine_cpu().0 - self.machine - used.iter().sum::<f64>() - bench - pg).max(0.0);
         let replicas: Vec<String> = used.iter().map(|s| format!("{:.0}%", 100.0 * s / wall)).collect();
         format!(
-            "replicas {}, bench+emulator {:.0}%, other processes (PostgreSQL included) {:.0}% \
+            "replicas {}, PostgreSQL {:.0}%, bench+emulator {:.0}%, other processes {:.0}% \
              (of one core, over {wall:.1} s)",
             replicas.join(" / "),
+            100.0 * pg / wall,
             100.0 * bench / wall,
             100.0 * others / wall
         )
@@ -486,9 +498,9 @@ async fn run(args: Args) {
         args.subs
     );
 
-    latency(&args, &cluster, &replicas, &hub, &sockets, &mut table).await;
+    latency(&args, &cluster, &postgres, &replicas, &hub, &sockets, &mut table).await;
     if args.steady_jobs > 0 {
-        steady(&args, &cluster, &replicas, &hub, &mut table).await;
+        steady(&args, &cluster, &postgres, &replicas, &hub, &mut table).await;
     }
 
     let what = "all";
@@ -529,6 +541,7 @@ async fn run(args: Args) {
 async fn latency(
     args: &Args,
     cluster: &Cluster,
+    postgres: &Postgres,
     replicas: &[Replica],
     hub: &Hub,
     sockets: &[Socket],
@@ -546,7 +559,7 @@ async fn latency(
     let window = Instant::now();
     let succeeded_before = hub.succeeded.load(Ordering::Relaxed);
     hub.recording.store(true, Ordering::Relaxed);
-    let cpu = CpuMark::new(replicas);
+    let cpu = CpuMark::new(replicas, postgres);
     let submitted: Submitted = submissions::paced(
         &replicas[0].process.http,
         &replicas[0].process.url(),
@@ -668,7 +681,14 @@ async fn latency(
 }
 
 /// Part 2: API requests per minute with jobs held running and the subscribers connected.
-async fn steady(args: &Args, cluster: &Cluster, replicas: &[Replica], hub: &Hub, table: &mut Table) {
+async fn steady(
+    args: &Args,
+    cluster: &Cluster,
+    postgres: &Postgres,
+    replicas: &[Replica],
+    hub: &Hub,
+    table: &mut Table,
+) {
     let what = format!(
         "2. {} jobs running, {} subs, {} replicas",
         args.steady_jobs,
@@ -705,7 +725,7 @@ async fn steady(args: &Args, cluster: &Cluster, replicas: &[Replica], hub: &Hub,
 
     let frames_before = hub.frames.load(Ordering::Relaxed);
     cluster.emu.reset_requests();
-    let cpu = CpuMark::new(replicas);
+    let cpu = CpuMark::new(replicas, postgres);
     let window = Duration::from_secs(args.steady_secs);
     tokio::time::sleep(window).await;
     push(
