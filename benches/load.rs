@@ -6,8 +6,12 @@
 //! its "listening on http://ADDR" log line, and measures:
 //!
 //! 1. `submitJob` throughput: `BENCH_SUBMITS` trivial jobs (`command: ["true"]`) from
-//!    `BENCH_CLIENTS` concurrent HTTP clients, once per durability in `BENCH_DURABILITIES`,
-//!    each on a fresh server: accepted jobs per second and the mutation's p50/p99 latency.
+//!    `BENCH_CLIENTS` concurrent HTTP clients, each run on a fresh server: accepted jobs per
+//!    second and the mutation's p50/p99 latency. One run per store in `BENCH_STORES`:
+//!    `sqlite` once per durability in `BENCH_DURABILITIES`; `postgres` and `postgres-fsync`
+//!    once each, on a throwaway PostgreSQL server started for the run (tests/common/postgres.rs,
+//!    on 127.0.0.1), with `fsync`, `synchronous_commit` and `full_page_writes` off
+//!    (`postgres`, as the tests run it) or on (`postgres-fsync`, PostgreSQL's defaults).
 //! 2. Status event → subscriber frame latency with `BENCH_SUBSCRIPTIONS` open `jobEvents`
 //!    subscriptions (`BENCH_SUBS_PER_SOCKET` per WebSocket): jobs are submitted at each rate
 //!    of `BENCH_RATES` (jobs/s) for `BENCH_RATE_SECS` seconds, then `BENCH_BURST_JOBS` as fast
@@ -18,10 +22,12 @@
 //!    subscriptions, idle.
 //!
 //! Knobs (environment variables; defaults in brackets): `BENCH_SUBMITS` [2000],
-//! `BENCH_CLIENTS` [32], `BENCH_DURABILITIES` [full,normal] (empty: skip part 1),
+//! `BENCH_CLIENTS` [32], `BENCH_STORES` [sqlite] (any of `sqlite,postgres,postgres-fsync`),
+//! `BENCH_DURABILITIES` [full,normal] (SQLite's; empty: skip part 1),
 //! `BENCH_DRAIN_SECS` [60] (how long part 1 waits for its jobs to finish),
 //! `BENCH_SUBSCRIPTIONS` [1000] (0: skip parts 2 and 3), `BENCH_SUBS_PER_SOCKET` [1],
-//! `BENCH_LAT_DURABILITY` [full], `BENCH_RATES` [20,60], `BENCH_RATE_SECS` [10],
+//! `BENCH_LAT_DURABILITY` [full], `BENCH_LAT_STORE` [sqlite] (the part 2/3 server's store,
+//! one of `BENCH_STORES`' values), `BENCH_RATES` [20,60], `BENCH_RATE_SECS` [10],
 //! `BENCH_BURST_JOBS` [300], `BENCH_SMALL_SUBS` [100], `BENCH_SMALL_EVENTS_PER_SEC` [200],
 //! `BENCH_SELECTION` [`cursor phase at job { id }`], `BENCH_JOB_COMMAND` [`["true"]`].
 //!
@@ -38,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use common::jobgate::{self, Process};
+use common::postgres::Postgres;
 use common::procfs::{self, cpu_secs, cpu_split, machine_cpu, thread_cpu};
 use common::submissions::{self, Submitted};
 use common::subscribers::{self, Faults, PHASES, Receiver, open_socket};
@@ -60,11 +67,13 @@ struct Opts {
     command: Value,
     submits: usize,
     clients: usize,
+    stores: Vec<StoreKind>,
     durabilities: Vec<String>,
     drain_secs: u64,
     subscriptions: usize,
     subs_per_socket: usize,
     lat_durability: String,
+    lat_store: StoreKind,
     rates: Vec<f64>,
     rate_secs: f64,
     burst_jobs: usize,
@@ -104,17 +113,67 @@ impl Opts {
             command,
             submits: env_or("BENCH_SUBMITS", 2000),
             clients: env_or("BENCH_CLIENTS", 32usize).max(1),
+            stores: env_list("BENCH_STORES", "sqlite"),
             durabilities: env_list("BENCH_DURABILITIES", "full,normal"),
             drain_secs: env_or("BENCH_DRAIN_SECS", 60),
             subscriptions: env_or("BENCH_SUBSCRIPTIONS", 1000),
             subs_per_socket: env_or("BENCH_SUBS_PER_SOCKET", 1usize).max(1),
             lat_durability: env_or("BENCH_LAT_DURABILITY", "full".to_owned()),
+            lat_store: env_or("BENCH_LAT_STORE", StoreKind::Sqlite),
             rates: env_list("BENCH_RATES", "20,60"),
             rate_secs: env_or("BENCH_RATE_SECS", 10.0),
             burst_jobs: env_or("BENCH_BURST_JOBS", 300),
             small_subs: env_or("BENCH_SMALL_SUBS", 100),
             small_events_per_sec: env_or("BENCH_SMALL_EVENTS_PER_SEC", 200.0),
         }
+    }
+}
+
+/// Where the server under test keeps its jobs.
+#[derive(Clone, Copy, PartialEq)]
+enum StoreKind {
+    /// SQLite in the data directory, at the run's `--durability`.
+    Sqlite,
+    /// A throwaway PostgreSQL server, commits not flushed (`fsync=off`), as the tests run it.
+    Postgres,
+    /// A throwaway PostgreSQL server with PostgreSQL's defaults (`fsync=on`).
+    PostgresFsync,
+}
+
+impl FromStr for StoreKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sqlite" => Ok(StoreKind::Sqlite),
+            "postgres" => Ok(StoreKind::Postgres),
+            "postgres-fsync" => Ok(StoreKind::PostgresFsync),
+            _ => Err(format!("{s:?}: one of sqlite, postgres, postgres-fsync")),
+        }
+    }
+}
+
+impl StoreKind {
+    /// How a run on this store is named, `durability` being SQLite's.
+    fn describe(self, durability: &str) -> String {
+        match self {
+            StoreKind::Sqlite => format!("SQLite --durability {durability}"),
+            StoreKind::Postgres => "PostgreSQL fsync=off".into(),
+            StoreKind::PostgresFsync => "PostgreSQL fsync=on".into(),
+        }
+    }
+
+    /// A fresh PostgreSQL server for a run on this store; `None` for SQLite. It panics when
+    /// PostgreSQL is not installed: a run that asked for it must not quietly measure nothing.
+    fn start_postgres(self) -> Option<Postgres> {
+        let start = match self {
+            StoreKind::Sqlite => return None,
+            StoreKind::Postgres => Postgres::start,
+            StoreKind::PostgresFsync => Postgres::start_durable,
+        };
+        // initdb and the server's start block for a second or two.
+        let pg = tokio::task::block_in_place(start);
+        Some(pg.expect("BENCH_STORES asks for PostgreSQL, which is not installed here"))
     }
 }
 
@@ -126,19 +185,26 @@ struct Server {
     /// The `submitJob` request body, serialised once.
     submit_body: Arc<String>,
     _dir: tempfile::TempDir,
+    /// The PostgreSQL server the store is on, if any; dropped (killed) after jobgate.
+    postgres: Option<Postgres>,
 }
 
 impl Server {
-    fn start(durability: &str, job_command: &Value) -> Server {
+    fn start(store: StoreKind, durability: &str, job_command: &Value) -> Server {
         let dir = tempfile::tempdir().expect("a temporary directory");
+        let postgres = store.start_postgres();
         // WARN and up, plus the "listening on" line.
         let mut command = jobgate::command(durability, dir.path(), "warn,jobgate::server=info");
         // Many subscriptions share a socket in the multiplexed runs.
         command.args(["--ws-max-subscriptions", "0"]);
+        if let Some(pg) = &postgres {
+            command.args(["--database-url", &pg.url()]);
+        }
         Server {
             process: Process::start(&mut command, WAIT, |_| false),
             submit_body: submissions::body(&json!({ "command": job_command })),
             _dir: dir,
+            postgres,
         }
     }
 
@@ -156,8 +222,9 @@ impl Server {
     }
 }
 
-/// CPU use between two points, as % of one core: server, its jobs, this bench, and every
-/// other process on the machine (other people's builds make figures unreliable).
+/// CPU use between two points, as % of one core: server, its jobs, the PostgreSQL server
+/// its store is on (if any), this bench, and every other process on the machine (other
+/// people's builds make figures unreliable).
 struct CpuMark {
     at: Instant,
     machine: (f64, f64),
@@ -165,6 +232,8 @@ struct CpuMark {
     threads: std::collections::BTreeMap<String, f64>,
     bench: f64,
     pid: String,
+    /// The PostgreSQL server's pid and its CPU seconds so far, backends included.
+    postgres: Option<(String, f64)>,
 }
 
 impl CpuMark {
@@ -177,6 +246,14 @@ impl CpuMark {
             threads: thread_cpu(&pid),
             bench: cpu_secs("self").0,
             pid,
+            postgres: server
+                .postgres
+                .as_ref()
+                .and_then(|pg| procfs::postmaster_pid(pg.port))
+                .map(|pid| {
+                    let secs = procfs::tree_cpu_secs(&pid);
+                    (pid, secs)
+                }),
         }
     }
 
@@ -205,16 +282,22 @@ impl CpuMark {
         let threads: Vec<String> = threads.iter().map(|(n, p)| format!("{n} {p:.0}%")).collect();
         let (busy, all) = machine_cpu();
         let cores = ((all - self.machine.1) / wall).round().max(1.0);
-        let ours = s + c + (b - self.bench);
+        let pg = self
+            .postgres
+            .as_ref()
+            .map(|(pid, before)| procfs::tree_cpu_secs(pid) - before);
+        let ours = s + c + (b - self.bench) + pg.unwrap_or(0.0);
         let others = ((busy - self.machine.0) - ours).max(0.0);
         format!(
-            "server {:.0}% (user {:.0}%, sys {:.0}%) [{}], its jobs {:.0}%, bench client {:.0}%, \
+            "server {:.0}% (user {:.0}%, sys {:.0}%) [{}], its jobs {:.0}%, {}bench client {:.0}%, \
              other processes (incl. running jobs) {:.0}% (% of one core of {cores}, over {:.1} s)",
             100.0 * s / wall,
             100.0 * user / wall,
             100.0 * sys / wall,
             threads.join(", "),
             100.0 * c / wall,
+            pg.map(|secs| format!("PostgreSQL {:.0}%, ", 100.0 * secs / wall))
+                .unwrap_or_default(),
             100.0 * (b - self.bench) / wall,
             100.0 * others / wall,
             wall
@@ -433,8 +516,15 @@ async fn run(opts: Opts) {
         env!("CARGO_BIN_EXE_jobgate")
     );
     let mut table: Table = Vec::new();
-    for durability in &opts.durabilities {
-        submit_throughput(&opts, durability, &mut table).await;
+    for &store in &opts.stores {
+        if store == StoreKind::Sqlite {
+            for durability in &opts.durabilities {
+                submit_throughput(&opts, store, durability, &mut table).await;
+            }
+        } else if !opts.durabilities.is_empty() {
+            // SQLite's durability means nothing to PostgreSQL: one run.
+            submit_throughput(&opts, store, "full", &mut table).await;
+        }
     }
     if opts.subscriptions > 0 {
         subscriptions(&opts, &mut table).await;
@@ -454,10 +544,10 @@ fn report_problems(server: &Server, table: &mut Table, what: &str) {
     }
 }
 
-async fn submit_throughput(opts: &Opts, durability: &str, table: &mut Table) {
-    let what = format!("1. submitJob, --durability {durability}");
+async fn submit_throughput(opts: &Opts, store: StoreKind, durability: &str, table: &mut Table) {
+    let what = format!("1. submitJob, {}", store.describe(durability));
     println!("\n== {what}: {} jobs from {} clients", opts.submits, opts.clients);
-    let mut server = Server::start(durability, &opts.command);
+    let mut server = Server::start(store, durability, &opts.command);
     // Warm-up: connections, statement cache, the first commit.
     submit_many(&server, 2 * opts.clients, opts.clients)
         .await
@@ -549,10 +639,10 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
     let what_mem = format!("3. memory, {total_subs} subs on {n_sockets} sockets");
     println!(
         "\n== 2/3. {total_subs} jobEvents subscriptions on {n_sockets} WebSockets ({per_socket} each), \
-         --durability {}",
-        opts.lat_durability
+         {}",
+        opts.lat_store.describe(&opts.lat_durability)
     );
-    let mut server = Server::start(&opts.lat_durability, &opts.command);
+    let mut server = Server::start(opts.lat_store, &opts.lat_durability, &opts.command);
     let hub = Arc::new(Hub::default());
 
     // Warm-up: one subscriber sees a few jobs; then it goes away.

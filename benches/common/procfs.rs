@@ -95,3 +95,42 @@ pub fn io_write_bytes(pid: &str) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// The pid of the PostgreSQL server listening on `port`: the `postgres` process started with
+/// `-p <port>` (the harness's command line), if there is one.
+pub fn postmaster_pid(port: u16) -> Option<String> {
+    let port = port.to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid = entry.file_name().into_string().ok()?;
+        pid.parse::<u32>().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_postgres = args.first()?.ends_with(b"/postgres");
+        let on_port = args.windows(2).any(|w| w[0] == b"-p" && w[1] == port.as_bytes());
+        (is_postgres && on_port).then_some(pid)
+    })
+}
+
+/// CPU seconds used so far by a process, its live children and the children it has waited
+/// for: a PostgreSQL server's, whose work is done in one backend process per connection.
+pub fn tree_cpu_secs(pid: &str) -> f64 {
+    let (own, waited) = cpu_secs(pid);
+    let children: f64 = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|entry| entry.file_name().into_string().ok())
+                .filter(|child| parent_of(child).as_deref() == Some(pid))
+                .map(|child| cpu_secs(&child).0)
+                .sum()
+        })
+        .unwrap_or(0.0);
+    own + waited + children
+}
+
+/// A process's parent pid, from `/proc/PID/stat`.
+fn parent_of(pid: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After "(comm)": state, then the parent's pid.
+    Some(stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.to_owned())
+}

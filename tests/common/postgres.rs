@@ -11,6 +11,11 @@
 //! never asked on the port, so another test's server on the same port can never be mistaken
 //! for ours.
 //!
+//! Tests run the server with `fsync`, `synchronous_commit` and `full_page_writes` off: a
+//! crash of the machine is not what they test, and commits then cost no disk flush.
+//! [`Postgres::start_durable`] keeps PostgreSQL's defaults (all on), for a benchmark that
+//! compares the cost of commits with SQLite's.
+//!
 //! PostgreSQL refuses to run as root: as root, `initdb` and `postgres` run as `nobody`
 //! (through util-linux's `setpriv`), in a temporary directory handed to it.
 
@@ -46,6 +51,8 @@ pub struct Postgres {
     postmaster: Option<Child>,
     pub port: u16,
     bin: PathBuf,
+    /// Whether commits are flushed to disk (PostgreSQL's defaults) or not (the tests').
+    durable: bool,
     /// Everything `initdb` and the server wrote.
     log: Arc<Log>,
     /// The cluster (`data/`) and the Unix socket (`socket/`); removed on drop.
@@ -58,6 +65,16 @@ impl Postgres {
     /// instead: CI must run these tests, never skip them. Any other failure to start panics
     /// with the server's log. It blocks for the second or two that takes.
     pub fn start() -> Option<Postgres> {
+        Self::start_flushing(false)
+    }
+
+    /// [`Postgres::start`], but with `fsync`, `synchronous_commit` and `full_page_writes` on
+    /// (PostgreSQL's defaults): every commit waits for its WAL flush, as in production.
+    pub fn start_durable() -> Option<Postgres> {
+        Self::start_flushing(true)
+    }
+
+    fn start_flushing(durable: bool) -> Option<Postgres> {
         let Some(bin) = bin_dir() else {
             let why =
                 "PostgreSQL not installed (no initdb in `pg_config --bindir` or /usr/lib/postgresql/*/bin)";
@@ -67,7 +84,7 @@ impl Postgres {
             eprintln!("SKIPPED: {why}: skipping this PostgreSQL test; apt-get install postgresql to run it");
             return None;
         };
-        Some(Self::start_in(bin))
+        Some(Self::start_in(bin, durable))
     }
 
     /// [`Postgres::start`], named for how a test uses it:
@@ -76,7 +93,7 @@ impl Postgres {
         Self::start()
     }
 
-    fn start_in(bin: PathBuf) -> Postgres {
+    fn start_in(bin: PathBuf, durable: bool) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("jobgate-pg-")
             .tempdir()
@@ -86,6 +103,7 @@ impl Postgres {
             postmaster: None,
             port: 0,
             bin,
+            durable,
             log,
             dir,
         };
@@ -300,6 +318,7 @@ impl Postgres {
 
     /// Runs the postmaster on `port` until it says it accepts connections, or exits.
     fn run_postmaster(&self, runs_as: Option<&User>, port: u16) -> Started {
+        let flush = if self.durable { "on" } else { "off" };
         let mut child = self
             .command(runs_as, "postgres")
             .arg("-D")
@@ -307,8 +326,18 @@ impl Postgres {
             .arg("-k")
             .arg(self.socket_dir())
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off", "-c", "max_connections=200"])
+            .args([
+                "-c",
+                &format!("fsync={flush}"),
+                "-c",
+                &format!("synchronous_commit={flush}"),
+            ])
+            .args([
+                "-c",
+                &format!("full_page_writes={flush}"),
+                "-c",
+                "max_connections=200",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
