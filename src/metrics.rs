@@ -109,6 +109,10 @@ pub struct Metrics {
     pub store_writable: Gauge,
     /// Subscribers caught up from the store after lagging the broadcast; counted by the bus.
     pub broadcast_lag_recoveries: Counter,
+    /// The cursor of the newest event published to this process's subscribers; set by the bus.
+    pub events_published_cursor: Gauge,
+    /// Failed reads of a shared store's event log by the follower (replicas on PostgreSQL).
+    pub event_log_read_failures: Counter,
     /// Reads each template's availability at scrape time; registered by the service.
     template_availability: Arc<std::sync::RwLock<Option<TemplateAvailabilityReader>>>,
     /// Every metric above, registered once when the handles are made; a scrape only encodes.
@@ -158,6 +162,8 @@ impl Metrics {
             store_latency: Family::new_with_constructor(seconds_histogram),
             store_writable: Gauge::default(),
             broadcast_lag_recoveries: Counter::default(),
+            events_published_cursor: Gauge::default(),
+            event_log_read_failures: Counter::default(),
             template_availability: Arc::new(std::sync::RwLock::new(None)),
             registry: std::sync::Mutex::new(Registry::with_prefix("jobgate")),
         };
@@ -377,6 +383,16 @@ fn register_all(m: &Metrics) -> Registry {
         "broadcast_lag_recoveries",
         "Subscribers that fell behind the event broadcast and were caught up from the store",
         m.broadcast_lag_recoveries.clone(),
+    );
+    registry.register(
+        "events_published_cursor",
+        "The cursor of the newest status event published to this process's subscribers (replicas on one database converge on the same value)",
+        m.events_published_cursor.clone(),
+    );
+    registry.register(
+        "event_log_read_failures",
+        "Failed reads of the shared event log (replicas on PostgreSQL); events are delivered once a read succeeds",
+        m.event_log_read_failures.clone(),
     );
     registry.register(
         "graphql_request_duration_seconds",

@@ -105,6 +105,14 @@ async fn a_job_submitted_on_any_replica_reaches_subscribers_of_every_replica_in_
     for other in &histories[1..] {
         assert_eq!(other, &histories[0], "replicas disagree on the event log");
     }
+    // Each replica published up to the last event, and says so to its monitoring.
+    let last = histories[0].last().unwrap().0 as f64;
+    for server in &servers {
+        assert_eq!(
+            common::scrape(server).await["jobgate_events_published_cursor"],
+            last
+        );
+    }
     let mut phases: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (_, id, phase) in &histories[0] {
         let list = phases.entry(id.as_str()).or_default();
@@ -263,6 +271,13 @@ async fn a_replica_that_loses_the_database_goes_unready_refuses_and_recovers_by_
         try_submit(&server, "refused").await,
         Err("UNAVAILABLE".to_owned())
     );
+    // Its monitoring sees the event log unreadable (read each second, wake-up or not).
+    let polling = common::Polling::start();
+    while common::scrape(&server).await["jobgate_event_log_read_failures_total"] == 0.0 {
+        polling
+            .pause(|| "no failed read of the event log was counted".to_owned())
+            .await;
+    }
 
     // It comes back: jobgate notices by itself, with no restart and no request.
     pg.restart();

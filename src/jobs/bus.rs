@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use futures::Stream;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::model::{JobEvent, Scope};
@@ -34,22 +35,33 @@ pub struct EventBus {
     /// Counts each time a subscriber lagged the channel and was caught up from the store
     /// (the metric `broadcast_lag_recoveries`).
     lag_recoveries: Counter,
+    /// The head, as the metric `events_published_cursor`.
+    published_cursor: Gauge,
 }
 
 impl EventBus {
-    pub fn new(store: Arc<dyn Store>, capacity: usize, head: i64, lag_recoveries: Counter) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        capacity: usize,
+        head: i64,
+        lag_recoveries: Counter,
+        published_cursor: Gauge,
+    ) -> Self {
         let (tx, _) = broadcast::channel(capacity);
+        published_cursor.set(head);
         Self {
             tx,
             store,
             head: AtomicI64::new(head),
             lag_recoveries,
+            published_cursor,
         }
     }
 
     /// Publishes a committed event. Callers publish in `seq` order.
     pub fn publish(&self, event: Arc<JobEvent>) {
         self.head.store(event.seq, Ordering::Release);
+        self.published_cursor.set(event.seq);
         // No receiver is not an error: nobody is listening right now.
         let _ = self.tx.send(event);
     }
@@ -178,6 +190,7 @@ pub(crate) mod tests {
     use chrono::Utc;
     use futures::StreamExt;
     use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::gauge::Gauge;
 
     use super::EventBus;
     use crate::model::{Job, JobEvent, JobPhase, Scope, SubmitRequest, ValidationLimits};
@@ -232,6 +245,7 @@ pub(crate) mod tests {
             16,
             0,
             Counter::default(),
+            Gauge::default(),
         ));
         let mut team_a = bus.events(Some(0), None, Scope::namespaces(["team-a"])).boxed();
         let mut everyone = bus.events(Some(0), None, Scope::All).boxed();

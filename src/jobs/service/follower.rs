@@ -61,6 +61,7 @@ pub(super) async fn follower(inner: Arc<Inner>, mut wakeups: BoxStream<'static, 
                     }
                 }
                 Err(e) => {
+                    inner.metrics.event_log_read_failures.inc();
                     // Logged once per outage; the next wake-up or tick reads again.
                     if !failing {
                         failing = true;

@@ -283,6 +283,7 @@ impl JobService {
             config.broadcast_capacity,
             head,
             config.metrics.broadcast_lag_recoveries.clone(),
+            config.metrics.events_published_cursor.clone(),
         ));
         let (commands, commands_rx) = mpsc::channel(config.max_batch * 4);
         let unfinished = store.unfinished_jobs().await?;
