@@ -8,42 +8,13 @@ mod common;
 use common::{Server, SmallDisk, scrape};
 use serde_json::{Value, json};
 
-/// Submits a job named `name`; its id, or the error's code.
-async fn try_submit(server: &Server, name: &str) -> Result<String, String> {
-    let body = server
-        .submit_answer(json!({"name": name, "command": ["true"]}))
-        .await;
-    match body["data"]["submitJob"]["job"]["id"].as_str() {
-        Some(id) => Ok(id.to_owned()),
-        None => Err(body["errors"][0]["extensions"]["code"]
-            .as_str()
-            .unwrap_or_else(|| panic!("neither a job nor a coded error: {body}"))
-            .to_owned()),
-    }
-}
-
-/// Every job's name, as jobgate lists them.
-async fn names(server: &Server) -> Vec<String> {
-    let data = server
-        .gql_ok("{ jobs(first: 500) { edges { node { name } } } }", json!({}))
-        .await;
-    let mut names: Vec<String> = data["jobs"]["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["node"]["name"].as_str().unwrap().to_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 #[tokio::test]
 async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_restart() {
     let Some(disk) = SmallDisk::or_skip("4m") else {
         return;
     };
     let mut server = Server::spawn_on(&disk, &[]).await;
-    let first = try_submit(&server, "before").await.expect("accepted");
+    let first = server.try_submit("before").await.expect("accepted");
     server.wait_phase(&first, "SUCCEEDED").await;
     let mut accepted = vec!["before".to_owned()];
 
@@ -53,7 +24,7 @@ async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_resta
     let mut refused = Vec::new();
     for i in 0..500 {
         let name = format!("full-{i:03}");
-        match try_submit(&server, &name).await {
+        match server.try_submit(&name).await {
             Ok(_) => accepted.push(name),
             Err(code) => {
                 assert_eq!(code, "UNAVAILABLE");
@@ -69,13 +40,14 @@ async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_resta
     server.wait_log("the store cannot write").await;
     assert_eq!(scrape(&server).await["jobgate_store_writable"], 0.0);
     // Nothing refused was created.
-    assert_eq!(names(&server).await, accepted);
+    assert_eq!(server.job_names().await, accepted);
 
     // Room again: jobgate notices by itself, with no restart and no request.
     disk.free();
     server.wait_ready_is(200).await;
     assert_eq!(scrape(&server).await["jobgate_store_writable"], 1.0);
-    let after = try_submit(&server, "after")
+    let after = server
+        .try_submit("after")
         .await
         .expect("accepted once there is room");
     server.wait_phase(&after, "SUCCEEDED").await;
@@ -85,25 +57,25 @@ async fn a_full_disk_refuses_writes_changes_nothing_and_recovers_without_a_resta
     // Everything answered with success survives kill -9; nothing refused appears.
     server.kill9();
     let server = server.start_again(&[]).await;
-    assert_eq!(names(&server).await, accepted);
+    assert_eq!(server.job_names().await, accepted);
 }
 
 #[tokio::test]
 async fn a_deleted_data_directory_makes_jobgate_unready_and_refuse_writes() {
     let server = Server::start(&[]).await;
-    let id = try_submit(&server, "kept").await.expect("accepted");
+    let id = server.try_submit("kept").await.expect("accepted");
     server.wait_phase(&id, "SUCCEEDED").await;
     std::fs::remove_dir_all(&server.data_dir).unwrap();
     // Noticed on the writer's timer, with no request.
     server.wait_ready_is(503).await;
-    assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
+    assert_eq!(server.try_submit("lost").await, Err("UNAVAILABLE".to_owned()));
     server.wait_log("is gone").await;
 }
 
 #[tokio::test]
 async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
     let server = Server::start(&[]).await;
-    let id = try_submit(&server, "kept").await.expect("accepted");
+    let id = server.try_submit("kept").await.expect("accepted");
     server.wait_phase(&id, "SUCCEEDED").await;
     std::fs::OpenOptions::new()
         .write(true)
@@ -112,13 +84,13 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
         .set_len(0)
         .unwrap();
     // The next write is refused, before the timer has looked.
-    assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
+    assert_eq!(server.try_submit("lost").await, Err("UNAVAILABLE".to_owned()));
     assert_eq!(server.readyz().await, 503);
     server.wait_log("was truncated").await;
 
     // Cut short but with its header: the header's page count tells.
     let server = Server::start(&[]).await;
-    let id = try_submit(&server, "kept").await.expect("accepted");
+    let id = server.try_submit("kept").await.expect("accepted");
     server.wait_phase(&id, "SUCCEEDED").await;
     let db = server.data_dir.join("jobgate.db");
     let len = std::fs::metadata(&db).unwrap().len();
@@ -129,7 +101,7 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
         .unwrap()
         .set_len(4096)
         .unwrap();
-    assert_eq!(try_submit(&server, "lost").await, Err("UNAVAILABLE".to_owned()));
+    assert_eq!(server.try_submit("lost").await, Err("UNAVAILABLE".to_owned()));
     assert_eq!(server.readyz().await, 503);
     server.wait_log("where its header counts").await;
 }
@@ -146,7 +118,7 @@ async fn a_cancel_refused_by_a_full_disk_changes_nothing() {
     server.wait_phase(&id, "RUNNING").await;
     disk.fill();
     // Fill what the write-ahead log still has room for, then cancel.
-    while try_submit(&server, "filler").await.is_ok() {}
+    while server.try_submit("filler").await.is_ok() {}
     let cancel = "mutation($id: ID!) { cancelJob(id: $id) { job { phase } } }";
     let refused: Value = server.gql(cancel, json!({"id": id})).await;
     assert_eq!(

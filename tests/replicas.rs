@@ -226,51 +226,19 @@ async fn a_second_replica_with_the_local_executor_is_refused() {
     assert_eq!(first.job(&id).await["phase"], "SUCCEEDED");
 }
 
-/// Submits a job named `name`; its id, or the error's code.
-async fn try_submit(server: &Server, name: &str) -> Result<String, String> {
-    let body = server
-        .submit_answer(json!({"name": name, "command": ["true"]}))
-        .await;
-    match body["data"]["submitJob"]["job"]["id"].as_str() {
-        Some(id) => Ok(id.to_owned()),
-        None => Err(body["errors"][0]["extensions"]["code"]
-            .as_str()
-            .unwrap_or_else(|| panic!("neither a job nor a coded error: {body}"))
-            .to_owned()),
-    }
-}
-
-/// Every job's name, as jobgate lists them, sorted.
-async fn names(server: &Server) -> Vec<String> {
-    let data = server
-        .gql_ok("{ jobs(first: 100) { edges { node { name } } } }", json!({}))
-        .await;
-    let mut names: Vec<String> = data["jobs"]["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["node"]["name"].as_str().unwrap().to_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 #[tokio::test]
 async fn a_replica_that_loses_the_database_goes_unready_refuses_and_recovers_by_itself() {
     let Some(mut pg) = Postgres::start_or_skip() else {
         return;
     };
     let server = Server::start(&["--database-url", &pg.url()]).await;
-    let before = try_submit(&server, "before").await.expect("accepted");
+    let before = server.try_submit("before").await.expect("accepted");
     server.wait_phase(&before, "SUCCEEDED").await;
 
     // The database crashes: jobgate goes unready and refuses, changing nothing.
     pg.kill9();
     server.wait_ready_is(503).await;
-    assert_eq!(
-        try_submit(&server, "refused").await,
-        Err("UNAVAILABLE".to_owned())
-    );
+    assert_eq!(server.try_submit("refused").await, Err("UNAVAILABLE".to_owned()));
     // Its monitoring sees the event log unreadable (read each second, wake-up or not).
     let polling = common::Polling::start();
     while common::scrape(&server).await["jobgate_event_log_read_failures_total"] == 0.0 {
@@ -285,11 +253,12 @@ async fn a_replica_that_loses_the_database_goes_unready_refuses_and_recovers_by_
     // Its claim on the database's local jobs died with the old server's sessions: it holds it
     // again, so a second jobgate with the local executor is still refused.
     assert_second_local_replica_refused(&pg.url());
-    let after = try_submit(&server, "after")
+    let after = server
+        .try_submit("after")
         .await
         .expect("accepted once the database is back");
     server.wait_phase(&after, "SUCCEEDED").await;
-    assert_eq!(names(&server).await, ["after", "before"]);
+    assert_eq!(server.job_names().await, ["after", "before"]);
 }
 
 #[tokio::test]
@@ -298,22 +267,23 @@ async fn a_database_that_hangs_gets_an_error_not_a_hung_request_and_recovers() {
         return;
     };
     let server = Server::start(&["--database-url", &pg.url()]).await;
-    let before = try_submit(&server, "before").await.expect("accepted");
+    let before = server.try_submit("before").await.expect("accepted");
     server.wait_phase(&before, "SUCCEEDED").await;
 
     // Frozen: connections stay open and nothing answers. A submission is answered (an
     // error, within jobgate's own time limits), and readiness fails.
     pg.pause();
-    assert_eq!(try_submit(&server, "frozen").await, Err("UNAVAILABLE".to_owned()));
+    assert_eq!(server.try_submit("frozen").await, Err("UNAVAILABLE".to_owned()));
     server.wait_ready_is(503).await;
 
     pg.resume();
     server.wait_ready_is(200).await;
-    let after = try_submit(&server, "after")
+    let after = server
+        .try_submit("after")
         .await
         .expect("accepted once the database answers");
     server.wait_phase(&after, "SUCCEEDED").await;
-    assert_eq!(names(&server).await, ["after", "before"]);
+    assert_eq!(server.job_names().await, ["after", "before"]);
 }
 
 /// Submits `input`-shaped jobs to `server` from `clients` concurrent clients until `stop` is

@@ -79,6 +79,25 @@ pub struct JobPage {
     pub total_count: i64,
 }
 
+impl JobPage {
+    /// A page of at most `first` jobs from `rows`, which a backend read with one row more
+    /// than asked (`LIMIT first + 1`): that extra row only says there is a next page.
+    pub fn of(mut rows: Vec<(i64, Job)>, first: i64, total_count: i64) -> Self {
+        let has_next_page = rows.len() as i64 > first;
+        rows.truncate(first.max(0) as usize);
+        Self {
+            jobs: rows,
+            has_next_page,
+            total_count,
+        }
+    }
+}
+
+/// A job as every backend stores it: its JSON text.
+fn decode_job(body: String) -> Result<Job> {
+    Ok(serde_json::from_str(&body)?)
+}
+
 /// What [`Store::stats`] read, in one transaction. Buckets are indexes from `since`.
 #[derive(Debug)]
 pub struct StatsSnapshot {

@@ -35,7 +35,9 @@ use futures::stream::BoxStream;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
-use super::{JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, scoped_key};
+use super::{
+    JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, decode_job, scoped_key,
+};
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
 
 /// The advisory lock every write transaction holds: one writer at a time across replicas.
@@ -278,17 +280,11 @@ impl Store for PostgresStore {
         .bind(&scope)
         .fetch_one(&self.pool)
         .await?;
-        let has_next_page = rows.len() as i64 > first;
         let jobs = rows
             .into_iter()
-            .take(first as usize)
             .map(|r| Ok((r.get::<i64, _>("seq"), decode_job(r.get("body"))?)))
             .collect::<Result<_>>()?;
-        Ok(JobPage {
-            jobs,
-            has_next_page,
-            total_count,
-        })
+        Ok(JobPage::of(jobs, first, total_count))
     }
 
     async fn events_after(
@@ -596,14 +592,17 @@ impl StoreTx for PostgresTx {
     }
 
     async fn hold(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
+        let tx = &mut self.tx;
         bounded(async move {
             sqlx::query("UPDATE jobs SET launched = -1 WHERE id = $1")
                 .bind(id)
-                .execute(&mut *self.tx)
+                .execute(&mut **tx)
                 .await?;
-            self.add_dependencies(id, depends_on).await
+            Ok(())
         })
-        .await
+        .await?;
+        // Bounded on its own: not inside the statement above's limit.
+        self.add_dependencies(id, depends_on).await
     }
 
     async fn add_dependencies(&mut self, id: &str, depends_on: &[String]) -> Result<()> {
@@ -721,10 +720,6 @@ async fn bounded<T>(step: impl std::future::Future<Output = Result<T>>) -> Resul
 /// A scope as a list of namespaces for `= ANY(…)`, or NULL for every namespace.
 fn scope_list(scope: &Scope) -> Option<Vec<String>> {
     scope.list().map(|set| set.iter().cloned().collect())
-}
-
-fn decode_job(body: String) -> Result<Job> {
-    Ok(serde_json::from_str(&body)?)
 }
 
 fn decode_event(r: PgRow) -> Result<JobEvent> {

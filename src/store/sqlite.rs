@@ -31,7 +31,8 @@ use tokio::sync::OwnedMutexGuard;
 use async_trait::async_trait;
 
 use super::{
-    Durability, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, scoped_key,
+    Durability, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx,
+    decode_job, scoped_key,
 };
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
 
@@ -271,17 +272,11 @@ impl Store for SqliteStore {
         .bind(&scope)
         .fetch_one(&self.pool)
         .await?;
-        let has_next_page = rows.len() as i64 > first;
         let jobs = rows
             .into_iter()
-            .take(first as usize)
             .map(|r| Ok((r.get::<i64, _>("seq"), decode_job(r.get("body"))?)))
             .collect::<Result<_>>()?;
-        Ok(JobPage {
-            jobs,
-            has_next_page,
-            total_count,
-        })
+        Ok(JobPage::of(jobs, first, total_count))
     }
 
     /// Up to `limit` events of jobs in `scope` after the cursor `after`, oldest first; only
@@ -641,10 +636,6 @@ impl StoreTx for SqliteTx {
 /// A scope as a JSON array of namespaces for `json_each`, or NULL for every namespace.
 fn scope_json(scope: &Scope) -> Result<Option<String>> {
     Ok(scope.list().map(serde_json::to_string).transpose()?)
-}
-
-fn decode_job(body: String) -> Result<Job> {
-    Ok(serde_json::from_str(&body)?)
 }
 
 fn decode_event(r: sqlx::sqlite::SqliteRow) -> Result<JobEvent> {

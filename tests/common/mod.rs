@@ -241,6 +241,35 @@ impl Server {
 
     /// Submits a job that may be refused; returns the whole answer, `data` (the job's id,
     /// phase and message) or `errors`.
+    /// Submits a `["true"]` job named `name`: its id, or the error's `extensions.code`.
+    pub async fn try_submit(&self, name: &str) -> Result<String, String> {
+        let body = self
+            .submit_answer(json!({"name": name, "command": ["true"]}))
+            .await;
+        match body["data"]["submitJob"]["job"]["id"].as_str() {
+            Some(id) => Ok(id.to_owned()),
+            None => Err(body["errors"][0]["extensions"]["code"]
+                .as_str()
+                .unwrap_or_else(|| panic!("neither a job nor a coded error: {body}"))
+                .to_owned()),
+        }
+    }
+
+    /// Every job's name, as jobgate lists them (up to 500), sorted.
+    pub async fn job_names(&self) -> Vec<String> {
+        let data = self
+            .gql_ok("{ jobs(first: 500) { edges { node { name } } } }", json!({}))
+            .await;
+        let mut names: Vec<String> = data["jobs"]["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["node"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     pub async fn submit_answer(&self, input: Value) -> Value {
         self.gql(
             "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id phase message } } }",
