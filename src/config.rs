@@ -73,6 +73,23 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// This replica's name in the Leases through which replicas sharing a PostgreSQL
+    /// database divide the work on jobs (Kubernetes executor): unique per process, e.g. the
+    /// pod's name. Default: the host name and a random suffix.
+    #[arg(long, env = "JOBGATE_REPLICA_ID")]
+    pub replica_id: Option<String>,
+
+    /// The namespace of those Leases. Default: the kubeconfig context's namespace (in a pod,
+    /// its own).
+    #[arg(long, env = "JOBGATE_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// Seconds a replica that stopped renewing its Lease (killed, paused, cut off) is still
+    /// taken as alive: its shards are taken over by the others within this time, and it
+    /// stops acting on them itself before it ends.
+    #[arg(long, env = "JOBGATE_LEASE_DURATION_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=300))]
+    pub lease_duration_secs: u64,
+
     /// Where jobs run.
     #[arg(long, env = "JOBGATE_EXECUTOR", value_enum, default_value_t = ExecutorKind::Local)]
     pub executor: ExecutorKind,

@@ -13,6 +13,7 @@ mod filter;
 mod job;
 mod phase;
 mod scope;
+mod shard;
 mod spec;
 mod validation;
 
@@ -25,6 +26,7 @@ pub use phase::{
     Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, WorkloadStatus, clip,
 };
 pub use scope::Scope;
+pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
 pub use validation::{MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError, ValidationLimits};
 
