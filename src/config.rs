@@ -19,6 +19,7 @@ use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand, ValueE
 use crate::auth::{Auth, AuthSettings, JwtSettings};
 use crate::executor::kube::KubeConfig;
 use crate::executor::kube::manifest::ManifestDefaults;
+use crate::executor::kube::membership::MembershipConfig;
 use crate::executor::local::LocalConfig;
 use crate::executor::local::sandbox::{self, RunAs};
 use crate::graphql::http::HttpOptions;
@@ -743,6 +744,16 @@ impl Config {
                 ttl_seconds_after_finished: Some(self.ttl_seconds_after_finished),
             },
             captured_log_lines: self.captured_log_lines,
+            // A shared store means replicas: they divide the work through Leases.
+            membership: self
+                .database_url
+                .as_deref()
+                .is_some_and(|url| !url.trim().is_empty())
+                .then(|| MembershipConfig {
+                    replica_id: self.replica_id.clone().filter(|id| !id.trim().is_empty()),
+                    namespace: self.lease_namespace.clone().filter(|ns| !ns.trim().is_empty()),
+                    lease_duration: Duration::from_secs(self.lease_duration_secs),
+                }),
             ..KubeConfig::new(metrics)
         }
     }

@@ -113,6 +113,14 @@ pub struct Metrics {
     pub events_published_cursor: Gauge,
     /// Failed reads of a shared store's event log by the follower (replicas on PostgreSQL).
     pub event_log_read_failures: Counter,
+    /// Shards this replica acts for (replicas on PostgreSQL with the Kubernetes executor).
+    pub shards_owned: Gauge,
+    /// Replicas this one sees alive through their Leases, itself included.
+    pub replicas_live: Gauge,
+    /// Renewals of this replica's Lease that failed.
+    pub lease_renew_failures: Counter,
+    /// Actions on a job skipped because this replica did not, or no longer, act for its shard.
+    pub shard_actions_fenced: Counter,
     /// Reads each template's availability at scrape time; registered by the service.
     template_availability: Arc<std::sync::RwLock<Option<TemplateAvailabilityReader>>>,
     /// Every metric above, registered once when the handles are made; a scrape only encodes.
@@ -164,6 +172,10 @@ impl Metrics {
             broadcast_lag_recoveries: Counter::default(),
             events_published_cursor: Gauge::default(),
             event_log_read_failures: Counter::default(),
+            shards_owned: Gauge::default(),
+            replicas_live: Gauge::default(),
+            lease_renew_failures: Counter::default(),
+            shard_actions_fenced: Counter::default(),
             template_availability: Arc::new(std::sync::RwLock::new(None)),
             registry: std::sync::Mutex::new(Registry::with_prefix("jobgate")),
         };
@@ -393,6 +405,26 @@ fn register_all(m: &Metrics) -> Registry {
         "event_log_read_failures",
         "Failed reads of the shared event log (replicas on PostgreSQL); events are delivered once a read succeeds",
         m.event_log_read_failures.clone(),
+    );
+    registry.register(
+        "shards_owned",
+        "Shards of the job space this replica acts for: watches, launches, cancels, retention (replicas on PostgreSQL with the Kubernetes executor)",
+        m.shards_owned.clone(),
+    );
+    registry.register(
+        "replicas_live",
+        "Replicas this one sees alive through their member Leases, itself included",
+        m.replicas_live.clone(),
+    );
+    registry.register(
+        "lease_renew_failures",
+        "Failed renewals of this replica's member Lease; past 2/3 of the lease duration without one it stops acting",
+        m.lease_renew_failures.clone(),
+    );
+    registry.register(
+        "shard_actions_fenced",
+        "Actions on a job skipped because this replica did not, or no longer, act for the job's shard",
+        m.shard_actions_fenced.clone(),
     );
     registry.register(
         "graphql_request_duration_seconds",

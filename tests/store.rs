@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use chrono::{DateTime, Duration, DurationRound as _, Utc};
 use common::postgres::Postgres;
 use jobgate::model::{
-    Job, JobEvent, JobFilter, JobPhase, Scope, SubmitRequest, Transition, ValidationLimits,
+    Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, SubmitRequest, Transition,
+    ValidationLimits, shard_of,
 };
 use jobgate::store::{Durability, PostgresStore, SqliteStore, Store, StoreTx};
 
@@ -61,6 +62,7 @@ macro_rules! backend_tests {
             held_jobs_wait_for_release_and_dependents_are_recorded,
             unfinished_jobs_are_the_pending_and_running_ones,
             pending_cancellations_last_until_done,
+            outboxes_hand_each_shard_only_its_own_jobs,
             active_in_namespace_counts_the_transactions_own_inserts,
         );
     };
@@ -233,9 +235,9 @@ async fn ping_and_probe_write_answer_on_an_empty_store(store: Arc<dyn Store>) {
     assert_eq!(store.last_event_seq().await.unwrap(), 0, "no events yet");
     assert!(all_events(&store).await.is_empty());
     assert!(stored(&store, "no-such-job").await.is_none());
-    assert!(store.unlaunched_jobs(10).await.unwrap().is_empty());
+    assert!(store.unlaunched_jobs(10, None).await.unwrap().is_empty());
     assert!(store.unfinished_jobs().await.unwrap().is_empty());
-    assert!(store.pending_cancellations(10).await.unwrap().is_empty());
+    assert!(store.pending_cancellations(10, None).await.unwrap().is_empty());
     // A probe is no job and no event.
     assert_eq!(store.last_event_seq().await.unwrap(), 0);
     assert_eq!(
@@ -323,9 +325,9 @@ async fn a_transaction_dropped_without_commit_changes_nothing(store: Arc<dyn Sto
     assert_eq!(stored(&store, &committed.id).await.as_ref(), Some(&committed));
     assert_eq!(store.last_event_seq().await.unwrap(), cursor);
     assert_eq!(all_events(&store).await.len(), 1);
-    assert!(store.pending_cancellations(10).await.unwrap().is_empty());
+    assert!(store.pending_cancellations(10, None).await.unwrap().is_empty());
     assert_eq!(
-        ids(&store.unlaunched_jobs(10).await.unwrap()),
+        ids(&store.unlaunched_jobs(10, None).await.unwrap()),
         [committed.id.as_str()]
     );
     assert_eq!(
@@ -837,23 +839,26 @@ async fn the_launch_outbox_holds_accepted_jobs_until_launched(store: Arc<dyn Sto
     )
     .await;
     assert_eq!(
-        ids(&store.unlaunched_jobs(10).await.unwrap()),
+        ids(&store.unlaunched_jobs(10, None).await.unwrap()),
         ids(&jobs),
         "oldest first"
     );
-    assert_eq!(ids(&store.unlaunched_jobs(2).await.unwrap()), ids(&jobs[..2]));
+    assert_eq!(
+        ids(&store.unlaunched_jobs(2, None).await.unwrap()),
+        ids(&jobs[..2])
+    );
 
     let mut tx = store.begin().await.unwrap();
     tx.mark_launched(&jobs[1].id).await.unwrap();
     tx.commit().await.unwrap();
-    let left = store.unlaunched_jobs(10).await.unwrap();
+    let left = store.unlaunched_jobs(10, None).await.unwrap();
     assert_eq!(ids(&left), [jobs[0].id.as_str(), jobs[2].id.as_str()]);
     // Releasing a job that was never held does not put a launched one back (it would run
     // twice).
     let mut tx = store.begin().await.unwrap();
     tx.release(&jobs[1].id).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(ids(&store.unlaunched_jobs(10).await.unwrap()), ids(&left));
+    assert_eq!(ids(&store.unlaunched_jobs(10, None).await.unwrap()), ids(&left));
 }
 
 async fn held_jobs_wait_for_release_and_dependents_are_recorded(store: Arc<dyn Store>) {
@@ -874,7 +879,7 @@ async fn held_jobs_wait_for_release_and_dependents_are_recorded(store: Arc<dyn S
     tx.commit().await.unwrap();
 
     assert_eq!(
-        ids(&store.unlaunched_jobs(10).await.unwrap()),
+        ids(&store.unlaunched_jobs(10, None).await.unwrap()),
         ids(&deps),
         "a held job is out of the outbox"
     );
@@ -890,7 +895,7 @@ async fn held_jobs_wait_for_release_and_dependents_are_recorded(store: Arc<dyn S
     assert!(tx.dependents(&waiting.id).await.unwrap().is_empty());
     tx.release(&waiting.id).await.unwrap();
     tx.commit().await.unwrap();
-    let outbox = store.unlaunched_jobs(10).await.unwrap();
+    let outbox = store.unlaunched_jobs(10, None).await.unwrap();
     assert_eq!(
         ids(&outbox),
         [deps[0].id.as_str(), deps[1].id.as_str(), waiting.id.as_str()]
@@ -945,6 +950,65 @@ async fn unfinished_jobs_are_the_pending_and_running_ones(store: Arc<dyn Store>)
     assert_eq!(unfinished[1].job, jobs[1], "the job as last saved");
 }
 
+/// The store's SQL puts every job in the shard `shard_of` computes: a replica reading its
+/// shards' outboxes gets exactly its jobs, and the shards together get them all, once.
+async fn outboxes_hand_each_shard_only_its_own_jobs(store: Arc<dyn Store>) {
+    let mut jobs = submit(
+        &store,
+        (0..200).map(|i| job("team-a", &format!("j{i}"))).collect(),
+    )
+    .await;
+    // Upper-case hex digits (an id written by hand) map as their lower-case selves.
+    let mut upper = job("team-a", "upper");
+    upper.id = upper.id.to_uppercase();
+    jobs.extend(submit(&store, vec![upper]).await);
+    let mut tx = store.begin().await.unwrap();
+    for j in &mut jobs {
+        move_in(&mut *tx, j, JobPhase::Cancelled).await;
+        tx.request_cancellation(&j.id, now()).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let everything: BTreeSet<String> = jobs.iter().map(|j| j.id.clone()).collect();
+    let mut launched_union = BTreeSet::new();
+    let mut cancelled_union = BTreeSet::new();
+    // Four replicas' worth of shards: 0, 4, 8… for the first, 1, 5, 9… for the next.
+    for first in 0..4 {
+        let shards: ShardSet = (first..SHARD_COUNT).step_by(4).collect();
+        let unlaunched = store.unlaunched_jobs(1000, Some(shards)).await.unwrap();
+        let cancelled = store.pending_cancellations(1000, Some(shards)).await.unwrap();
+        for j in unlaunched.iter().chain(&cancelled) {
+            assert!(
+                shards.holds(&j.id),
+                "{} (shard {}) is not in {}",
+                j.id,
+                shard_of(&j.id),
+                shards.to_list()
+            );
+        }
+        assert!(
+            !unlaunched.is_empty(),
+            "200 random ids leave no quarter of the shards empty"
+        );
+        for j in unlaunched {
+            assert!(launched_union.insert(j.id), "a job in two sets of shards");
+        }
+        cancelled_union.extend(cancelled.into_iter().map(|j| j.id));
+    }
+    assert_eq!(launched_union, everything);
+    assert_eq!(cancelled_union, everything);
+    assert!(
+        store
+            .unlaunched_jobs(1000, Some(ShardSet::NONE))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.unlaunched_jobs(1000, None).await.unwrap().len(),
+        everything.len()
+    );
+}
+
 async fn pending_cancellations_last_until_done(store: Arc<dyn Store>) {
     let mut jobs = submit(
         &store,
@@ -960,10 +1024,10 @@ async fn pending_cancellations_last_until_done(store: Arc<dyn Store>) {
     // Asked twice (a retried batch, say): still one pending cancellation.
     tx.request_cancellation(&jobs[1].id, earlier).await.unwrap();
     // Not visible until committed.
-    assert!(store.pending_cancellations(10).await.unwrap().is_empty());
+    assert!(store.pending_cancellations(10, None).await.unwrap().is_empty());
     tx.commit().await.unwrap();
 
-    let pending = store.pending_cancellations(10).await.unwrap();
+    let pending = store.pending_cancellations(10, None).await.unwrap();
     assert_eq!(
         ids(&pending),
         [jobs[1].id.as_str(), jobs[0].id.as_str()],
@@ -971,7 +1035,7 @@ async fn pending_cancellations_last_until_done(store: Arc<dyn Store>) {
     );
     assert_eq!(pending[0], jobs[1], "the job as saved, cancelled");
     assert_eq!(
-        ids(&store.pending_cancellations(1).await.unwrap()),
+        ids(&store.pending_cancellations(1, None).await.unwrap()),
         [jobs[1].id.as_str()]
     );
 
@@ -981,7 +1045,7 @@ async fn pending_cancellations_last_until_done(store: Arc<dyn Store>) {
     tx.cancellation_done(&jobs[2].id).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(
-        ids(&store.pending_cancellations(10).await.unwrap()),
+        ids(&store.pending_cancellations(10, None).await.unwrap()),
         [jobs[0].id.as_str()]
     );
 }

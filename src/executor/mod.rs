@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
-use crate::model::{Job, WorkloadStatus};
+use crate::model::{Job, ShardSet, WorkloadStatus};
 
 /// What an executor saw of one job's workload.
 #[derive(Clone, Debug)]
@@ -50,6 +50,9 @@ pub enum ExecutorError {
     /// The cluster did not answer a read (logs) as asked.
     #[error("{0}")]
     Cluster(String),
+    /// The job's shard is not this replica's (any more): the replica that owns it acts.
+    #[error("job {0} is in a shard another replica acts for")]
+    NotThisReplica(String),
 }
 
 /// The lines `read` returns, as a log stream that then ends (a job's tail, not followed).
@@ -124,6 +127,16 @@ pub trait Executor: Send + Sync + 'static {
 
     /// Starts observing, once every job launched before a restart has been adopted.
     async fn start(&self) {}
+
+    /// The shards this process acts for, as they change, when it shares its store with other
+    /// replicas and divides the work with them; `None` when it acts for every job.
+    fn shards(&self) -> Option<tokio::sync::watch::Receiver<ShardSet>> {
+        None
+    }
+
+    /// From now on follows exactly the jobs of `shards`: called with each new set of
+    /// [`Executor::shards`], once the unfinished jobs of the shards gained have been adopted.
+    async fn follow_shards(&self, _shards: ShardSet) {}
 
     /// Whether the job's workload has already finished by the executor's own observation,
     /// even if the job service has not recorded it yet (a cancel must not override it).

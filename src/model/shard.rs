@@ -57,6 +57,11 @@ impl ShardSet {
         ShardSet(self.0 | (1 << (shard % SHARD_COUNT)))
     }
 
+    /// The set as a bit mask: shard `s` is bit `s` (how the store's SQL reads it).
+    pub fn mask(self) -> u32 {
+        self.0
+    }
+
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
+use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, ShardSet, Transition};
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
@@ -209,13 +209,15 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Every job that has not reached a terminal phase, oldest first.
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>>;
 
-    /// Cancelled jobs whose workload is still to be stopped, oldest request first.
-    async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>>;
+    /// Cancelled jobs whose workload is still to be stopped, oldest request first; only those
+    /// of `shards` when given (replicas stop the workloads of their own shards).
+    async fn pending_cancellations(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>>;
 
     /// Jobs accepted but not yet handed to the executor (the launch outbox), oldest first.
     /// A store shared by replicas claims the jobs it returns for a while, so that another
-    /// replica's launcher skips them until the claim expires.
-    async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>>;
+    /// replica's launcher skips them until the claim expires. Only jobs of `shards` when
+    /// given (replicas launch the jobs of their own shards).
+    async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>>;
 }
 
 /// One write transaction. Dropping it without a successful [`StoreTx::commit`] rolls

@@ -38,7 +38,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 use super::{
     JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, decode_job, scoped_key,
 };
-use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
+use crate::model::{Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, Transition};
 
 /// The advisory lock every write transaction holds: one writer at a time across replicas.
 const WRITE_LOCK: i64 = 0x6a6f_6267_6174_6501;
@@ -46,6 +46,15 @@ const WRITE_LOCK: i64 = 0x6a6f_6267_6174_6501;
 /// The advisory lock a process running jobs itself (the local executor) holds for as long as
 /// it runs: a second such process on the same database is refused.
 const SOLE_RUNNER_LOCK: i64 = 0x6a6f_6267_6174_6502;
+
+/// A job's shard in SQL, as [`crate::model::shard_of`] computes it for the ids jobgate makes
+/// (UUIDs: the last two hexadecimal digits, modulo the shard count).
+macro_rules! shard_of_id {
+    () => {
+        "((('x' || right(id, 2))::bit(8)::int) % 32)"
+    };
+}
+const _: () = assert!(SHARD_COUNT == 32, "shard_of_id! divides by 32");
 
 /// The channel a commit that appended events notifies.
 const EVENTS_CHANNEL: &str = "jobgate_events";
@@ -430,12 +439,16 @@ impl Store for PostgresStore {
             .collect()
     }
 
-    async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>> {
-        let rows = sqlx::query(
+    async fn pending_cancellations(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
+        let rows = sqlx::query(concat!(
             "SELECT j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
-             ORDER BY c.requested_at, c.job_id LIMIT $1",
-        )
+             WHERE (($2::bigint >> ",
+            shard_of_id!(),
+            ") & 1) = 1 \
+             ORDER BY c.requested_at, c.job_id LIMIT $1"
+        ))
         .bind(limit)
+        .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
@@ -444,17 +457,21 @@ impl Store for PostgresStore {
     /// Claims the jobs it returns for [`LAUNCH_CLAIM`]: other replicas skip them (rows being
     /// claimed right now are skipped too, not waited for) until the claim expires; this
     /// replica's own claims are returned again, so that it retries its own launches.
-    async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>> {
-        let rows = sqlx::query(
+    async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
+        let rows = sqlx::query(concat!(
             "UPDATE jobs SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3) \
              WHERE seq IN (SELECT seq FROM jobs WHERE launched = 0 \
                  AND (claimed_by IS NULL OR claimed_by = $1 OR claimed_until < now()) \
+                 AND (($4::bigint >> ",
+            shard_of_id!(),
+            ") & 1) = 1 \
                  ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             RETURNING seq, body",
-        )
+             RETURNING seq, body"
+        ))
         .bind(&self.replica)
         .bind(limit)
         .bind(LAUNCH_CLAIM.as_secs_f64())
+        .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
         .fetch_all(&self.pool)
         .await?;
         let mut jobs = rows

@@ -34,7 +34,17 @@ use super::{
     Durability, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx,
     decode_job, scoped_key,
 };
-use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, Transition};
+use crate::model::{Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, Transition};
+
+/// A job's shard in SQL, as [`crate::model::shard_of`] computes it for the ids jobgate makes
+/// (UUIDs: the last two hexadecimal digits, modulo the shard count).
+macro_rules! shard_of_id {
+    () => {
+        "(((instr('0123456789abcdef', lower(substr(id, -2, 1))) - 1) * 16 \
+     + instr('0123456789abcdef', lower(substr(id, -1, 1))) - 1) % 32)"
+    };
+}
+const _: () = assert!(SHARD_COUNT == 32, "shard_of_id! divides by 32");
 
 /// The SQLite store; cloning it is cheap.
 #[derive(Clone, Debug)]
@@ -426,22 +436,31 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn pending_cancellations(&self, limit: i64) -> Result<Vec<Job>> {
-        let rows = sqlx::query(
+    async fn pending_cancellations(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
+        let rows = sqlx::query(concat!(
             "SELECT j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
-             ORDER BY c.requested_at, c.job_id LIMIT ?",
-        )
+             WHERE ((? >> ",
+            shard_of_id!(),
+            ") & 1) = 1 \
+             ORDER BY c.requested_at, c.job_id LIMIT ?"
+        ))
+        .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
     }
 
-    async fn unlaunched_jobs(&self, limit: i64) -> Result<Vec<Job>> {
-        let rows = sqlx::query("SELECT body FROM jobs WHERE launched = 0 ORDER BY seq LIMIT ?")
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
+    async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
+        let rows = sqlx::query(concat!(
+            "SELECT body FROM jobs WHERE launched = 0 AND ((? >> ",
+            shard_of_id!(),
+            ") & 1) = 1 ORDER BY seq LIMIT ?"
+        ))
+        .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
         rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
     }
 }

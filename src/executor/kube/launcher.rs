@@ -74,6 +74,11 @@ impl Inner {
         if self.shutdown.is_cancelled() {
             return Err(ExecutorError::ShuttingDown);
         }
+        // Fenced: a replica whose shard moved on while it waited must not create a workload
+        // the new owner may already have created, run and deleted.
+        if !self.acts_for(&job.id) {
+            return Err(ExecutorError::NotThisReplica(job.id.clone()));
+        }
         self.track(&job, None);
         // The list epoch is read once the workload exists: every list of its kind that
         // begins later must show it, or it vanished.
@@ -147,6 +152,9 @@ impl Inner {
     /// lands or the executor shuts down.
     pub(super) async fn cancel(self: &Arc<Self>, job: &Job) -> Result<(), ExecutorError> {
         let job_id = &job.id;
+        if !self.acts_for(job_id) {
+            return Err(ExecutorError::NotThisReplica(job_id.clone()));
+        }
         // Untracked first, so the deletion is not reported as a vanished workload.
         if let Some((_, t)) = self.tracked.remove(job_id)
             && t.confirmed_epoch.is_none()

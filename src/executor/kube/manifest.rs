@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, Re
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::model::{Job, ResourceList};
+use crate::model::{Job, ResourceList, SHARD_LABEL, shard_of};
 use crate::templates::TERMINATION_MESSAGE_PATH;
 
 /// The label every object jobgate creates carries, and the one its watchers select on.
@@ -49,6 +49,7 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
     let mut labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
         (JOB_ID_LABEL.to_owned(), job.id.clone()),
+        (SHARD_LABEL.to_owned(), shard_of(&job.id).to_string()),
     ]);
     if let Some(name) = &spec.name {
         labels.insert(JOB_NAME_LABEL.to_owned(), name.clone());
@@ -220,6 +221,7 @@ mod tests {
         assert_eq!(labels[MANAGED_BY_LABEL], "jobgate");
         assert_eq!(labels[JOB_ID_LABEL], j.id);
         assert_eq!(labels[JOB_NAME_LABEL], "train");
+        assert_eq!(labels[SHARD_LABEL], crate::model::shard_of(&j.id).to_string());
         let annotations = meta.annotations.as_ref().unwrap();
         assert_eq!(annotations[SUBMITTER_ANNOTATION], "api-token");
         assert_eq!(annotations[IDEMPOTENCY_KEY_ANNOTATION], "k-1");

@@ -33,6 +33,9 @@
 //! - `workloads.rs`: jobs of workload templates, all of the above for other kinds: discovery,
 //!   watchers, decoding, cancelling, retention;
 //! - `manifest.rs`: the batch Job a job becomes, and the names and labels jobgate stamps;
+//! - `membership.rs`: with replicas sharing a database, this replica's Lease, the others',
+//!   and the shards of the job space it acts for; every action on a job asks it first
+//!   ([`Inner::acts_for`]), and the Job and workload watches select only its shards;
 //! - `status.rs`: reading a Job's status and a pod's run;
 //! - `requests.rs`: counting API requests for `/metrics`.
 //!
@@ -43,6 +46,7 @@ mod kinds;
 mod launcher;
 mod logs;
 pub mod manifest;
+pub mod membership;
 mod pods;
 mod reconcile;
 mod requests;
@@ -70,11 +74,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::manifest::ManifestDefaults;
+use self::membership::{Membership, MembershipConfig};
 use self::pods::JobPods;
 use self::tracking::Tracked;
 use self::watch::WatcherHealth;
 use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, RunInfo};
-use crate::model::{Job, WorkloadStatus};
+use crate::model::{Job, ShardSet, WorkloadStatus};
 use crate::templates::TemplateSet;
 
 /// Settings of the Kubernetes executor.
@@ -98,6 +103,8 @@ pub struct KubeConfig {
     pub templates: Arc<TemplateSet>,
     /// Watcher restarts, relists and events, and API requests, are counted here.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Set when replicas share the store: they divide the jobs' shards through Leases.
+    pub membership: Option<MembershipConfig>,
 }
 
 impl KubeConfig {
@@ -113,6 +120,7 @@ impl KubeConfig {
             captured_log_lines: 200,
             templates: Arc::new(TemplateSet::default()),
             metrics,
+            membership: None,
         }
     }
 }
@@ -153,9 +161,17 @@ struct Inner {
     /// Bumped at the start of every (re-)list of Jobs: a job confirmed before a list began
     /// must appear in it, or it vanished.
     list_epoch: Arc<AtomicU64>,
-    /// The Job and pod watchers, pushed once at start and read by `/readyz`. A poisoned lock
+    /// The pod watchers, pushed once at start and read by `/readyz`. A poisoned lock
     /// is used anyway: a push cannot leave the list half-changed.
     watchers: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
+    /// The Job and workload-kind watchers, which follow the shards this replica acts for
+    /// (every job, without replicas) and restart when those change.
+    sharded: std::sync::Mutex<watch::ShardedWatches>,
+    /// With replicas: this replica's membership, which says which jobs it acts for.
+    membership: Option<Arc<Membership>>,
+    /// Ends the membership (it deletes this replica's Lease) once every other task ended.
+    membership_task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    membership_stop: CancellationToken,
     /// The workload kinds templates create, by (group, version, kind).
     kinds: BTreeMap<(String, String, String), Arc<kinds::Kind>>,
     /// Finished workloads whose deletion is scheduled (namespace/name/uid).
@@ -189,6 +205,10 @@ impl KubeExecutor {
         let client = kube::client::ClientBuilder::try_from(client_config)?
             .with_layer(&requests::CountRequestsLayer(config.metrics.clone()))
             .build();
+        let membership = config
+            .membership
+            .as_ref()
+            .map(|m| Membership::new(client.clone(), m, config.metrics.clone()));
         let kinds = config
             .templates
             .iter()
@@ -210,6 +230,10 @@ impl KubeExecutor {
                 jobs_version: tokio::sync::watch::Sender::new(0),
                 list_epoch: Arc::new(AtomicU64::new(0)),
                 watchers: std::sync::Mutex::new(Vec::new()),
+                sharded: std::sync::Mutex::new(watch::ShardedWatches::default()),
+                membership,
+                membership_task: std::sync::Mutex::new(None),
+                membership_stop: CancellationToken::new(),
                 kinds,
                 retention_timers: DashMap::new(),
                 started: AtomicBool::new(false),
@@ -255,8 +279,17 @@ impl Inner {
         Api::namespaced(self.client.clone(), namespace)
     }
 
+    /// Whether this replica may act on the job now (always, without replicas): asked right
+    /// before every action on a job, so that a replica whose shard moved on acts no more.
+    fn acts_for(&self, job_id: &str) -> bool {
+        self.membership.as_ref().is_none_or(|m| m.acts_for(job_id))
+    }
+
     /// Reports what was observed of a job's workload to the job service.
     async fn send(&self, job_id: String, status: WorkloadStatus) {
+        if !self.acts_for(&job_id) {
+            return;
+        }
         let observation = Observation { job_id, status };
         if self.observations.send(observation).await.is_err() {
             tracing::debug!("job service is gone; observation dropped");
@@ -304,6 +337,22 @@ impl Executor for KubeExecutor {
 
     async fn start(&self) {
         self.inner.start_watchers().await;
+        if let Some(membership) = &self.inner.membership {
+            let task = tokio::spawn(membership.clone().run(self.inner.membership_stop.clone()));
+            *self
+                .inner
+                .membership_task
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
+        }
+    }
+
+    fn shards(&self) -> Option<tokio::sync::watch::Receiver<ShardSet>> {
+        self.inner.membership.as_ref().map(|m| m.shards())
+    }
+
+    async fn follow_shards(&self, shards: ShardSet) {
+        self.inner.follow_shards(shards);
     }
 
     async fn cancel(&self, job: &Job) -> Result<(), ExecutorError> {
@@ -349,5 +398,16 @@ impl Executor for KubeExecutor {
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
+        // Last: nothing acts any more, so the shards may move at once.
+        self.inner.membership_stop.cancel();
+        let task = self
+            .inner
+            .membership_task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 }

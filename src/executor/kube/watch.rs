@@ -24,8 +24,24 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
+use super::kinds::Kind;
 use super::manifest::MANAGED_SELECTOR;
 use super::tracking::{BatchJobs, Tracker};
+use crate::model::{SHARD_LABEL, ShardSet};
+
+/// The watchers of what carries jobs (batch Jobs, workload kinds' objects), for the shards
+/// this replica acts for: one generation at a time, replaced whole when the shards change.
+#[derive(Default)]
+pub(super) struct ShardedWatches {
+    /// The shards followed; `None` before the first generation.
+    shards: Option<ShardSet>,
+    /// Ends this generation's watchers.
+    stop: CancellationToken,
+    health: Vec<Arc<WatcherHealth>>,
+    /// The workload kinds watched in this generation (by address), so that a kind
+    /// discovered while a generation starts is watched once.
+    kinds: std::collections::HashSet<usize>,
+}
 
 /// The health of one watcher, for `/readyz`.
 pub(super) struct WatcherHealth {
@@ -49,6 +65,16 @@ impl WatcherHealth {
             metrics: metrics.clone(),
             last_event,
         })
+    }
+
+    /// Its first list is done and its last item was not an error.
+    pub(super) fn is_ready(&self) -> bool {
+        self.listed.load(Ordering::Relaxed) && self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Its last item was not an error.
+    pub(super) fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
     }
 
     /// An item arrived; `relist` when it begins a full list.
@@ -180,35 +206,26 @@ impl Inner {
         }
     }
 
-    /// Starts every watcher, once: workload kinds' (after their discovery), then Jobs' and
-    /// pods' in each scope.
+    /// Starts every watcher, once: workload kinds' discovery, pods' in each scope, and,
+    /// without replicas, the Job and workload watchers of every shard (with replicas they
+    /// start with the first shards assigned, see [`Inner::follow_shards`]).
     pub(super) async fn start_watchers(self: &Arc<Self>) {
         if self.started.swap(true, Ordering::SeqCst) {
             return;
         }
-        let scopes = self.watch_scopes();
         self.start_workload_kinds().await;
         let mut watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
-        for scope in scopes {
+        for scope in self.watch_scopes() {
             let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
-            let (jobs, pods): (Api<K8sJob>, Api<Pod>) = match &scope {
-                Some(ns) => (self.jobs_api(ns), self.pods_api(ns)),
-                None => (Api::all(self.client.clone()), Api::all(self.client.clone())),
+            let pods: Api<Pod> = match &scope {
+                Some(ns) => self.pods_api(ns),
+                None => Api::all(self.client.clone()),
             };
-            let jobs_health = WatcherHealth::new(format!("jobs in {where_}"), &self.config.metrics);
+            // Every replica watches every managed pod: any of them serves a job's runs and
+            // logs. Only what decides a job's outcome is sharded.
             let pods_health = WatcherHealth::new(format!("pods in {where_}"), &self.config.metrics);
-            watchers.push(jobs_health.clone());
             watchers.push(pods_health.clone());
             let config = watcher::Config::default().labels(MANAGED_SELECTOR);
-            let mut job_events = JobEvents {
-                inner: self.clone(),
-                tracker: Tracker::new(BatchJobs, scope, self.list_epoch.clone()),
-            };
-            let inner = self.clone();
-            let job_stream = watch_stream(jobs, config.clone());
-            self.tasks.spawn(async move {
-                follow_events(job_stream, Some(&jobs_health), &inner.shutdown, &mut job_events).await;
-            });
             let mut pod_events = PodEvents(self.clone());
             let inner = self.clone();
             let pod_stream = watch_stream(pods, config);
@@ -216,17 +233,101 @@ impl Inner {
                 follow_events(pod_stream, Some(&pods_health), &inner.shutdown, &mut pod_events).await;
             });
         }
+        drop(watchers);
+        if self.membership.is_none() {
+            self.follow_shards(ShardSet::ALL);
+        }
+    }
+
+    /// The label selector of the Job and workload watches of `shards`: every managed object
+    /// without replicas; with them, those of `shards` (`None`: nothing to watch).
+    fn shard_selector(&self, shards: ShardSet) -> Option<String> {
+        if self.membership.is_none() {
+            return Some(MANAGED_SELECTOR.to_owned());
+        }
+        (!shards.is_empty()).then(|| format!("{MANAGED_SELECTOR},{SHARD_LABEL} in ({})", shards.to_list()))
+    }
+
+    /// From now on follows exactly the jobs of `shards`: jobs of other shards are forgotten
+    /// (another replica acts for them), and the Job and workload watchers start again,
+    /// selecting these shards. The jobs of shards gained are adopted before this is called,
+    /// so that the new watchers' first list reconciles them.
+    pub(super) fn follow_shards(self: &Arc<Self>, shards: ShardSet) {
+        let mut sharded = self.sharded.lock().unwrap_or_else(PoisonError::into_inner);
+        if sharded.shards == Some(shards) {
+            return;
+        }
+        self.tracked.retain(|id, _| shards.holds(id));
+        sharded.stop.cancel();
+        sharded.stop = self.shutdown.child_token();
+        sharded.shards = Some(shards);
+        sharded.health.clear();
+        sharded.kinds.clear();
+        let Some(selector) = self.shard_selector(shards) else {
+            return;
+        };
+        for scope in self.watch_scopes() {
+            let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
+            let jobs: Api<K8sJob> = match &scope {
+                Some(ns) => self.jobs_api(ns),
+                None => Api::all(self.client.clone()),
+            };
+            let health = WatcherHealth::new(format!("jobs in {where_}"), &self.config.metrics);
+            sharded.health.push(health.clone());
+            let mut job_events = JobEvents {
+                inner: self.clone(),
+                tracker: Tracker::new(BatchJobs, scope, self.list_epoch.clone()),
+            };
+            let stream = watch_stream(jobs, watcher::Config::default().labels(&selector));
+            let stop = sharded.stop.clone();
+            self.tasks.spawn(async move {
+                follow_events(stream, Some(&health), &stop, &mut job_events).await;
+            });
+        }
+        for kind in self.kinds.values() {
+            if kind.watching.load(Ordering::SeqCst) {
+                self.spawn_kind_watchers_in(kind, &mut sharded);
+            }
+        }
+    }
+
+    /// Starts the watchers of a workload kind just discovered, in the current generation.
+    pub(super) fn spawn_kind_watchers(self: &Arc<Self>, kind: &Arc<Kind>) {
+        let mut sharded = self.sharded.lock().unwrap_or_else(PoisonError::into_inner);
+        self.spawn_kind_watchers_in(kind, &mut sharded);
+    }
+
+    fn spawn_kind_watchers_in(self: &Arc<Self>, kind: &Arc<Kind>, sharded: &mut ShardedWatches) {
+        let Some(shards) = sharded.shards else { return };
+        let Some(selector) = self.shard_selector(shards) else {
+            return;
+        };
+        if !sharded.kinds.insert(Arc::as_ptr(kind) as usize) {
+            return;
+        }
+        for (health, task) in self.kind_watchers(kind, &selector, &sharded.stop) {
+            sharded.health.push(health);
+            self.tasks.spawn(task);
+        }
     }
 
     /// Ready once started, not shutting down, and every Job and pod watcher has done its
     /// first list and is not failing.
+    ///
+    /// With replicas, it also needs its Lease renewed; its Job and workload watchers then
+    /// need only not to fail, so that a change of shards does not make it unready while the
+    /// new ones list.
     pub(super) fn is_ready(&self) -> bool {
         let watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
+        let sharded = self.sharded.lock().unwrap_or_else(PoisonError::into_inner);
+        let sharded_ready = match &self.membership {
+            None => sharded.shards.is_some() && sharded.health.iter().all(|w| w.is_ready()),
+            Some(membership) => membership.is_ready() && sharded.health.iter().all(|w| w.is_healthy()),
+        };
         !self.shutdown.is_cancelled()
             && self.started.load(Ordering::SeqCst)
-            && watchers
-                .iter()
-                .all(|w| w.listed.load(Ordering::Relaxed) && w.healthy.load(Ordering::Relaxed))
+            && watchers.iter().all(|w| w.is_ready())
+            && sharded_ready
     }
 }
 

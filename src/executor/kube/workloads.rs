@@ -25,19 +25,20 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
 
 use super::kinds::Kind;
 use super::launcher::launch_error;
 use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    MANAGED_SELECTOR, SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
+    SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
 };
 use super::status::PodInfo;
 use super::tracking::{Action, KindObjects, Tracker, Vanish};
 use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
 use super::{Inner, label, retry_delays};
 use crate::executor::ExecutorError;
-use crate::model::{Job, JobPhase, MappedPhase, WorkloadStatus};
+use crate::model::{Job, JobPhase, MappedPhase, SHARD_LABEL, WorkloadStatus, shard_of};
 use crate::templates::rules::STATUS_UNDERSTOOD;
 use crate::templates::{Retention, Stamp, WorkloadTemplate};
 
@@ -116,8 +117,21 @@ impl Inner {
         }
     }
 
-    fn spawn_kind_watchers(self: &Arc<Self>, kind: &Arc<Kind>) {
-        let Some(resource) = kind.resource() else { return };
+    /// The watchers of a workload kind's objects matching `selector`, one per scope, each
+    /// with its health, ending at `stop`.
+    pub(super) fn kind_watchers(
+        self: &Arc<Self>,
+        kind: &Arc<Kind>,
+        selector: &str,
+        stop: &CancellationToken,
+    ) -> Vec<(
+        Arc<WatcherHealth>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    )> {
+        let Some(resource) = kind.resource() else {
+            return Vec::new();
+        };
+        let mut watchers = Vec::new();
         for scope in self.watch_scopes() {
             let api: Api<DynamicObject> = match &scope {
                 Some(ns) => self.dynamic_api(&resource, ns),
@@ -125,7 +139,7 @@ impl Inner {
             };
             let where_ = scope.as_deref().unwrap_or("all namespaces");
             let health = WatcherHealth::new(format!("{} in {where_}", resource.plural), &self.config.metrics);
-            let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+            let config = watcher::Config::default().labels(selector);
             let events = watch_stream(api, config);
             let mut handler = KindEvents {
                 inner: self.clone(),
@@ -133,11 +147,13 @@ impl Inner {
                 resource: resource.clone(),
                 scope,
             };
-            let inner = self.clone();
-            self.tasks.spawn(async move {
-                follow_events(events, Some(&health), &inner.shutdown, &mut handler).await;
-            });
+            let stop = stop.clone();
+            let watched = health.clone();
+            watchers.push((health, async move {
+                follow_events(events, Some(&watched), &stop, &mut handler).await;
+            }));
         }
+        watchers
     }
 
     /// Follows CustomResourceDefinitions: a workload kind installed after jobgate started
@@ -276,6 +292,7 @@ impl Inner {
         ) else {
             return;
         };
+        let job_id = label(&obj.metadata, JOB_ID_LABEL).map(str::to_owned);
         let key = format!("{namespace}/{name}/{}", uid.clone().unwrap_or_default());
         if self.retention_timers.insert(key.clone(), ()).is_some() {
             return; // already scheduled
@@ -290,6 +307,11 @@ impl Inner {
                     inner.retention_timers.remove(&key);
                     return;
                 }
+            }
+            // The replica that owns the job's shard now deletes it.
+            if job_id.as_deref().is_some_and(|id| !inner.acts_for(id)) {
+                inner.retention_timers.remove(&key);
+                return;
             }
             let api = inner.dynamic_api(&resource, &namespace);
             let params = DeleteParams {
@@ -514,6 +536,7 @@ impl Inner {
         let mut labels = BTreeMap::from([
             (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
             (JOB_ID_LABEL.to_owned(), job.id.clone()),
+            (SHARD_LABEL.to_owned(), shard_of(&job.id).to_string()),
         ]);
         if let Some(name) = &job.spec.name {
             labels.insert(JOB_NAME_LABEL.to_owned(), name.clone());

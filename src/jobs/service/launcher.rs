@@ -28,7 +28,7 @@ const LAUNCH_CONCURRENCY: usize = 16;
 
 /// Retry delays while workloads cannot be created: exponential, capped, with jitter, so that
 /// many jobgates waiting for the same API server do not knock in step.
-fn launch_backoff() -> impl Iterator<Item = Duration> {
+pub(super) fn launch_backoff() -> impl Iterator<Item = Duration> {
     use backon::BackoffBuilder;
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(200))
@@ -54,7 +54,13 @@ pub(super) struct LaunchOutcome {
 pub(super) async fn launcher(inner: Arc<Inner>) {
     let mut backoff = launch_backoff();
     loop {
-        let batch = match inner.store.unlaunched_jobs(LAUNCH_BATCH).await {
+        // With replicas, only the jobs of this one's shards (none: nothing to read).
+        let shards = inner.shards.as_ref().map(|s| *s.borrow());
+        let batch = match shards.filter(|s| s.is_empty()) {
+            Some(_) => Ok(Vec::new()),
+            None => inner.store.unlaunched_jobs(LAUNCH_BATCH, shards).await,
+        };
+        let batch = match batch {
             Ok(batch) => batch,
             Err(e) => {
                 tracing::error!(error = %e, "launcher cannot read the outbox");
@@ -114,6 +120,8 @@ pub(super) async fn launcher(inner: Arc<Inner>) {
             match result {
                 Ok(()) => outcome.launched.push(id),
                 Err(ExecutorError::ShuttingDown) => return,
+                // Its shard moved to another replica meanwhile: that one launches it.
+                Err(ExecutorError::NotThisReplica(_)) => {}
                 Err(ExecutorError::Rejected { reason, message }) => {
                     tracing::warn!(job = %id, reason, %message, "workload rejected; the job fails");
                     outcome.rejected.push((id, reason, message));
@@ -182,7 +190,12 @@ pub(super) async fn canceller(inner: Arc<Inner>) {
     let mut backoff = launch_backoff();
     let mut retry = false;
     loop {
-        match inner.store.pending_cancellations(CANCEL_BATCH).await {
+        let shards = inner.shards.as_ref().map(|s| *s.borrow());
+        let pending = match shards.filter(|s| s.is_empty()) {
+            Some(_) => Ok(Vec::new()),
+            None => inner.store.pending_cancellations(CANCEL_BATCH, shards).await,
+        };
+        match pending {
             Ok(jobs) => {
                 for job in jobs {
                     if !in_flight.insert(job.id.clone()) {
@@ -196,6 +209,8 @@ pub(super) async fn canceller(inner: Arc<Inner>) {
                             let stopped = match executor.cancel(&job).await {
                                 Ok(()) => true,
                                 Err(ExecutorError::ShuttingDown) => return,
+                                // Another replica's now: it stops the workload.
+                                Err(ExecutorError::NotThisReplica(_)) => false,
                                 Err(e) => {
                                     tracing::error!(error = %e, "stopping a cancelled job's workload failed; will retry");
                                     false

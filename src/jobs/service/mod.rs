@@ -24,7 +24,10 @@
 //!   `job_status`, `watch_job`, logs, runs, history, stats, namespaces), each within the
 //!   caller's `Scope`;
 //! - `writer`: the one task that applies commands and observations to the store;
-//! - `launcher`: the launcher and the canceller, which talk to the executor.
+//! - `launcher`: the launcher and the canceller, which talk to the executor;
+//! - `follower`: with a shared store, publishes what any replica committed;
+//! - `shards`: with replicas dividing the work, hands the executor the jobs of the shards
+//!   this replica is assigned.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,6 +52,7 @@ mod follower;
 mod launcher;
 #[cfg(test)]
 mod launcher_tests;
+mod shards;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -236,6 +240,9 @@ struct Inner {
     /// then reads job state in its transaction, not from `active`, and the follower, not the
     /// writer, publishes what was committed.
     shared: bool,
+    /// With replicas dividing the work: the shards this one acts for (its launcher and
+    /// canceller take only their jobs). `None`: every job is this process's.
+    shards: Option<tokio::sync::watch::Receiver<crate::model::ShardSet>>,
     /// Wakes the follower: this replica's writer committed.
     committed: Notify,
     launch_wanted: Notify,
@@ -287,6 +294,7 @@ impl JobService {
         ));
         let (commands, commands_rx) = mpsc::channel(config.max_batch * 4);
         let unfinished = store.unfinished_jobs().await?;
+        let executor_shards = executor.shards();
         let active = DashMap::new();
         for r in &unfinished {
             active.insert(r.job.id.clone(), Arc::new(r.job.clone()));
@@ -304,6 +312,7 @@ impl JobService {
             commands,
             active,
             shared: wakeups.is_some(),
+            shards: executor_shards,
             committed: Notify::new(),
             launch_wanted: Notify::new(),
             cancel_wanted: Notify::new(),
@@ -341,14 +350,20 @@ impl JobService {
                 .spawn(follower::follower(inner.clone(), wakeups, head));
         }
         // Jobs launched before a restart go back to the executor, which reconciles them;
-        // jobs never launched are the launcher's.
-        for r in unfinished.into_iter().filter(|r| r.launched) {
-            let id = r.job.id.clone();
-            if let Err(e) = inner.executor.adopt(Arc::new(r.job)).await {
-                tracing::error!(job = %id, error = %e, "could not adopt job after restart");
+        // jobs never launched are the launcher's. With replicas, those of each shard go to
+        // the executor as this replica is assigned the shard.
+        if inner.shards.is_none() {
+            for r in unfinished.into_iter().filter(|r| r.launched) {
+                let id = r.job.id.clone();
+                if let Err(e) = inner.executor.adopt(Arc::new(r.job)).await {
+                    tracing::error!(job = %id, error = %e, "could not adopt job after restart");
+                }
             }
         }
         inner.executor.start().await;
+        if let Some(shards) = inner.shards.clone() {
+            inner.tasks.spawn(shards::shard_keeper(inner.clone(), shards));
+        }
         inner.tasks.spawn(launcher(inner.clone()));
         inner.tasks.spawn(canceller(inner.clone()));
         Ok(Self { inner })
