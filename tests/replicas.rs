@@ -19,11 +19,20 @@ fn input(name: &str) -> Value {
     json!({"name": name, "image": "busybox:1.36", "command": ["echo", "hello"]})
 }
 
+/// How long replicas' Leases last here (15 s by default): a dead replica's shards are taken
+/// over within it, and a new replica acts for its shards after it.
+const LEASE_SECS: &str = "4";
+
+/// The arguments of a replica on the Kubernetes executor sharing the database at `url`.
+fn shared(url: &str) -> [&str; 4] {
+    ["--database-url", url, "--lease-duration-secs", LEASE_SECS]
+}
+
 /// `count` replicas of jobgate on `cluster`, sharing the database at `url`.
 async fn replicas(cluster: &Cluster, url: &str, count: usize) -> Vec<Server> {
     let mut servers = Vec::new();
     for _ in 0..count {
-        servers.push(cluster.jobgate(&["--database-url", url]).await);
+        servers.push(cluster.jobgate(&shared(url)).await);
     }
     servers
 }
@@ -326,8 +335,50 @@ fn submitters(
         .collect()
 }
 
+/// The shards `server` acts for now, from its `/metrics`.
+async fn shards_owned(server: &Server) -> u64 {
+    let metrics = common::metrics_text(server).await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("jobgate_shards_owned "))
+        .unwrap_or_else(|| panic!("no jobgate_shards_owned in {metrics}"))
+        .parse()
+        .unwrap()
+}
+
+/// Waits until `servers` divide the 32 shards between them, each owning some.
+async fn until_shards_divided(servers: &[&Server]) {
+    let polling = common::Polling::start();
+    loop {
+        let mut owned = Vec::new();
+        for server in servers {
+            owned.push(shards_owned(server).await);
+        }
+        if owned.iter().sum::<u64>() == 32 && owned.iter().all(|n| *n > 0) {
+            return;
+        }
+        polling
+            .pause(|| format!("the replicas own {owned:?} shards, not all 32 between them"))
+            .await;
+    }
+}
+
+/// Reads `count` events of a `jobEvents` subscription; the cursor of the last one.
+async fn read_events(ws: &mut GqlWs, count: usize) -> i64 {
+    let mut last = 0;
+    for _ in 0..count {
+        let msg = ws.recv().await;
+        last = msg["payload"]["data"]["jobEvents"]["cursor"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not an event: {msg}"))
+            .parse()
+            .unwrap();
+    }
+    last
+}
+
 #[tokio::test]
-async fn kill_9_of_a_replica_mid_burst_loses_no_accepted_job_and_creates_no_second_workload() {
+async fn kill_9_of_one_replica_then_another_mid_burst_loses_no_job_and_the_survivor_takes_over() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let Some(pg) = Postgres::start_or_skip() else {
@@ -335,43 +386,43 @@ async fn kill_9_of_a_replica_mid_burst_loses_no_accepted_job_and_creates_no_seco
     };
     let cluster = Cluster::start().await;
     let url = pg.url();
-    let mut doomed = cluster.spawn_jobgate(&["--database-url", &url]).await;
-    let survivors = replicas(&cluster, &url, 2).await;
-    let mut watchers = Vec::new();
-    for server in &survivors {
-        watchers.push(events_socket(server, "0").await);
+    let mut doomed = vec![
+        cluster.spawn_jobgate(&shared(&url)).await,
+        cluster.spawn_jobgate(&shared(&url)).await,
+    ];
+    let survivor = cluster.jobgate(&shared(&url)).await;
+    let mut watcher = events_socket(&survivor, "0").await;
+    let mut clients_of_doomed = Vec::new();
+    for server in &doomed {
+        clients_of_doomed.push(events_socket(server, "0").await);
     }
-    let mut client_of_doomed = events_socket(&doomed, "0").await;
+    until_shards_divided(&[&doomed[0], &doomed[1], &survivor]).await;
 
-    // Four clients a replica submit continuously; the doomed one dies mid-burst.
+    // Four clients a replica submit continuously; one replica dies mid-burst, then another,
+    // and with them every shard they owned: the survivor must take them all over.
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicUsize::new(0));
-    let mut tasks = submitters(&doomed, 4, &stop, &answered);
-    for server in &survivors {
+    let mut tasks = submitters(&survivor, 4, &stop, &answered);
+    for server in &doomed {
         tasks.extend(submitters(server, 4, &stop, &answered));
     }
     let polling = common::Polling::start();
-    while answered.load(Ordering::Relaxed) < 40 {
-        polling
-            .pause(|| "submissions are not being answered".to_owned())
-            .await;
+    let mut resume_after = Vec::new();
+    for (server, client) in doomed.iter_mut().zip(&mut clients_of_doomed) {
+        let before = answered.load(Ordering::Relaxed);
+        while answered.load(Ordering::Relaxed) < before + 40 {
+            polling
+                .pause(|| "submissions are not being answered".to_owned())
+                .await;
+        }
+        // Its client has read some events: it resumes on the survivor after the last one.
+        resume_after.push(read_events(client, 3).await);
+        server.kill9();
     }
-    // The doomed replica's client has read some events: it will resume elsewhere after the
-    // last one it saw.
-    let mut last_seen = 0;
-    for _ in 0..3 {
-        let msg = client_of_doomed.recv().await;
-        last_seen = msg["payload"]["data"]["jobEvents"]["cursor"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-    }
-    doomed.kill9();
-    let after_kill = answered.load(Ordering::Relaxed);
-    while answered.load(Ordering::Relaxed) < after_kill + 40 {
+    let after_kills = answered.load(Ordering::Relaxed);
+    while answered.load(Ordering::Relaxed) < after_kills + 40 {
         polling
-            .pause(|| "the survivors stopped answering".to_owned())
+            .pause(|| "the survivor stopped answering".to_owned())
             .await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -380,36 +431,30 @@ async fn kill_9_of_a_replica_mid_burst_loses_no_accepted_job_and_creates_no_seco
         accepted.extend(task.await.unwrap());
     }
 
-    // Restarted, as its Deployment would: until watch work is sharded by Leases (issue 14),
-    // the jobs a dead replica launched are followed again by the next replica that starts.
-    let _restarted = doomed.start_again(&cluster.args(&["--database-url", &url])).await;
-
-    // Every subscriber of a survivor sees every accepted job finish, in order, once, and
-    // they agree.
-    let mut histories = Vec::new();
-    for ws in &mut watchers {
-        let seen = until_all_terminal(ws, &accepted).await;
-        assert_in_order_once(&seen);
-        histories.push(seen);
+    // The survivor's subscriber sees every accepted job finish, in order, once: the jobs the
+    // dead replicas had launched were adopted from their shards and followed to the end.
+    let history = until_all_terminal(&mut watcher, &accepted).await;
+    assert_in_order_once(&history);
+    // Each dead replica's client resumes on the survivor with nothing missed.
+    for last_seen in resume_after {
+        let mut resumed = events_socket(&survivor, &last_seen.to_string()).await;
+        let after = until_all_terminal(&mut resumed, &accepted).await;
+        assert_in_order_once(&after);
+        let expected: Vec<&Seen> = history.iter().filter(|e| e.0 > last_seen).collect();
+        assert_eq!(
+            after.iter().take(expected.len()).collect::<Vec<_>>(),
+            expected,
+            "the resumed stream differs from the survivor's"
+        );
     }
-    let shortest = histories.iter().map(Vec::len).min().unwrap();
-    assert_eq!(histories[0][..shortest], histories[1][..shortest]);
-    // The doomed replica's client resumes on a survivor with nothing missed.
-    let mut resumed = events_socket(&survivors[0], &last_seen.to_string()).await;
-    let after = until_all_terminal(&mut resumed, &accepted).await;
-    assert_in_order_once(&after);
-    let expected: Vec<&Seen> = histories[0].iter().filter(|e| e.0 > last_seen).collect();
-    assert_eq!(
-        after.iter().take(expected.len()).collect::<Vec<_>>(),
-        expected,
-        "the resumed stream differs from the survivors'"
-    );
     // Every accepted job ran once: one Job each.
     let managed = cluster.managed_jobs().await;
     for id in &accepted {
-        assert_eq!(survivors[1].job(id).await["phase"], "SUCCEEDED", "job {id}");
+        assert_eq!(survivor.job(id).await["phase"], "SUCCEEDED", "job {id}");
         assert_eq!(managed.get(id).map(Vec::len), Some(1), "job {id}: one Job");
     }
+    // Alone, it owns every shard.
+    assert_eq!(shards_owned(&survivor).await, 32);
 }
 
 #[tokio::test]

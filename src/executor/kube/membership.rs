@@ -472,15 +472,22 @@ pub fn assignment(live: &[&str], me: &str) -> ShardSet {
         .collect()
 }
 
-/// FNV-1a of the member's name and the shard: stable across builds and processes.
+/// FNV-1a of the member's name and the shard, then MurmurHash3's finaliser: stable across
+/// builds and processes, and every input bit reaches the high bits that decide the maximum
+/// (FNV alone lets names sharing a prefix, as pods' do, win every shard together).
 fn rendezvous(member: &str, shard: u32) -> u64 {
-    member
+    let mut h = member
         .bytes()
         .chain([b'/'])
         .chain(shard.to_le_bytes())
         .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
+        });
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// A name for this process: the host's (a pod's name in a cluster) and a random suffix.
@@ -537,6 +544,20 @@ mod tests {
             .fold(ShardSet::NONE, |u, s| s.iter().fold(u, ShardSet::with));
         assert_eq!(union, ShardSet::ALL);
         assert!(sets.iter().all(|s| !s.is_empty()), "{sets:?}");
+    }
+
+    #[test]
+    fn members_named_alike_share_the_shards_evenly() {
+        // Pods of one Deployment differ only in a suffix.
+        for names in [
+            ["vm-e9e46532", "vm-b2a46163", "vm-d27c4940"],
+            ["jobgate-7d9f-a", "jobgate-7d9f-b", "jobgate-7d9f-c"],
+        ] {
+            for me in names {
+                let n = assignment(&names, me).len();
+                assert!((6..=16).contains(&n), "{me} of {names:?} gets {n} of 32 shards");
+            }
+        }
     }
 
     #[test]
