@@ -566,3 +566,96 @@ async fn a_cancel_through_another_replica_stops_the_workload_and_every_replica_r
     let counts = cluster.emu.requests();
     assert_eq!(counts.of("jobs.batch", "create"), 1, "{counts:?}");
 }
+
+/// Sends `signal` to a spawned jobgate.
+fn signal(server: &Server, signal: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(server.pid()), signal).unwrap();
+}
+
+/// How many requests to the Kubernetes API `server` made with this verb that ended with this
+/// code (`error`: no answer, or refused before it was sent), from its `/metrics`.
+async fn kube_requests(server: &Server, verb: &str, code: &str) -> u64 {
+    let metrics = common::metrics_text(server).await;
+    let (verb, code) = (format!("verb=\"{verb}\""), format!("code=\"{code}\""));
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("jobgate_kube_requests_total{") && l.contains(&verb) && l.contains(&code))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test]
+async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
+    use nix::sys::signal::Signal;
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let cluster = Cluster::start().await;
+    let url = pg.url();
+    // A alone: every shard is its own.
+    let paused = cluster.spawn_jobgate(&shared(&url)).await;
+    until_shards_divided(&[&paused]).await;
+
+    // Its create of the next job is held up: the API server answers 429 and asks it to come
+    // back in 40 s, which its Kubernetes client (kube-rs retries 429s) waits out.
+    cluster.emu.throttle("jobs.batch", "create", 40);
+    let id = paused.submit(input("fenced")).await;
+    let polling = common::Polling::start();
+    while cluster.emu.requests().injected_failures == 0 {
+        polling
+            .pause(|| "jobgate never tried to create the job".to_owned())
+            .await;
+    }
+    // Paused mid-retry, for longer than its Lease.
+    signal(&paused, Signal::SIGSTOP);
+    let successor = cluster.jobgate(&shared(&url)).await;
+    // The successor counts it dead once its Lease has not moved for a lease duration, and
+    // takes every shard.
+    until_shards_divided(&[&successor]).await;
+    cluster.emu.unthrottle();
+    // It launches the job (once the paused replica's claim on it has expired) and follows it
+    // to the end; then the Job is cleaned up, as its TTL would.
+    loop {
+        let job = successor.job(&id).await;
+        if job["phase"] == "SUCCEEDED" {
+            break;
+        }
+        polling
+            .pause(|| format!("the successor never ran the job: {job}"))
+            .await;
+    }
+    let name = jobgate::executor::kube::manifest::workload_name(&id);
+    cluster
+        .jobs()
+        .delete(&name, &kube::api::DeleteParams::background())
+        .await
+        .unwrap();
+    while cluster.managed_jobs().await.contains_key(&id) {
+        polling.pause(|| "the Job was never deleted".to_owned()).await;
+    }
+
+    // Resumed: the create it was waiting to retry comes due, and must be refused. It rejoins
+    // and takes its share of shards back, which must not revive that create either.
+    signal(&paused, Signal::SIGCONT);
+    // Its client's create ends in an error: the retry was refused before it was sent (on a
+    // replica without fencing it is answered 201, and a second Job runs).
+    while kube_requests(&paused, "create", "error").await == 0 {
+        polling
+            .pause(|| "the resumed replica's stale create never ended".to_owned())
+            .await;
+    }
+    until_shards_divided(&[&paused, &successor]).await;
+    // One Job was ever created for the job (the successor's), and it is gone: no second run.
+    let counts = cluster.emu.requests();
+    assert_eq!(
+        counts.of("jobs.batch", "create") - counts.injected_failures,
+        1,
+        "{counts:?}"
+    );
+    assert!(
+        !cluster.managed_jobs().await.contains_key(&id),
+        "a second Job was created"
+    );
+    let job = successor.job(&id).await;
+    assert_eq!(job["phase"], "SUCCEEDED", "{job}");
+}

@@ -51,8 +51,8 @@ pub enum ExecutorError {
     #[error("{0}")]
     Cluster(String),
     /// The job's shard is not this replica's (any more): the replica that owns it acts.
-    #[error("job {0} is in a shard another replica acts for")]
-    NotThisReplica(String),
+    #[error("the job's shard is another replica's now")]
+    NotThisReplica,
 }
 
 /// The lines `read` returns, as a log stream that then ends (a job's tail, not followed).

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 
+use super::fence::is_fenced;
 use super::manifest::{self, JOB_ID_LABEL, workload_name};
 use super::tracking::{self, BatchJobs};
 use super::{Inner, label, retry_delays};
@@ -29,6 +30,9 @@ use crate::model::Job;
 
 /// How a failed API call is reported to the launcher.
 pub(super) fn launch_error(action: &str, e: kube::Error) -> ExecutorError {
+    if is_fenced(&e) {
+        return ExecutorError::NotThisReplica;
+    }
     match e {
         kube::Error::Api(s) => {
             let message = format!("{action}: {} ({} {})", s.message, s.code, s.reason);
@@ -77,7 +81,7 @@ impl Inner {
         // Fenced: a replica whose shard moved on while it waited must not create a workload
         // the new owner may already have created, run and deleted.
         if !self.acts_for(&job.id) {
-            return Err(ExecutorError::NotThisReplica(job.id.clone()));
+            return Err(ExecutorError::NotThisReplica);
         }
         self.track(&job, None);
         // The list epoch is read once the workload exists: every list of its kind that
@@ -114,6 +118,11 @@ impl Inner {
                 self.tracked
                     .remove_if(&job.id, |_, t| t.confirmed_epoch.is_none());
                 self.cancelled_while_creating.remove(&job.id);
+                // Refused by the fence, or failed while the shard moved on: not a failure
+                // of the launch, which the replica owning the shard now makes.
+                if !self.acts_for(&job.id) {
+                    return Err(ExecutorError::NotThisReplica);
+                }
                 Err(e)
             }
         }
@@ -153,7 +162,7 @@ impl Inner {
     pub(super) async fn cancel(self: &Arc<Self>, job: &Job) -> Result<(), ExecutorError> {
         let job_id = &job.id;
         if !self.acts_for(job_id) {
-            return Err(ExecutorError::NotThisReplica(job_id.clone()));
+            return Err(ExecutorError::NotThisReplica);
         }
         // Untracked first, so the deletion is not reported as a vanished workload.
         if let Some((_, t)) = self.tracked.remove(job_id)
@@ -191,6 +200,8 @@ impl Inner {
                     return Ok(());
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                // Its shard moved on: the replica that owns it now stops it.
+                Err(e) if is_fenced(&e) => return Err(ExecutorError::NotThisReplica),
                 Err(e) => {
                     tracing::warn!(job = %job_id, error = %e, "deleting the cancelled job's Job failed; retrying");
                     let delay = delays.next().unwrap_or(Duration::from_secs(30));

@@ -20,8 +20,9 @@
 //!   replica still acting for a shard that moves to it has seen it and let the shard go
 //!   (a fresh replica's shards wait up to one lease duration: a gap, never an overlap).
 //!
-//! Every action on a job asks [`Membership::acts_for`] at the moment it acts; the shards
-//! published by [`Membership::shards`] drive what is watched and adopted.
+//! The result is kept in the [`Fence`] (`fence.rs`): every action on a job asks it at the
+//! moment it acts, every write to the cluster made for a job is checked by it, and the shards
+//! it publishes drive what is watched and adopted.
 //!
 //! It owns the Lease of this replica, the view of the others' and the assignment. It must not
 //! act on jobs itself: the executor and the job service do, asking it first.
@@ -39,9 +40,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::fence::Fence;
 use super::manifest::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::watch::{WatcherHealth, watch_stream};
-use crate::model::{SHARD_COUNT, ShardSet, shard_of};
+use crate::model::{SHARD_COUNT, ShardSet};
 
 /// The label that marks member Leases, and its value.
 pub const LEASE_ROLE_LABEL: &str = "jobgate.io/lease";
@@ -71,11 +73,9 @@ pub struct Membership {
     lease_name: String,
     api: Api<Lease>,
     duration: Duration,
-    /// The shards this replica acts for, as last assigned.
-    shards: watch::Sender<ShardSet>,
-    /// Until when this replica may act: its last renewal's start plus 2/3 of the duration,
-    /// once it has been a member for a whole duration; `None` while it may not act at all.
-    acting_until: Mutex<Option<Instant>>,
+    /// The shards this replica acts for, and until when: its last renewal's start plus 2/3
+    /// of the duration, once it has been a member for a whole duration.
+    fence: Arc<Fence>,
     /// When the last successful renewal started, for readiness.
     last_renewal: Mutex<Option<Instant>>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -105,6 +105,7 @@ impl Membership {
     pub(super) fn new(
         client: kube::Client,
         config: &MembershipConfig,
+        fence: Arc<Fence>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Arc<Self> {
         let identity = config.replica_id.clone().unwrap_or_else(default_identity);
@@ -118,8 +119,7 @@ impl Membership {
             identity,
             api: Api::namespaced(client, &namespace),
             duration: config.lease_duration,
-            shards: watch::Sender::new(ShardSet::NONE),
-            acting_until: Mutex::new(None),
+            fence,
             last_renewal: Mutex::new(None),
             metrics,
             health,
@@ -133,24 +133,7 @@ impl Membership {
 
     /// The shards this replica acts for, as they change.
     pub fn shards(&self) -> watch::Receiver<ShardSet> {
-        self.shards.subscribe()
-    }
-
-    /// Whether this replica may act, now, on the job with this id: its shard is assigned
-    /// here and the fence has not lapsed. Counts a refusal in `/metrics`.
-    pub fn acts_for(&self, job_id: &str) -> bool {
-        let acting = self.shards.borrow().holds(job_id) && self.is_fresh();
-        if !acting {
-            self.metrics.shard_actions_fenced.inc();
-            tracing::debug!(job = %job_id, shard = shard_of(job_id), "not acting: its shard is not this replica's now");
-        }
-        acting
-    }
-
-    /// Whether the fence has not lapsed: renewed recently enough, and a member long enough.
-    fn is_fresh(&self) -> bool {
-        let until = *self.acting_until.lock().unwrap_or_else(PoisonError::into_inner);
-        until.is_some_and(|until| Instant::now() < until)
+        self.fence.shards()
     }
 
     /// Ready while its Lease is renewed (whether or not it owns shards yet) and the watch
@@ -160,8 +143,8 @@ impl Membership {
     }
 
     fn renewed_recently(&self) -> bool {
-        // While joining, `acting_until` is None though renewals succeed: readiness looks at
-        // the renewal alone.
+        // While joining it may not act though renewals succeed: readiness looks at the
+        // renewal alone.
         self.last_renewal
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -405,27 +388,20 @@ impl Membership {
             let until = o.renewed_at + self.renew_deadline();
             (member_long_enough && now < until).then_some(until)
         });
-        *self.acting_until.lock().unwrap_or_else(PoisonError::into_inner) = acting_until;
-        let shards = match acting_until {
-            Some(_) => assignment(&live, &self.identity),
-            None => ShardSet::NONE,
-        };
-        self.metrics.shards_owned.set(shards.len() as i64);
-        self.shards.send_if_modified(|current| {
-            if *current == shards {
-                return false;
-            }
-            tracing::info!(replica = %self.identity, shards = %shards.to_list(), replicas = live.len(), "shards assigned");
-            *current = shards;
-            true
-        });
+        let shards = assignment(&live, &self.identity);
+        if self.fence.set(shards, acting_until) {
+            let acting = if acting_until.is_some() {
+                shards
+            } else {
+                ShardSet::NONE
+            };
+            tracing::info!(replica = %self.identity, shards = %acting.to_list(), replicas = live.len(), "shards assigned");
+        }
     }
 
     /// Stops acting, then deletes this replica's Lease so that its shards move at once.
     async fn leave(&self, own: Option<Own>) {
-        *self.acting_until.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        self.shards.send_replace(ShardSet::NONE);
-        self.metrics.shards_owned.set(0);
+        self.fence.set(ShardSet::NONE, None);
         let Some(own) = own else { return };
         self.forget(&self.lease_name, &own.resource_version).await;
     }

@@ -34,14 +34,17 @@
 //!   watchers, decoding, cancelling, retention;
 //! - `manifest.rs`: the batch Job a job becomes, and the names and labels jobgate stamps;
 //! - `membership.rs`: with replicas sharing a database, this replica's Lease, the others',
-//!   and the shards of the job space it acts for; every action on a job asks it first
-//!   ([`Inner::acts_for`]), and the Job and workload watches select only its shards;
+//!   and the shards of the job space it acts for;
+//! - `fence.rs`: what those shards allow now: every action on a job asks it first
+//!   (`Inner::acts_for`), and a layer of the client refuses writes made for a job of another
+//!   replica's shard, or begun before the shard last changed hands, retries included;
 //! - `status.rs`: reading a Job's status and a pod's run;
 //! - `requests.rs`: counting API requests for `/metrics`.
 //!
 //! All of them add methods to one shared `Inner`, the executor's state; every watcher and
 //! spawned task holds an `Arc` of it, is tracked by its `tasks`, and ends at its `shutdown`.
 
+mod fence;
 mod kinds;
 mod launcher;
 mod logs;
@@ -73,6 +76,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use self::fence::Fence;
 use self::manifest::ManifestDefaults;
 use self::membership::{Membership, MembershipConfig};
 use self::pods::JobPods;
@@ -167,8 +171,10 @@ struct Inner {
     /// The Job and workload-kind watchers, which follow the shards this replica acts for
     /// (every job, without replicas) and restart when those change.
     sharded: std::sync::Mutex<watch::ShardedWatches>,
-    /// With replicas: this replica's membership, which says which jobs it acts for.
+    /// With replicas: this replica's membership, which assigns it shards,
     membership: Option<Arc<Membership>>,
+    /// and what they allow it now.
+    fence: Option<Arc<Fence>>,
     /// Ends the membership (it deletes this replica's Lease) once every other task ended.
     membership_task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     membership_stop: CancellationToken,
@@ -202,13 +208,29 @@ impl KubeExecutor {
             None if config.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
             None => kube::Config::infer().await?,
         };
+        let fence = config
+            .membership
+            .as_ref()
+            .map(|_| Fence::new(config.metrics.clone()));
+        // kube-rs's retries of 429/503/504, rebuilt around the fence so that every attempt
+        // is fenced: a paused replica must not resume a create its successor made moot.
+        let mut client_config = client_config;
+        client_config.default_retry = false;
         let client = kube::client::ClientBuilder::try_from(client_config)?
+            // The retry layer clones the service below it: a buffer makes the client's one
+            // service shareable (its worker only hands each call's future back).
+            .with_layer(&tower::buffer::BufferLayer::new(1024))
+            .with_layer(&fence::FenceLayer(fence.clone()))
+            .with_layer(&tower::retry::RetryLayer::new(
+                kube::client::retry::RetryPolicy::server_retry(),
+            ))
             .with_layer(&requests::CountRequestsLayer(config.metrics.clone()))
             .build();
         let membership = config
             .membership
             .as_ref()
-            .map(|m| Membership::new(client.clone(), m, config.metrics.clone()));
+            .zip(fence.clone())
+            .map(|(m, fence)| Membership::new(client.clone(), m, fence, config.metrics.clone()));
         let kinds = config
             .templates
             .iter()
@@ -232,6 +254,7 @@ impl KubeExecutor {
                 watchers: std::sync::Mutex::new(Vec::new()),
                 sharded: std::sync::Mutex::new(watch::ShardedWatches::default()),
                 membership,
+                fence,
                 membership_task: std::sync::Mutex::new(None),
                 membership_stop: CancellationToken::new(),
                 kinds,
@@ -282,7 +305,15 @@ impl Inner {
     /// Whether this replica may act on the job now (always, without replicas): asked right
     /// before every action on a job, so that a replica whose shard moved on acts no more.
     fn acts_for(&self, job_id: &str) -> bool {
-        self.membership.as_ref().is_none_or(|m| m.acts_for(job_id))
+        self.fence.as_ref().is_none_or(|f| f.acts_for(job_id))
+    }
+
+    /// Runs `action` on the job `job_id`, its writes to the cluster fenced (see `fence.rs`).
+    async fn acting_for<F: std::future::Future>(&self, job_id: &str, action: F) -> F::Output {
+        match &self.fence {
+            Some(fence) => fence.acting_for(job_id, action).await,
+            None => action.await,
+        }
     }
 
     /// Reports what was observed of a job's workload to the job service.
@@ -326,7 +357,8 @@ impl Executor for KubeExecutor {
     }
 
     async fn launch(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
-        self.inner.launch(job).await
+        let id = job.id.clone();
+        self.inner.acting_for(&id, self.inner.launch(job)).await
     }
 
     async fn adopt(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
@@ -356,7 +388,7 @@ impl Executor for KubeExecutor {
     }
 
     async fn cancel(&self, job: &Job) -> Result<(), ExecutorError> {
-        self.inner.cancel(job).await
+        self.inner.acting_for(&job.id, self.inner.cancel(job)).await
     }
 
     fn template_available(&self, template: &str) -> Result<(), String> {

@@ -27,6 +27,7 @@ use kube::api::{
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
+use super::fence::is_fenced;
 use super::kinds::Kind;
 use super::launcher::launch_error;
 use super::manifest::{
@@ -321,7 +322,11 @@ impl Inner {
                 }),
                 ..DeleteParams::background()
             };
-            match api.delete(&name, &params).await {
+            let deleted = match &job_id {
+                Some(id) => inner.acting_for(id, api.delete(&name, &params)).await,
+                None => api.delete(&name, &params).await,
+            };
+            match deleted {
                 Ok(_) => tracing::info!(%namespace, %name, kind = %resource.kind, "deleted a finished workload after its retention"),
                 Err(e) if is_not_found(&e) => {}
                 // Kept in the timers' set only while scheduled: the next list schedules it again.
@@ -618,6 +623,7 @@ impl Inner {
                     return Ok(());
                 }
                 Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_fenced(&e) => return Err(ExecutorError::NotThisReplica),
                 Err(e) => {
                     tracing::warn!(job = %job_id, error = %e, "cancelling the job's workload failed; retrying");
                     let delay = delays.next().unwrap_or(Duration::from_secs(30));

@@ -121,7 +121,7 @@ pub(super) async fn launcher(inner: Arc<Inner>) {
                 Ok(()) => outcome.launched.push(id),
                 Err(ExecutorError::ShuttingDown) => return,
                 // Its shard moved to another replica meanwhile: that one launches it.
-                Err(ExecutorError::NotThisReplica(_)) => {}
+                Err(ExecutorError::NotThisReplica) => {}
                 Err(ExecutorError::Rejected { reason, message }) => {
                     tracing::warn!(job = %id, reason, %message, "workload rejected; the job fails");
                     outcome.rejected.push((id, reason, message));
@@ -210,7 +210,7 @@ pub(super) async fn canceller(inner: Arc<Inner>) {
                                 Ok(()) => true,
                                 Err(ExecutorError::ShuttingDown) => return,
                                 // Another replica's now: it stops the workload.
-                                Err(ExecutorError::NotThisReplica(_)) => false,
+                                Err(ExecutorError::NotThisReplica) => false,
                                 Err(e) => {
                                     tracing::error!(error = %e, "stopping a cancelled job's workload failed; will retry");
                                     false

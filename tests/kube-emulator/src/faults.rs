@@ -60,6 +60,9 @@ struct Counters {
 pub struct Faults {
     /// `(remaining, status)`: the next `remaining` resource requests answer `status`.
     fail_next: Mutex<(usize, u16)>,
+    /// `(resource, verb, seconds)`: every such request answers 429 with `Retry-After:
+    /// seconds`, until lifted.
+    throttled: Mutex<Option<(String, String, u64)>>,
     /// Bumped to end every open watch; each watch holds a receiver.
     drop_watches: watch::Sender<u64>,
     counters: Mutex<Counters>,
@@ -70,6 +73,7 @@ impl Default for Faults {
     fn default() -> Self {
         Faults {
             fail_next: Mutex::new((0, 500)),
+            throttled: Mutex::new(None),
             drop_watches: watch::Sender::new(0),
             counters: Mutex::new(Counters::default()),
             open_watches: AtomicU64::new(0),
@@ -102,6 +106,29 @@ impl Faults {
         budget.0 -= 1;
         self.counters.lock().unwrap_or_else(|p| p.into_inner()).injected += 1;
         Some(budget.1)
+    }
+
+    /// Every `verb` request on `resource` (a counter key, e.g. `jobs.batch`) is answered
+    /// `429` with `Retry-After: seconds` until [`Faults::unthrottle`].
+    pub fn throttle(&self, resource: &str, verb: &str, seconds: u64) {
+        *self.throttled.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((resource.to_owned(), verb.to_owned(), seconds));
+    }
+
+    pub fn unthrottle(&self) {
+        *self.throttled.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The `Retry-After` seconds to answer this request with, if it is throttled (counted as
+    /// an injected failure).
+    pub fn throttled(&self, resource: &str, verb: &str) -> Option<u64> {
+        let throttled = self.throttled.lock().unwrap_or_else(|p| p.into_inner());
+        let (r, v, seconds) = throttled.as_ref()?;
+        if r != resource || v != verb {
+            return None;
+        }
+        self.counters.lock().unwrap_or_else(|p| p.into_inner()).injected += 1;
+        Some(*seconds)
     }
 
     /// Ends every watch stream open now (they finish cleanly, as when a server drops them).

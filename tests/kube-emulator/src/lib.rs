@@ -242,6 +242,18 @@ impl Emulator {
         self.api.faults.fail_next(n, status);
     }
 
+    /// Every `verb` request (`create`, `delete`, …) on `resource` (`jobs.batch`, `pods`, …) is
+    /// answered `429 Too Many Requests` with `Retry-After: seconds` until [`Emulator::unthrottle`]:
+    /// a client that honours it waits that long before trying again.
+    pub fn throttle(&self, resource: &str, verb: &str, seconds: u64) {
+        self.api.faults.throttle(resource, verb, seconds);
+    }
+
+    /// Lifts [`Emulator::throttle`].
+    pub fn unthrottle(&self) {
+        self.api.faults.unthrottle();
+    }
+
     /// Makes the server unreachable: the listener is closed and live connections are cut before
     /// this returns.
     pub async fn go_down(&self) {

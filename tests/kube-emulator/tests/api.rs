@@ -1042,6 +1042,25 @@ async fn status_errors_surface_as_kube_rs_api_errors() {
     emulator.fail_next(1, 429);
     jobs.get("dup").await.expect("kube-rs retries a 429");
     assert_eq!(emulator.requests().injected_failures, 3);
+
+    // Throttling one verb of one resource: only those requests get 429 with the Retry-After
+    // asked for, until lifted.
+    emulator.throttle("jobs.batch", "create", 30);
+    let no_retry_jobs = Api::<Job>::namespaced(self::client(&emulator, false), "default");
+    let status = api_error(
+        no_retry_jobs
+            .create(&PostParams::default(), &job("throttled"))
+            .await,
+    );
+    assert_eq!((status.code, status.reason.as_str()), (429, "TooManyRequests"));
+    assert_eq!(status.details.map(|d| d.retry_after_seconds), Some(30));
+    jobs.get("dup").await.expect("other verbs pass");
+    emulator.unthrottle();
+    no_retry_jobs
+        .create(&PostParams::default(), &job("throttled"))
+        .await
+        .expect("lifted");
+    assert_eq!(emulator.requests().injected_failures, 4);
     emulator.shutdown().await;
 }
 

@@ -383,6 +383,9 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
         tracing::debug!(code, path = %path, "injected failure");
         return ApiError::injected(code).into_response();
     }
+    if let Some(seconds) = api.faults.throttled(&target.counter_key(), verb.as_str()) {
+        return ApiError::too_many_requests_after(seconds).into_response();
+    }
     let body = match axum::body::to_bytes(Body::new(body), MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {

@@ -261,9 +261,14 @@ impl ApiError {
     }
 
     pub fn too_many_requests() -> Self {
+        Self::too_many_requests_after(1)
+    }
+
+    /// 429 asking the client to wait `seconds` (header and `details` both say it).
+    pub fn too_many_requests_after(seconds: u64) -> Self {
         ApiError {
-            details: Box::new(json!({"retryAfterSeconds": 1})),
-            retry_after: Some(1),
+            details: Box::new(json!({"retryAfterSeconds": seconds})),
+            retry_after: Some(seconds),
             ..Self::new(
                 429,
                 "TooManyRequests",
