@@ -8,13 +8,15 @@ and consistent with each other and with jobgate's configuration.
 
 kubernetes-validate (run by deploy/validate) proves every object is well formed for the API;
 this proves the objects make sense together: the Role grants exactly what jobgate uses in
-every namespace it may run jobs in and nothing anywhere else, the pod runs locked down, the
-Service and NetworkPolicy select the pod, every JOBGATE_* variable and every key of a mounted
-jobgate.toml is a setting jobgate reads (with the right type, and never set twice), jobgate
-will start (credentials it can read, or anonymous access said explicitly, and only in the dev
-overlay), the PodDisruptionBudget lets the single pod be evicted, and a ServiceMonitor (a kind
-kubernetes-validate has no schema for: `--without-unschemaed` writes a copy without them for
-it) is well formed and scrapes jobgate's /metrics.
+every namespace it may run jobs in and nothing anywhere else (Leases only in its own namespace,
+and only with a shared PostgreSQL database), the pod runs locked down, the Service and
+NetworkPolicy select the pod, every JOBGATE_* variable and every key of a mounted jobgate.toml
+is a setting jobgate reads (with the right type, and never set twice), jobgate will start
+(credentials it can read, or anonymous access said explicitly, and only in the dev overlay),
+one replica on SQLite and its claim, or several on PostgreSQL each with its own identity and
+data directory, the PodDisruptionBudget lets a pod be evicted but never all of several, and a
+ServiceMonitor (a kind kubernetes-validate has no schema for: `--without-unschemaed` writes a
+copy without them for it) is well formed and scrapes jobgate's /metrics.
 It needs PyYAML (installed with kubernetes-validate), Python 3.11's tomllib, and reads
 src/config.rs; it changes nothing. Every problem is reported, then it exits 1.
 """
@@ -52,6 +54,23 @@ WORKLOAD_RESOURCES = {
 }
 # The Role for workload kinds (deploy/overlays/workload-kinds) is held to this instead.
 WORKLOAD_ROLE = "jobgate-workloads"
+# What replicas sharing a PostgreSQL database (JOBGATE_DATABASE_URL) do to the Leases they
+# coordinate through, in jobgate's own namespace only (see deploy/overlays/ha/role-leases.yaml):
+# each creates, renews (update), reads and deletes its own member Lease, follows the others'
+# with list and watch, and deletes a dead replica's. Granted by a Role of this name, held to
+# exactly this, allowed only in the namespace jobgate runs in and only with a database URL,
+# and required there when one is set; any other Role granting Leases fails as granting more
+# than NEEDED.
+LEASE_ROLE = "jobgate-leases"
+LEASES_NEEDED = {("coordination.k8s.io", "leases", v) for v in ("get", "list", "watch", "create", "update", "delete")}
+# The shared database: with it set, several replicas may run (each needs its own identity in
+# the Leases); without it jobgate keeps its jobs in SQLite on its data volume, one replica.
+DATABASE_VAR = "JOBGATE_DATABASE_URL"
+REPLICA_ID_VAR = "JOBGATE_REPLICA_ID"
+LEASE_NAMESPACE_VAR = "JOBGATE_LEASE_NAMESPACE"
+# The port egress to PostgreSQL must be allowed on when the pod's egress is restricted. The URL
+# is in a Secret, so its port is unknown here; the overlays assume PostgreSQL's default.
+POSTGRES_PORT = 5432
 
 
 def workload_needed():
@@ -179,6 +198,11 @@ def env_of(container):
 
 # The value of a variable set by reference (valueFrom), unknown until the pod starts.
 FROM_REF = "<from a reference>"
+
+
+def value_from(container, var):
+    """The valueFrom of the variable `var` ({} when it is unset or a literal value)."""
+    return next((e.get("valueFrom") or {} for e in container.get("env") or [] if e["name"] == var), {})
 
 
 def is_dev(dep):
@@ -313,7 +337,8 @@ def check_auth(settings, container, volumes, known, cw, dev):
 
 
 def check_disruption_budget(by_kind, home, replicas, pod_labels):
-    """One PodDisruptionBudget for jobgate's pod, which lets it be evicted (see deploy/base/pdb.yaml)."""
+    """One PodDisruptionBudget for jobgate's pods, which lets a drain evict one of them (see
+    deploy/base/pdb.yaml) and, when there are several, never all of them at once."""
     errors = []
     ours = []
     for pdb in by_kind.get("PodDisruptionBudget", []):
@@ -328,17 +353,56 @@ def check_disruption_budget(by_kind, home, replicas, pod_labels):
                 return -(-int(v[:-1]) * replicas // 100)
             return v
 
-        blocks = ("minAvailable" in s and pods(s["minAvailable"]) >= replicas) or (
-            "maxUnavailable" in s and pods(s["maxUnavailable"]) < 1
-        )
-        if blocks:
+        if ("minAvailable" in s) == ("maxUnavailable" in s):
+            errors.append(f"{name(pdb)}: must set exactly one of minAvailable and maxUnavailable")
+            continue
+        # How many of the replicas a drain may evict at once.
+        evictable = replicas - pods(s["minAvailable"]) if "minAvailable" in s else pods(s["maxUnavailable"])
+        if evictable < 1:
             errors.append(
                 f"{name(pdb)}: allows no eviction of jobgate's {replicas} pod(s): every node drain would "
                 "block on it; use maxUnavailable: 1 (jobgate is restart-safe)"
             )
+        elif replicas > 1 and evictable >= replicas:
+            errors.append(
+                f"{name(pdb)}: lets a drain evict all {replicas} of jobgate's pods at once, which the "
+                "replicas exist to prevent; keep at least one running (maxUnavailable: 1)"
+            )
     if len(ours) != 1:
         errors.append(f"expected one PodDisruptionBudget for jobgate's pod, found {len(ours)}")
     return errors
+
+
+def allows_tcp(rule, port):
+    """Whether the egress rule `rule` lets TCP to `port` out (to its peers, if it names any)."""
+    if not rule.get("ports"):
+        return True  # no ports: every port
+    for p in rule["ports"]:
+        if p.get("protocol", "TCP") != "TCP":
+            continue
+        if "port" not in p:
+            return True
+        if isinstance(p["port"], int) and p["port"] <= port <= p.get("endPort", p["port"]):
+            return True
+    return False
+
+
+def check_database_egress(by_kind, home, pod_labels):
+    """Where a NetworkPolicy restricts the pod's egress, one of its rules lets PostgreSQL out."""
+    restricting = [
+        pol
+        for pol in by_kind.get("NetworkPolicy", [])
+        if pol["metadata"].get("namespace") == home
+        and "Egress" in ((pol.get("spec") or {}).get("policyTypes") or [])
+        and matches(((pol.get("spec") or {}).get("podSelector") or {}).get("matchLabels"), pod_labels)
+    ]
+    rules = [rule for pol in restricting for rule in pol["spec"].get("egress") or []]
+    if restricting and not any(allows_tcp(rule, POSTGRES_PORT) for rule in rules):
+        return [
+            f"{DATABASE_VAR} is set, but {', '.join(name(p) for p in restricting)} let no TCP to port "
+            f"{POSTGRES_PORT} out: jobgate could not reach PostgreSQL"
+        ]
+    return []
 
 
 # What a ServiceMonitor (monitoring.coreos.com/v1) may contain here, field by field: the part of
@@ -455,6 +519,10 @@ def check(docs, known):
     by_kind = {}
     for obj in docs:
         by_kind.setdefault(obj.get("kind"), []).append(obj)
+        # A checkov check skipped for one object says why, as deploy/.checkov.yaml's entries must.
+        for key, value in ((obj.get("metadata") or {}).get("annotations") or {}).items():
+            if key.startswith("checkov.io/skip") and not re.fullmatch(r"CKV2?_[A-Z0-9_]+=\s*\S.*", str(value), re.S):
+                errors.append(f"{name(obj)}: annotation {key} skips a checkov check without a reason (CKV_…=<why>)")
         if obj.get("kind") in FORBIDDEN_KINDS:
             errors.append(f"{name(obj)}: jobgate's manifests must not contain a {obj['kind']}")
         for where, labels in [("labels", (obj.get("metadata") or {}).get("labels") or {})] + [
@@ -476,11 +544,8 @@ def check(docs, known):
     pod_labels = spec["template"]["metadata"].get("labels") or {}
     where = name(dep)
     dev = is_dev(dep)
+    replicas = spec.get("replicas", 1)
 
-    if spec.get("replicas") != 1:
-        errors.append(f"{where}: replicas must be 1 (SQLite has a single writer)")
-    if (spec.get("strategy") or {}).get("type") != "Recreate":
-        errors.append(f"{where}: strategy must be Recreate (the old pod holds the data volume and lock)")
     if not matches(spec["selector"].get("matchLabels"), pod_labels):
         errors.append(f"{where}: selector does not match the pod template's labels")
 
@@ -541,6 +606,7 @@ def check(docs, known):
         for var in sorted(set(env) - set(known)):
             if var.startswith("JOBGATE_"):
                 errors.append(f"{cw}: {var} is not a variable jobgate reads (src/config.rs)")
+        variables = env
         # From here on, `env` is every setting: the variables and the configuration file's keys.
         config_errors, env = effective(env, c, volumes, by_kind, home, known, cw)
         errors += config_errors
@@ -552,11 +618,51 @@ def check(docs, known):
         for var in ("JOBGATE_LISTEN", "JOBGATE_DATA_DIR", "JOBGATE_EXECUTOR"):
             if var not in env:
                 errors.append(f"{cw}: {var} must be set")
+        # Credentials are files from Secrets (checkov's CKV_K8S_35); the database URL is the one
+        # setting jobgate reads only as a variable, and the only one a skip of that check covers.
+        for e in c.get("env") or []:
+            if "secretKeyRef" in (e.get("valueFrom") or {}) and e["name"] != DATABASE_VAR:
+                errors.append(f"{cw}: {e['name']} comes from a Secret as a variable; credentials are files")
+        if any("secretRef" in source for source in c.get("envFrom") or []):
+            errors.append(f"{cw}: envFrom a Secret: credentials are files")
+        shared = bool(env.get(DATABASE_VAR))
+        if DATABASE_VAR in env and DATABASE_VAR not in variables:
+            errors.append(
+                f"{cw}: the database URL is set in the configuration file, a ConfigMap, where whoever may "
+                f"read ConfigMaps reads its password: set {DATABASE_VAR} from a Secret (secretKeyRef)"
+            )
+        elif DATABASE_VAR in variables and "secretKeyRef" not in value_from(c, DATABASE_VAR):
+            errors.append(f"{cw}: {DATABASE_VAR} must come from a Secret (valueFrom.secretKeyRef): the URL holds a password")
         data_dir = env.get("JOBGATE_DATA_DIR")
         data = volumes.get(mounts.get(data_dir), {})
         claim = (data.get("persistentVolumeClaim") or {}).get("claimName")
-        if data_dir and (home, claim) not in claims:
-            errors.append(f"{cw}: JOBGATE_DATA_DIR {data_dir} must be a mounted PersistentVolumeClaim defined alongside")
+        if not data_dir:
+            pass
+        elif replicas > 1 and shared:  # (several on SQLite fail anyway, below)
+            if "emptyDir" not in data:
+                errors.append(
+                    f"{cw}: JOBGATE_DATA_DIR {data_dir} must be an emptyDir with {replicas} replicas: they "
+                    "cannot share a ReadWriteOnce claim, and with PostgreSQL nothing in it must persist"
+                )
+        elif not (shared and "emptyDir" in data) and (home, claim) not in claims:
+            errors.append(
+                f"{cw}: JOBGATE_DATA_DIR {data_dir} must be a mounted PersistentVolumeClaim defined alongside "
+                f"(or, with {DATABASE_VAR}, an emptyDir)"
+            )
+        if shared and env.get("JOBGATE_EXECUTOR") == "kubernetes":
+            # Replicas sharing the database tell each other apart by their ids in the Leases.
+            id_ref = (value_from(c, REPLICA_ID_VAR).get("fieldRef") or {}).get("fieldPath")
+            if replicas > 1 and id_ref not in ("metadata.name", "metadata.uid"):
+                errors.append(
+                    f"{cw}: {REPLICA_ID_VAR} must be each pod's own name (valueFrom.fieldRef metadata.name): "
+                    f"the {replicas} replicas need ids of their own in the Leases"
+                )
+            ns_ref = (value_from(c, LEASE_NAMESPACE_VAR).get("fieldRef") or {}).get("fieldPath")
+            if LEASE_NAMESPACE_VAR in env and ns_ref != "metadata.namespace" and env[LEASE_NAMESPACE_VAR] != home:
+                errors.append(
+                    f"{cw}: {LEASE_NAMESPACE_VAR} must be jobgate's own namespace {home} (valueFrom.fieldRef "
+                    "metadata.namespace): Leases are granted nowhere else"
+                )
         if "emptyDir" not in volumes.get(mounts.get("/tmp"), {}):
             errors.append(f"{cw}: /tmp must be an emptyDir (the root filesystem is read-only)")
         listen = env.get("JOBGATE_LISTEN") or ""
@@ -564,9 +670,42 @@ def check(docs, known):
         if not listen.startswith("0.0.0.0:") or not port.isdigit() or int(port) not in ports.values():
             errors.append(f"{cw}: JOBGATE_LISTEN {listen!r} must be 0.0.0.0:<a container port>")
 
+    # How many replicas may run, and how they are replaced, depends on the store.
+    shared = bool(env.get(DATABASE_VAR))
+    strategy = spec.get("strategy") or {}
+    if not shared:
+        if replicas != 1:
+            errors.append(
+                f"{where}: replicas must be 1 on SQLite, which has a single writer (several replicas need "
+                f"{DATABASE_VAR}, a shared PostgreSQL database)"
+            )
+        if strategy.get("type") != "Recreate":
+            errors.append(f"{where}: strategy must be Recreate (the old pod holds the data volume and lock)")
+    elif replicas > 1:
+        if env.get("JOBGATE_EXECUTOR") != "kubernetes":
+            errors.append(
+                f"{where}: {replicas} replicas need the Kubernetes executor: the local one runs on one replica only"
+            )
+        if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+            errors.append(
+                f"{where}: strategy must be RollingUpdate with {replicas} replicas: Recreate stops them all at once"
+            )
+        else:
+            most = (strategy.get("rollingUpdate") or {}).get("maxUnavailable", "25%")
+            # Kubernetes rounds a percentage of maxUnavailable down.
+            down = int(most[:-1]) * replicas // 100 if isinstance(most, str) and most.endswith("%") else most
+            if down >= replicas:
+                errors.append(f"{where}: maxUnavailable {most!r} lets a rollout stop all {replicas} replicas at once")
+    mounted = {(home, (v.get("persistentVolumeClaim") or {}).get("claimName")) for v in volumes.values()}
+    for pvc in by_kind.get("PersistentVolumeClaim", []):
+        if (pvc["metadata"].get("namespace"), pvc["metadata"]["name"]) not in mounted:
+            errors.append(f"{name(pvc)}: no pod mounts it; it would provision a volume for nothing")
+
     if env.get("JOBGATE_EXECUTOR") == "kubernetes":
-        errors += check_rbac(by_kind, env, home, account)
-    errors += check_disruption_budget(by_kind, home, spec.get("replicas", 1), pod_labels)
+        errors += check_rbac(by_kind, env, home, account, shared)
+    if shared:
+        errors += check_database_egress(by_kind, home, pod_labels)
+    errors += check_disruption_budget(by_kind, home, replicas, pod_labels)
     errors += check_service_monitors(by_kind, home)
 
     services = by_kind.get("Service", [])
@@ -591,8 +730,9 @@ def check(docs, known):
     return errors
 
 
-def check_rbac(by_kind, env, home, account):
-    """Roles grant exactly NEEDED, to jobgate's account, in exactly the allowed namespaces."""
+def check_rbac(by_kind, env, home, account, shared):
+    """Roles grant exactly NEEDED, to jobgate's account, in exactly the allowed namespaces; and,
+    with a shared database (`shared`), LEASES_NEEDED in jobgate's own namespace, and only then."""
     errors = []
     allowed = {n.strip() for n in (env.get("JOBGATE_ALLOWED_NAMESPACES") or "").split(",") if n.strip()}
     default = env.get("JOBGATE_NAMESPACE") or env.get("JOBGATE_DEFAULT_NAMESPACE")
@@ -616,7 +756,12 @@ def check_rbac(by_kind, env, home, account):
                 for r in rule.get("resources") or []:
                     for v in rule.get("verbs") or []:
                         granted.add((g, r, v))
-        needed = workloads if role["metadata"]["name"] == WORKLOAD_ROLE else NEEDED
+        needed = {WORKLOAD_ROLE: workloads, LEASE_ROLE: LEASES_NEEDED}.get(role["metadata"]["name"], NEEDED)
+        if role["metadata"]["name"] == LEASE_ROLE:
+            if role["metadata"].get("namespace") != home:
+                errors.append(f"{name(role)}: Leases are jobgate's only in its own namespace {home}")
+            if not shared:
+                errors.append(f"{name(role)}: grants Leases, which jobgate uses only with {DATABASE_VAR}")
         extra = sorted(granted - needed)
         lacking = sorted(needed - granted)
         if extra:
@@ -626,6 +771,7 @@ def check_rbac(by_kind, env, home, account):
         roles[(role["metadata"].get("namespace"), role["metadata"]["name"])] = role
 
     granted_in = set()
+    leases_bound_in = set()
     for rb in by_kind.get("RoleBinding", []):
         ns = rb["metadata"].get("namespace")
         ref = rb.get("roleRef") or {}
@@ -638,7 +784,16 @@ def check_rbac(by_kind, env, home, account):
                 home,
             ):
                 errors.append(f"{name(rb)}: binds {subject}, not jobgate's ServiceAccount {home}/{account}")
-        granted_in.add(ns)
+        # The Lease Role is no right to run jobs: it does not make a namespace one jobgate works in.
+        if ref.get("name") == LEASE_ROLE:
+            leases_bound_in.add(ns)
+        else:
+            granted_in.add(ns)
+    if shared and home not in leases_bound_in:
+        errors.append(
+            f"{DATABASE_VAR} is set: replicas coordinate through Leases, so a RoleBinding in {home} must "
+            f"grant jobgate the Role {LEASE_ROLE} ({', '.join(sorted(v for _, _, v in LEASES_NEEDED))} on leases)"
+        )
     for ns in sorted(allowed - granted_in):
         errors.append(f"namespace {ns} is allowed, but no RoleBinding lets jobgate work there")
     for ns in sorted(granted_in - allowed):
@@ -702,7 +857,6 @@ def self_test(docs, known):
         "a Role missing pods/log": lambda d: role(d).update(
             rules=[r for r in role(d)["rules"] if "pods/log" not in r["resources"]]
         ),
-        "two replicas": lambda d: dep(d)["spec"].update(replicas=2),
         "a writable root filesystem": lambda d: container(d)["securityContext"].pop("readOnlyRootFilesystem"),
         "root": lambda d: pod(d)["securityContext"].update(runAsUser=0),
         "an unknown JOBGATE_ variable": lambda d: set_env(d, "JOBGATE_NO_SUCH_FLAG", "1"),
@@ -735,13 +889,110 @@ def self_test(docs, known):
             container(d).update(imagePullPolicy="IfNotPresent"),
             not_dev(d),
         ),
-        "a disruption budget blocking drains": lambda d: (
+        "a disruption budget with minAvailable equal to replicas": lambda d: (
             of_kind(d, "PodDisruptionBudget")["spec"].pop("maxUnavailable", None),
-            of_kind(d, "PodDisruptionBudget")["spec"].update(minAvailable=1),
+            of_kind(d, "PodDisruptionBudget")["spec"].update(minAvailable=dep(d)["spec"].get("replicas", 1)),
         ),
+        "a disruption budget with both minAvailable and maxUnavailable": lambda d: of_kind(
+            d, "PodDisruptionBudget"
+        )["spec"].update(minAvailable=0, maxUnavailable=1),
         "no disruption budget": lambda d: d.remove(of_kind(d, "PodDisruptionBudget")),
+        "a token from a Secret as a variable": lambda d: (
+            drop_env(d, "JOBGATE_API_TOKEN"),
+            container(d)["env"].append(
+                {"name": "JOBGATE_API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "jobgate-auth", "key": "token"}}}
+            ),
+        ),
+        "a checkov skip without a reason": lambda d: of_kind(d, "Service")["metadata"].setdefault(
+            "annotations", {}
+        ).update({"checkov.io/skip1": "CKV_K8S_21"}),
+        "a claim no pod mounts": lambda d: d.append(
+            {
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "jobgate-spare", "namespace": dep(d)["metadata"].get("namespace")},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }
+        ),
     }
     kinds = {o.get("kind") for o in docs}
+    home = dep(docs)["metadata"].get("namespace")
+    replicas = dep(docs)["spec"].get("replicas", 1)
+    shared = DATABASE_VAR in env_of(container(docs))
+
+    def lease_objects(d):
+        return [o for o in d if o["kind"] in ("Role", "RoleBinding") and o["metadata"]["name"] == LEASE_ROLE]
+
+    def lease_role(d):
+        return next(o for o in lease_objects(d) if o["kind"] == "Role")
+
+    def egress_policies(d):
+        return [pol for pol in d if pol["kind"] == "NetworkPolicy" and "Egress" in pol["spec"].get("policyTypes", [])]
+
+    def without_postgres(pol):  # the policy's egress rules but those naming PostgreSQL's port
+        pol["spec"]["egress"] = [
+            rule
+            for rule in pol["spec"].get("egress") or []
+            if not any(p.get("port") == POSTGRES_PORT for p in rule.get("ports") or [])
+        ]
+
+    def grant_leases(d):  # a Lease Role and its binding, as deploy/overlays/ha has them
+        meta = {"name": LEASE_ROLE, "namespace": home}
+        verbs = sorted(v for _, _, v in LEASES_NEEDED)
+        rules = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": verbs}]
+        subjects = [{"kind": "ServiceAccount", "name": pod(d)["serviceAccountName"], "namespace": home}]
+        ref = {"kind": "Role", "name": LEASE_ROLE}
+        d.append({"kind": "Role", "metadata": dict(meta), "rules": rules})
+        d.append({"kind": "RoleBinding", "metadata": dict(meta), "roleRef": ref, "subjects": subjects})
+
+    def data_on_claim(d):  # the data directory back on a claim of its own, defined alongside
+        pod(d)["volumes"] = [v for v in pod(d)["volumes"] if v["name"] != "data"] + [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "jobgate-data"}}
+        ]
+        d.append(
+            {
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "jobgate-data", "namespace": home},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }
+        )
+
+    if not shared:
+        breakages |= {
+            "two replicas on SQLite": lambda d: dep(d)["spec"].update(replicas=2),
+            "a Lease grant without a shared database": grant_leases,
+        }
+    if replicas > 1:
+        breakages |= {
+            "a disruption budget letting every pod go": lambda d: (
+                of_kind(d, "PodDisruptionBudget")["spec"].pop("minAvailable", None),
+                of_kind(d, "PodDisruptionBudget")["spec"].update(maxUnavailable=replicas),
+            ),
+            "several replicas replaced by Recreate": lambda d: dep(d)["spec"].update(strategy={"type": "Recreate"}),
+            "a rollout that may stop every replica": lambda d: dep(d)["spec"].update(
+                strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "100%"}}
+            ),
+            "several replicas on the local executor": lambda d: set_env(d, "JOBGATE_EXECUTOR", "local"),
+            "several replicas sharing a claim": data_on_claim,
+            "one replica id for every replica": lambda d: set_env(d, REPLICA_ID_VAR, "jobgate"),
+        }
+    if shared:
+        breakages |= {
+            "the database URL as a literal value": lambda d: set_env(d, DATABASE_VAR, "postgres://jobgate:pw@db/jobgate"),
+            "Leases in another namespace": lambda d: set_env(d, LEASE_NAMESPACE_VAR, "kube-system"),
+            "no Lease Role": lambda d: [d.remove(o) for o in lease_objects(d)],
+            "a Lease grant in another namespace": lambda d: [
+                o["metadata"].update(namespace="batch-jobs") for o in lease_objects(d)
+            ],
+            "a Lease Role granting patch": lambda d: lease_role(d)["rules"][0]["verbs"].append("patch"),
+            "a Lease Role granting ConfigMaps": lambda d: lease_role(d)["rules"].append(
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+            ),
+            "Leases granted by the Role for jobs": lambda d: role(d)["rules"].append(
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}
+            ),
+        }
+        if egress_policies(docs):
+            breakages["egress without PostgreSQL"] = lambda d: [without_postgres(pol) for pol in egress_policies(d)]
     if CONFIG_VAR in env_of(container(docs)):
         breakages |= {
             "an unknown key in the configuration file": lambda d: edit_config(d, lambda t: t + "\nno_such_key = 1\n"),
@@ -759,6 +1010,11 @@ def self_test(docs, known):
             ),
             "a configuration file that is not valid TOML": lambda d: edit_config(d, lambda t: t + "\n= broken\n"),
         }
+        if shared:
+            breakages["the database URL in the configuration file"] = lambda d: (
+                drop_env(d, DATABASE_VAR),
+                edit_config(d, lambda t: t + '\ndatabase_url = "postgres://jobgate:pw@db/jobgate"\n'),
+            )
     if "ServiceMonitor" in kinds:
         breakages |= {
             "a ServiceMonitor scraping an unknown port": lambda d: monitor(d)["spec"]["endpoints"][0].update(
