@@ -46,6 +46,11 @@ pub struct WatcherLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabels {
+    pub shard: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub verb: String,
     pub code: String,
@@ -115,6 +120,8 @@ pub struct Metrics {
     pub event_log_read_failures: Counter,
     /// Shards this replica acts for (replicas on PostgreSQL with the Kubernetes executor).
     pub shards_owned: Gauge,
+    /// 1 for each shard this replica acts for, 0 for the others (once it has any).
+    pub shard_acted_for: Family<ShardLabels, Gauge>,
     /// Replicas this one sees alive through their Leases, itself included.
     pub replicas_live: Gauge,
     /// Renewals of this replica's Lease that failed.
@@ -174,6 +181,7 @@ impl Metrics {
             event_log_read_failures: Counter::default(),
             shards_owned: Gauge::default(),
             replicas_live: Gauge::default(),
+            shard_acted_for: Family::default(),
             lease_renew_failures: Counter::default(),
             shard_actions_fenced: Counter::default(),
             template_availability: Arc::new(std::sync::RwLock::new(None)),
@@ -410,6 +418,11 @@ fn register_all(m: &Metrics) -> Registry {
         "shards_owned",
         "Shards of the job space this replica acts for: watches, launches, cancels, retention (replicas on PostgreSQL with the Kubernetes executor)",
         m.shards_owned.clone(),
+    );
+    registry.register(
+        "shard_acted_for",
+        "1 for each shard (of 32) this replica acts for, 0 for the others",
+        m.shard_acted_for.clone(),
     );
     registry.register(
         "replicas_live",

@@ -102,6 +102,13 @@ impl Fence {
             epochs.0 = shards;
         }
         self.metrics.shards_owned.set(shards.len() as i64);
+        for shard in 0..SHARD_COUNT {
+            let acted_for = self
+                .metrics
+                .shard_acted_for
+                .get_or_create(&crate::metrics::ShardLabels { shard });
+            acted_for.set(i64::from(shards.contains(shard)));
+        }
         self.shards.send_if_modified(|current| {
             let changed = *current != shards;
             *current = shards;
