@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use common::cluster::Cluster;
 use common::postgres::Postgres;
 use common::{GqlWs, Server};
+use jobgate::model::shard_of;
 use serde_json::{Value, json};
 
 /// A job input for the emulated kubelet (`image` is required on Kubernetes).
@@ -658,4 +659,83 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
     );
     let job = successor.job(&id).await;
     assert_eq!(job["phase"], "SUCCEEDED", "{job}");
+}
+
+/// The shards `server` acts for now, from its `/metrics`.
+async fn shards_of(server: &Server) -> HashSet<u32> {
+    let metrics = common::metrics_text(server).await;
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("jobgate_shard_acted_for{shard=\""))
+        .filter_map(|rest| {
+            let (shard, value) = rest.split_once("\"} ")?;
+            (value == "1").then(|| shard.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Waits until every job of `ids` is in `phase` on `server`.
+async fn until_phase(server: &Server, ids: &[String], phase: &str) {
+    let polling = common::Polling::start();
+    for id in ids {
+        loop {
+            let job = server.job(id).await;
+            if job["phase"] == phase {
+                break;
+            }
+            polling
+                .pause(|| format!("job {id} never reached {phase}: {job}"))
+                .await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_replica_joining_takes_over_running_jobs_of_its_shards_and_one_leaving_hands_them_back() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let cluster = Cluster::start().await;
+    let url = pg.url();
+    let first = cluster.jobgate(&shared(&url)).await;
+    until_shards_divided(&[&first]).await;
+    // Jobs held running by a closed gate, all launched and followed by the first replica.
+    let mut held = input("held");
+    held["env"] = json!([{"name": "EMULATOR_GATE", "value": "rebalance"}]);
+    let mut ids = Vec::new();
+    for _ in 0..24 {
+        ids.push(first.submit(held.clone()).await);
+    }
+    until_phase(&first, &ids, "RUNNING").await;
+    let mut subscriber = events_socket(&first, "0").await;
+
+    // A second replica joins: the first gives it its share of the shards, and with them the
+    // running jobs of those shards, which only the second follows from then on.
+    let mut second = cluster.spawn_jobgate(&shared(&url)).await;
+    until_shards_divided(&[&first, &second]).await;
+    let (mine, theirs) = (shards_of(&first).await, shards_of(&second).await);
+    assert!(mine.is_disjoint(&theirs), "{mine:?} and {theirs:?} overlap");
+    let moved: Vec<&String> = ids.iter().filter(|id| theirs.contains(&shard_of(id))).collect();
+    assert!(!moved.is_empty(), "24 random jobs, none in half the shards");
+    // They finish: the second, which adopted them, reports it; every subscriber sees every
+    // job finish once, in order.
+    cluster.emu.simulation().open_gate("rebalance");
+    let all: HashSet<String> = ids.iter().cloned().collect();
+    let seen = until_all_terminal(&mut subscriber, &all).await;
+    assert_in_order_once(&seen);
+    until_phase(&second, &ids, "SUCCEEDED").await;
+
+    // The second leaves (SIGTERM): it stops acting and deletes its Lease, and the first takes
+    // every shard back; jobs of the shards it had run to the end.
+    assert!(second.terminate().await.success());
+    until_shards_divided(&[&first]).await;
+    let mut later = Vec::new();
+    while !later.iter().any(|id: &String| theirs.contains(&shard_of(id))) {
+        later.push(first.submit(input("later")).await);
+    }
+    until_phase(&first, &later, "SUCCEEDED").await;
+    let managed = cluster.managed_jobs().await;
+    for id in ids.iter().chain(&later) {
+        assert_eq!(managed.get(id).map(Vec::len), Some(1), "job {id}: one Job");
+    }
 }
