@@ -53,6 +53,9 @@ pub struct Postgres {
     bin: PathBuf,
     /// Whether commits are flushed to disk (PostgreSQL's defaults) or not (the tests').
     durable: bool,
+    /// Whether TCP clients must use TLS (the server's certificate is signed by
+    /// [`Postgres::ca_cert`]).
+    tls: bool,
     /// Everything `initdb` and the server wrote.
     log: Arc<Log>,
     /// The cluster (`data/`) and the Unix socket (`socket/`); removed on drop.
@@ -74,7 +77,17 @@ impl Postgres {
         Self::start_flushing(true)
     }
 
+    /// [`Postgres::start`], but TCP clients must use TLS: the server presents a certificate
+    /// for 127.0.0.1 signed by a CA of its own ([`Postgres::ca_cert`]), made with `openssl`.
+    pub fn start_tls() -> Option<Postgres> {
+        Self::start_options(false, true)
+    }
+
     fn start_flushing(durable: bool) -> Option<Postgres> {
+        Self::start_options(durable, false)
+    }
+
+    fn start_options(durable: bool, tls: bool) -> Option<Postgres> {
         let Some(bin) = bin_dir() else {
             let why =
                 "PostgreSQL not installed (no initdb in `pg_config --bindir` or /usr/lib/postgresql/*/bin)";
@@ -84,7 +97,7 @@ impl Postgres {
             eprintln!("SKIPPED: {why}: skipping this PostgreSQL test; apt-get install postgresql to run it");
             return None;
         };
-        Some(Self::start_in(bin, durable))
+        Some(Self::start_in(bin, durable, tls))
     }
 
     /// [`Postgres::start`], named for how a test uses it:
@@ -93,7 +106,7 @@ impl Postgres {
         Self::start()
     }
 
-    fn start_in(bin: PathBuf, durable: bool) -> Postgres {
+    fn start_in(bin: PathBuf, durable: bool, tls: bool) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("jobgate-pg-")
             .tempdir()
@@ -104,6 +117,7 @@ impl Postgres {
             port: 0,
             bin,
             durable,
+            tls,
             log,
             dir,
         };
@@ -115,6 +129,9 @@ impl Postgres {
                 .expect("handing the temporary directory to the PostgreSQL user");
         }
         pg.initdb(runs_as.as_ref());
+        if tls {
+            pg.require_tls(runs_as.as_ref());
+        }
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
             match pg.run_postmaster(runs_as.as_ref(), port) {
@@ -246,6 +263,89 @@ impl Postgres {
         Pid::from_raw(postmaster.id() as i32)
     }
 
+    /// The certificate of the CA that signed a TLS server's certificate.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.path().join("tls").join("ca.crt")
+    }
+
+    /// The certificate of a CA that signed nothing of this server's.
+    pub fn untrusted_ca_cert(&self) -> PathBuf {
+        self.dir.path().join("tls").join("other-ca.crt")
+    }
+
+    /// Makes a CA, a server certificate for 127.0.0.1 it signs, and a CA that signs nothing;
+    /// then lets TCP clients in over TLS only.
+    fn require_tls(&self, runs_as: Option<&User>) {
+        let tls = self.dir.path().join("tls");
+        std::fs::create_dir(&tls).expect("creating the TLS directory");
+        let openssl = |args: &[&str]| {
+            let output = Command::new("openssl")
+                .args(args)
+                .current_dir(&tls)
+                .stdin(Stdio::null())
+                .output()
+                .expect("running openssl (apt-get install openssl)");
+            assert!(
+                output.status.success(),
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        let new_ca = |key: &str, cert: &str, name: &str| {
+            openssl(&[
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", key, "-out", cert,
+                "-subj", name,
+            ]);
+        };
+        new_ca("ca.key", "ca.crt", "/CN=jobgate test CA");
+        new_ca("other-ca.key", "other-ca.crt", "/CN=jobgate untrusted CA");
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        std::fs::write(tls.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ]);
+        // PostgreSQL reads its key only if no one else can.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tls.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        if let Some(user) = runs_as {
+            for file in [tls.clone(), tls.join("server.key"), tls.join("server.crt")] {
+                nix::unistd::chown(&file, Some(user.uid), Some(user.gid))
+                    .expect("handing the TLS files over");
+            }
+        }
+        // The Unix socket stays open for the harness; TCP takes TLS only.
+        std::fs::write(
+            self.data_dir().join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+        )
+        .expect("writing pg_hba.conf");
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -338,6 +438,19 @@ impl Postgres {
                 "-c",
                 "max_connections=200",
             ])
+            .args(if self.tls {
+                let tls = self.dir.path().join("tls");
+                vec![
+                    "-c".to_owned(),
+                    "ssl=on".to_owned(),
+                    "-c".to_owned(),
+                    format!("ssl_cert_file={}", tls.join("server.crt").display()),
+                    "-c".to_owned(),
+                    format!("ssl_key_file={}", tls.join("server.key").display()),
+                ]
+            } else {
+                Vec::new()
+            })
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
