@@ -1111,10 +1111,7 @@ async fn postgres_over_tls_verifies_the_server_and_refuses_one_it_cannot_verify(
     assert_eq!(stored(&store, &job.id).await.as_ref(), Some(&job));
 
     let plain = PostgresStore::connect(&with("sslmode=disable".into())).await;
-    let error = format!(
-        "{:#}",
-        plain.err().expect("the server lets no one in without TLS")
-    );
+    let error = format!("{:#}", plain.expect_err("the server lets no one in without TLS"));
     assert!(error.contains("pg_hba.conf"), "{error}");
 
     let untrusted = with(format!(
@@ -1124,7 +1121,7 @@ async fn postgres_over_tls_verifies_the_server_and_refuses_one_it_cannot_verify(
     let refused = PostgresStore::connect(&untrusted).await;
     let error = format!(
         "{:#}",
-        refused.err().expect("a server no trusted CA signed is refused")
+        refused.expect_err("a server no trusted CA signed is refused")
     );
     assert!(error.to_lowercase().contains("certificate"), "{error}");
 }

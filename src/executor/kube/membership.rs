@@ -24,6 +24,10 @@
 //! moment it acts, every write to the cluster made for a job is checked by it, and the shards
 //! it publishes drive what is watched and adopted.
 //!
+//! No crate does this for kube 5: kube-lease-manager and kube-coordinate elect one holder of
+//! one Lease (leader election, and for kube 4), while dividing work among every live replica
+//! needs each one's liveness; the Lease API itself is all it takes.
+//!
 //! It owns the Lease of this replica, the view of the others' and the assignment. It must not
 //! act on jobs itself: the executor and the job service do, asking it first.
 
