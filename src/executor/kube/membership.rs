@@ -20,7 +20,7 @@
 //!   replica still acting for a shard that moves to it has seen it and let the shard go
 //!   (a fresh replica's shards wait up to one lease duration: a gap, never an overlap).
 //!
-//! The result is kept in the [`Fence`] (`fence.rs`): every action on a job asks it at the
+//! The result is kept in the `Fence` (`fence.rs`): every action on a job asks it at the
 //! moment it acts, every write to the cluster made for a job is checked by it, and the shards
 //! it publishes drive what is watched and adopted.
 //!
