@@ -4,7 +4,9 @@
 //! PostgreSQL server (tests/common/postgres.rs), everything on 127.0.0.1 only.
 //!
 //! `cargo bench --bench replicas` builds `jobgate` with the bench profile (optimised, as
-//! `--release`) and hands its path to this program as `CARGO_BIN_EXE_jobgate`. It measures:
+//! `--release`) and hands its path to this program as `CARGO_BIN_EXE_jobgate`. The replicas
+//! renew member Leases lasting `--lease-secs` (15, the product's default) and divide the 32
+//! shards of the job space; every part starts once they have divided them. It measures:
 //!
 //! 1. **Cross-replica event → frame latency.** `--subs` (1000) `jobEvents` subscriptions on
 //!    `--sockets` (30) WebSockets, the sockets spread round-robin over the replicas and the
@@ -17,23 +19,37 @@
 //! 2. **Kubernetes API requests per minute**, counted by the emulator over every replica:
 //!    during part 1, and in steady state with `--steady-jobs` (300) jobs held running by a
 //!    closed gate and the subscribers connected, for `--steady-secs` (30).
+//! 3. **Failover time**: kill -9 of a replica to the first event of one of its jobs delivered
+//!    by the replicas that took its shards over. `--failover-jobs` (60) jobs held running by a
+//!    closed gate; one replica (the victim) is killed and, at once, the gate opened. The
+//!    survivors' own jobs finish at once; the victim's are seen to finish only once its shards
+//!    are taken over (its Lease unchanged for a lease duration). Timed on a subscription to a
+//!    survivor, from the kill: the first and the last SUCCEEDED of a job in the victim's
+//!    shards; with the survivors' "shards assigned", "adopted" and "first list done" log lines
+//!    (read as they are logged) to say where the time went. Checked: every job SUCCEEDED
+//!    exactly once, one Kubernetes Job each. Repeated `--failover-runs` (3) times, a new
+//!    replica replacing each victim; the victim changes each run. Run k of n kills when the
+//!    victim's last Lease renewal is (k + ½)/n of a renewal interval old, so that the runs
+//!    sweep the renewal cycle (the survivors count from that renewal, not from the kill).
+//!    Part 1's subscribers are closed first (those on the victim would end).
 //!
-//! The PostgreSQL server runs with `fsync=off` (as the tests run it) unless
-//! `--postgres-fsync on`. Options are `--name value` after `--` on cargo's command line, e.g.
-//! `cargo bench --bench replicas -- --subs 100`. Every count is bounded and every wait has a
-//! time limit. Without `--bench` (as under `cargo test --benches`) the program does nothing.
-//! BENCHMARKS.md has the figures.
+//! `--jobs 0`, `--steady-jobs 0` and `--failover-jobs 0` leave a part out. The PostgreSQL
+//! server runs with `fsync=off` (as the tests run it) unless `--postgres-fsync on`. Options are
+//! `--name value` after `--` on cargo's command line, e.g. `cargo bench --bench replicas --
+//! --subs 100`. Every count is bounded and every wait has a time limit. Without `--bench` (as
+//! under `cargo test --benches`) the program does nothing. BENCHMARKS.md has the figures.
 #![allow(clippy::print_stdout)] // A benchmark's whole job is to print its figures.
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ::jobgate::model::{SHARD_COUNT, shard_of};
 use chrono::{DateTime, Utc};
 use common::jobgate::{self, Process};
 use common::postgres::Postgres;
@@ -65,6 +81,10 @@ struct Args {
     steady_jobs: usize,
     steady_secs: u64,
     clients: usize,
+    /// `--lease-duration-secs` of every replica.
+    lease_secs: u64,
+    failover_jobs: usize,
+    failover_runs: usize,
     /// PostgreSQL's `fsync`, `synchronous_commit` and `full_page_writes`.
     postgres_fsync: bool,
 }
@@ -90,14 +110,18 @@ impl Args {
         let args = Args {
             // At most 16: each replica holds up to 17 of the server's 200 connections.
             replicas: get(&mut map, "replicas", 3usize).clamp(1, 16),
-            subs: get(&mut map, "subs", 1000usize).clamp(1, 100_000),
+            subs: get(&mut map, "subs", 1000usize).min(100_000),
             sockets: get(&mut map, "sockets", 30usize).clamp(1, 10_000),
-            jobs: get(&mut map, "jobs", 200usize).clamp(1, 100_000),
+            jobs: get(&mut map, "jobs", 200usize).min(100_000),
             rate: get(&mut map, "rate", 10.0f64).clamp(0.1, 1000.0),
             run_ms: get(&mut map, "run-ms", 500),
             steady_jobs: get(&mut map, "steady-jobs", 300usize).min(100_000),
             steady_secs: get(&mut map, "steady-secs", 30u64).clamp(1, 600),
             clients: get(&mut map, "clients", 32usize).clamp(1, 256),
+            // jobgate's own bounds.
+            lease_secs: get(&mut map, "lease-secs", 15u64).clamp(2, 300),
+            failover_jobs: get(&mut map, "failover-jobs", 60usize).min(10_000),
+            failover_runs: get(&mut map, "failover-runs", 3usize).clamp(1, 20),
             postgres_fsync: match fsync.as_str() {
                 "on" => true,
                 "off" => false,
@@ -146,32 +170,58 @@ impl Cluster {
     }
 }
 
+/// The log lines of a replica that say when it took shards over, as the bench reads them.
+const MILESTONES: [&str; 4] = [
+    "shards assigned",
+    "adopted the running jobs",
+    "first list done",
+    "joined;",
+];
+
+/// WARN and up; the "listening on" line; and the membership's, the shard keeper's and the
+/// watches' info lines, for the [`MILESTONES`].
+const LOG: &str = "warn,jobgate::server=info,jobgate::executor::kube::membership=info,\
+                   jobgate::jobs::service::shards=info,jobgate::executor::kube::watch=info";
+
+/// Log lines, each with the moment the bench read it.
+type Lines = Vec<(DateTime<Utc>, String)>;
+
 /// One replica: a jobgate process with a data directory of its own, on the shared database.
 struct Replica {
     process: Process,
+    /// Its `--replica-id`; its Lease is `jobgate-member-<id>`.
+    id: String,
     /// ERROR lines tower-http logged for the bench's own /readyz probes answered 503.
     not_ready: Arc<AtomicU64>,
+    /// Its [`MILESTONES`] lines, each with the moment the bench read it (ANSI colours removed).
+    milestones: Arc<Mutex<Lines>>,
     _dir: tempfile::TempDir,
 }
 
 impl Replica {
-    /// Starts a replica and returns once `/readyz` answers 200 (or panics after [`WAIT`]).
-    async fn start(cluster: &Cluster, database_url: &str) -> Replica {
+    /// Starts a replica named `id` and returns once `/readyz` answers 200 (or panics after
+    /// [`WAIT`]). It acts for shards only a lease duration later.
+    async fn start(cluster: &Cluster, database_url: &str, lease_secs: u64, id: String) -> Replica {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        // WARN and up, plus the "listening on" line.
-        let mut command = jobgate::command("full", dir.path(), "warn,jobgate::server=info");
+        let mut command = jobgate::command("full", dir.path(), LOG);
         command
             .args(["--executor", "kubernetes", "--kubeconfig"])
             .arg(&cluster.kubeconfig)
             .args(["--database-url", database_url])
+            .args(["--lease-duration-secs", &lease_secs.to_string()])
+            .args(["--replica-id", &id])
             // Each socket carries more subscriptions than the default cap with few sockets.
             .args(["--ws-max-subscriptions", "0"])
             .env_remove("KUBECONFIG");
         let not_ready = Arc::new(AtomicU64::new(0));
-        let sink = not_ready.clone();
+        let milestones = Arc::new(Mutex::new(Vec::new()));
+        let (sink, lines) = (not_ready.clone(), milestones.clone());
         // Starting blocks on the log; the emulator's tasks run on this runtime meanwhile.
         let process = tokio::task::block_in_place(|| {
             Process::start(&mut command, WAIT, move |line| {
+                if MILESTONES.iter().any(|m| line.contains(m)) {
+                    lines.lock().unwrap().push((Utc::now(), without_colours(line)));
+                }
                 let probe = line.contains("tower_http::trace::on_failure") && line.contains("503");
                 if probe {
                     sink.fetch_add(1, Ordering::Relaxed);
@@ -181,7 +231,9 @@ impl Replica {
         });
         let replica = Replica {
             process,
+            id,
             not_ready,
+            milestones,
             _dir: dir,
         };
         let url = format!("http://{}/readyz", replica.process.addr);
@@ -203,6 +255,94 @@ impl Replica {
         self.process.query(&query, json!({})).await["jobs"]["totalCount"]
             .as_i64()
             .expect("totalCount")
+    }
+
+    /// Its `/metrics`, as text.
+    async fn metrics(&self) -> String {
+        let url = format!("http://{}/metrics", self.process.addr);
+        let response = self.process.http.get(&url).send().await.expect("GET /metrics");
+        assert!(
+            response.status().is_success(),
+            "GET /metrics: {}",
+            response.status()
+        );
+        response.text().await.expect("a /metrics body")
+    }
+
+    /// A metric without labels, as this replica reports it.
+    async fn gauge(&self, name: &str) -> i64 {
+        let text = self.metrics().await;
+        let prefix = format!("{name} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics")) as i64
+    }
+
+    /// The shards it acts for now (`jobgate_shard_acted_for{shard="N"} 1`).
+    async fn acted_for(&self) -> BTreeSet<u32> {
+        let text = self.metrics().await;
+        text.lines()
+            .filter_map(|l| l.strip_prefix("jobgate_shard_acted_for{shard=\""))
+            .filter_map(|rest| {
+                let (shard, value) = rest.split_once("\"} ")?;
+                (value.trim().parse::<f64>().ok()? == 1.0).then(|| shard.parse().ok())?
+            })
+            .collect()
+    }
+
+    /// Its milestone lines containing `what`, logged after `since`.
+    fn milestones_since(&self, since: DateTime<Utc>, what: &str) -> Lines {
+        self.milestones
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(at, line)| *at >= since && line.contains(what))
+            .cloned()
+            .collect()
+    }
+}
+
+/// `line` without ANSI colour codes (ESC `[` … `m`), so that its fields can be read.
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The value of `name=` in a log line (up to the next space), if any.
+fn log_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!(" {name}=");
+    let rest = &line[line.find(&key)? + key.len()..];
+    Some(rest.split(' ').next().unwrap_or(rest))
+}
+
+/// Waits until `replicas` divide the 32 shards between them, each acting for some; the
+/// shards each owns, or `None` after `limit`.
+async fn until_shards_divided(replicas: &[Replica], limit: Duration) -> Option<Vec<i64>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let owned: Vec<i64> =
+            futures::future::join_all(replicas.iter().map(|r| r.gauge("jobgate_shards_owned"))).await;
+        if owned.iter().sum::<i64>() == i64::from(SHARD_COUNT) && owned.iter().all(|n| *n > 0) {
+            return Some(owned);
+        }
+        if Instant::now() > deadline {
+            println!("  the replicas own {owned:?} shards, not all 32 between them");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -419,6 +559,7 @@ fn push(table: &mut Table, what: &str, figure: &str, value: String) {
 /// API requests counted by the emulator since its last reset, per minute over `window`.
 fn requests_per_minute(cluster: &Cluster, window: Duration) -> String {
     let counted = cluster.emu.requests();
+    println!("  requests by resource: {}", by_resource(&counted));
     let verbs: Vec<String> = counted
         .by_verb
         .iter()
@@ -436,6 +577,24 @@ fn requests_per_minute(cluster: &Cluster, window: Duration) -> String {
         },
         counted.open_watches
     )
+}
+
+/// "resource verb count, …" of the requests counted.
+fn by_resource(counted: &kube_emulator::RequestCounts) -> String {
+    let parts: Vec<String> = counted
+        .by_resource
+        .iter()
+        .flat_map(|(resource, verbs)| {
+            verbs
+                .iter()
+                .map(move |(verb, count)| format!("{resource} {verb} {count}"))
+        })
+        .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -459,19 +618,27 @@ async fn run(args: Args) {
     let postgres =
         tokio::task::block_in_place(start).expect("this bench needs PostgreSQL, which is not installed here");
     let cluster = Cluster::start().await;
+    let mut names = ReplicaNames::default();
     let mut replicas = Vec::with_capacity(args.replicas);
     for _ in 0..args.replicas {
-        replicas.push(Replica::start(&cluster, &postgres.url()).await);
+        replicas.push(Replica::start(&cluster, &postgres.url(), args.lease_secs, names.next()).await);
     }
+    // A replica acts for its shards a lease duration after it joined.
+    let lease = Duration::from_secs(args.lease_secs);
+    let owned = until_shards_divided(&replicas, WAIT + 2 * lease)
+        .await
+        .expect("the replicas never divided the shards");
+    println!("  shards owned: {owned:?} (lease {} s)", args.lease_secs);
     let hub = Arc::new(Hub::default());
-    let sockets = open_subscribers(&replicas, &hub, args.sockets, args.subs).await;
+    let n_sockets = args.sockets.min(args.subs);
+    let sockets = open_subscribers(&replicas, &hub, n_sockets, args.subs).await;
     println!(
         "\n== {} replicas (--executor kubernetes) on one PostgreSQL (fsync={}); {} jobEvents \
          subscriptions on {} sockets spread over them; jobs submitted through replica 0",
         args.replicas,
         if args.postgres_fsync { "on" } else { "off" },
         args.subs,
-        args.sockets
+        n_sockets
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -498,7 +665,9 @@ async fn run(args: Args) {
         args.subs
     );
 
-    latency(&args, &cluster, &postgres, &replicas, &hub, &sockets, &mut table).await;
+    if args.jobs > 0 {
+        latency(&args, &cluster, &postgres, &replicas, &hub, &sockets, &mut table).await;
+    }
     if args.steady_jobs > 0 {
         steady(&args, &cluster, &postgres, &replicas, &hub, &mut table).await;
     }
@@ -511,19 +680,33 @@ async fn run(args: Args) {
     push(
         &mut table,
         what,
-        "unexpected frames or socket ends",
+        "unexpected frames or socket ends (parts 1, 2)",
         bad.to_string(),
     );
+    // Closed before a replica is killed: those on it would end.
     drop(sockets);
-    for (i, replica) in replicas.iter_mut().enumerate() {
+    let mut dead = Vec::new();
+    if args.failover_jobs > 0 && replicas.len() > 1 {
+        failover(
+            &args,
+            &cluster,
+            &postgres,
+            &mut replicas,
+            &mut dead,
+            &mut names,
+            &mut table,
+        )
+        .await;
+    }
+    for replica in replicas.iter_mut().chain(dead.iter_mut()) {
         let problems = replica.process.problems();
         for line in problems.iter().take(5) {
-            println!("  replica {i} logged: {line}");
+            println!("  replica {} logged: {line}", replica.id);
         }
         push(
             &mut table,
             what,
-            &format!("replica {i}: WARN/ERROR lines (+ /readyz 503 lines); stop"),
+            &format!("{}: WARN/ERROR lines (+ /readyz 503 lines); stop", replica.id),
             format!(
                 "{} (+ {}); {}",
                 problems.len(),
@@ -535,6 +718,18 @@ async fn run(args: Args) {
     cluster.emu.shutdown().await;
     drop(postgres);
     print_table(&table, ["part", "figure", "value"], [34, 56, 30]);
+}
+
+/// The replicas' names: `r<n>-<this process's id>`, so that a run's shards divide differently
+/// from the last run's (rendezvous hashing of the names decides who owns what).
+#[derive(Default)]
+struct ReplicaNames(usize);
+
+impl ReplicaNames {
+    fn next(&mut self) -> String {
+        self.0 += 1;
+        format!("r{}-{}", self.0 - 1, std::process::id())
+    }
 }
 
 /// Part 1 (and the requests made meanwhile): jobs paced through replica 0, frames on all.
@@ -758,4 +953,407 @@ async fn steady(
             if done { "" } else { " NOT ALL within 120 s" }
         ),
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Part 3: failover
+
+/// One frame of the failover subscription.
+struct Seen {
+    /// When the bench read it.
+    recv: DateTime<Utc>,
+    /// When the replica that recorded the event recorded it.
+    at: DateTime<Utc>,
+    job: String,
+    phase: u8,
+}
+
+/// The failover subscription's reader: keeps every frame.
+#[derive(Default)]
+struct Takeover {
+    faults: Faults,
+}
+
+impl Receiver for Takeover {
+    type Sample = Seen;
+
+    fn frame(&self, text: &str, now: DateTime<Utc>, samples: &Mutex<Vec<Seen>>) {
+        let event = match subscribers::event(text) {
+            Ok(Some(event)) => event,
+            Ok(None) => return self.fault(format!("no at, cursor or phase in: {text}")),
+            Err(unexpected) => return self.fault(unexpected),
+        };
+        let job = text
+            .split(r#""job":{"id":""#)
+            .nth(1)
+            .and_then(|rest| rest.split('"').next());
+        let Some(job) = job else {
+            return self.fault(format!("no job id in: {text}"));
+        };
+        samples.lock().unwrap().push(Seen {
+            recv: now,
+            at: event.at.with_timezone(&Utc),
+            job: job.to_owned(),
+            phase: event.phase,
+        });
+    }
+
+    fn fault(&self, what: String) {
+        self.faults.record(what);
+    }
+}
+
+/// Waits until every job of `ids` has an event in `phase` among `frames`; false after
+/// `limit`.
+async fn until_all_in(frames: &Mutex<Vec<Seen>>, ids: &HashSet<String>, phase: u8, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let reached: HashSet<String> = frames
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.phase == phase)
+            .map(|s| s.job.clone())
+            .collect();
+        if ids.is_subset(&reached) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Seconds from `t0` to `t`, as "+12.345 s".
+fn after(t0: DateTime<Utc>, t: DateTime<Utc>) -> String {
+    format!("{:+.3} s", (t - t0).num_microseconds().unwrap_or(0) as f64 / 1e6)
+}
+
+fn secs(d: chrono::TimeDelta) -> f64 {
+    d.num_microseconds().unwrap_or(0) as f64 / 1e6
+}
+
+/// When the replica with this Lease last renewed it, by its own clock (this machine's), as
+/// the emulator holds it.
+fn last_renewal(cluster: &Cluster, lease_name: &str) -> Option<DateTime<Utc>> {
+    let lease = cluster
+        .emu
+        .store()
+        .get("leases.coordination.k8s.io", Some("default"), lease_name)?;
+    let renewed = lease.pointer("/spec/renewTime")?.as_str()?;
+    Some(DateTime::parse_from_rfc3339(renewed).ok()?.with_timezone(&Utc))
+}
+
+/// Part 3: kill -9 of a replica holding running jobs, until a survivor delivers their end.
+async fn failover(
+    args: &Args,
+    cluster: &Cluster,
+    postgres: &Postgres,
+    replicas: &mut Vec<Replica>,
+    dead: &mut Vec<Replica>,
+    names: &mut ReplicaNames,
+    table: &mut Table,
+) {
+    let lease = Duration::from_secs(args.lease_secs);
+    let mut failover_times = Vec::new();
+    let mut last_times = Vec::new();
+    for run in 0..args.failover_runs {
+        let what = format!("3. failover (lease {} s), run {}", args.lease_secs, run + 1);
+        println!("\n-- {what}");
+        let Some(owned) = until_shards_divided(replicas, WAIT + 2 * lease).await else {
+            push(
+                table,
+                &what,
+                "shards divided before the run",
+                "NO: run left out".into(),
+            );
+            break;
+        };
+        let n = replicas.len();
+        let (v, s) = (run % n, (run + 1) % n);
+        println!(
+            "  shards owned: {owned:?}; victim {}, subscriber and submissions on {}",
+            replicas[v].id, replicas[s].id
+        );
+
+        // The survivor's subscription replays these jobs' events from the start of the log,
+        // then goes live: nothing is missed, whenever it is registered.
+        let name = format!("bench-failover-{run}-job");
+        let hub = Arc::new(Takeover::default());
+        let mut socket = open_socket(replicas[s].process.ws_url(), hub.clone())
+            .await
+            .expect("opening the failover subscription");
+        let subscribe = json!({
+            "id": "f",
+            "type": "subscribe",
+            "payload": {
+                "query": "subscription($name: String) { jobEvents(after: \"0\", filter: { nameContains: $name }) { cursor phase at job { id } } }",
+                "variables": { "name": name },
+            },
+        });
+        socket
+            .sink
+            .send(Message::text(subscribe.to_string()))
+            .await
+            .expect("send subscribe");
+        let gate = format!("bench-failover-{run}");
+        let mut input = job_input(0, Some(&gate));
+        input["name"] = json!(name);
+        let submitted = submissions::many(
+            &replicas[s].process.http,
+            &replicas[s].process.url(),
+            submissions::body(&input),
+            args.failover_jobs,
+            args.clients,
+        )
+        .await;
+        submitted.assert_all_accepted("failover jobs");
+        let ids: HashSet<String> = submitted.ids.iter().cloned().collect();
+        let running = 1; // Index of RUNNING in PHASES.
+        assert!(
+            until_all_in(&socket.samples, &ids, running, WAIT + lease).await,
+            "the failover jobs never all ran"
+        );
+
+        // Whose jobs are whose: the shards each replica acts for now.
+        let shards: Vec<BTreeSet<u32>> =
+            futures::future::join_all(replicas.iter().map(Replica::acted_for)).await;
+        let union: BTreeSet<u32> = shards.iter().flatten().copied().collect();
+        let total: usize = shards.iter().map(BTreeSet::len).sum();
+        assert!(
+            union.len() == SHARD_COUNT as usize && total == SHARD_COUNT as usize,
+            "the replicas do not act for the 32 shards once each: {shards:?}"
+        );
+        let victim_jobs: HashSet<String> = ids
+            .iter()
+            .filter(|id| shards[v].contains(&shard_of(id)))
+            .cloned()
+            .collect();
+        let owned_before: Vec<i64> = shards.iter().map(|s| s.len() as i64).collect();
+        // The kill falls at a chosen point of the victim's renewal cycle (jobgate renews every
+        // fifth of the lease): run k of n waits until the victim's last renewal is
+        // (k + 0.5)/n of that interval old, so that the runs sweep the cycle evenly. Otherwise
+        // the bench's own rhythm decides: the replicas start acting for their shards (and so
+        // each run starts) right after a renewal, and every kill would come ~0.3 s after one.
+        let lease_name = format!("jobgate-member-{}", replicas[v].id);
+        let renew_every = (lease / 5).as_secs_f64();
+        let target = renew_every * (run as f64 + 0.5) / args.failover_runs as f64;
+        if let Some(renewed) = last_renewal(cluster, &lease_name) {
+            let age = secs(Utc::now() - renewed);
+            let wait = (target - age).rem_euclid(renew_every);
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        }
+        let renewed = last_renewal(cluster, &lease_name);
+
+        // Kill first, then open the gate: no completion can be seen by the victim, so every
+        // SUCCEEDED of its jobs is recorded by a replica that took its shards over.
+        cluster.emu.reset_requests();
+        let t0 = Utc::now();
+        replicas[v].process.kill9();
+        let killed = Utc::now();
+        cluster.emu.simulation().open_gate(&gate);
+        let victim = replicas.remove(v);
+        let limit = WAIT + 4 * lease;
+        let complete = until_all_in(&socket.samples, &ids, SUCCEEDED, limit).await;
+        let window = secs(Utc::now() - t0);
+        // Stragglers (a second SUCCEEDED would be one) have a moment to arrive.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let frames = std::mem::take(&mut *socket.samples.lock().unwrap());
+        drop(socket);
+
+        push(
+            table,
+            &what,
+            "victim: shards; its jobs (of all)",
+            format!(
+                "{} of 32; {} of {}",
+                shards[v].len(),
+                victim_jobs.len(),
+                ids.len()
+            ),
+        );
+        if let Some(renewed) = renewed {
+            push(
+                table,
+                &what,
+                "victim's last Lease renewal, before the kill",
+                format!("{:.3} s before", secs(t0 - renewed)),
+            );
+        }
+        push(
+            table,
+            &what,
+            "kill -9 (signal + reap)",
+            format!("{:.1} ms", secs(killed - t0) * 1e3),
+        );
+
+        // Where the time went, on each survivor: its logged milestones after the kill.
+        let mut detected: Option<DateTime<Utc>> = None;
+        for (i, replica) in replicas.iter().enumerate() {
+            let assigned = replica.milestones_since(t0, "shards assigned");
+            if let Some((at, _)) = assigned.first() {
+                detected = Some(detected.map_or(*at, |d| d.min(*at)));
+            }
+            let adopted = replica.milestones_since(t0, "adopted the running jobs");
+            let listed = replica.milestones_since(t0, "first list done");
+            let first = |lines: &[(DateTime<Utc>, String)]| {
+                lines.first().map_or("-".to_owned(), |(at, _)| after(t0, *at))
+            };
+            let adopted_jobs = adopted
+                .first()
+                .and_then(|(_, l)| log_field(l, "jobs"))
+                .unwrap_or("?")
+                .to_owned();
+            let before = owned_before[if i >= v { i + 1 } else { i }];
+            let now = replica.gauge("jobgate_shards_owned").await;
+            let live = replica.gauge("jobgate_replicas_live").await;
+            for (at, line) in assigned.iter().chain(&adopted).chain(&listed) {
+                println!("    {} {} {line}", replica.id, after(t0, *at));
+            }
+            push(
+                table,
+                &what,
+                &format!(
+                    "{}: shards {before}→{now}, {live} live; assigned / adopted ({adopted_jobs} jobs) / listed",
+                    replica.id
+                ),
+                format!("{} / {} / {}", first(&assigned), first(&adopted), first(&listed)),
+            );
+        }
+
+        // The survivors count the victim dead once its Lease has not changed for a lease
+        // duration: this is how long after that moment the first of them acted on it.
+        if let (Some(renewed), Some(detected)) = (renewed, detected) {
+            let expired = renewed + chrono::TimeDelta::seconds(args.lease_secs as i64);
+            push(
+                table,
+                &what,
+                "victim's Lease expired → first survivor's shards assigned",
+                format!("{:.3} s", secs(detected - expired)),
+            );
+        }
+
+        // The figures: SUCCEEDED frames of the victim's jobs and of the others'.
+        let succeeded: Vec<&Seen> = frames.iter().filter(|f| f.phase == SUCCEEDED).collect();
+        let of_victim: Vec<&&Seen> = succeeded
+            .iter()
+            .filter(|f| victim_jobs.contains(&f.job))
+            .collect();
+        let of_survivors: Vec<&&Seen> = succeeded
+            .iter()
+            .filter(|f| !victim_jobs.contains(&f.job))
+            .collect();
+        let first_victim = of_victim.iter().map(|f| f.recv).min();
+        let last_victim = of_victim.iter().map(|f| f.recv).max();
+        if let (Some(first), Some(last)) = (first_victim, last_victim) {
+            let (first, last) = (secs(first - t0), secs(last - t0));
+            failover_times.push(first);
+            last_times.push(last);
+            push(
+                table,
+                &what,
+                "FAILOVER: kill → first victim job's SUCCEEDED frame",
+                format!("{first:.3} s"),
+            );
+            push(
+                table,
+                &what,
+                "kill → last victim job's SUCCEEDED frame",
+                format!("{last:.3} s"),
+            );
+        }
+        let recorded_early = of_victim.iter().filter(|f| f.at < t0).count();
+        if let Some(last) = of_survivors.iter().map(|f| f.recv).max() {
+            push(
+                table,
+                &what,
+                "kill → last survivor job's SUCCEEDED frame",
+                format!("{:.3} s", secs(last - t0)),
+            );
+        }
+        let mut once: HashMap<&str, usize> = HashMap::new();
+        for f in &succeeded {
+            *once.entry(f.job.as_str()).or_default() += 1;
+        }
+        let missing = ids.iter().filter(|id| !once.contains_key(id.as_str())).count();
+        let duplicated: usize = once.values().map(|n| n.saturating_sub(1)).sum();
+        let other_terminal = frames.iter().filter(|f| f.phase > SUCCEEDED).count();
+        // One Kubernetes Job per job: none lost, none launched twice.
+        let (jobs, _) = cluster.emu.store().list("jobs.batch", None, &|job| {
+            job.pointer("/metadata/labels/jobgate.io~1job-id")
+                .and_then(Value::as_str)
+                .is_some_and(|id| ids.contains(id))
+        });
+        let mut per_job: HashMap<String, usize> = HashMap::new();
+        for job in &jobs {
+            let id = job["metadata"]["labels"]["jobgate.io/job-id"]
+                .as_str()
+                .unwrap_or("");
+            *per_job.entry(id.to_owned()).or_default() += 1;
+        }
+        let not_one = ids.iter().filter(|id| per_job.get(*id) != Some(&1)).count();
+        push(
+            table,
+            &what,
+            "SUCCEEDED once (missing, twice; failed; before kill)",
+            format!(
+                "{} ({missing}, {duplicated}; {other_terminal}; {recorded_early}){}",
+                once.len(),
+                if complete { "" } else { " NOT ALL in time" }
+            ),
+        );
+        push(
+            table,
+            &what,
+            "Kubernetes Jobs (jobs without exactly one)",
+            format!("{} ({not_one})", jobs.len()),
+        );
+        let counted = cluster.emu.requests();
+        println!("  requests by resource: {}", by_resource(&counted));
+        push(
+            table,
+            &what,
+            "API requests, kill → last SUCCEEDED",
+            format!(
+                "{} in {window:.1} s: {}",
+                counted.total,
+                counted
+                    .by_verb
+                    .iter()
+                    .map(|(verb, count)| format!("{verb} {count}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+        let faults = hub.faults.count.load(Ordering::Relaxed);
+        if faults > 0 {
+            for example in hub.faults.examples.lock().unwrap().iter() {
+                println!("    unexpected: {example}");
+            }
+            push(
+                table,
+                &what,
+                "unexpected frames on the subscription",
+                faults.to_string(),
+            );
+        }
+        dead.push(victim);
+        // A new replica takes the victim's place for the next run.
+        if run + 1 < args.failover_runs {
+            let replica = Replica::start(cluster, &postgres.url(), args.lease_secs, names.next()).await;
+            replicas.insert(v, replica);
+        }
+    }
+    if !failover_times.is_empty() {
+        let what = format!("3. failover (lease {} s), all runs", args.lease_secs);
+        let list = |v: &[f64]| v.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>().join(", ");
+        push(table, &what, "FAILOVER, s", list(&failover_times));
+        push(
+            table,
+            &what,
+            "kill → last victim job's SUCCEEDED, s",
+            list(&last_times),
+        );
+    }
 }
