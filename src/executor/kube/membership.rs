@@ -9,8 +9,9 @@
 //! the same assignment from the same Leases; nothing else is written.
 //!
 //! When another replica's Lease has not changed for its lease duration (by this process's
-//! monotonic clock, never by comparing wall clocks), it is dead and its shards are taken over
-//! at once, after a read of its Lease confirms that the watch did not merely lag.
+//! monotonic clock, never by comparing wall clocks), its Lease is read at that moment: still
+//! unchanged, the replica is dead and its shards are taken over at once; changed, the watch
+//! had only lagged. Until that read confirms it, a silent member counts as alive.
 //!
 //! **Fencing.** A replica acts for its shards only while both hold:
 //! - its last successful renewal *started* less than 2/3 of the lease duration ago, so that it
@@ -94,6 +95,9 @@ struct Seen {
     duration: Duration,
     /// When its resourceVersion last changed, by this process's clock.
     changed_at: Instant,
+    /// A read of its Lease, once it had not changed for its duration, found it unchanged
+    /// still: it is dead. Until then it counts as alive, however long the watch is silent.
+    dead: bool,
 }
 
 /// This replica's own Lease, as last written.
@@ -174,11 +178,17 @@ impl Membership {
         let mut renew = tokio::time::interval(self.renew_every());
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let deadline = self.next_deadline(&members, own.as_ref());
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
                 _ = renew.tick() => {
                     self.renew(&mut own).await;
+                    self.confirm_expired(&mut members).await;
+                }
+                // A member's Lease expires, this replica's join wait ends, or its fence
+                // lapses: looked at when it happens, not at the next tick.
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.confirm_expired(&mut members).await;
                 }
                 event = events.next() => match event {
@@ -328,31 +338,57 @@ impl Membership {
         }
     }
 
-    /// Before counting a silent member dead, reads its Lease: a watch that lagged must not
-    /// make two replicas act for one shard. Forgets members dead for long.
+    /// The next moment the assignment may change without an event: a live member's Lease
+    /// expiring, this replica's join wait ending, or its fence lapsing.
+    fn next_deadline(&self, members: &HashMap<String, Seen>, own: Option<&Own>) -> Option<Instant> {
+        let now = Instant::now();
+        let expiries = members
+            .iter()
+            .filter(|(name, s)| **name != self.lease_name && !s.dead)
+            .map(|(_, s)| s.changed_at + s.duration);
+        let own = own
+            .into_iter()
+            .flat_map(|o| [o.joined_at + self.duration, o.renewed_at + self.renew_deadline()]);
+        expiries.chain(own).filter(|at| *at > now).min()
+    }
+
+    /// Reads the Lease of each member silent for its lease duration: unchanged, it is dead
+    /// (its shards move); changed, the watch had lagged and it lives on. A member dead for
+    /// several lease durations has its Lease deleted.
     async fn confirm_expired(&self, members: &mut HashMap<String, Seen>) {
         let now = Instant::now();
-        let expired: Vec<String> = members
+        let silent: Vec<String> = members
             .iter()
             .filter(|(name, s)| **name != self.lease_name && now.duration_since(s.changed_at) >= s.duration)
             .map(|(name, _)| name.clone())
             .collect();
-        for name in expired {
+        for name in silent {
+            let Some(s) = members.get(&name) else { continue };
+            if s.dead {
+                if now.duration_since(s.changed_at) >= s.duration * FORGET_AFTER_DURATIONS {
+                    // The precondition makes the delete the confirmation.
+                    let resource_version = s.resource_version.clone();
+                    self.forget(&name, &resource_version).await;
+                }
+                continue;
+            }
             match self.bounded(self.api.get_opt(&name)).await {
                 Ok(Some(lease)) => {
                     let Some(s) = members.get_mut(&name) else { continue };
                     if lease.metadata.resource_version.as_deref() != Some(s.resource_version.as_str()) {
                         s.resource_version = lease.metadata.resource_version.unwrap_or_default();
                         s.changed_at = Instant::now();
-                    } else if now.duration_since(s.changed_at) >= s.duration * FORGET_AFTER_DURATIONS {
-                        self.forget(&name, &s.resource_version).await;
+                    } else {
+                        tracing::info!(lease = %name, replica = %s.holder, "a replica's Lease expired; taking its shards over");
+                        s.dead = true;
                     }
                 }
                 Ok(None) => {
                     members.remove(&name);
                 }
-                // Unconfirmed: the member stays expired (its Lease has not changed as far as
-                // this replica can tell), as with any silent Lease.
+                // Unconfirmed: the member still counts as alive; read again at the next tick.
+                // (This replica cannot renew its own Lease either when the API server is away,
+                // and then acts for nothing.)
                 Err(e) => {
                     tracing::debug!(lease = %name, error = %e, "reading an expired member's Lease failed")
                 }
@@ -380,7 +416,7 @@ impl Membership {
         let now = Instant::now();
         let mut live: Vec<&str> = members
             .iter()
-            .filter(|(name, s)| **name != self.lease_name && now.duration_since(s.changed_at) < s.duration)
+            .filter(|(name, s)| **name != self.lease_name && !s.dead)
             .map(|(_, s)| s.holder.as_str())
             .collect();
         live.push(&self.identity);
@@ -424,9 +460,9 @@ fn seen(into: &mut HashMap<String, Seen>, before: &HashMap<String, Seen>, lease:
     let duration =
         Duration::from_secs(spec.and_then(|s| s.lease_duration_seconds).unwrap_or(15).max(1) as u64);
     let previous = into.get(&name).or_else(|| before.get(&name));
-    let changed_at = match previous {
-        Some(p) if p.resource_version == resource_version => p.changed_at,
-        _ => Instant::now(),
+    let (changed_at, dead) = match previous {
+        Some(p) if p.resource_version == resource_version => (p.changed_at, p.dead),
+        _ => (Instant::now(), false),
     };
     into.insert(
         name,
@@ -435,6 +471,7 @@ fn seen(into: &mut HashMap<String, Seen>, before: &HashMap<String, Seen>, lease:
             resource_version,
             duration,
             changed_at,
+            dead,
         },
     );
 }
