@@ -317,6 +317,11 @@ async fn a_transaction_dropped_without_commit_changes_nothing(store: Arc<dyn Sto
     tx.request_cancellation(&committed.id, now()).await.unwrap();
     tx.mark_launched(&committed.id).await.unwrap();
     drop(tx);
+    // PostgreSQL rolls a dropped transaction back as its connection goes back to the pool,
+    // a moment later: until then its row locks make the outbox (FOR UPDATE SKIP LOCKED) skip
+    // the job it marked. The next write transaction waits for the write lock the dropped one
+    // held, so once it has begun the rollback is done.
+    store.begin().await.unwrap().commit().await.unwrap();
 
     assert!(
         stored(&store, &dropped.id).await.is_none(),
