@@ -338,13 +338,10 @@ fn submitters(
 
 /// The shards `server` acts for now, from its `/metrics`.
 async fn shards_owned(server: &Server) -> u64 {
-    let metrics = common::metrics_text(server).await;
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("jobgate_shards_owned "))
-        .unwrap_or_else(|| panic!("no jobgate_shards_owned in {metrics}"))
-        .parse()
-        .unwrap()
+    let metrics = common::scrape(server).await;
+    *metrics
+        .get("jobgate_shards_owned")
+        .unwrap_or_else(|| panic!("no jobgate_shards_owned in {metrics:?}")) as u64
 }
 
 /// Waits until `servers` divide the 32 shards between them, each owning some.
@@ -576,12 +573,16 @@ fn signal(server: &Server, signal: nix::sys::signal::Signal) {
 /// How many requests to the Kubernetes API `server` made with this verb that ended with this
 /// code (`error`: no answer, or refused before it was sent), from its `/metrics`.
 async fn kube_requests(server: &Server, verb: &str, code: &str) -> u64 {
-    let metrics = common::metrics_text(server).await;
     let (verb, code) = (format!("verb=\"{verb}\""), format!("code=\"{code}\""));
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("jobgate_kube_requests_total{") && l.contains(&verb) && l.contains(&code))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    common::scrape(server)
+        .await
+        .iter()
+        .filter(|(series, _)| {
+            series.starts_with("jobgate_kube_requests_total{")
+                && series.contains(&verb)
+                && series.contains(&code)
+        })
+        .map(|(_, value)| value)
         .sum::<f64>() as u64
 }
 
@@ -663,14 +664,16 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
 
 /// The shards `server` acts for now, from its `/metrics`.
 async fn shards_of(server: &Server) -> HashSet<u32> {
-    let metrics = common::metrics_text(server).await;
-    metrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("jobgate_shard_acted_for{shard=\""))
-        .filter_map(|rest| {
-            let (shard, value) = rest.split_once("\"} ")?;
-            (value == "1").then(|| shard.parse().unwrap())
+    common::scrape(server)
+        .await
+        .iter()
+        .filter(|(_, value)| **value == 1.0)
+        .filter_map(|(series, _)| {
+            series
+                .strip_prefix("jobgate_shard_acted_for{shard=\"")?
+                .strip_suffix("\"}")
         })
+        .map(|shard| shard.parse().unwrap())
         .collect()
 }
 
