@@ -319,6 +319,12 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_WS_IDLE_TIMEOUT_SECS", default_value_t = 0)]
     pub ws_idle_timeout_secs: u64,
 
+    /// Milliseconds a WebSocket's outgoing queue may stay full (the client reads slower than
+    /// its subscriptions produce, or not at all) before it is closed with 1013 and the cursor
+    /// its `jobEvents` subscriptions can resume after; 0 for never.
+    #[arg(long, env = "JOBGATE_WS_SLOW_CONSUMER_MS", default_value_t = 10_000)]
+    pub ws_slow_consumer_ms: u64,
+
     /// Delay before the first retry of a failed local run, in milliseconds; doubled per
     /// failure.
     #[arg(long, env = "JOBGATE_LOCAL_RETRY_DELAY_MS", default_value_t = 1_000)]
@@ -820,6 +826,7 @@ impl Config {
             read_buffer_bytes: usize::try_from(self.ws_read_buffer_bytes).unwrap_or(usize::MAX),
             max_subscriptions: self.ws_max_subscriptions,
             idle_timeout: Duration::from_secs(self.ws_idle_timeout_secs),
+            slow_consumer_timeout: Duration::from_millis(self.ws_slow_consumer_ms),
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             ..WsConfig::new(metrics)
         }

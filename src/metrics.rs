@@ -99,6 +99,12 @@ pub struct Metrics {
     pub auth_failures: Family<ReasonLabels, Counter>,
     pub rate_limited: Family<LimitLabels, Counter>,
     pub ws_connections: Gauge,
+    /// Sockets closed because their outgoing queue stayed full (`WsConfig::slow_consumer_timeout`).
+    pub ws_slow_consumers_closed: Counter,
+    /// Live groups of identical subscriptions sharing their renderings (`graphql::ws` fanout).
+    pub subscription_groups: Gauge,
+    /// Events rendered (resolved and serialised) for a group, each shared by its subscribers.
+    pub subscription_renders: Counter,
     pub active_subscriptions: Gauge,
     /// Open TCP connections (HTTP and WebSocket), set by the accept loop.
     pub http_connections: Gauge,
@@ -168,6 +174,9 @@ impl Metrics {
             auth_failures: Family::default(),
             rate_limited: Family::default(),
             ws_connections: Gauge::default(),
+            ws_slow_consumers_closed: Counter::default(),
+            subscription_groups: Gauge::default(),
+            subscription_renders: Counter::default(),
             active_subscriptions: Gauge::default(),
             http_connections: Gauge::default(),
             http_connections_refused: Counter::default(),
@@ -368,6 +377,21 @@ fn register_all(m: &Metrics) -> Registry {
         "websocket_connections",
         "Open WebSocket connections",
         m.ws_connections.clone(),
+    );
+    registry.register(
+        "websocket_slow_consumers_closed",
+        "WebSocket connections closed because their outgoing queue stayed full for --ws-slow-consumer-secs",
+        m.ws_slow_consumers_closed.clone(),
+    );
+    registry.register(
+        "subscription_groups",
+        "Live groups of identical subscriptions (same document, variables and scope) sharing one rendering of each event",
+        m.subscription_groups.clone(),
+    );
+    registry.register(
+        "subscription_renders",
+        "Events resolved and serialised for a group of subscriptions; every subscriber of the group gets the same bytes",
+        m.subscription_renders.clone(),
     );
     registry.register(
         "active_subscriptions",

@@ -19,7 +19,8 @@ use crate::graphql::types::{
     CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
     PageInfo, SubmitJobInput, SubmitJobPayload, TemplateObject,
 };
-use crate::jobs::service::{JobService, Submitter};
+use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
+use crate::jobs::service::{JobService, ServiceError, Submitter};
 use crate::model;
 use crate::rate_limits::{Limited, RateLimits};
 
@@ -257,6 +258,41 @@ impl Mutation {
 
 pub struct SubscriptionRoot;
 
+/// A shared rendering's execution (see `ws::fanout`): the events it is fed, as the stream
+/// async-graphql resolves the selection on.
+fn rendered(feed: &RenderFeed) -> EventStream {
+    feed.events::<model::JobEvent>()
+        .map(|event| Ok(JobStatusEvent { event }))
+        .boxed()
+}
+
+/// A subscriber's own events, handed to its group for rendering and queued as frames by
+/// `delivery`; the stream async-graphql sees yields only errors (each as its own `next`), and
+/// ends when the events do, so the subscription completes after its last frame. With
+/// `resumable`, each frame moves the subscription's resume cursor.
+fn delivered(
+    delivery: Delivery,
+    events: impl Stream<Item = Result<(RenderKey, Arc<model::JobEvent>), ServiceError>> + Send + 'static,
+    resumable: bool,
+) -> EventStream {
+    futures::stream::unfold(
+        (events.boxed(), delivery),
+        move |(mut events, delivery)| async move {
+            loop {
+                match events.next().await? {
+                    Ok((key, event)) => {
+                        let cursor = resumable.then_some(event.seq);
+                        // The connection is closing; its operations are being stopped.
+                        delivery.deliver(key, event, cursor).await.ok()?;
+                    }
+                    Err(e) => return Some((Err(e).api(), (events, delivery))),
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<JobStatusEvent>> + Send>>;
 
 #[Subscription(name = "Subscription")]
@@ -264,14 +300,26 @@ impl SubscriptionRoot {
     /// Emits the job's current state at once, then every phase change; completes after a
     /// terminal phase.
     async fn job_status(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<EventStream> {
+        if let Some(feed) = ctx.data_opt::<RenderFeed>() {
+            return Ok(rendered(feed));
+        }
         rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
-        let Some(events) = service.job_status(&id, &caller(ctx)?.scope).await.api()? else {
+        let scope = &caller(ctx)?.scope;
+        let Some(events) = service.job_status(&id, scope).await.api()? else {
             return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
         };
-        Ok(events
-            .map(|r| r.map(|event| JobStatusEvent { event }).api())
-            .boxed())
+        let Some(tap) = ctx.data_opt::<Tap>() else {
+            return Ok(events
+                .map(|r| r.map(|event| JobStatusEvent { event }).api())
+                .boxed());
+        };
+        // The first event is the job's state as it is now, made up from the job with the
+        // cursor of its last event: a rendering of its own (variant 1), not that event's.
+        let keyed = events
+            .enumerate()
+            .map(|(i, r)| r.map(|event| ((event.seq, u8::from(i == 0)), event)));
+        Ok(delivered(tap.join(&scope.key()), keyed, false))
     }
 
     /// Every status event of every job matching `filter`, in cursor order: phase changes,
@@ -283,14 +331,28 @@ impl SubscriptionRoot {
         filter: Option<JobFilterInput>,
         #[graphql(desc = "A cursor from an earlier event; omit to start from now.")] after: Option<String>,
     ) -> async_graphql::Result<EventStream> {
+        if let Some(feed) = ctx.data_opt::<RenderFeed>() {
+            return Ok(rendered(feed));
+        }
         rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
         let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
         let filter: model::JobFilter = filter.unwrap_or_default().into();
-        Ok(service
-            .events(filter, &caller(ctx)?.scope, after)
-            .map(|r| r.map(|event| JobStatusEvent { event }).api())
-            .boxed())
+        let scope = &caller(ctx)?.scope;
+        let Some(tap) = ctx.data_opt::<Tap>() else {
+            return Ok(service
+                .events(filter, scope, after)
+                .map(|r| r.map(|event| JobStatusEvent { event }).api())
+                .boxed());
+        };
+        // Pinned to a cursor now, so the subscription's resume cursor is exact from the start.
+        let after = after.unwrap_or_else(|| service.bus().head());
+        let delivery = tap.join(&scope.key());
+        delivery.resumable_after(after);
+        let keyed = service
+            .events(filter, scope, Some(after))
+            .map(|r| r.map(|event| ((event.seq, 0), event)));
+        Ok(delivered(delivery, keyed, true))
     }
 
     /// The job's output, a line at a time: its last `tailLines` lines, then with `follow`

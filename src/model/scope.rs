@@ -41,4 +41,14 @@ impl Scope {
     pub fn sees(&self, job: &Job) -> bool {
         self.allows(&job.spec.namespace)
     }
+
+    /// A text equal for equal scopes and different for different ones: what callers who may
+    /// share a rendering of the same event must have in common. (Namespace names are DNS
+    /// labels, so they contain no comma; `*` is not one either.)
+    pub fn key(&self) -> String {
+        match self {
+            Self::All => "*".to_owned(),
+            Self::Namespaces(set) => set.iter().map(String::as_str).collect::<Vec<_>>().join(","),
+        }
+    }
 }

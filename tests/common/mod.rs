@@ -132,7 +132,7 @@ impl Server {
             "--local-kill-grace-ms".into(),
             "300".into(),
             "--log".into(),
-            "info,tower_http=warn".into(),
+            std::env::var("JOBGATE_TEST_LOG").unwrap_or_else(|_| "info,tower_http=warn".into()),
             // Tests serve several tenants; run as an ordinary user, jobgate would refuse to
             // on the local executor (as root, jobs run as `nobody` and this changes nothing).
             // tests/local_isolation.rs checks the refusal and the isolation.

@@ -115,6 +115,21 @@ pub(super) fn complete_frame(id: &str) -> String {
 
 /// `next` with the serialised `Response` (an ExecutionResult: `data` always present, `errors`
 /// and `extensions` left out when empty).
+/// The start of every `next` frame of subscription `id`, up to its payload: a shared
+/// rendering (see `fanout`) is spliced after it and the frame closed with `}`. The bytes are
+/// those [`next_frame`] writes, so a client cannot tell a shared frame from another.
+pub(super) fn next_prefix(id: &str) -> String {
+    let mut frame = to_frame(&IdMessage::<()> {
+        id,
+        kind: "next",
+        payload: None,
+    });
+    // `{"id":…,"type":"next"}` becomes `{"id":…,"type":"next","payload":`.
+    frame.pop();
+    frame.push_str(r#","payload":"#);
+    frame
+}
+
 pub(super) fn next_frame(id: &str, response: &Response) -> String {
     to_frame(&IdMessage {
         id,

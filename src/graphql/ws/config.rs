@@ -47,6 +47,14 @@ pub struct WsConfig {
     /// `next` carrying a `DEADLINE_EXCEEDED` error, then `complete`. Subscriptions are not
     /// bounded. Zero disables.
     pub request_timeout: Duration,
+    /// A socket whose data queue has been full at every look for this long is not keeping up
+    /// (or not reading at all): it is closed with 1013 and a reason that says which cursor its
+    /// `jobEvents` subscriptions can resume after. Zero disables (the keepalive still drops a
+    /// client that reads nothing).
+    pub slow_consumer_timeout: Duration,
+    /// The server's groups of identical subscriptions, which share their renderings (see
+    /// `fanout`). One per server: every connection joins the same groups.
+    pub groups: Arc<super::fanout::Groups>,
 }
 
 impl WsConfig {
@@ -63,6 +71,8 @@ impl WsConfig {
             idle_timeout: Duration::ZERO,
             outgoing_queue: 32,
             request_timeout: Duration::ZERO,
+            slow_consumer_timeout: Duration::from_secs(10),
+            groups: Arc::new(super::fanout::Groups::new(&metrics)),
             metrics,
         }
     }

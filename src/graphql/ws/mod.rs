@@ -49,6 +49,7 @@
 
 mod codec;
 mod config;
+mod fanout;
 mod keepalive;
 mod operation_task;
 mod registry;
@@ -64,6 +65,7 @@ use tracing::{Instrument, debug, info_span};
 
 pub use codec::PROTOCOL;
 pub use config::WsConfig;
+pub use fanout::{Delivery, Gone, Groups, Item, RenderFeed, RenderKey, Tap};
 pub use session::{InitError, InitHook};
 
 /// Upgrade handler body: call from an axum handler that extracted `WebSocketUpgrade`.

@@ -6,7 +6,14 @@
 //! nor decide how the connection answers a reused id or a panicked task (the session closes
 //! the socket). No task it spawned may outlive [`Registry::shutdown`].
 
-use std::{collections::HashMap, future::Future, sync::Arc};
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+};
 
 use async_graphql::ServerError;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
@@ -23,6 +30,8 @@ struct Op {
     generation: u64,
     kind: OperationKind,
     abort: AbortHandle,
+    /// The resume cursor of a subscription that has one (see `fanout::Delivery`).
+    resume: Option<Arc<AtomicI64>>,
 }
 
 /// The live operations of one connection.
@@ -90,8 +99,13 @@ impl Registry {
 
     /// Takes `id`, which the caller has checked is free, and spawns the operation's task,
     /// built by `task` from the operation's generation.
-    pub(super) fn start<F>(&mut self, id: String, kind: OperationKind, task: impl FnOnce(u64) -> F)
-    where
+    pub(super) fn start<F>(
+        &mut self,
+        id: String,
+        kind: OperationKind,
+        resume: Option<Arc<AtomicI64>>,
+        task: impl FnOnce(u64) -> F,
+    ) where
         F: Future<Output = OpDone> + Send + 'static,
     {
         debug_assert!(!self.ops.contains_key(&id), "operation id {id} reused while live");
@@ -107,8 +121,20 @@ impl Registry {
                 generation,
                 kind,
                 abort,
+                resume,
             },
         );
+    }
+
+    /// The cursor after which every live subscription with a resume cursor can be resumed
+    /// without a gap: the lowest of theirs. `None` when none has one.
+    pub(super) fn resume_cursor(&self) -> Option<i64> {
+        self.ops
+            .values()
+            .filter_map(|op| op.resume.as_ref())
+            .map(|r| r.load(Ordering::Relaxed))
+            .filter(|c| *c != super::fanout::NO_CURSOR)
+            .min()
     }
 
     /// The client stopped listening to `id`. Nothing is sent back, whatever the operation's
@@ -190,9 +216,9 @@ mod tests {
     async fn subscriptions_are_capped_and_counted() {
         let metrics = crate::metrics::Metrics::new();
         let mut registry = Registry::new(metrics.clone(), 2);
-        registry.start("a".into(), OperationKind::Subscription, parked);
-        registry.start("b".into(), OperationKind::Subscription, parked);
-        registry.start("q".into(), OperationKind::Query, parked);
+        registry.start("a".into(), OperationKind::Subscription, None, parked);
+        registry.start("b".into(), OperationKind::Subscription, None, parked);
+        registry.start("q".into(), OperationKind::Query, None, parked);
         assert_eq!(metrics.active_subscriptions.get(), 2);
         let refused = registry.admit(OperationKind::Subscription).unwrap_err();
         assert_eq!(
@@ -221,6 +247,7 @@ mod tests {
         registry.start(
             "m".into(),
             OperationKind::Mutation,
+            None,
             move |generation| async move {
                 let _ = released.await;
                 let permit = out.reserve_owned().await.expect("the test holds the receiver");
@@ -234,7 +261,7 @@ mod tests {
         // A completed mutation keeps running, but its id is free at once.
         registry.complete("m");
         assert!(!registry.contains("m"));
-        registry.start("m".into(), OperationKind::Query, parked);
+        registry.start("m".into(), OperationKind::Query, None, parked);
         release.send(()).expect("the mutation waits for it");
         let done = registry
             .next_finished()

@@ -25,17 +25,19 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 use tracing::{Instrument, debug, debug_span, error, warn};
 
+use super::codec::next_prefix;
 use super::codec::{
     BINARY_REFUSED, CONNECTION_ACK, ClientMessage, CloseCode, PROTOCOL, error_frame, parse_client_message,
     pong_frame,
 };
 use super::config::{WsConfig, timer_period};
+use super::fanout::{Execute, NO_CURSOR, Tap};
 use super::keepalive::{Beat, Keepalive};
 use super::operation_task::{OpDone, OpEnv, run_operation};
 use super::registry::Registry;
 use super::writer::{CLOSE_GRACE, Out, write_loop};
 use crate::graphql::error::fill_codes;
-use crate::graphql::operation::{PreExecFailed, operation_kind};
+use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind};
 
 /// Why the init hook refused a connection.
 #[derive(Debug, thiserror::Error)]
@@ -118,8 +120,14 @@ pub(super) async fn run<E: Executor>(
         write_loop(sink, control_rx, data_rx, close_rx).in_current_span(),
     ));
 
+    let execute: Execute = {
+        let executor = executor.clone();
+        Arc::new(move |request, session| executor.execute_stream(request, Some(session)))
+    };
     let mut conn = Connection {
         executor,
+        execute,
+        groups: config.groups.clone(),
         on_init,
         control: control_tx,
         data: data_tx,
@@ -182,6 +190,9 @@ pub(super) async fn run<E: Executor>(
 
 struct Connection<E> {
     executor: E,
+    /// The executor, type-erased, for the renderers of shared subscriptions.
+    execute: Execute,
+    groups: Arc<super::fanout::Groups>,
     on_init: InitHook,
     /// The control queue (see the `ws` module docs); only this task fills it.
     control: mpsc::Sender<Out>,
@@ -206,6 +217,15 @@ impl<E: Executor> Connection<E> {
         let mut keepalive = Keepalive::new(config.keepalive_interval);
         let idle_timeout = timer_period(config.idle_timeout);
         let mut idle_since = Instant::now();
+        let slow_timeout = timer_period(config.slow_consumer_timeout);
+        // The data queue is looked at four times per timeout: it must be full at every look.
+        let mut slow_check = (!slow_timeout.is_zero()).then(|| {
+            let period = (slow_timeout / 4).max(Duration::from_millis(10));
+            let mut check = tokio::time::interval_at(Instant::now() + period, period);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            check
+        });
+        let mut full_since: Option<Instant> = None;
 
         loop {
             let awaiting_init = matches!(self.phase, Phase::AwaitingInit);
@@ -225,6 +245,15 @@ impl<E: Executor> Connection<E> {
                 joined = self.ops.next_finished() => {
                     idle_since = Instant::now();
                     self.on_op_done(joined)
+                }
+                now = tick(&mut slow_check) => {
+                    if self.data.capacity() == 0 {
+                        let since = *full_since.get_or_insert(now);
+                        (now.duration_since(since) >= slow_timeout).then(|| self.slow_consumer_exit())
+                    } else {
+                        full_since = None;
+                        None
+                    }
                 }
                 beat = keepalive.tick() => match beat {
                     Beat::Ping(payload) => self.send_control(Out::Ping(payload)),
@@ -370,7 +399,25 @@ impl<E: Executor> Connection<E> {
             return self.send_control(Out::Text(error_frame(&id, &[refused])));
         }
         let flag = Arc::new(PreExecFailed::default());
-        let request = request.data(flag.clone());
+        let mut request = request.data(flag.clone());
+        let mut resume = None;
+        if kind == OperationKind::Subscription {
+            // Every subscription may share its renderings (see `fanout`); its resolver decides.
+            let cursor = Arc::new(std::sync::atomic::AtomicI64::new(NO_CURSOR));
+            resume = Some(cursor.clone());
+            let tap = Tap {
+                groups: self.groups.clone(),
+                execute: self.execute.clone(),
+                session: session.clone(),
+                query: request.query.as_str().into(),
+                operation: request.operation_name.as_deref().map(Into::into),
+                variables: request.variables.clone(),
+                out: self.data.clone(),
+                prefix: next_prefix(&id).into(),
+                resume: cursor,
+            };
+            request = request.data(tap);
+        }
         // Lazy: validation and execution happen when the operation task polls the stream.
         let stream = self.executor.execute_stream(request, Some(session.clone()));
         let span = debug_span!("operation", id, ?kind);
@@ -380,7 +427,7 @@ impl<E: Executor> Connection<E> {
             timeout: self.request_timeout,
         };
         let task_id = id.clone();
-        self.ops.start(id, kind, move |generation| {
+        self.ops.start(id, kind, resume, move |generation| {
             run_operation(task_id, generation, kind, stream, flag, env).instrument(span)
         });
         None
@@ -404,6 +451,19 @@ impl<E: Executor> Connection<E> {
                 ))
             }
         }
+    }
+
+    /// The close of a socket whose data queue stayed full: 1013, and where its `jobEvents`
+    /// subscriptions can resume (every frame handed to the socket before the close frame is
+    /// at or before that cursor, so resuming after it misses nothing).
+    fn slow_consumer_exit(&self) -> Exit {
+        self.metrics.ws_slow_consumers_closed.inc();
+        let reason = match self.ops.resume_cursor() {
+            Some(cursor) => format!("Slow consumer: resume jobEvents after {cursor}"),
+            None => "Slow consumer: not reading fast enough".to_owned(),
+        };
+        warn!(reason, "closing a socket whose outgoing queue stayed full");
+        Exit::close(CloseCode::TryAgainLater, reason)
     }
 
     /// Queues a frame from the main task, which never waits for the writer.
@@ -439,6 +499,14 @@ async fn init_hook(phase: &mut Phase) -> Result<Data, InitError> {
     match phase {
         Phase::Initialising(fut) => fut.await,
         _ => std::future::pending().await,
+    }
+}
+
+/// The next look of the slow-consumer check; pending forever when it is disabled.
+async fn tick(check: &mut Option<tokio::time::Interval>) -> Instant {
+    match check {
+        Some(check) => check.tick().await,
+        None => std::future::pending().await,
     }
 }
 

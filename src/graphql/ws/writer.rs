@@ -6,7 +6,14 @@
 //! does), and must not let a client that does not read hold it forever: every wait on the
 //! socket after the close decision is bounded by [`CLOSE_GRACE`].
 
-use std::{borrow::Cow, time::Duration};
+use std::{
+    borrow::Cow,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures::{SinkExt, stream::SplitSink};
@@ -33,6 +40,14 @@ pub(super) enum Out {
     Pair(String, String),
     /// A WebSocket ping frame (keepalive) with this payload, which the pong must echo.
     Ping([u8; 8]),
+    /// A `next` frame of a shared rendering: the subscription's frame start (see
+    /// `codec::next_prefix`), the group's payload, and `}`. With `cursor`, the subscription's
+    /// resume cursor moves to it once the frame is handed to the socket.
+    Shared {
+        prefix: Arc<str>,
+        payload: super::fanout::Payload,
+        cursor: Option<(Arc<AtomicI64>, i64)>,
+    },
 }
 
 /// The close frame the session decided on; the writer sends it before anything still queued.
@@ -116,5 +131,21 @@ async fn feed(sink: &mut SplitSink<WebSocket, Message>, out: Out) -> Result<(), 
             sink.feed(Message::text(second)).await
         }
         Out::Ping(payload) => sink.feed(Message::Ping(payload.to_vec().into())).await,
+        Out::Shared {
+            prefix,
+            payload,
+            cursor,
+        } => {
+            // The splice: one copy of the shared bytes, no serialisation.
+            let mut frame = String::with_capacity(prefix.len() + payload.len() + 1);
+            frame.push_str(&prefix);
+            frame.push_str(&payload);
+            frame.push('}');
+            sink.feed(Message::text(frame)).await?;
+            if let Some((resume, cursor)) = cursor {
+                resume.store(cursor, Ordering::Relaxed);
+            }
+            Ok(())
+        }
     }
 }

@@ -234,8 +234,17 @@ async fn full_control_queue_means_1013() {
     let gates = Arc::new(Gates::default());
     let (control, _control_rx) = mpsc::channel(1);
     let (data, _data_rx) = mpsc::channel(1);
+    let executor = schema(&gates);
+    let metrics = crate::metrics::Metrics::new();
     let conn = Connection {
-        executor: schema(&gates),
+        execute: {
+            let executor = executor.clone();
+            Arc::new(move |request, session| {
+                async_graphql::Executor::execute_stream(&executor, request, Some(session))
+            })
+        },
+        groups: Arc::new(crate::graphql::ws::fanout::Groups::new(&metrics)),
+        executor,
         on_init: hook(&gates),
         control,
         data,

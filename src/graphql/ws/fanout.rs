@@ -1,0 +1,344 @@
+//! Shared rendering of subscription events: each event is resolved and serialised once per
+//! *group* of identical subscriptions, and every subscriber of the group gets the same bytes
+//! with only its own subscription id spliced in front.
+//!
+//! A group is keyed by the operation's document, operation name and variables and by the
+//! caller's *sharing key* (in practice its scope: what it may see). Two subscriptions with
+//! different keys never share anything; so two callers with different scopes never share a
+//! rendering, whatever else they have in common. Groups appear with their first subscriber
+//! and vanish with their last.
+//!
+//! Only the rendering is shared. Each subscriber keeps its own source of events (its own
+//! cursor on the event bus, its own `after`, its own catch-up from the store), so which events
+//! it gets, in which order and from where it starts are exactly what they would be alone;
+//! group changes cannot make it miss or repeat one. A render is keyed by the event's cursor
+//! (and a variant, to tell a synthesised "current state" from the recorded event with the
+//! same cursor), so the first subscriber to need an event has it rendered and the others wait
+//! for that rendering and reuse it.
+//!
+//! How a schema takes part: the session puts a [`Tap`] into the data of every subscription it
+//! starts. A resolver that can share calls [`Tap::join`] with its caller's sharing key and
+//! hands each event to the returned [`Delivery`] instead of yielding it to async-graphql
+//! (its stream then yields only errors). A group renders with one long-lived execution of the
+//! same operation whose data holds a [`RenderFeed`] instead: the resolver, seeing it, yields
+//! the events fed to it and nothing else (no rate limit, no lookup: the subscriber's own
+//! execution did those).
+//!
+//! This module must not know the schema or any business rule (the resolvers choose what
+//! shares and under which key), and must not wait on a subscriber while rendering for the
+//! others: a slow subscriber waits for room in its own connection's queue only.
+
+use std::{
+    any::Any,
+    collections::{BTreeMap, HashMap},
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicI64, Ordering},
+    },
+};
+
+use async_graphql::{Data, Request, Response, Variables};
+use axum::extract::ws::Utf8Bytes;
+use futures::{
+    FutureExt, StreamExt,
+    future::{BoxFuture, Shared},
+    stream::BoxStream,
+};
+use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
+use tokio::sync::{mpsc, oneshot};
+use tracing::error;
+
+use super::writer::Out;
+
+/// An event as the schema hands it over; only the schema's resolvers look inside.
+pub type Item = Arc<dyn Any + Send + Sync>;
+
+/// Which rendering of an event: its cursor, and a variant the schema chooses (for example to
+/// tell a synthesised current state from the recorded event with the same cursor).
+pub type RenderKey = (i64, u8);
+
+/// A rendered `ExecutionResult` (`{"data":…}`), shared by every subscriber of a group.
+pub(super) type Payload = Utf8Bytes;
+
+/// Renders most recent events kept per group. A subscriber further behind than this has
+/// its events rendered again (correct, only slower).
+const CACHE_ENTRIES: usize = 1024;
+
+/// Starts an execution of a request with the given session data: the schema, type-erased.
+pub(super) type Execute = Arc<dyn Fn(Request, Arc<Data>) -> BoxStream<'static, Response> + Send + Sync>;
+
+/// Every live group of a server.
+pub struct Groups {
+    live: Mutex<HashMap<GroupKey, Weak<Group>>>,
+    /// Live groups, as the metric `subscription_groups`.
+    gauge: Gauge,
+    /// Renders done, as the metric `subscription_renders`.
+    renders: Counter,
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Groups").field("live", &self.len()).finish()
+    }
+}
+
+impl Groups {
+    pub fn new(metrics: &crate::metrics::Metrics) -> Self {
+        Self {
+            live: Mutex::default(),
+            gauge: metrics.subscription_groups.clone(),
+            renders: metrics.subscription_renders.clone(),
+        }
+    }
+
+    /// Live groups (each with at least one subscriber).
+    pub fn len(&self) -> usize {
+        self.live
+            .lock()
+            .expect("groups lock")
+            .values()
+            .filter(|g| g.strong_count() > 0)
+            .count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The group of `key`, started with `start` when there is none.
+    fn join(
+        self: &Arc<Self>,
+        key: GroupKey,
+        start: impl FnOnce() -> mpsc::UnboundedSender<RenderJob>,
+    ) -> Arc<Group> {
+        let mut live = self.live.lock().expect("groups lock");
+        // The upgraded Arc leaves this function: no Group is dropped while the lock is held
+        // (a Group's drop takes it).
+        if let Some(group) = live.get(&key).and_then(Weak::upgrade) {
+            return group;
+        }
+        self.gauge.inc();
+        let group = Arc::new(Group {
+            gauge: self.gauge.clone(),
+            key: key.clone(),
+            renders: start(),
+            cache: Mutex::new(BTreeMap::new()),
+            groups: Arc::downgrade(self),
+        });
+        live.insert(key, Arc::downgrade(&group));
+        group
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct GroupKey {
+    query: Arc<str>,
+    operation: Option<Arc<str>>,
+    /// The variables as JSON: equal values, equal text.
+    variables: Arc<str>,
+    sharing: Arc<str>,
+}
+
+type PendingRender = Shared<BoxFuture<'static, Payload>>;
+
+/// One group: the channel to its renderer and the renders it keeps.
+struct Group {
+    gauge: Gauge,
+    key: GroupKey,
+    renders: mpsc::UnboundedSender<RenderJob>,
+    cache: Mutex<BTreeMap<RenderKey, PendingRender>>,
+    groups: Weak<Groups>,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.gauge.dec();
+        if let Some(groups) = self.groups.upgrade() {
+            let mut live = groups.live.lock().expect("groups lock");
+            // A newer group may have taken the key since this one's last Arc went away.
+            if live.get(&self.key).is_some_and(|g| g.strong_count() == 0) {
+                live.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl Group {
+    /// The rendering of `item`, from the cache or from the renderer.
+    async fn render(&self, key: RenderKey, item: Item) -> Payload {
+        let pending = {
+            let mut cache = self.cache.lock().expect("render cache lock");
+            match cache.get(&key) {
+                Some(pending) => pending.clone(),
+                None => {
+                    let (reply, rendered) = oneshot::channel();
+                    // Sent now, not when first polled: the renderer renders it even if this
+                    // subscriber goes away before it is done, for the others.
+                    let sent = self.renders.send((item, reply)).is_ok();
+                    let pending = async move {
+                        match rendered.await {
+                            Ok(payload) if sent => payload,
+                            _ => render_failed(),
+                        }
+                    }
+                    .boxed()
+                    .shared();
+                    cache.insert(key, pending.clone());
+                    if cache.len() > CACHE_ENTRIES {
+                        cache.pop_first();
+                    }
+                    pending
+                }
+            }
+        };
+        pending.await
+    }
+}
+
+/// What a subscriber gets when its group's renderer is gone (a resolver panicked in it).
+fn render_failed() -> Payload {
+    Utf8Bytes::from_static(
+        r#"{"data":null,"errors":[{"message":"Internal server error","extensions":{"code":"INTERNAL"}}]}"#,
+    )
+}
+
+type RenderJob = (Item, oneshot::Sender<Payload>);
+
+/// The group's renderer: one execution of the operation, fed one event at a time; each
+/// response is serialised once.
+async fn render_loop(
+    renders: Counter,
+    mut jobs: mpsc::UnboundedReceiver<RenderJob>,
+    feed: mpsc::UnboundedSender<Item>,
+    mut responses: BoxStream<'static, Response>,
+) {
+    while let Some((item, reply)) = jobs.recv().await {
+        if feed.send(item).is_err() {
+            error!("a shared subscription's renderer stopped taking events");
+            return;
+        }
+        let Some(response) = responses.next().await else {
+            error!("a shared subscription's renderer ended");
+            return;
+        };
+        let payload = match serde_json::to_string(&response) {
+            Ok(json) => Utf8Bytes::from(json),
+            Err(e) => {
+                error!(error = %e, "could not serialise a shared subscription's response");
+                render_failed()
+            }
+        };
+        renders.inc();
+        let _ = reply.send(payload);
+    }
+}
+
+/// In the data of a group's rendering execution: the events to render, in order.
+pub struct RenderFeed(Mutex<Option<mpsc::UnboundedReceiver<Item>>>);
+
+impl RenderFeed {
+    /// The events to render, as the resolver must yield them; the first call takes them (a
+    /// document has one root field, so there is only one).
+    pub fn events<T: Send + Sync + 'static>(&self) -> BoxStream<'static, Arc<T>> {
+        let Some(feed) = self.0.lock().expect("render feed lock").take() else {
+            return futures::stream::empty().boxed();
+        };
+        futures::stream::unfold(feed, |mut feed| async move {
+            loop {
+                let item = feed.recv().await?;
+                match item.downcast::<T>() {
+                    Ok(event) => return Some((event, feed)),
+                    // Cannot happen with one resolver per group; skipping keeps the order.
+                    Err(_) => error!("a shared subscription was fed an item of another type"),
+                }
+            }
+        })
+        .boxed()
+    }
+}
+
+/// In the data of every subscription the session starts: how its resolver joins a group.
+pub struct Tap {
+    pub(super) groups: Arc<Groups>,
+    pub(super) execute: Execute,
+    pub(super) session: Arc<Data>,
+    pub(super) query: Arc<str>,
+    pub(super) operation: Option<Arc<str>>,
+    pub(super) variables: Variables,
+    /// The connection's data queue.
+    pub(super) out: mpsc::Sender<Out>,
+    /// `{"id":<id>,"type":"next","payload":`, the start of every `next` frame of this
+    /// subscription.
+    pub(super) prefix: Arc<str>,
+    /// Where this subscription's resume cursor is kept, for the connection's slow-consumer
+    /// close (see [`Delivery::resumable_after`]).
+    pub(super) resume: Arc<AtomicI64>,
+}
+
+/// No resume cursor (the subscription is not `jobEvents`-like, or has not said where).
+pub(super) const NO_CURSOR: i64 = -1;
+
+impl Tap {
+    /// Joins the group of this operation for callers with `sharing` (what they may see:
+    /// callers whose renderings may differ must not give the same key).
+    pub fn join(&self, sharing: &str) -> Delivery {
+        let key = GroupKey {
+            query: self.query.clone(),
+            operation: self.operation.clone(),
+            variables: serde_json::to_string(&self.variables).unwrap_or_default().into(),
+            sharing: sharing.into(),
+        };
+        let group = self.groups.join(key, || {
+            let (jobs_tx, jobs) = mpsc::unbounded_channel();
+            let (feed_tx, feed) = mpsc::unbounded_channel();
+            let mut request = Request::new(self.query.to_string()).variables(self.variables.clone());
+            if let Some(operation) = &self.operation {
+                request = request.operation_name(operation.to_string());
+            }
+            let request = request.data(RenderFeed(Mutex::new(Some(feed))));
+            let responses = (self.execute)(request, self.session.clone());
+            tokio::spawn(render_loop(self.groups.renders.clone(), jobs, feed_tx, responses));
+            jobs_tx
+        });
+        Delivery {
+            group,
+            out: self.out.clone(),
+            prefix: self.prefix.clone(),
+            resume: self.resume.clone(),
+        }
+    }
+}
+
+/// A subscriber's membership of a group: hands its events over for rendering and queues
+/// the frames.
+pub struct Delivery {
+    group: Arc<Group>,
+    out: mpsc::Sender<Out>,
+    prefix: Arc<str>,
+    resume: Arc<AtomicI64>,
+}
+
+/// The connection is gone: stop delivering.
+#[derive(Debug)]
+pub struct Gone;
+
+impl Delivery {
+    /// Says where this subscription could be resumed from before any event has been
+    /// delivered: every event it should get after `cursor` is still to come.
+    pub fn resumable_after(&self, cursor: i64) {
+        self.resume.store(cursor, Ordering::Relaxed);
+    }
+
+    /// Renders `item` (once for the group) and queues its `next` frame, waiting for room:
+    /// the backpressure on this subscriber alone. With `cursor`, the frame moves the
+    /// subscription's resume cursor once it is written.
+    pub async fn deliver(&self, key: RenderKey, item: Item, cursor: Option<i64>) -> Result<(), Gone> {
+        let payload = self.group.render(key, item).await;
+        let frame = Out::Shared {
+            prefix: self.prefix.clone(),
+            payload,
+            cursor: cursor.map(|c| (self.resume.clone(), c)),
+        };
+        self.out.send(frame).await.map_err(|_| Gone)
+    }
+}
