@@ -29,6 +29,7 @@
 //! `BENCH_LAT_DURABILITY` [full], `BENCH_LAT_STORE` [sqlite] (the part 2/3 server's store,
 //! one of `BENCH_STORES`' values), `BENCH_RATES` [20,60], `BENCH_RATE_SECS` [10],
 //! `BENCH_BURST_JOBS` [300], `BENCH_SMALL_SUBS` [100], `BENCH_SMALL_EVENTS_PER_SEC` [200],
+//! `BENCH_STALLED` [0: subscribers that stop reading during part 2],
 //! `BENCH_SELECTION` [`cursor phase at job { id }`], `BENCH_JOB_COMMAND` [`["true"]`].
 //!
 //! Every count is bounded and every wait has a time limit. Without `--bench` (as under
@@ -52,6 +53,7 @@ use common::{Table, WAIT, pct, print_table};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 /// The `jobEvents` selection, unless `BENCH_SELECTION` says otherwise (it must keep
 /// `cursor`, `phase` and `at`, which the readers need).
@@ -79,6 +81,8 @@ struct Opts {
     burst_jobs: usize,
     small_subs: usize,
     small_events_per_sec: f64,
+    /// Subscribers that stop reading (on sockets with a 4 KiB receive buffer) during part 2.
+    stalled: usize,
 }
 
 fn env_or<T: FromStr>(name: &str, default: T) -> T {
@@ -125,6 +129,7 @@ impl Opts {
             burst_jobs: env_or("BENCH_BURST_JOBS", 300),
             small_subs: env_or("BENCH_SMALL_SUBS", 100),
             small_events_per_sec: env_or("BENCH_SMALL_EVENTS_PER_SEC", 200.0),
+            stalled: env_or("BENCH_STALLED", 0),
         }
     }
 }
@@ -259,6 +264,12 @@ impl CpuMark {
 
     fn since(&self) -> String {
         self.until(Instant::now())
+    }
+
+    /// The server's own CPU seconds (user + system, not its jobs') since the mark.
+    fn server_secs(&self) -> f64 {
+        let now = cpu_split(&self.pid);
+        (now[0] - self.server[0]) + (now[1] - self.server[1])
     }
 
     /// CPU use from the mark to now, spread over the time from the mark to `end` (earlier
@@ -750,6 +761,10 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
         format!("{:.1}", kib(rss0, rss3, live_subs)),
     ));
 
+    // Subscribers that never read again: the server must close them (slow consumer) without
+    // the others noticing. Held, unread, until part 2 ends.
+    let stalled = open_stalled(&server, opts.stalled).await;
+
     // Steady rates.
     let mut tag = 1u8;
     for &rate in &opts.rates {
@@ -801,9 +816,86 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
         "unexpected frames/closes".into(),
         bad.to_string(),
     ));
+    if !stalled.is_empty() {
+        let metrics = server
+            .process
+            .http
+            .get(format!("{}/metrics", server.process.url()))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .unwrap_or_default();
+        let closed = metrics
+            .lines()
+            .find(|l| l.starts_with("jobgate_websocket_slow_consumers_closed_total "))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("?")
+            .to_owned();
+        println!(
+            "  stalled subscribers closed as slow consumers: {closed} of {} (each also logs a WARN line)",
+            stalled.len()
+        );
+        table.push((
+            "2. all subscription runs".into(),
+            "stalled subscribers closed (slow consumer)".into(),
+            format!("{closed} of {}", stalled.len()),
+        ));
+    }
     report_problems(&server, table, "2. all subscription runs");
+    drop(stalled);
     drop(sockets);
     println!("  server stopped: {}", server.process.stop().await);
+}
+
+/// `n` sockets with a 4 KiB receive buffer (so the server's queue fills after little data),
+/// each with the part's subscription, which are then never read.
+async fn open_stalled(
+    server: &Server,
+    n: usize,
+) -> Vec<tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let url = server.process.ws_url();
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("ws://")
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("the server's address");
+    let selection = std::env::var("BENCH_SELECTION").unwrap_or_else(|_| SELECTION.to_owned());
+    let subscribe = json!({"id": "stalled", "type": "subscribe",
+        "payload": {"query": format!("subscription {{ jobEvents {{ {selection} }} }}")}});
+    let mut stalled = Vec::with_capacity(n);
+    for _ in 0..n {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+        let tcp = socket.connect(addr).await.expect("connect");
+        let mut request = url.as_str().into_client_request().expect("a request");
+        request.headers_mut().insert(
+            "Sec-WebSocket-Protocol",
+            "graphql-transport-ws".parse().expect("a valid header value"),
+        );
+        let (mut ws, _) = tokio_tungstenite::client_async(request, tcp)
+            .await
+            .expect("handshake");
+        ws.send(Message::text(r#"{"type":"connection_init","payload":{}}"#))
+            .await
+            .expect("init");
+        while let Some(Ok(frame)) = ws.next().await {
+            if matches!(&frame, Message::Text(t) if t.as_str().contains("connection_ack")) {
+                break;
+            }
+        }
+        ws.send(Message::text(subscribe.to_string()))
+            .await
+            .expect("subscribe");
+        stalled.push(ws);
+    }
+    println!("  {n} stalled subscribers (4 KiB receive buffer, never read) opened");
+    stalled
 }
 
 async fn subscribe(socket: &mut Socket, id: &str) {
@@ -839,6 +931,8 @@ async fn measure(
     let submit_secs = submitted.elapsed.as_secs_f64();
     let submissions_done = Instant::now();
     let (_, last_frame) = settle(hub, Duration::from_secs(2)).await;
+    // Read now: the 2 s of quiet `settle` waited for cost the server next to nothing.
+    let server_secs = cpu.server_secs();
     println!(
         "  frames stopped {:.2} s after the last submission's answer; cpu until then: {}",
         last_frame
@@ -884,6 +978,18 @@ async fn measure(
          {:.0} frames/s while frames arrived",
         f.p50_ms, f.p99_ms, f.max_ms, f.negative, f.frames_per_sec
     );
+    // Everything the server did in the part counts (accepting and launching the jobs too), so
+    // this is an upper bound on the cost of delivering a frame.
+    let us_per_frame = 1e6 * server_secs / f.frames.max(1) as f64;
+    println!(
+        "  server CPU per delivered frame: {us_per_frame:.2} µs ({server_secs:.2} s for {} frames)",
+        f.frames
+    );
+    table.push((
+        what.into(),
+        "server CPU per frame (µs)".into(),
+        format!("{us_per_frame:.2}"),
+    ));
     for (phase, n, p50, p99) in &f.by_phase {
         println!("    {phase:<9} events: {n:>8} frames, p50 {p50:.2} ms, p99 {p99:.2} ms");
     }
