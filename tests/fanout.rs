@@ -571,3 +571,82 @@ async fn the_keepalive_drops_a_subscriber_that_reads_nothing_while_events_stream
     reading.abort();
     drop(silent);
 }
+
+#[tokio::test]
+async fn subscribers_differing_only_in_root_arguments_share_a_group_and_each_get_their_own_events() {
+    let server = Server::start(&[]).await;
+    // The root field's arguments (cursor, filter) choose each subscriber's events; `$n` is used
+    // below the root, so it changes the rendering and splits the group.
+    let document = "subscription($after: String, $filter: JobFilter, $n: Int!) { \
+        jobEvents(after: $after, filter: $filter) { cursor phase job { id events(last: $n) { phase } } } }";
+    let before = server.submit(json!({"command": ["true"]})).await;
+    let mut probe = GqlWs::connect(&server).await;
+    probe
+        .subscribe("p", document, json!({"after": "0", "n": 1}))
+        .await;
+    let first = frame_of(&probe.recv().await);
+    drop(probe);
+    wait_for_metric(&server, "jobgate_subscription_groups", 0.0).await;
+
+    let mut ws = GqlWs::connect(&server).await;
+    ws.subscribe("all", document, json!({"n": 1})).await;
+    ws.subscribe(
+        "done",
+        document,
+        json!({"after": "0", "filter": {"phases": ["SUCCEEDED"]}, "n": 1}),
+    )
+    .await;
+    ws.subscribe("two", document, json!({"n": 2})).await;
+    wait_for_metric(&server, "jobgate_active_subscriptions", 3.0).await;
+    wait_for_metric(&server, "jobgate_subscription_groups", 2.0).await;
+    let jobs = submit_true_jobs(&server, 3).await;
+    let mut until = jobs.clone();
+    until.insert(before.clone());
+    let mut frames: BTreeMap<String, Vec<Frame>> = BTreeMap::new();
+    let mut succeeded: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    while ["all", "two"]
+        .iter()
+        .any(|id| succeeded.get(*id).map_or(0, BTreeSet::len) < jobs.len())
+        || succeeded.get("done").map_or(0, BTreeSet::len) < until.len()
+    {
+        let message = ws.recv().await;
+        let id = message["id"].as_str().expect("an id").to_owned();
+        let frame = frame_of(&message);
+        let event = &frame.payload["data"]["jobEvents"];
+        if event["phase"] == "SUCCEEDED" {
+            succeeded
+                .entry(id.clone())
+                .or_default()
+                .insert(event["job"]["id"].as_str().unwrap().to_owned());
+        }
+        frames.entry(id).or_default().push(frame);
+    }
+    for (id, frames) in &frames {
+        assert_strictly_increasing(id, frames);
+    }
+    // "done" replayed from cursor 0 and kept only SUCCEEDED events: the earlier job's too.
+    let done = &frames["done"];
+    assert!(
+        done.iter()
+            .all(|f| f.payload["data"]["jobEvents"]["phase"] == "SUCCEEDED")
+    );
+    assert!(done.first().unwrap().cursor > first.cursor);
+    assert_eq!(done.len(), until.len(), "{done:?}");
+    // Its frames of the new jobs are the very frames "all" got (one shared rendering).
+    let all_succeeded: Vec<&Frame> = frames["all"]
+        .iter()
+        .filter(|f| f.payload["data"]["jobEvents"]["phase"] == "SUCCEEDED")
+        .collect();
+    assert_eq!(done[1..].iter().collect::<Vec<_>>(), all_succeeded);
+    // "two" renders its own way: two events of history where "all" has one.
+    let last_two = frames["two"].last().unwrap();
+    let last_all = frames["all"].last().unwrap();
+    assert_eq!(last_two.cursor, last_all.cursor);
+    let history = |f: &Frame| {
+        f.payload["data"]["jobEvents"]["job"]["events"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!((history(last_all), history(last_two)), (1, 2));
+}

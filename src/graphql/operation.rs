@@ -23,17 +23,22 @@
 //! first response.
 
 use std::any::TypeId;
+use std::collections::{BTreeSet, HashSet};
+
+use async_graphql_value::Value as GqlValue;
 use std::sync::{
     Arc,
     atomic::{AtomicBool, Ordering},
 };
 
 use async_graphql::{
-    Request, ServerError, ServerResult, ValidationResult, Variables,
+    Name, Positioned, Request, ServerError, ServerResult, ValidationResult, Variables,
     extensions::{
         Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest, NextValidation,
     },
-    parser::types::{DocumentOperations, ExecutableDocument, OperationType},
+    parser::types::{
+        Directive, DocumentOperations, ExecutableDocument, OperationType, Selection, SelectionSet,
+    },
 };
 
 /// The type of the operation a request selects.
@@ -93,6 +98,123 @@ pub fn operation_kind(req: &mut Request) -> Result<OperationKind, ServerError> {
         (DocumentOperations::Single(_), Some(name)) => return Err(unknown_operation(name)),
     };
     Ok(ty.into())
+}
+
+/// The variables the selected operation uses anywhere but in the arguments of its root fields
+/// (in directives, in nested fields' arguments): with the document and the caller's scope,
+/// what can change how a root field's value is rendered. A subscription's root arguments
+/// (a filter, a cursor, a job id) only choose which events its source yields, so subscriptions
+/// that differ only there may share renderings (`ws` fanout). `None` when the operation is
+/// not found (the caller then keeps every variable). Call after [`operation_kind`] succeeded.
+///
+/// Each fragment is walked at most once per depth class, so a document is walked in time
+/// linear in its size, even a hostile one that spreads fragments in a cycle (validation,
+/// which refuses cycles, has not run yet).
+pub fn selection_variables(req: &mut Request) -> Option<BTreeSet<String>> {
+    let operation_name = req.operation_name.clone();
+    let doc = req.parsed_query().ok()?;
+    let op = match (&doc.operations, operation_name.as_deref()) {
+        (DocumentOperations::Single(op), None) => op,
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next()?,
+        (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name)?,
+        _ => return None,
+    };
+    let mut walk = VariableWalk {
+        doc,
+        used: BTreeSet::new(),
+        seen_root: HashSet::new(),
+        seen_deep: HashSet::new(),
+    };
+    for directive in &op.node.directives {
+        walk.arguments(&directive.node.arguments);
+    }
+    walk.root(&op.node.selection_set.node);
+    Some(walk.used)
+}
+
+struct VariableWalk<'d> {
+    doc: &'d ExecutableDocument,
+    used: BTreeSet<String>,
+    seen_root: HashSet<&'d str>,
+    seen_deep: HashSet<&'d str>,
+}
+
+impl<'d> VariableWalk<'d> {
+    /// A selection set of the root type: its fields' arguments are left out.
+    fn root(&mut self, set: &'d SelectionSet) {
+        for item in &set.items {
+            match &item.node {
+                Selection::Field(field) => {
+                    self.directives(&field.node.directives);
+                    self.deep(&field.node.selection_set.node);
+                }
+                Selection::FragmentSpread(spread) => {
+                    self.directives(&spread.node.directives);
+                    let name = spread.node.fragment_name.node.as_str();
+                    if self.seen_root.insert(name)
+                        && let Some(fragment) = self.doc.fragments.get(name)
+                    {
+                        self.directives(&fragment.node.directives);
+                        self.root(&fragment.node.selection_set.node);
+                    }
+                }
+                Selection::InlineFragment(inline) => {
+                    self.directives(&inline.node.directives);
+                    self.root(&inline.node.selection_set.node);
+                }
+            }
+        }
+    }
+
+    /// A selection set below the root: everything counts.
+    fn deep(&mut self, set: &'d SelectionSet) {
+        for item in &set.items {
+            match &item.node {
+                Selection::Field(field) => {
+                    self.arguments(&field.node.arguments);
+                    self.directives(&field.node.directives);
+                    self.deep(&field.node.selection_set.node);
+                }
+                Selection::FragmentSpread(spread) => {
+                    self.directives(&spread.node.directives);
+                    let name = spread.node.fragment_name.node.as_str();
+                    if self.seen_deep.insert(name)
+                        && let Some(fragment) = self.doc.fragments.get(name)
+                    {
+                        self.directives(&fragment.node.directives);
+                        self.deep(&fragment.node.selection_set.node);
+                    }
+                }
+                Selection::InlineFragment(inline) => {
+                    self.directives(&inline.node.directives);
+                    self.deep(&inline.node.selection_set.node);
+                }
+            }
+        }
+    }
+
+    fn directives(&mut self, directives: &[Positioned<Directive>]) {
+        for directive in directives {
+            self.arguments(&directive.node.arguments);
+        }
+    }
+
+    fn arguments(&mut self, arguments: &[(Positioned<Name>, Positioned<GqlValue>)]) {
+        for (_, value) in arguments {
+            self.value(&value.node);
+        }
+    }
+
+    fn value(&mut self, value: &GqlValue) {
+        match value {
+            GqlValue::Variable(name) => {
+                self.used.insert(name.to_string());
+            }
+            GqlValue::List(items) => items.iter().for_each(|v| self.value(v)),
+            GqlValue::Object(fields) => fields.values().for_each(|v| self.value(v)),
+            _ => {}
+        }
+    }
 }
 
 fn unknown_operation(name: &str) -> ServerError {
@@ -207,6 +329,42 @@ impl Extension for PreExecutionFlagExtension {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn selection_variables_leave_out_the_root_fields_arguments() {
+        let used = |query: &str| {
+            let mut request = async_graphql::Request::new(query);
+            super::operation_kind(&mut request).expect("a valid operation");
+            super::selection_variables(&mut request)
+                .expect("the operation is found")
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            used(
+                "subscription($a: String, $f: JobFilter, $n: Int!, $s: Boolean!) { jobEvents(after: $a, filter: $f) \
+                 { cursor job { events(last: $n) { phase } } phase @skip(if: $s) } }"
+            ),
+            ["n", "s"]
+        );
+        // Through fragments at the root and below, and directives anywhere.
+        assert_eq!(
+            used(
+                "subscription($a: String, $b: Int!, $c: Boolean!, $d: Boolean!) { ...R @include(if: $c) } \
+                 fragment R on Subscription { jobEvents(after: $a) { ...E } } \
+                 fragment E on JobStatusEvent { job { events(last: $b) { phase } } ... @skip(if: $d) { cursor } }"
+            ),
+            ["b", "c", "d"]
+        );
+        // Fragments spreading each other in a cycle (refused later by validation) end the walk.
+        assert_eq!(
+            used(
+                "subscription($x: Int!) { ...A } fragment A on Subscription { ...B } \
+                 fragment B on Subscription { ...A jobEvents(after: $x) { cursor } }"
+            ),
+            Vec::<String>::new()
+        );
+    }
+
     use async_graphql::{EmptyMutation, Object, Schema, SimpleObject, Subscription};
     use futures::{Stream, StreamExt};
 

@@ -2,10 +2,12 @@
 //! *group* of identical subscriptions, and every subscriber of the group gets the same bytes
 //! with only its own subscription id spliced in front.
 //!
-//! A group is keyed by the operation's document, operation name and variables and by the
-//! caller's *sharing key* (in practice its scope: what it may see). Two subscriptions with
-//! different keys never share anything; so two callers with different scopes never share a
-//! rendering, whatever else they have in common. Groups appear with their first subscriber
+//! A group is keyed by the operation's document, operation name and the variables its
+//! selection uses below the root field (not the root field's arguments: those only choose
+//! which events a subscriber's own source yields), and by the caller's *sharing key* (in
+//! practice its scope: what it may see). Two subscriptions with different keys never share
+//! anything; so two callers with different scopes never share a rendering, whatever else they
+//! have in common. Groups appear with their first subscriber
 //! and vanish with their last.
 //!
 //! Only the rendering is shared. Each subscriber keeps its own source of events (its own
@@ -134,7 +136,9 @@ impl Groups {
 struct GroupKey {
     query: Arc<str>,
     operation: Option<Arc<str>>,
-    /// The variables as JSON: equal values, equal text.
+    /// The variables that can change a rendering, as JSON: equal values, equal text. A
+    /// subscription's root arguments (filter, cursor, job id) only choose its events, so
+    /// subscriptions that differ only there share a group.
     variables: Arc<str>,
     sharing: Arc<str>,
 }
@@ -265,6 +269,8 @@ pub struct Tap {
     pub(super) query: Arc<str>,
     pub(super) operation: Option<Arc<str>>,
     pub(super) variables: Variables,
+    /// The variables that can change a rendering, as JSON (see `session`): the group key's.
+    pub(super) key_variables: Arc<str>,
     /// The connection's data queue.
     pub(super) out: mpsc::Sender<Out>,
     /// `{"id":<id>,"type":"next","payload":`, the start of every `next` frame of this
@@ -285,7 +291,7 @@ impl Tap {
         let key = GroupKey {
             query: self.query.clone(),
             operation: self.operation.clone(),
-            variables: serde_json::to_string(&self.variables).unwrap_or_default().into(),
+            variables: self.key_variables.clone(),
             sharing: sharing.into(),
         };
         let group = self.groups.join(key, || {

@@ -37,7 +37,7 @@ use super::operation_task::{OpDone, OpEnv, run_operation};
 use super::registry::Registry;
 use super::writer::{CLOSE_GRACE, Out, write_loop};
 use crate::graphql::error::fill_codes;
-use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind};
+use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind, selection_variables};
 
 /// Why the init hook refused a connection.
 #[derive(Debug, thiserror::Error)]
@@ -403,6 +403,7 @@ impl<E: Executor> Connection<E> {
         let mut resume = None;
         if kind == OperationKind::Subscription {
             // Every subscription may share its renderings (see `fanout`); its resolver decides.
+            let key_variables = render_variables(&mut request);
             let cursor = Arc::new(std::sync::atomic::AtomicI64::new(NO_CURSOR));
             resume = Some(cursor.clone());
             let tap = Tap {
@@ -412,6 +413,7 @@ impl<E: Executor> Connection<E> {
                 query: request.query.as_str().into(),
                 operation: request.operation_name.as_deref().map(Into::into),
                 variables: request.variables.clone(),
+                key_variables,
                 out: self.data.clone(),
                 prefix: next_prefix(&id).into(),
                 resume: cursor,
@@ -500,6 +502,17 @@ async fn init_hook(phase: &mut Phase) -> Result<Data, InitError> {
         Phase::Initialising(fut) => fut.await,
         _ => std::future::pending().await,
     }
+}
+
+/// The variables that can change how the operation renders an event, as JSON (part of its
+/// group's key): those its selection uses below the root fields. Every variable when the
+/// document cannot be walked.
+fn render_variables(request: &mut Request) -> Arc<str> {
+    let mut variables = request.variables.clone();
+    if let Some(used) = selection_variables(request) {
+        variables.retain(|name, _| used.contains(name.as_str()));
+    }
+    serde_json::to_string(&variables).unwrap_or_default().into()
 }
 
 /// The next look of the slow-consumer check; pending forever when it is disabled.
