@@ -50,7 +50,7 @@ use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
 use tokio::sync::{mpsc, oneshot};
 use tracing::error;
 
-use super::writer::Out;
+use super::writer::{DataQueue, Out};
 
 /// An event as the schema hands it over; only the schema's resolvers look inside.
 pub type Item = Arc<dyn Any + Send + Sync>;
@@ -272,7 +272,7 @@ pub struct Tap {
     /// The variables that can change a rendering, as JSON (see `session`): the group key's.
     pub(super) key_variables: Arc<str>,
     /// The connection's data queue.
-    pub(super) out: mpsc::Sender<Out>,
+    pub(super) out: DataQueue,
     /// `{"id":<id>,"type":"next","payload":`, the start of every `next` frame of this
     /// subscription.
     pub(super) prefix: Arc<str>,
@@ -319,7 +319,7 @@ impl Tap {
 /// the frames.
 pub struct Delivery {
     group: Arc<Group>,
-    out: mpsc::Sender<Out>,
+    out: DataQueue,
     prefix: Arc<str>,
     resume: Arc<AtomicI64>,
 }

@@ -17,22 +17,19 @@ use std::{
 
 use async_graphql::Response;
 use futures::{StreamExt, stream::BoxStream};
-use tokio::{
-    sync::mpsc::{self, OwnedPermit},
-    time::Instant,
-};
+use tokio::{sync::mpsc::OwnedPermit, time::Instant};
 use tracing::{debug, warn};
 
 use super::codec::{complete_frame, error_frame, next_frame};
 use super::config::timer_period;
-use super::writer::Out;
+use super::writer::{DataQueue, Out};
 use crate::graphql::error::deadline_exceeded;
 use crate::graphql::operation::{OperationKind, PreExecFailed};
 
 /// What every operation of a connection shares.
 pub(super) struct OpEnv {
     /// The data queue.
-    pub(super) out: mpsc::Sender<Out>,
+    pub(super) out: DataQueue,
     pub(super) metrics: Arc<crate::metrics::Metrics>,
     /// The time limit of a query or mutation (zero: none).
     pub(super) timeout: Duration,
@@ -114,7 +111,7 @@ pub(super) async fn run_operation(
     };
     // Release the resolver stream before waiting for room for the last frame.
     drop(stream);
-    let terminal = out.reserve_owned().await.ok().map(|permit| (permit, frame));
+    let terminal = out.reserve().await.map(|permit| (permit, frame));
     OpDone {
         id,
         generation,

@@ -35,7 +35,7 @@ use super::fanout::{Execute, NO_CURSOR, Tap};
 use super::keepalive::{Beat, Keepalive};
 use super::operation_task::{OpDone, OpEnv, run_operation};
 use super::registry::Registry;
-use super::writer::{CLOSE_GRACE, Out, write_loop};
+use super::writer::{CLOSE_GRACE, DataQueue, Out, write_loop};
 use crate::graphql::error::fill_codes;
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind, selection_variables};
 
@@ -130,7 +130,7 @@ pub(super) async fn run<E: Executor>(
         groups: config.groups.clone(),
         on_init,
         control: control_tx,
-        data: data_tx,
+        data: DataQueue::new(data_tx),
         phase: Phase::AwaitingInit,
         ops: Registry::new(metrics.clone(), config.max_subscriptions),
         metrics: metrics.clone(),
@@ -197,7 +197,7 @@ struct Connection<E> {
     /// The control queue (see the `ws` module docs); only this task fills it.
     control: mpsc::Sender<Out>,
     /// The data queue, handed to every operation task.
-    data: mpsc::Sender<Out>,
+    data: DataQueue,
     phase: Phase,
     ops: Registry,
     metrics: Arc<crate::metrics::Metrics>,
@@ -218,13 +218,10 @@ impl<E: Executor> Connection<E> {
         let idle_timeout = timer_period(config.idle_timeout);
         let mut idle_since = Instant::now();
         let slow_timeout = timer_period(config.slow_consumer_timeout);
-        // The data queue is looked at four times per timeout: it must be full at every look.
-        let mut slow_check = (!slow_timeout.is_zero()).then(|| {
-            let period = (slow_timeout / 4).max(Duration::from_millis(10));
-            let mut check = tokio::time::interval_at(Instant::now() + period, period);
-            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            check
-        });
+        // Once a sender has found the data queue full, it is looked at four times per timeout
+        // until it is not: it must be full at every look.
+        let slow_period = (slow_timeout / 4).max(Duration::from_millis(10));
+        let mut slow_check: Option<tokio::time::Interval> = None;
         let mut full_since: Option<Instant> = None;
 
         loop {
@@ -246,12 +243,20 @@ impl<E: Executor> Connection<E> {
                     idle_since = Instant::now();
                     self.on_op_done(joined)
                 }
+                () = self.data.congested(), if !slow_timeout.is_zero() && slow_check.is_none() => {
+                    let mut check = tokio::time::interval_at(Instant::now() + slow_period, slow_period);
+                    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    slow_check = Some(check);
+                    None
+                }
                 now = tick(&mut slow_check) => {
-                    if self.data.capacity() == 0 {
+                    if self.data.is_full() {
                         let since = *full_since.get_or_insert(now);
                         (now.duration_since(since) >= slow_timeout).then(|| self.slow_consumer_exit())
                     } else {
+                        // It drained: no more looks until a sender finds it full again.
                         full_since = None;
+                        slow_check = None;
                         None
                     }
                 }

@@ -17,7 +17,11 @@ use std::{
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures::{SinkExt, stream::SplitSink};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{
+    Notify,
+    mpsc::{self, OwnedPermit, error::TrySendError},
+    oneshot,
+};
 use tracing::debug;
 
 use super::codec::{CloseCode, clip_reason};
@@ -48,6 +52,51 @@ pub(super) enum Out {
         payload: super::fanout::Payload,
         cursor: Option<(Arc<AtomicI64>, i64)>,
     },
+}
+
+/// The sending side of the data queue (see the `ws` module docs), which also tells the
+/// session when a sender found it full: only then does the session start looking for a slow
+/// consumer, so a healthy socket costs no periodic timer.
+#[derive(Clone)]
+pub(super) struct DataQueue {
+    tx: mpsc::Sender<Out>,
+    congested: Arc<Notify>,
+}
+
+impl DataQueue {
+    pub(super) fn new(tx: mpsc::Sender<Out>) -> Self {
+        Self {
+            tx,
+            congested: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Queues `out`, waiting for room (the backpressure on its operation); says so first when
+    /// there is none. `Err` when the writer is gone.
+    pub(super) async fn send(&self, out: Out) -> Result<(), ()> {
+        match self.tx.try_send(out) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(out)) => {
+                self.congested.notify_one();
+                self.tx.send(out).await.map_err(|_| ())
+            }
+            Err(TrySendError::Closed(_)) => Err(()),
+        }
+    }
+
+    /// A slot for a terminal frame (see `operation_task::OpDone`).
+    pub(super) async fn reserve(&self) -> Option<OwnedPermit<Out>> {
+        self.tx.clone().reserve_owned().await.ok()
+    }
+
+    pub(super) fn is_full(&self) -> bool {
+        self.tx.capacity() == 0
+    }
+
+    /// Resolves once a sender has found the queue full since the last call.
+    pub(super) async fn congested(&self) {
+        self.congested.notified().await;
+    }
 }
 
 /// The close frame the session decided on; the writer sends it before anything still queued.
