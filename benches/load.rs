@@ -29,7 +29,10 @@
 //! `BENCH_LAT_DURABILITY` [full], `BENCH_LAT_STORE` [sqlite] (the part 2/3 server's store,
 //! one of `BENCH_STORES`' values), `BENCH_RATES` [20,60], `BENCH_RATE_SECS` [10],
 //! `BENCH_BURST_JOBS` [300], `BENCH_SMALL_SUBS` [100], `BENCH_SMALL_EVENTS_PER_SEC` [200],
-//! `BENCH_SELECTION` [`cursor phase at job { id }`], `BENCH_JOB_COMMAND` [`["true"]`].
+//! `BENCH_SELECTION` [`cursor phase at job { id }`], `BENCH_JOB_COMMAND` [`["true"]`],
+//! `BENCH_PERF` [unset] (a directory: `perf record` the server during the part 2 runs with
+//! all subscriptions, and write perf's report and a summary of where the CPU went there;
+//! see `common::perf`), `BENCH_PERF_CALL_GRAPH` [fp] (perf's `--call-graph` mode).
 //!
 //! Every count is bounded and every wait has a time limit. Without `--bench` (as under
 //! `cargo test --benches`) the program does nothing. BENCHMARKS.md has the figures.
@@ -79,6 +82,9 @@ struct Opts {
     burst_jobs: usize,
     small_subs: usize,
     small_events_per_sec: f64,
+    /// Where to write a `perf` profile of the part 2 runs with all subscriptions, if anywhere.
+    perf: Option<std::path::PathBuf>,
+    perf_call_graph: String,
 }
 
 fn env_or<T: FromStr>(name: &str, default: T) -> T {
@@ -125,6 +131,10 @@ impl Opts {
             burst_jobs: env_or("BENCH_BURST_JOBS", 300),
             small_subs: env_or("BENCH_SMALL_SUBS", 100),
             small_events_per_sec: env_or("BENCH_SMALL_EVENTS_PER_SEC", 200.0),
+            perf: std::env::var_os("BENCH_PERF")
+                .filter(|d| !d.is_empty())
+                .map(Into::into),
+            perf_call_graph: env_or("BENCH_PERF_CALL_GRAPH", "fp".to_owned()),
         }
     }
 }
@@ -750,6 +760,17 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
         format!("{:.1}", kib(rss0, rss3, live_subs)),
     ));
 
+    // Where the server's CPU goes while it fans out to every subscription (opt-in).
+    let recording = opts.perf.as_deref().map(|dir| {
+        println!("  perf record of the server into {}", dir.display());
+        common::perf::record(
+            server.process.pid(),
+            dir,
+            &format!("part2-{live_subs}subs"),
+            &opts.perf_call_graph,
+        )
+    });
+
     // Steady rates.
     let mut tag = 1u8;
     for &rate in &opts.rates {
@@ -772,6 +793,11 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
         })
         .await;
         tag += 1;
+    }
+
+    if let Some(recording) = recording {
+        let summary = tokio::task::block_in_place(|| recording.finish());
+        println!("\n-- perf profile of the runs with {live_subs} subscriptions\n\n{summary}");
     }
 
     // The design's latency point: 200 events/s to 100 subscribers.
@@ -861,8 +887,12 @@ async fn measure(
     }
     table.push((
         what.into(),
-        "jobs/s achieved; submitJob p50 (ms)".into(),
-        format!("{achieved:.1}; {}", ms(pct(&submitted.latencies, 50.0))),
+        "jobs/s; submitJob p50 / p99 (ms)".into(),
+        format!(
+            "{achieved:.1}; {} / {}",
+            ms(pct(&submitted.latencies, 50.0)),
+            ms(pct(&submitted.latencies, 99.0))
+        ),
     ));
     let samples = take_samples(sockets, tag);
     let Some(f) = fan_out(&samples, per_socket) else {

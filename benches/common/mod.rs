@@ -1,6 +1,7 @@
 //! What the benchmarks (`load`, `kube`, `replicas`) share: the jobgate process under test
 //! (`jobgate`), the `submitJob` clients (`submissions`), the `jobEvents` subscribers
-//! (`subscribers`), CPU and memory read from /proc (`procfs`), and a throwaway PostgreSQL
+//! (`subscribers`), CPU and memory read from /proc (`procfs`), a `perf` profile of the server
+//! (`perf`), and a throwaway PostgreSQL
 //! server (`postgres`, the tests' own harness, included as it is). It measures nothing by
 //! itself and prints nothing: what to measure, and how to report it, is each benchmark's.
 // Each benchmark uses a part of what is shared; the rest is unused there, not dead.
@@ -8,6 +9,7 @@
 #![allow(clippy::print_stdout)] // A benchmark's whole job is to print its figures.
 
 pub mod jobgate;
+pub mod perf;
 #[path = "../../tests/common/listening.rs"]
 mod listening;
 // The PostgreSQL harness reads its server's log through the tests' `Log` (`super::log`) and
