@@ -30,7 +30,10 @@
 //! one of `BENCH_STORES`' values), `BENCH_RATES` [20,60], `BENCH_RATE_SECS` [10],
 //! `BENCH_BURST_JOBS` [300], `BENCH_SMALL_SUBS` [100], `BENCH_SMALL_EVENTS_PER_SEC` [200],
 //! `BENCH_STALLED` [0: subscribers that stop reading during part 2],
-//! `BENCH_SELECTION` [`cursor phase at job { id }`], `BENCH_JOB_COMMAND` [`["true"]`].
+//! `BENCH_SELECTION` [`cursor phase at job { id }`], `BENCH_JOB_COMMAND` [`["true"]`],
+//! `BENCH_PERF` [unset] (a directory: `perf record` the server during the part 2 runs with
+//! all subscriptions, and write perf's report and a summary of where the CPU went there;
+//! see `common::perf`), `BENCH_PERF_CALL_GRAPH` [fp] (perf's `--call-graph` mode).
 //!
 //! Every count is bounded and every wait has a time limit. Without `--bench` (as under
 //! `cargo test --benches`) the program does nothing. BENCHMARKS.md has the figures.
@@ -83,6 +86,9 @@ struct Opts {
     small_events_per_sec: f64,
     /// Subscribers that stop reading (on sockets with a 4 KiB receive buffer) during part 2.
     stalled: usize,
+    /// Where to write a `perf` profile of the part 2 runs with all subscriptions, if anywhere.
+    perf: Option<std::path::PathBuf>,
+    perf_call_graph: String,
 }
 
 fn env_or<T: FromStr>(name: &str, default: T) -> T {
@@ -130,6 +136,10 @@ impl Opts {
             small_subs: env_or("BENCH_SMALL_SUBS", 100),
             small_events_per_sec: env_or("BENCH_SMALL_EVENTS_PER_SEC", 200.0),
             stalled: env_or("BENCH_STALLED", 0),
+            perf: std::env::var_os("BENCH_PERF")
+                .filter(|d| !d.is_empty())
+                .map(Into::into),
+            perf_call_graph: env_or("BENCH_PERF_CALL_GRAPH", "fp".to_owned()),
         }
     }
 }
@@ -764,6 +774,16 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
     // Subscribers that never read again: the server must close them (slow consumer) without
     // the others noticing. Held, unread, until part 2 ends.
     let stalled = open_stalled(&server, opts.stalled).await;
+    // Where the server's CPU goes while it fans out to every subscription (opt-in).
+    let recording = opts.perf.as_deref().map(|dir| {
+        println!("  perf record of the server into {}", dir.display());
+        common::perf::record(
+            server.process.pid(),
+            dir,
+            &format!("part2-{live_subs}subs"),
+            &opts.perf_call_graph,
+        )
+    });
 
     // Steady rates.
     let mut tag = 1u8;
@@ -787,6 +807,11 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
         })
         .await;
         tag += 1;
+    }
+
+    if let Some(recording) = recording {
+        let summary = tokio::task::block_in_place(|| recording.finish());
+        println!("\n-- perf profile of the runs with {live_subs} subscriptions\n\n{summary}");
     }
 
     // The design's latency point: 200 events/s to 100 subscribers.
@@ -955,8 +980,12 @@ async fn measure(
     }
     table.push((
         what.into(),
-        "jobs/s achieved; submitJob p50 (ms)".into(),
-        format!("{achieved:.1}; {}", ms(pct(&submitted.latencies, 50.0))),
+        "jobs/s; submitJob p50 / p99 (ms)".into(),
+        format!(
+            "{achieved:.1}; {} / {}",
+            ms(pct(&submitted.latencies, 50.0)),
+            ms(pct(&submitted.latencies, 99.0))
+        ),
     ));
     let samples = take_samples(sockets, tag);
     let Some(f) = fan_out(&samples, per_socket) else {

@@ -18,13 +18,25 @@ use super::listening::read_log_until_listening;
 /// A jobgate command: listening on 127.0.0.1:0 with `--durability` and `--data-dir`, logging
 /// at `log` (which must include the "listening on" line, `jobgate::server=info`), and
 /// configured by its flags alone, whatever `JOBGATE_*` this shell exports.
+///
+/// Two variables let one bench build compare servers: `BENCH_JOBGATE`, another jobgate binary
+/// to run (e.g. a copy of an earlier build), and `BENCH_SERVER_ARGS`, flags added to every
+/// server's command line (split on whitespace).
 pub fn command(durability: &str, data_dir: &Path, log: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_jobgate"));
+    let binary = std::env::var_os("BENCH_JOBGATE")
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_jobgate").into());
+    let mut command = Command::new(binary);
     command
         .args(["--listen", "127.0.0.1:0", "--durability", durability])
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--log", log])
+        .args(
+            std::env::var("BENCH_SERVER_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

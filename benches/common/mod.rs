@@ -1,6 +1,7 @@
 //! What the benchmarks (`load`, `kube`, `replicas`) share: the jobgate process under test
 //! (`jobgate`), the `submitJob` clients (`submissions`), the `jobEvents` subscribers
-//! (`subscribers`), CPU and memory read from /proc (`procfs`), and a throwaway PostgreSQL
+//! (`subscribers`), CPU and memory read from /proc (`procfs`), a `perf` profile of the server
+//! (`perf`), and a throwaway PostgreSQL
 //! server (`postgres`, the tests' own harness, included as it is). It measures nothing by
 //! itself and prints nothing: what to measure, and how to report it, is each benchmark's.
 // Each benchmark uses a part of what is shared; the rest is unused there, not dead.
@@ -10,6 +11,7 @@
 pub mod jobgate;
 #[path = "../../tests/common/listening.rs"]
 mod listening;
+pub mod perf;
 // The PostgreSQL harness reads its server's log through the tests' `Log` (`super::log`) and
 // bounds its waits by `super::WAIT`, both found here as in tests/common.
 #[path = "../../tests/common/log.rs"]
