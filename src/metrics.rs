@@ -118,6 +118,9 @@ pub struct Metrics {
     pub store_latency: Histograms<StoreLabels>,
     /// 1 while the store takes writes, 0 while it cannot; set by the service's writer.
     pub store_writable: Gauge,
+    /// Kubernetes watchers whose first list is not done yet (jobs they follow may still
+    /// show a state older than the cluster's); set by the Kubernetes executor.
+    pub kube_first_lists_pending: Gauge,
     /// Subscribers caught up from the store after lagging the broadcast; counted by the bus.
     pub broadcast_lag_recoveries: Counter,
     /// The cursor of the newest event published to this process's subscribers; set by the bus.
@@ -185,6 +188,7 @@ impl Metrics {
             graphql_duration: Family::new_with_constructor(seconds_histogram),
             store_latency: Family::new_with_constructor(seconds_histogram),
             store_writable: Gauge::default(),
+            kube_first_lists_pending: Gauge::default(),
             broadcast_lag_recoveries: Counter::default(),
             events_published_cursor: Gauge::default(),
             event_log_read_failures: Counter::default(),
@@ -422,6 +426,11 @@ fn register_all(m: &Metrics) -> Registry {
         "store_writable",
         "1 while the store takes writes; 0 after a failed write (a full disk) until a probe write succeeds, or while the database file is deleted, replaced or truncated (the log says which)",
         m.store_writable.clone(),
+    );
+    registry.register(
+        "kube_first_lists_pending",
+        "Kubernetes watchers whose first list is not done: after a restart, the jobs they follow are reconciled with the cluster while this is above 0 (jobgate is ready meanwhile)",
+        m.kube_first_lists_pending.clone(),
     );
     registry.register(
         "broadcast_lag_recoveries",

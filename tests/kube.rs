@@ -574,8 +574,21 @@ async fn jobs_that_finish_or_vanish_while_jobgate_is_down_get_their_true_outcome
             .await;
     }
     let server = server.start_again(&cluster.args(&[])).await;
+    // Ready once the API server answers its lists: the lists reconcile the adopted jobs
+    // (ready does not wait for them), and the gauge says when they are done.
+    server.wait_ready_is(200).await;
     let ids: HashSet<String> = [&ok, &bad, &gone].into_iter().cloned().collect();
     history_until_all_terminal(&server, &ids).await;
+    let polling = Polling::start();
+    while common::scrape(&server)
+        .await
+        .get("jobgate_kube_first_lists_pending")
+        != Some(&0.0)
+    {
+        polling
+            .pause(|| "the first lists are never done".to_owned())
+            .await;
+    }
     let j = server.job_with(&ok, JOB_FIELDS).await;
     assert_eq!(
         (j["phase"].as_str(), j["result"].as_str()),
@@ -853,6 +866,12 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
     // Watched per allowed namespace: one Jobs and one Pods watch in each, and one watch of
     // CustomResourceDefinitions (no workload kind is installed here).
     server.wait_ready_is(200).await;
+    // Ready once every list is answered; each watch opens as its (empty) list ends.
+    cluster
+        .until("the watches open", || async {
+            cluster.emu.requests().open_watches >= 5
+        })
+        .await;
     assert_eq!(cluster.emu.requests().open_watches, 5);
 }
 

@@ -424,19 +424,20 @@ impl Store for PostgresStore {
     }
 
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
-        let rows =
+        // Row by row: all the rows' bodies at once would double the memory a restart with
+        // many unfinished jobs needs, and the allocator keeps most of that peak afterwards.
+        let mut rows =
             sqlx::query("SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq")
-                .fetch_all(&self.pool)
-                .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(Recoverable {
-                    job: decode_job(r.get("body"))?,
-                    // -1 is held for its dependencies: never handed to the executor.
-                    launched: r.get::<i16, _>("launched") == 1,
-                })
-            })
-            .collect()
+                .fetch(&self.pool);
+        let mut jobs = Vec::new();
+        while let Some(r) = futures::TryStreamExt::try_next(&mut rows).await? {
+            jobs.push(Recoverable {
+                job: decode_job(r.get("body"))?,
+                // -1 is held for its dependencies: never handed to the executor.
+                launched: r.get::<i16, _>("launched") == 1,
+            });
+        }
+        Ok(jobs)
     }
 
     async fn pending_cancellations(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {

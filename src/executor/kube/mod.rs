@@ -283,6 +283,10 @@ impl Inner {
             .spec
             .ttl_seconds_after_finished
             .or(self.config.manifest.ttl_seconds_after_finished);
+        // A job the store already holds a status for (adopted after a restart) is reported
+        // again only when the watch shows something else: a re-list of unchanged jobs
+        // costs the job service nothing.
+        let recorded = (job.workload != WorkloadStatus::default()).then(|| tracking::digest(&job.workload));
         self.tracked.entry(job.id.clone()).or_insert_with(|| {
             Tracked::new(
                 job.spec.namespace.clone(),
@@ -290,6 +294,7 @@ impl Inner {
                 confirmed_epoch,
                 decoding,
                 ttl_seconds,
+                recorded,
             )
         });
     }

@@ -25,9 +25,14 @@ use crate::executor::RunInfo;
 
 /// The pods of one tracked job, and the log tails captured as they ended: a Job removed by
 /// its TTL right after finishing takes its pods' logs with it.
+///
+/// The pods are a `Vec` sorted by name, not a map: nearly every job has one pod at a time,
+/// and a `BTreeMap` allocates a whole node (room for 11 pods, about 2 KiB) for the first,
+/// which was most of the executor's memory per tracked job.
 #[derive(Default)]
 pub(super) struct JobPods {
-    pods: BTreeMap<String, PodInfo>,
+    /// Sorted by name (pod names are unique in a job's namespace).
+    pods: Vec<PodInfo>,
     /// Log tails of the most recently ended pods, by pod name.
     pub(super) logs: BTreeMap<String, Vec<String>>,
     /// Log captures in flight.
@@ -39,7 +44,30 @@ pub(super) const CAPTURED_PODS: usize = 5;
 
 impl JobPods {
     pub(super) fn infos(&self) -> Vec<PodInfo> {
-        self.pods.values().cloned().collect()
+        self.pods.clone()
+    }
+
+    /// Where the pod named `name` is, or would be inserted.
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.pods.binary_search_by(|p| p.name.as_str().cmp(name))
+    }
+
+    fn get(&self, name: &str) -> Option<&PodInfo> {
+        self.find(name).ok().map(|i| &self.pods[i])
+    }
+
+    /// Adds the pod, or replaces what was known of it.
+    fn insert(&mut self, info: PodInfo) {
+        match self.find(&info.name) {
+            Ok(i) => self.pods[i] = info,
+            Err(i) => self.pods.insert(i, info),
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Ok(i) = self.find(name) {
+            self.pods.remove(i);
+        }
     }
 
     /// Keeps the log tails of the [`CAPTURED_PODS`] latest runs.
@@ -49,7 +77,7 @@ impl JobPods {
                 .logs
                 .keys()
                 .min_by_key(|name| {
-                    let info = self.pods.get(*name);
+                    let info = self.get(name);
                     (info.and_then(|p| p.index), info.and_then(|p| p.finished_at))
                 })
                 .cloned();
@@ -71,9 +99,9 @@ impl Inner {
         let tracked = self.tracked.contains_key(id);
         let removed = self.pods.get_mut(id).is_some_and(|mut job| {
             // A tracked job keeps its ended pods for its final report; nothing else does.
-            let remove = !tracked || job.pods.get(name).is_some_and(|p| !p.phase.is_terminal());
+            let remove = !tracked || job.get(name).is_some_and(|p| !p.phase.is_terminal());
             if remove {
-                job.pods.remove(name);
+                job.remove(name);
             }
             remove
         });
@@ -97,7 +125,7 @@ impl Inner {
             return;
         };
         let mut job = self.pods.entry(id.to_owned()).or_default();
-        let previous = job.pods.get(&info.name);
+        let previous = job.get(&info.name);
         if previous == Some(&info) {
             return;
         }
@@ -109,7 +137,7 @@ impl Inner {
             && pod.metadata.namespace.is_some();
         let name = info.name.clone();
         let container = info.container.clone();
-        job.pods.insert(info.name.clone(), info);
+        job.insert(info);
         if ended {
             job.capturing += 1;
         }
@@ -142,7 +170,7 @@ impl Inner {
         let mut pods: Vec<PodInfo> = self
             .pods
             .get(id)
-            .map(|p| p.pods.values().filter(|p| p.started).cloned().collect())
+            .map(|p| p.pods.iter().filter(|p| p.started).cloned().collect())
             .unwrap_or_default();
         pods.sort_by_key(|p| (p.index, p.created_at));
         pods
@@ -155,7 +183,7 @@ impl Inner {
         let mut changes = self.pods_version.subscribe();
         loop {
             let settled = self.pods.get(id).is_some_and(|job| {
-                let terminal = job.pods.values().filter(|p| p.phase.is_terminal()).count() as i32;
+                let terminal = job.pods.iter().filter(|p| p.phase.is_terminal()).count() as i32;
                 terminal == job.pods.len() as i32
                     && counted.is_none_or(|c| terminal >= c)
                     && job.capturing == 0

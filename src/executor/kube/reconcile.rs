@@ -98,11 +98,11 @@ impl Inner {
                 .iter()
                 .any(|c| c.is_true() && (c.type_ == "Complete" || c.type_ == "Failed"));
             if is_final {
-                return Some(settled);
+                return Some(*settled);
             }
             tokio::select! {
                 _ = changes.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => return Some(settled),
+                _ = tokio::time::sleep_until(deadline) => return Some(*settled),
                 _ = self.shutdown.cancelled() => return None,
             }
         }

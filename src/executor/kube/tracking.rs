@@ -29,7 +29,10 @@ use super::manifest::JOB_ID_LABEL;
 use super::{label, resource_version, status};
 use crate::model::WorkloadStatus;
 
-/// What the executor keeps per unfinished job (a few hundred bytes).
+/// What the executor keeps per unfinished job: about a hundred bytes inline, since every
+/// tracked job has one in a hash table. The job service keeps the job itself (its spec and
+/// its last status); this record keeps only what the watch needs to decide, and a digest of
+/// the last status it reported rather than a second copy of it.
 pub(super) struct Tracked {
     pub(super) namespace: String,
     pub(super) completions: i32,
@@ -40,24 +43,28 @@ pub(super) struct Tracked {
     /// The outcome is decided (or the workload is gone): its final report is being made.
     pub(super) finishing: bool,
     /// While finishing: the newest decided status, whose counts settle once the controller
-    /// writes its final condition (Complete or Failed) after the interim one.
-    pub(super) settled: Option<WorkloadStatus>,
-    /// The last status reported, to report only changes.
-    pub(super) last_sent: Option<WorkloadStatus>,
+    /// writes its final condition (Complete or Failed) after the interim one. Boxed: only a
+    /// job finishing has one, for a few seconds.
+    pub(super) settled: Option<Box<WorkloadStatus>>,
+    /// The [`digest`] of the last status reported (or, after a restart, of the status the
+    /// store holds), to report only changes.
+    pub(super) last_sent: Option<u64>,
     /// For jobs of workload templates: how their object's status decodes.
-    pub(super) decoding: Option<Decoding>,
+    pub(super) decoding: Option<Box<Decoding>>,
     /// The job's `ttlSecondsAfterFinished` (or the server's default).
     pub(super) ttl_seconds: Option<i32>,
 }
 
 impl Tracked {
-    /// A job not yet seen by any watcher.
+    /// A job not yet seen by any watcher; `last_sent` is the digest of the status already
+    /// recorded for it, if any.
     pub(super) fn new(
         namespace: String,
         completions: i32,
         confirmed_epoch: Option<u64>,
         decoding: Option<Decoding>,
         ttl_seconds: Option<i32>,
+        last_sent: Option<u64>,
     ) -> Self {
         Self {
             namespace,
@@ -66,11 +73,36 @@ impl Tracked {
             last_rv: 0,
             finishing: false,
             settled: None,
-            last_sent: None,
-            decoding,
+            last_sent,
+            decoding: decoding.map(Box::new),
             ttl_seconds,
         }
     }
+}
+
+/// A 64-bit digest of a status, standing for it when telling whether it changed: the job
+/// service holds the status itself. Computed over its JSON form, so that every field counts,
+/// with a fixed-key hasher, so that a restarted process (of the same build; otherwise one
+/// change too many is reported) finds the digest of the status the store holds equal to the
+/// one it last reported. Two different statuses
+/// of one job with the same digest (odds of 2^-64 per change) would hide one interim change;
+/// a job's decided status is never compared this way.
+pub(super) fn digest(status: &WorkloadStatus) -> u64 {
+    use std::hash::Hasher;
+    struct Feed(std::hash::DefaultHasher);
+    impl std::io::Write for Feed {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut feed = Feed(std::hash::DefaultHasher::new());
+    // Writing to a hasher cannot fail, and a status always serialises (no non-string keys).
+    let _ = serde_json::to_writer(&mut feed, status);
+    feed.0.finish()
 }
 
 /// What the executor must do about one event.
@@ -195,7 +227,7 @@ pub(super) fn applied<F: Follow>(
         if F::SETTLES {
             let (status, decided) = follow.read(&object, t);
             if decided {
-                t.settled = Some(status);
+                t.settled = Some(Box::new(status));
                 return vec![Action::Settled { job_id }];
             }
         }
@@ -204,17 +236,18 @@ pub(super) fn applied<F: Follow>(
     let (status, decided) = follow.read(&object, t);
     if decided {
         t.finishing = true;
-        t.settled = Some(status.clone());
+        t.settled = Some(Box::new(status.clone()));
         return vec![Action::Finish {
             job_id,
             status,
             object,
         }];
     }
-    if t.last_sent.as_ref() == Some(&status) {
+    let sent = digest(&status);
+    if t.last_sent == Some(sent) {
         return Vec::new();
     }
-    t.last_sent = Some(status.clone());
+    t.last_sent = Some(sent);
     vec![Action::Report { job_id, status }]
 }
 
@@ -240,7 +273,7 @@ fn deleted<F: Follow>(
     if F::SETTLES {
         let (status, decided) = follow.read(&object, t);
         if decided {
-            t.settled = Some(status.clone());
+            t.settled = Some(Box::new(status.clone()));
             return vec![Action::Finish {
                 job_id,
                 status,

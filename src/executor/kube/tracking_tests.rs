@@ -42,7 +42,7 @@ fn condition(type_: &str) -> serde_json::Value {
 /// A job of the `container` template known to exist since list epoch `epoch` (`None`: being
 /// created).
 fn batch_record(ns: &str, epoch: Option<u64>) -> Tracked {
-    Tracked::new(ns.to_owned(), 1, epoch, None, None)
+    Tracked::new(ns.to_owned(), 1, epoch, None, None, None)
 }
 
 /// What an action says, without the objects it carries.
@@ -333,7 +333,7 @@ fn pytorch() -> (Arc<Kind>, impl Fn(Option<u64>) -> Tracked) {
             kind: of_kind.clone(),
             mapped: MappedPhase::default(),
         };
-        Tracked::new("ns".to_owned(), 1, epoch, Some(decoding), None)
+        Tracked::new("ns".to_owned(), 1, epoch, Some(decoding), None, None)
     };
     (kind, record)
 }
@@ -476,4 +476,36 @@ fn a_list_restarted_midway_forgets_what_the_interrupted_one_showed() {
     );
 
     assert_eq!(actions, ["report a active=1", "vanished a Unlisted"]);
+}
+
+#[test]
+fn a_job_adopted_with_its_recorded_status_is_reported_again_only_when_the_list_shows_a_change() {
+    // After a restart: the store holds each job's last reported status, and the first list
+    // shows one job as it was, the other with one more pod running.
+    let recorded = crate::executor::kube::status::workload_status(&batch_job("same", "ns", 5, running(1)));
+    let digest = Some(super::digest(&recorded));
+    let tracked = DashMap::new();
+    for id in ["same", "changed"] {
+        tracked.insert(
+            id.to_owned(),
+            Tracked::new("ns".to_owned(), 1, Some(0), None, None, digest),
+        );
+    }
+    let (mut tracker, _) = jobs_tracker(Some("ns"));
+
+    let actions = run(
+        &mut tracker,
+        &tracked,
+        vec![
+            Event::Init,
+            Event::InitApply(batch_job("same", "ns", 10, running(1))),
+            Event::InitApply(batch_job("changed", "ns", 11, running(2))),
+            Event::InitDone,
+            // And from then on, a change is reported once.
+            Event::Apply(batch_job("same", "ns", 12, running(2))),
+            Event::Apply(batch_job("same", "ns", 13, running(2))),
+        ],
+    );
+
+    assert_eq!(actions, ["report changed active=2", "report same active=2"]);
 }

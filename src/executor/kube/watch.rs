@@ -46,7 +46,9 @@ pub(super) struct ShardedWatches {
 /// The health of one watcher, for `/readyz`.
 pub(super) struct WatcherHealth {
     name: String,
-    /// Its first full list is done.
+    /// The API server answered its list: it is reachable and lets jobgate list.
+    answered: AtomicBool,
+    /// Its first full list is done: every job it follows is reconciled with the cluster.
     listed: AtomicBool,
     /// Its last item was not an error.
     healthy: AtomicBool,
@@ -58,8 +60,10 @@ pub(super) struct WatcherHealth {
 impl WatcherHealth {
     pub(super) fn new(name: String, metrics: &Arc<crate::metrics::Metrics>) -> Arc<Self> {
         let last_event = metrics.watcher_clock(&name);
+        metrics.kube_first_lists_pending.inc();
         Arc::new(Self {
             name,
+            answered: AtomicBool::new(false),
             listed: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
             metrics: metrics.clone(),
@@ -67,9 +71,12 @@ impl WatcherHealth {
         })
     }
 
-    /// Its first list is done and its last item was not an error.
+    /// The API server answered its list and its last item was not an error. Its first
+    /// list need not be done: after a restart with many jobs, going through them all takes
+    /// a while, and the jobs it reconciles are already known from the store (see
+    /// [`Inner::is_ready`]).
     pub(super) fn is_ready(&self) -> bool {
-        self.listed.load(Ordering::Relaxed) && self.healthy.load(Ordering::Relaxed)
+        self.answered.load(Ordering::Relaxed) && self.healthy.load(Ordering::Relaxed)
     }
 
     /// Its last item was not an error.
@@ -82,15 +89,21 @@ impl WatcherHealth {
         self.last_event
             .store(crate::metrics::unix_millis(), Ordering::Relaxed);
         if relist {
+            // Sent before the list request: no proof that the server answers.
             self.metrics.watcher_relist(&self.name);
-        } else if !self.healthy.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.answered.store(true, Ordering::Relaxed);
+        if !self.healthy.swap(true, Ordering::Relaxed) {
             tracing::info!(watcher = %self.name, "watch recovered");
         }
     }
 
-    /// A full list is done; the first one makes the watcher count as ready.
+    /// A full list is done; after the first one, every job the watcher follows has been
+    /// reconciled with the cluster.
     pub(super) fn list_done(&self) {
         if !self.listed.swap(true, Ordering::Relaxed) {
+            self.metrics.kube_first_lists_pending.dec();
             tracing::info!(watcher = %self.name, "first list done");
         }
     }
@@ -100,6 +113,16 @@ impl WatcherHealth {
         self.metrics.watcher_restart(&self.name);
         self.healthy.store(false, Ordering::Relaxed);
         tracing::warn!(watcher = %self.name, %error, "watch failed; retrying with back-off");
+    }
+}
+
+impl Drop for WatcherHealth {
+    /// A watcher ended before its first list was done (its shards changed, or shutdown):
+    /// it no longer counts as pending.
+    fn drop(&mut self) {
+        if !self.listed.load(Ordering::Relaxed) {
+            self.metrics.kube_first_lists_pending.dec();
+        }
     }
 }
 
@@ -311,8 +334,17 @@ impl Inner {
         }
     }
 
-    /// Ready once started, not shutting down, and every Job and pod watcher has done its
-    /// first list and is not failing.
+    /// Ready once started, not shutting down, and every Job and pod watcher has had its list
+    /// answered by the API server and is not failing.
+    ///
+    /// Ready does not wait for the first lists to be done. Every job they reconcile is
+    /// already known, adopted from the store, and its state as last recorded is what
+    /// clients read meanwhile; a job whose workload changed (or finished, or vanished) while
+    /// jobgate was down gets its true state as the list reaches it, and jobs submitted
+    /// meanwhile are accepted and launched at once, their progress observed once the list
+    /// is done (the watch follows it). `jobgate_kube_first_lists_pending` counts the
+    /// watchers still listing. Waiting instead would keep a restarted jobgate with 100,000
+    /// jobs unready for the tens of seconds its lists take.
     ///
     /// With replicas, it also needs its Lease renewed; its Job and workload watchers then
     /// need only not to fail, so that a change of shards does not make it unready while the

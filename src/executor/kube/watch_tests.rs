@@ -170,7 +170,7 @@ async fn a_failed_watch_that_relists_reports_what_vanished_meanwhile() {
     };
     tracking.tracked.insert(
         "a".to_owned(),
-        Tracked::new("ns".to_owned(), 1, Some(0), None, None),
+        Tracked::new("ns".to_owned(), 1, Some(0), None, None, None),
     );
     let job: K8sJob = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "jobgate-a", "namespace": "ns", "resourceVersion": "3",

@@ -295,9 +295,18 @@ impl JobService {
         let (commands, commands_rx) = mpsc::channel(config.max_batch * 4);
         let unfinished = store.unfinished_jobs().await?;
         let executor_shards = executor.shards();
-        let active = DashMap::new();
-        for r in &unfinished {
-            active.insert(r.job.id.clone(), Arc::new(r.job.clone()));
+        let active = DashMap::with_capacity(unfinished.len());
+        // Jobs launched before a restart go back to the executor, which reconciles them;
+        // jobs never launched are the launcher's. With replicas, those of each shard go to
+        // the executor as this replica is assigned the shard. The cache and the executor
+        // share each job: one copy, not one each.
+        let mut to_adopt = Vec::new();
+        for r in unfinished {
+            let job = Arc::new(r.job);
+            if r.launched && executor_shards.is_none() {
+                to_adopt.push(job.clone());
+            }
+            active.insert(job.id.clone(), job);
         }
         let inner = Arc::new(Inner {
             store,
@@ -349,15 +358,9 @@ impl JobService {
                 .tasks
                 .spawn(follower::follower(inner.clone(), wakeups, head));
         }
-        // Jobs launched before a restart go back to the executor, which reconciles them;
-        // jobs never launched are the launcher's. With replicas, those of each shard go to
-        // the executor as this replica is assigned the shard.
-        if inner.shards.is_none() {
-            for r in unfinished.into_iter().filter(|r| r.launched) {
-                let id = r.job.id.clone();
-                if let Err(e) = inner.executor.adopt(Arc::new(r.job)).await {
-                    tracing::error!(job = %id, error = %e, "could not adopt job after restart");
-                }
+        for job in to_adopt {
+            if let Err(e) = inner.executor.adopt(job.clone()).await {
+                tracing::error!(job = %job.id, error = %e, "could not adopt job after restart");
             }
         }
         inner.executor.start().await;
