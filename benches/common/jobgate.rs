@@ -32,7 +32,11 @@ pub fn command(durability: &str, data_dir: &Path, log: &str) -> Command {
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--log", log])
-        .args(std::env::var("BENCH_SERVER_ARGS").unwrap_or_default().split_whitespace())
+        .args(
+            std::env::var("BENCH_SERVER_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

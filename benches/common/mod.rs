@@ -9,9 +9,9 @@
 #![allow(clippy::print_stdout)] // A benchmark's whole job is to print its figures.
 
 pub mod jobgate;
-pub mod perf;
 #[path = "../../tests/common/listening.rs"]
 mod listening;
+pub mod perf;
 // The PostgreSQL harness reads its server's log through the tests' `Log` (`super::log`) and
 // bounds its waits by `super::WAIT`, both found here as in tests/common.
 #[path = "../../tests/common/log.rs"]
