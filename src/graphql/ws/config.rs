@@ -47,6 +47,10 @@ pub struct WsConfig {
     /// `next` carrying a `DEADLINE_EXCEEDED` error, then `complete`. Subscriptions are not
     /// bounded. Zero disables.
     pub request_timeout: Duration,
+    /// The runtime each session runs on, with its operations, writer and keepalive; `None`:
+    /// the runtime that serves the upgrade. jobgate gives sessions a runtime of their own,
+    /// whose threads yield to those serving requests and commits (see `server::delivery`).
+    pub delivery: Option<tokio::runtime::Handle>,
 }
 
 impl WsConfig {
@@ -63,6 +67,7 @@ impl WsConfig {
             idle_timeout: Duration::ZERO,
             outgoing_queue: 32,
             request_timeout: Duration::ZERO,
+            delivery: None,
             metrics,
         }
     }
