@@ -41,6 +41,15 @@ pub enum ExecutorKind {
     Kubernetes,
 }
 
+/// The runtime WebSocket sessions run on (see `server`'s `delivery` module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeliverySettings {
+    /// Worker threads; 0: no runtime of their own.
+    pub threads: usize,
+    /// Nice steps below jobgate's other threads (0-19).
+    pub nice: i32,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -324,6 +333,18 @@ pub struct Config {
     /// its `jobEvents` subscriptions can resume after; 0 for never.
     #[arg(long, env = "JOBGATE_WS_SLOW_CONSUMER_MS", default_value_t = 10_000)]
     pub ws_slow_consumer_ms: u64,
+
+    /// Threads of the runtime the WebSocket sessions run on (their subscriptions' fan-out
+    /// included), apart from the one serving HTTP requests, commits and jobs. Default: one per
+    /// CPU. 0 runs the sessions on the main runtime.
+    #[arg(long, env = "JOBGATE_DELIVERY_THREADS")]
+    pub delivery_threads: Option<usize>,
+
+    /// How many nice steps (0-19) below jobgate's other threads the delivery threads run: under
+    /// a saturated fan-out, requests and commits get the CPU first and subscribers what is
+    /// left. 0: same priority.
+    #[arg(long, env = "JOBGATE_DELIVERY_NICE", default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub delivery_nice: i32,
 
     /// Delay before the first retry of a failed local run, in milliseconds; doubled per
     /// failure.
@@ -829,6 +850,16 @@ impl Config {
             slow_consumer_timeout: Duration::from_millis(self.ws_slow_consumer_ms),
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             ..WsConfig::new(metrics)
+        }
+    }
+
+    /// The WebSocket delivery runtime's settings: `--delivery-threads` (one per CPU unless
+    /// told) and `--delivery-nice`.
+    pub fn delivery(&self) -> DeliverySettings {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        DeliverySettings {
+            threads: self.delivery_threads.unwrap_or(cpus),
+            nice: self.delivery_nice,
         }
     }
 

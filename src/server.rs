@@ -42,6 +42,8 @@ use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
 use crate::store::{PostgresStore, SqliteStore, Store};
 
+mod delivery;
+
 /// Everything a request handler needs; cloning is cheap.
 #[derive(Clone)]
 pub struct AppState {
@@ -416,6 +418,11 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         anonymous = auth.allows_anonymous(),
         "authentication"
     );
+    // Sessions get a runtime of their own, at a lower priority, so that a saturated fan-out
+    // cannot starve requests, commits and jobs (see `delivery`).
+    let delivery = delivery::Delivery::start(&config.delivery())?;
+    let mut ws = config.ws(metrics.clone());
+    ws.delivery = delivery.as_ref().map(delivery::Delivery::handle);
     let state = AppState {
         schema,
         service: service.clone(),
@@ -426,7 +433,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         allowed_hosts: Arc::new(config.allowed_hosts()),
         body_timeout: config.connection_limits().body_timeout,
         http: config.http(),
-        ws: config.ws(metrics.clone()),
+        ws,
         shutdown: shutdown.clone(),
         connections: TaskTracker::new(),
     };
@@ -448,6 +455,10 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     connections.close();
     if tokio::time::timeout(grace, connections.wait()).await.is_err() {
         tracing::warn!("some WebSocket connections did not close within {grace:?}");
+    }
+    // The sessions have ended (or were given up on): their runtime can go.
+    if let Some(delivery) = delivery {
+        delivery.shutdown(grace).await;
     }
     tracing::info!("no longer accepting; stopping jobs and draining writes");
     if tokio::time::timeout(grace, service.shutdown()).await.is_err() {

@@ -225,7 +225,7 @@ fn group(dso: &str, sym: &str) -> String {
     let krate = crate_of(sym);
     let any = |needles: &[&str]| needles.iter().any(|n| sym.contains(n));
     let name = if sym.starts_with("[k] ") || dso.starts_with("[kernel") {
-        "kernel (syscalls, network stack, scheduler, page faults)"
+        kernel_group(sym)
     } else if any(&[
         "malloc", "free", "realloc", "calloc", "_int_", "tcache", "arena_", "sdallocx",
     ]) && !any(&["::"])
@@ -237,13 +237,20 @@ fn group(dso: &str, sym: &str) -> String {
         "SQLite and sqlx"
     } else if krate.starts_with("async_graphql") {
         "async-graphql (parsing, validation, resolution)"
-    } else if krate == "serde" || krate == "serde_json" || krate == "ryu" || krate == "itoa" {
+    } else if krate == "__rustc" {
+        // The global allocator's Rust shims (`__rust_alloc`, `__rdl_*`).
+        "allocator (malloc/free)"
+    } else if ["serde", "serde_core", "serde_json", "ryu", "itoa"].contains(&krate.as_str()) {
         "serde / JSON"
     } else if krate.contains("tungstenite") || sym.contains("::ws::") || krate == "sha1" {
         "tungstenite / WebSocket framing, jobgate's ws module"
     } else if krate == "tokio" || krate == "tokio_util" || krate == "mio" || krate == "parking_lot" {
         "tokio (scheduling, timers, IO driver, sync)"
-    } else if krate.starts_with("futures") || krate == "async_stream" || krate == "tokio_stream" {
+    } else if krate == "indexmap" || krate == "hashbrown" {
+        "indexmap / hashbrown (maps: GraphQL response objects, registries)"
+    } else if krate.starts_with("futures")
+        || ["async_stream", "asynk_strim", "tokio_stream", "pin_project_lite"].contains(&krate.as_str())
+    {
         "futures / streams plumbing"
     } else if krate == "hyper" || krate == "axum" || krate == "http" || krate.starts_with("tower") {
         "hyper / axum (HTTP)"
@@ -261,6 +268,56 @@ fn group(dso: &str, sym: &str) -> String {
         "other"
     };
     name.to_owned()
+}
+
+/// Kernel time split by cause. The local executor forks the server to start each job, so
+/// copying and tearing down its page tables (and the copy-on-write faults that follow in the
+/// parent) grow with the server's memory. On a VM, `cpu-clock` samples taken while interrupts
+/// were off land where they are turned back on (`_raw_spin_unlock_irqrestore`,
+/// `finish_task_switch`), so the scheduler's share also holds time spent elsewhere.
+fn kernel_group(sym: &str) -> &'static str {
+    let any = |needles: &[&str]| needles.iter().any(|n| sym.contains(n));
+    if any(&[
+        "page_range",
+        "page_fault",
+        "wp_page",
+        "mm_fault",
+        "dup_mmap",
+        "pages_and_swap",
+        "rmap",
+        "folio",
+        "clear_page",
+        "copy_mc",
+        "vm_normal_page",
+        "mas_",
+        "pte",
+        "pmd",
+        "mmap",
+        "exit_mmap",
+    ]) {
+        "kernel: memory (fork/exec/exit page tables, copy-on-write and page faults)"
+    } else if any(&[
+        "tcp", "inet", "sock", "skb", "ip_", "net_", "_sendto", "recvfrom", "loopback", "softirq",
+    ]) {
+        "kernel: network (TCP over loopback)"
+    } else if any(&[
+        "irqrestore",
+        "task_switch",
+        "schedule",
+        "futex",
+        "wake",
+        "_raw_spin",
+        "enqueue",
+        "dequeue",
+        "irq",
+        "msr",
+    ]) {
+        "kernel: scheduling, wake-ups, futexes, interrupts"
+    } else if any(&["epoll", "ep_"]) {
+        "kernel: epoll"
+    } else {
+        "kernel: other (syscall entry, files, ...)"
+    }
 }
 
 /// The crate a demangled Rust symbol's code belongs to: `tokio::runtime::...` is tokio's,

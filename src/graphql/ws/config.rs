@@ -55,6 +55,10 @@ pub struct WsConfig {
     /// The server's groups of identical subscriptions, which share their renderings (see
     /// `fanout`). One per server: every connection joins the same groups.
     pub groups: Arc<super::fanout::Groups>,
+    /// The runtime each session runs on, with its operations, writer and keepalive; `None`:
+    /// the runtime that serves the upgrade. jobgate gives sessions a runtime of their own,
+    /// whose threads yield to those serving requests and commits (see `server::delivery`).
+    pub delivery: Option<tokio::runtime::Handle>,
 }
 
 impl WsConfig {
@@ -73,6 +77,7 @@ impl WsConfig {
             request_timeout: Duration::ZERO,
             slow_consumer_timeout: Duration::from_secs(10),
             groups: Arc::new(super::fanout::Groups::new(&metrics)),
+            delivery: None,
             metrics,
         }
     }

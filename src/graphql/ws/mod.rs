@@ -60,7 +60,10 @@ mod writer;
 
 use async_graphql::Executor;
 use axum::{extract::ws::WebSocketUpgrade, response::Response as HttpResponse};
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::{
+    sync::CancellationToken,
+    task::{AbortOnDropHandle, TaskTracker},
+};
 use tracing::{Instrument, debug, info_span};
 
 pub use codec::PROTOCOL;
@@ -74,7 +77,8 @@ pub use session::{InitError, InitHook};
 /// did not offer [`PROTOCOL`] gets no `Sec-WebSocket-Protocol` header and then close 4406, as
 /// the reference server does. When `shutdown` is cancelled every socket closes with 1001;
 /// the caller must keep the runtime alive for a moment after that (or track the connection
-/// tasks) so the close frames get written.
+/// tasks) so the close frames get written. With `config.delivery` set, the session runs on
+/// that runtime, which must run until the tracked connection tasks have ended.
 pub fn upgrade<E: Executor>(
     ws: WebSocketUpgrade,
     executor: E,
@@ -92,7 +96,20 @@ pub fn upgrade<E: Executor>(
         .on_failed_upgrade(|e| debug!(error = %e, "websocket upgrade failed"))
         // Tracked, so that shutdown can wait until every socket has sent its 1001 close.
         .on_upgrade(move |socket| {
-            connections
-                .track_future(session::run(socket, executor, config, on_init, shutdown).instrument(span))
+            let delivery = config.delivery.clone();
+            let session = session::run(socket, executor, config, on_init, shutdown).instrument(span);
+            connections.track_future(async move {
+                let Some(runtime) = delivery else {
+                    return session.await;
+                };
+                // The tracked future waits for the session on the other runtime; if it is
+                // dropped first, the session goes too, so no socket outlives its tracking.
+                // A session dropped with its runtime at shutdown simply ended.
+                if let Err(e) = AbortOnDropHandle::new(runtime.spawn(session)).await
+                    && e.is_panic()
+                {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            })
         })
 }
