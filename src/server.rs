@@ -4,8 +4,9 @@
 //! Routes: `/graphql` (POST and GET over HTTP, WebSocket upgrade on GET), `/graphiql`,
 //! `/healthz`, `/readyz`, and `/`, the dashboard (see `web`). Every request must first name
 //! a Host jobgate answers to (`hosts`, 421 otherwise), on every route. Connections are
-//! accepted, capped and timed by `listener`. Shutdown, on SIGTERM or SIGINT: stop accepting,
-//! close every WebSocket with 1001 so clients reconnect and resume, let HTTP requests finish,
+//! accepted, capped and timed by `listener`. WebSocket sessions run on the `delivery` runtime.
+//! Shutdown, on SIGTERM or SIGINT: stop accepting, close every WebSocket with 1001 so clients
+//! reconnect and resume (then stop the delivery runtime), let HTTP requests finish,
 //! stop local work, drain store writes, exit.
 
 use std::sync::Arc;
@@ -382,6 +383,10 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let workloads = Arc::new(config.workload_templates()?);
     let auth = Arc::new(Auth::load(&config.auth_settings()?)?);
     let metrics = Metrics::new();
+    // Sessions get a runtime of their own, at a lower priority, so that a saturated fan-out
+    // cannot starve requests, commits and jobs (see `delivery`). Started before the store, so
+    // that a failure to start it leaves nothing running.
+    let delivery = delivery::Delivery::start(&config.delivery())?;
     let store = open_store(&config).await?;
     let (observations_tx, observations_rx) = mpsc::channel(1024);
     let executor: Arc<dyn Executor> = match config.executor {
@@ -418,9 +423,6 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         anonymous = auth.allows_anonymous(),
         "authentication"
     );
-    // Sessions get a runtime of their own, at a lower priority, so that a saturated fan-out
-    // cannot starve requests, commits and jobs (see `delivery`).
-    let delivery = delivery::Delivery::start(&config.delivery())?;
     let mut ws = config.ws(metrics.clone());
     ws.delivery = delivery.as_ref().map(delivery::Delivery::handle);
     let state = AppState {

@@ -445,6 +445,19 @@ impl Store {
         namespace: Option<&str>,
         filter: &dyn Fn(&Value) -> bool,
     ) -> (Vec<Value>, u64) {
+        let (items, rv) = self.list_shared(resource, namespace, filter);
+        (items.into_iter().map(|o| (*o).clone()).collect(), rv)
+    }
+
+    /// [`Store::list`] sharing the stored objects instead of copying them: a list answered in
+    /// pages keeps its snapshot this way, so that its first page costs what a page costs, as
+    /// an API server serving from its watch cache, not a copy of the whole collection.
+    pub fn list_shared(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        filter: &dyn Fn(&Value) -> bool,
+    ) -> (Vec<Arc<Value>>, u64) {
         let st = self.lock();
         let rv = st.rv;
         let Some(rt) = st.types.get(resource) else {
@@ -459,13 +472,9 @@ impl Store {
                 .take_while(|((n, _), _)| n == ns)
                 .map(|(_, o)| o)
                 .filter(|o| filter(o))
-                .map(|o| (**o).clone())
+                .cloned()
                 .collect(),
-            None => objects
-                .values()
-                .filter(|o| filter(o))
-                .map(|o| (**o).clone())
-                .collect(),
+            None => objects.values().filter(|o| filter(o)).cloned().collect(),
         };
         (items, rv)
     }

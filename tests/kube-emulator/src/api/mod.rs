@@ -68,7 +68,8 @@ impl Default for ApiConfig {
 /// A consistent list result being paged through with `continue` tokens.
 pub(crate) struct Snapshot {
     pub rv: u64,
-    pub items: Arc<Vec<Value>>,
+    /// The stored objects themselves, shared (they are replaced, never changed, on write).
+    pub items: Arc<Vec<Arc<Value>>>,
 }
 
 #[derive(Default)]
@@ -119,7 +120,7 @@ impl ApiState {
         id
     }
 
-    pub(crate) fn snapshot(&self, id: u64) -> Option<(u64, Arc<Vec<Value>>)> {
+    pub(crate) fn snapshot(&self, id: u64) -> Option<(u64, Arc<Vec<Arc<Value>>>)> {
         let s = self.snapshots.lock().unwrap_or_else(|p| p.into_inner());
         s.map.get(&id).map(|snap| (snap.rv, snap.items.clone()))
     }

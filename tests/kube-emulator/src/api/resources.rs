@@ -204,8 +204,8 @@ pub async fn list(api: &ApiState, t: &Target, q: &Query, form: &Form) -> ApiResu
             Some((rv, items)) => (items, rv, token.offset),
             None => {
                 // A fresh, inconsistent continuation from the current state, as etcd offers.
-                let (current, now) = api.store.list(&t.storage, t.ns(), &filter);
-                let rest: Vec<Value> = current.into_iter().skip(token.offset).collect();
+                let (current, now) = api.store.list_shared(&t.storage, t.ns(), &filter);
+                let rest: Vec<Arc<Value>> = current.into_iter().skip(token.offset).collect();
                 let id = api.save_snapshot(Snapshot {
                     rv: now,
                     items: Arc::new(rest),
@@ -260,10 +260,10 @@ pub async fn list(api: &ApiState, t: &Target, q: &Query, form: &Form) -> ApiResu
                         api.store.oldest_rv()
                     ))
                 })?;
-                (Arc::new(items), rv, 0)
+                (Arc::new(items.into_iter().map(Arc::new).collect()), rv, 0)
             }
             _ => {
-                let (items, rv) = api.store.list(&t.storage, t.ns(), &filter);
+                let (items, rv) = api.store.list_shared(&t.storage, t.ns(), &filter);
                 (Arc::new(items), rv, 0)
             }
         }
@@ -287,7 +287,10 @@ pub async fn list(api: &ApiState, t: &Target, q: &Query, form: &Form) -> ApiResu
         }
     }
     let (kind, api_version) = match form {
-        Form::Table(include) => return ok(&table::table(&t.rt, stored_page, include, metadata)),
+        Form::Table(include) => {
+            let rows: Vec<Value> = stored_page.iter().map(|o| (**o).clone()).collect();
+            return ok(&table::table(&t.rt, &rows, include, metadata));
+        }
         Form::Metadata => (
             "PartialObjectMetadataList".to_owned(),
             "meta.k8s.io/v1".to_owned(),
