@@ -103,6 +103,8 @@ pub struct Metrics {
     pub ws_slow_consumers_closed: Counter,
     /// Live groups of identical subscriptions sharing their renderings (`graphql::ws` fanout).
     pub subscription_groups: Gauge,
+    /// Subscriptions that joined a group and follow the live events (`graphql::ws` fanout).
+    pub subscription_group_members: Gauge,
     /// Events rendered (resolved and serialised) for a group, each shared by its subscribers.
     pub subscription_renders: Counter,
     pub active_subscriptions: Gauge,
@@ -179,6 +181,7 @@ impl Metrics {
             ws_connections: Gauge::default(),
             ws_slow_consumers_closed: Counter::default(),
             subscription_groups: Gauge::default(),
+            subscription_group_members: Gauge::default(),
             subscription_renders: Counter::default(),
             active_subscriptions: Gauge::default(),
             http_connections: Gauge::default(),
@@ -391,6 +394,11 @@ fn register_all(m: &Metrics) -> Registry {
         "subscription_groups",
         "Live groups of identical subscriptions (same document, variables and scope) sharing one rendering of each event",
         m.subscription_groups.clone(),
+    );
+    registry.register(
+        "subscription_group_members",
+        "Subscriptions that joined a group: each has taken its place in the event stream, so an event recorded from now on reaches it",
+        m.subscription_group_members.clone(),
     );
     registry.register(
         "subscription_renders",

@@ -139,6 +139,8 @@ async fn identical_subscribers_share_one_rendering_per_event_and_each_get_every_
         sockets.push(ws);
     }
     wait_for_metric(&server, "jobgate_active_subscriptions", 12.0).await;
+    // Joined: each has its place in the event stream, so the events to come reach it.
+    wait_for_metric(&server, "jobgate_subscription_group_members", 12.0).await;
     wait_for_metric(&server, "jobgate_subscription_groups", 1.0).await;
     let renders_before = metric(&scrape(&server).await, "jobgate_subscription_renders_total");
 
@@ -202,6 +204,8 @@ async fn callers_with_different_scopes_never_share_a_group_and_each_sees_only_it
         sockets.push(ws);
     }
     wait_for_metric(&server, "jobgate_active_subscriptions", 4.0).await;
+    // Joined: each has its place in the event stream, so the events to come reach it.
+    wait_for_metric(&server, "jobgate_subscription_group_members", 4.0).await;
     // alice and amy see the same namespaces: one group; bob and the admin one each.
     wait_for_metric(&server, "jobgate_subscription_groups", 3.0).await;
     let renders_before = metric(&scrape(&server).await, "jobgate_subscription_renders_total");
@@ -270,6 +274,8 @@ async fn subscribers_joining_and_leaving_a_group_each_get_a_gapless_run_in_order
     let mut first = GqlWs::connect(&server).await;
     first.subscribe("all", EVENTS, json!({})).await;
     wait_for_metric(&server, "jobgate_active_subscriptions", 1.0).await;
+    // Joined: each has its place in the event stream, so the events to come reach it.
+    wait_for_metric(&server, "jobgate_subscription_group_members", 1.0).await;
 
     let gate = tempfile::tempdir().unwrap();
     let go = gate.path().join("go");
@@ -342,7 +348,7 @@ async fn subscribers_joining_and_leaving_a_group_each_get_a_gapless_run_in_order
     // A new subscriber after every group is gone starts a new one and gets new events.
     let mut again = GqlWs::connect(&server).await;
     again.subscribe("n", EVENTS, json!({})).await;
-    wait_for_metric(&server, "jobgate_subscription_groups", 1.0).await;
+    wait_for_metric(&server, "jobgate_subscription_group_members", 1.0).await;
     let fresh = submit_true_jobs(&server, 1).await;
     let frames = frames_until_done(&mut again, &["n"], &fresh)
         .await
@@ -453,6 +459,8 @@ async fn a_subscriber_that_stops_reading_is_closed_with_the_cursor_to_resume_aft
         .await
         .unwrap();
     wait_for_metric(&server, "jobgate_active_subscriptions", 2.0).await;
+    // Joined: each has its place in the event stream, so the events to come reach it.
+    wait_for_metric(&server, "jobgate_subscription_group_members", 2.0).await;
 
     // Events until the stalled socket's queue has stayed full long enough, in bounded steps;
     // the healthy reader reads all the while.
@@ -542,6 +550,8 @@ async fn the_keepalive_drops_a_subscriber_that_reads_nothing_while_events_stream
     let mut silent = GqlWs::connect(&server).await;
     silent.subscribe("x", BIG, json!({})).await;
     wait_for_metric(&server, "jobgate_active_subscriptions", 2.0).await;
+    // Joined: each has its place in the event stream, so the events to come reach it.
+    wait_for_metric(&server, "jobgate_subscription_group_members", 2.0).await;
     // The reader reads all the time (so answers every ping); `silent` is never read again:
     // it never sees a ping, so never answers one.
     let reading = tokio::spawn(async move {
@@ -600,6 +610,8 @@ async fn subscribers_differing_only_in_root_arguments_share_a_group_and_each_get
     .await;
     ws.subscribe("two", document, json!({"n": 2})).await;
     wait_for_metric(&server, "jobgate_active_subscriptions", 3.0).await;
+    // Joined: each has its place in the event stream, so the events to come reach it.
+    wait_for_metric(&server, "jobgate_subscription_group_members", 3.0).await;
     wait_for_metric(&server, "jobgate_subscription_groups", 2.0).await;
     let jobs = submit_true_jobs(&server, 3).await;
     let mut until = jobs.clone();

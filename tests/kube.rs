@@ -768,6 +768,17 @@ async fn watch_and_list_requests_stay_constant_as_subscribers_grow() {
         }
         sockets.push(ws);
     }
+    // Every subscription has its place in the event stream before the job starts.
+    let poll = common::Polling::start();
+    while common::scrape(&server)
+        .await
+        .get("jobgate_subscription_group_members")
+        .copied()
+        != Some(1000.0)
+    {
+        poll.pause(|| "the 1,000 subscriptions never all became live".to_owned())
+            .await;
+    }
     run_one("watched").await;
     // Every subscriber sees the job through to its end.
     for ws in &mut sockets {

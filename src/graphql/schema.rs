@@ -347,11 +347,12 @@ impl SubscriptionRoot {
         };
         // Pinned to a cursor now, so the subscription's resume cursor is exact from the start.
         let after = after.unwrap_or_else(|| service.bus().head());
-        let delivery = tap.join(&scope.key());
-        delivery.resumable_after(after);
         let keyed = service
             .events(filter, scope, Some(after))
             .map(|r| r.map(|event| ((event.seq, 0), event)));
+        // Joined once its place is taken (the bus receiver exists from `events` on).
+        let delivery = tap.join(&scope.key());
+        delivery.resumable_after(after);
         Ok(delivered(delivery, keyed, true))
     }
 

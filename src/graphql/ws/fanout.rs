@@ -50,7 +50,7 @@ use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
 use tokio::sync::{mpsc, oneshot};
 use tracing::error;
 
-use super::writer::{DataQueue, Out};
+use super::writer::{DataQueue, Out, Payload};
 
 /// An event as the schema hands it over; only the schema's resolvers look inside.
 pub type Item = Arc<dyn Any + Send + Sync>;
@@ -58,9 +58,6 @@ pub type Item = Arc<dyn Any + Send + Sync>;
 /// Which rendering of an event: its cursor, and a variant the schema chooses (for example to
 /// tell a synthesised current state from the recorded event with the same cursor).
 pub type RenderKey = (i64, u8);
-
-/// A rendered `ExecutionResult` (`{"data":…}`), shared by every subscriber of a group.
-pub(super) type Payload = Utf8Bytes;
 
 /// Renders most recent events kept per group. A subscriber further behind than this has
 /// its events rendered again (correct, only slower).
@@ -76,6 +73,8 @@ pub struct Groups {
     gauge: Gauge,
     /// Renders done, as the metric `subscription_renders`.
     renders: Counter,
+    /// Joined subscriptions, as the metric `subscription_group_members`.
+    members: Gauge,
 }
 
 impl std::fmt::Debug for Groups {
@@ -90,6 +89,7 @@ impl Groups {
             live: Mutex::default(),
             gauge: metrics.subscription_groups.clone(),
             renders: metrics.subscription_renders.clone(),
+            members: metrics.subscription_group_members.clone(),
         }
     }
 
@@ -286,7 +286,9 @@ pub(super) const NO_CURSOR: i64 = -1;
 
 impl Tap {
     /// Joins the group of this operation for callers with `sharing` (what they may see:
-    /// callers whose renderings may differ must not give the same key).
+    /// callers whose renderings may differ must not give the same key). Call once the
+    /// subscriber's place in the event stream is taken: the member count then tells a client
+    /// that events recorded from now on reach it.
     pub fn join(&self, sharing: &str) -> Delivery {
         let key = GroupKey {
             query: self.query.clone(),
@@ -306,7 +308,9 @@ impl Tap {
             tokio::spawn(render_loop(self.groups.renders.clone(), jobs, feed_tx, responses));
             jobs_tx
         });
+        self.groups.members.inc();
         Delivery {
+            members: self.groups.members.clone(),
             group,
             out: self.out.clone(),
             prefix: self.prefix.clone(),
@@ -318,10 +322,17 @@ impl Tap {
 /// A subscriber's membership of a group: hands its events over for rendering and queues
 /// the frames.
 pub struct Delivery {
+    members: Gauge,
     group: Arc<Group>,
     out: DataQueue,
     prefix: Arc<str>,
     resume: Arc<AtomicI64>,
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        self.members.dec();
+    }
 }
 
 /// The connection is gone: stop delivering.

@@ -49,7 +49,7 @@ pub(super) enum Out {
     /// resume cursor moves to it once the frame is handed to the socket.
     Shared {
         prefix: Arc<str>,
-        payload: super::fanout::Payload,
+        payload: Payload,
         cursor: Option<(Arc<AtomicI64>, i64)>,
     },
 }
@@ -98,6 +98,10 @@ impl DataQueue {
         self.congested.notified().await;
     }
 }
+
+/// A rendered `ExecutionResult` (`{"data":…}`) that the subscribers of a group share (see
+/// `fanout`): reference-counted bytes, copied once per frame into the socket's buffer.
+pub(super) type Payload = axum::extract::ws::Utf8Bytes;
 
 /// The close frame the session decided on; the writer sends it before anything still queued.
 pub(super) type Close = (CloseCode, Cow<'static, str>);
