@@ -862,7 +862,7 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
         let metrics = server
             .process
             .http
-            .get(format!("{}/metrics", server.process.url()))
+            .get(server.process.url().replace("/graphql", "/metrics"))
             .send()
             .await
             .expect("GET /metrics")
