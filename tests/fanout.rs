@@ -10,7 +10,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{GqlWs, Polling, Server, scrape, token_entry};
+use common::{GqlWs, Polling, Server, scrape, tenants_server, token_entry};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -179,21 +179,11 @@ async fn callers_with_different_scopes_never_share_a_group_and_each_sees_only_it
     const AMY: &str = "amy-token-0123456789";
     const BOB: &str = "bob-token-0123456789";
     const ADMIN: &str = "admin-token-0123456789";
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.toml");
-    let text = [
+    let (server, _tokens) = tenants_server(&[
         token_entry("alice", ALICE, "namespaces = [\"team-a\"]"),
         token_entry("amy", AMY, "namespaces = [\"team-a\"]"),
         token_entry("bob", BOB, "namespaces = [\"team-b\"]"),
         token_entry("admin", ADMIN, "admin = true"),
-    ]
-    .concat();
-    std::fs::write(&tokens, text).unwrap();
-    let server = Server::start(&[
-        "--api-tokens-file",
-        tokens.to_str().unwrap(),
-        "--allowed-namespaces",
-        "team-a,team-b",
     ])
     .await;
     let mut sockets = Vec::new();

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::{GqlWs, Polling, Server, close_after_init, scrape, token_entry};
+use common::{GqlWs, Polling, Server, close_after_init, scrape, tenants_server, token_entry};
 use futures::SinkExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
@@ -19,30 +19,14 @@ const BOB: &str = "bob-token-0123456789";
 const ADMIN: &str = "admin-token-0123456789";
 const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { created job { id namespace submitter } } }";
 
-/// A tokens file for alice (team-a), bob (team-b) and an admin, in `dir`.
-fn tokens_file(dir: &Path) -> String {
-    let path = dir.join("tokens.toml");
-    let text = [
+/// jobgate with alice (team-a), bob (team-b) and an admin.
+async fn tenants() -> (Server, tempfile::TempDir) {
+    tenants_server(&[
         token_entry("alice", ALICE, "namespaces = [\"team-a\"]"),
         token_entry("bob", BOB, "namespaces = [\"team-b\"]"),
         token_entry("admin", ADMIN, "admin = true"),
-    ]
-    .concat();
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
-}
-
-async fn tenants() -> (Server, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path());
-    let server = Server::start(&[
-        "--api-tokens-file",
-        &tokens,
-        "--allowed-namespaces",
-        "team-a,team-b",
     ])
-    .await;
-    (server, dir)
+    .await
 }
 
 fn code(body: &Value) -> &str {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{GqlWs, Server, token_entry};
+use common::{GqlWs, Server, tenants_server, token_entry};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-token-0123456789";
@@ -16,23 +16,12 @@ const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $inpu
 
 /// jobgate with alice (team-a), bob (team-b) and an admin.
 async fn tenants() -> (Server, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.toml");
-    let text = [
+    tenants_server(&[
         token_entry("alice", ALICE, "namespaces = [\"team-a\"]"),
         token_entry("bob", BOB, "namespaces = [\"team-b\"]"),
         token_entry("admin", ADMIN, "admin = true"),
-    ]
-    .concat();
-    std::fs::write(&tokens, text).unwrap();
-    let server = Server::start(&[
-        "--api-tokens-file",
-        tokens.to_str().unwrap(),
-        "--allowed-namespaces",
-        "team-a,team-b",
     ])
-    .await;
-    (server, dir)
+    .await
 }
 
 async fn submit_as(server: &Server, token: &str, input: Value) -> String {

@@ -37,7 +37,8 @@ use async_graphql::{
         Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest, NextValidation,
     },
     parser::types::{
-        Directive, DocumentOperations, ExecutableDocument, OperationType, Selection, SelectionSet,
+        Directive, DocumentOperations, ExecutableDocument, OperationDefinition, OperationType, Selection,
+        SelectionSet,
     },
 };
 
@@ -80,114 +81,86 @@ impl From<OperationType> for OperationKind {
 pub fn operation_kind(req: &mut Request) -> Result<OperationKind, ServerError> {
     let operation_name = req.operation_name.clone();
     let doc = req.parsed_query()?;
-    let ty = match (&doc.operations, operation_name.as_deref()) {
-        (DocumentOperations::Single(op), None) => op.node.ty,
+    Ok(selected_operation(doc, operation_name.as_deref())?.ty.into())
+}
+
+/// The operation `name` selects in `doc`, by async-graphql's rules (see [`operation_kind`]).
+fn selected_operation<'d>(
+    doc: &'d ExecutableDocument,
+    name: Option<&str>,
+) -> Result<&'d OperationDefinition, ServerError> {
+    match (&doc.operations, name) {
+        (DocumentOperations::Single(op), None) => Ok(&op.node),
         (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => {
             // `len() == 1` guarantees the iterator yields one item.
-            match ops.values().next() {
-                Some(op) => op.node.ty,
-                None => return Err(name_required()),
-            }
+            ops.values().next().map(|op| &op.node).ok_or_else(name_required)
         }
-        (DocumentOperations::Multiple(_), None) => return Err(name_required()),
-        (DocumentOperations::Multiple(ops), Some(name)) => match ops.get(name) {
-            Some(op) => op.node.ty,
-            None => return Err(unknown_operation(name)),
-        },
+        (DocumentOperations::Multiple(_), None) => Err(name_required()),
+        (DocumentOperations::Multiple(ops), Some(name)) => ops
+            .get(name)
+            .map(|op| &op.node)
+            .ok_or_else(|| unknown_operation(name)),
         // async-graphql refuses a name even if the document's only operation is anonymous.
-        (DocumentOperations::Single(_), Some(name)) => return Err(unknown_operation(name)),
-    };
-    Ok(ty.into())
+        (DocumentOperations::Single(_), Some(name)) => Err(unknown_operation(name)),
+    }
 }
 
 /// The variables the selected operation uses anywhere but in the arguments of its root fields
 /// (in directives, in nested fields' arguments): with the document and the caller's scope,
 /// what can change how a root field's value is rendered. A subscription's root arguments
 /// (a filter, a cursor, a job id) only choose which events its source yields, so subscriptions
-/// that differ only there may share renderings (`ws` fanout). `None` when the operation is
-/// not found (the caller then keeps every variable). Call after [`operation_kind`] succeeded.
+/// that differ only there may share renderings (`ws` fanout). `None` when the document does not
+/// parse or select an operation (the caller then keeps every variable).
 ///
-/// Each fragment is walked at most once per depth class, so a document is walked in time
-/// linear in its size, even a hostile one that spreads fragments in a cycle (validation,
-/// which refuses cycles, has not run yet).
+/// Each fragment is walked at most once at the root and once below it, so a document is
+/// walked in time linear in its size, even a hostile one that spreads fragments in a cycle
+/// (validation, which refuses cycles, has not run yet).
 pub fn selection_variables(req: &mut Request) -> Option<BTreeSet<String>> {
     let operation_name = req.operation_name.clone();
     let doc = req.parsed_query().ok()?;
-    let op = match (&doc.operations, operation_name.as_deref()) {
-        (DocumentOperations::Single(op), None) => op,
-        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next()?,
-        (DocumentOperations::Multiple(ops), Some(name)) => ops.get(name)?,
-        _ => return None,
-    };
+    let op = selected_operation(doc, operation_name.as_deref()).ok()?;
     let mut walk = VariableWalk {
         doc,
         used: BTreeSet::new(),
-        seen_root: HashSet::new(),
-        seen_deep: HashSet::new(),
+        seen: HashSet::new(),
     };
-    for directive in &op.node.directives {
-        walk.arguments(&directive.node.arguments);
-    }
-    walk.root(&op.node.selection_set.node);
+    walk.directives(&op.directives);
+    walk.selections(&op.selection_set.node, true);
     Some(walk.used)
 }
 
 struct VariableWalk<'d> {
     doc: &'d ExecutableDocument,
     used: BTreeSet<String>,
-    seen_root: HashSet<&'d str>,
-    seen_deep: HashSet<&'d str>,
+    /// Fragments walked, and whether at the root.
+    seen: HashSet<(&'d str, bool)>,
 }
 
 impl<'d> VariableWalk<'d> {
-    /// A selection set of the root type: its fields' arguments are left out.
-    fn root(&mut self, set: &'d SelectionSet) {
+    /// A selection set; at the `root` type its fields' arguments are left out.
+    fn selections(&mut self, set: &'d SelectionSet, root: bool) {
         for item in &set.items {
             match &item.node {
                 Selection::Field(field) => {
+                    if !root {
+                        self.arguments(&field.node.arguments);
+                    }
                     self.directives(&field.node.directives);
-                    self.deep(&field.node.selection_set.node);
+                    self.selections(&field.node.selection_set.node, false);
                 }
                 Selection::FragmentSpread(spread) => {
                     self.directives(&spread.node.directives);
                     let name = spread.node.fragment_name.node.as_str();
-                    if self.seen_root.insert(name)
+                    if self.seen.insert((name, root))
                         && let Some(fragment) = self.doc.fragments.get(name)
                     {
                         self.directives(&fragment.node.directives);
-                        self.root(&fragment.node.selection_set.node);
+                        self.selections(&fragment.node.selection_set.node, root);
                     }
                 }
                 Selection::InlineFragment(inline) => {
                     self.directives(&inline.node.directives);
-                    self.root(&inline.node.selection_set.node);
-                }
-            }
-        }
-    }
-
-    /// A selection set below the root: everything counts.
-    fn deep(&mut self, set: &'d SelectionSet) {
-        for item in &set.items {
-            match &item.node {
-                Selection::Field(field) => {
-                    self.arguments(&field.node.arguments);
-                    self.directives(&field.node.directives);
-                    self.deep(&field.node.selection_set.node);
-                }
-                Selection::FragmentSpread(spread) => {
-                    self.directives(&spread.node.directives);
-                    let name = spread.node.fragment_name.node.as_str();
-                    if self.seen_deep.insert(name)
-                        && let Some(fragment) = self.doc.fragments.get(name)
-                    {
-                        self.directives(&fragment.node.directives);
-                        self.deep(&fragment.node.selection_set.node);
-                    }
-                }
-                Selection::InlineFragment(inline) => {
-                    self.directives(&inline.node.directives);
-                    self.deep(&inline.node.selection_set.node);
+                    self.selections(&inline.node.selection_set.node, root);
                 }
             }
         }

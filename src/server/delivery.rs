@@ -2,8 +2,8 @@
 //! subscriptions' resolution and serialisation, the writers, the keepalive), whose threads run
 //! at a lower OS priority than the rest of jobgate.
 //!
-//! Why: every subscriber resolves and serialises each event itself, so a large fan-out keeps
-//! every worker busy. On one runtime, with no priorities, the HTTP handlers, the job service's
+//! Why: a large fan-out (a frame and a socket write per subscriber per event, even with the
+//! rendering shared, see `graphql::ws` fanout) keeps every worker busy. On one runtime, with no priorities, the HTTP handlers, the job service's
 //! writer and the executor then queue behind it: with 1000 subscribers, `submitJob` went from
 //! about 5 ms to hundreds of milliseconds (BENCHMARKS.md, issue 15). Here the sessions run on
 //! threads niced `nice` steps below jobgate's, so when both want the CPU the kernel gives it to

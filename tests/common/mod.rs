@@ -423,6 +423,22 @@ pub fn token_entry(name: &str, token: &str, scope: &str) -> String {
     )
 }
 
+/// jobgate serving the namespaces team-a and team-b to the API tokens `entries` (each a
+/// [`token_entry`]), with the directory holding their file, which must outlive the server.
+pub async fn tenants_server(entries: &[String]) -> (Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, entries.concat()).unwrap();
+    let server = Server::start(&[
+        "--api-tokens-file",
+        tokens.to_str().unwrap(),
+        "--allowed-namespaces",
+        "team-a,team-b",
+    ])
+    .await;
+    (server, dir)
+}
+
 /// Names a table's row in the test's output if the test fails while the row runs (an
 /// assertion of the row's, or a helper's time limit): `let _row = TableRow::named(&name);`.
 pub struct TableRow(String);

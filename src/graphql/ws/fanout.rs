@@ -7,8 +7,7 @@
 //! which events a subscriber's own source yields), and by the caller's *sharing key* (in
 //! practice its scope: what it may see). Two subscriptions with different keys never share
 //! anything; so two callers with different scopes never share a rendering, whatever else they
-//! have in common. Groups appear with their first subscriber
-//! and vanish with their last.
+//! have in common. Groups appear with their first subscriber and vanish with their last.
 //!
 //! Only the rendering is shared. Each subscriber keeps its own source of events (its own
 //! cursor on the event bus, its own `after`, its own catch-up from the store), so which events
@@ -78,8 +77,9 @@ pub struct Groups {
 }
 
 impl std::fmt::Debug for Groups {
+    /// How many are live is the `subscription_groups` metric.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Groups").field("live", &self.len()).finish()
+        f.debug_struct("Groups").finish_non_exhaustive()
     }
 }
 
@@ -91,20 +91,6 @@ impl Groups {
             renders: metrics.subscription_renders.clone(),
             members: metrics.subscription_group_members.clone(),
         }
-    }
-
-    /// Live groups (each with at least one subscriber).
-    pub fn len(&self) -> usize {
-        self.live
-            .lock()
-            .expect("groups lock")
-            .values()
-            .filter(|g| g.strong_count() > 0)
-            .count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The group of `key`, started with `start` when there is none.
