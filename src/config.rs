@@ -875,6 +875,7 @@ impl Config {
             data_dir: self.data_dir.clone(),
             work_root: self.local_work_root(),
             run_as,
+            launcher: crate::executor::local::launcher::this_binary(),
             retry_delay: Duration::from_millis(self.local_retry_delay_ms),
             retry_delay_cap: Duration::from_millis(self.local_retry_delay_cap_ms),
             kill_grace: Duration::from_millis(self.local_kill_grace_ms),

@@ -2,8 +2,14 @@
 
 use jobgate::config::{Command, Config, ConfigError};
 
+fn main() -> anyhow::Result<()> {
+    // First, while this process has one thread: it may be the launcher of a local job.
+    jobgate::executor::local::launcher::run_if_asked();
+    start()
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn start() -> anyhow::Result<()> {
     let config = match Config::load() {
         Ok(config) => config,
         Err(ConfigError::Cli(e)) => e.exit(),

@@ -19,6 +19,7 @@
 //! restarts find it, and it is removed once the job has finished or been cancelled. It must
 //! not write the store or decide phases, nor hand a job any path into the data directory.
 
+pub mod launcher;
 mod logs;
 pub mod sandbox;
 
@@ -61,6 +62,10 @@ pub struct LocalConfig {
     /// The user every run switches to; `None` runs jobs as jobgate's own user, which is
     /// refused when that is root.
     pub run_as: Option<RunAs>,
+    /// The program that starts a run as [`LocalConfig::run_as`] without forking jobgate
+    /// ([`launcher::this_binary`]); with none, the standard library forks jobgate to switch
+    /// user in the child.
+    pub launcher: Option<PathBuf>,
     /// The delay before the first retry of a failed run; doubled per failure, capped at
     /// [`LocalConfig::retry_delay_cap`] (the Job controller uses 10 s and 6 min).
     pub retry_delay: Duration,
@@ -704,7 +709,33 @@ impl Runner {
         let error_writer = output_writer
             .try_clone()
             .map_err(|e| format!("run {attempt} (index {index}): duplicating a pipe: {e}"))?;
-        let mut command = Command::new(resolve_program(&spec.command[0], &self.inner.config.path));
+        let program = resolve_program(&spec.command[0], &self.inner.config.path);
+        let could_not_start = |e: &dyn std::fmt::Display| {
+            format!(
+                "run {attempt} (index {index}) could not start {:?}: {e}",
+                spec.command[0]
+            )
+        };
+        let config = &self.inner.config;
+        let (mut command, launch) = match (&config.run_as, &config.launcher) {
+            (Some(user), Some(launcher)) => {
+                let (command, launch) =
+                    launcher::command(launcher, user, &program).map_err(|e| could_not_start(&e))?;
+                (command, Some(launch))
+            }
+            (Some(user), None) => {
+                let mut command = Command::new(&program);
+                // With a uid set, the standard library also drops every supplementary group
+                // (setgroups(0)) before setuid; it forks jobgate to do so (see `launcher`).
+                command.uid(user.uid).gid(user.gid).stdin(Stdio::null());
+                (command, None)
+            }
+            (None, _) => {
+                let mut command = Command::new(&program);
+                command.stdin(Stdio::null());
+                (command, None)
+            }
+        };
         command
             .args(&spec.command[1..])
             .args(&spec.args)
@@ -712,7 +743,7 @@ impl Runner {
             // The job sees only what it was given plus a minimal base, never jobgate's own
             // environment (which may hold credentials) nor a path into the data directory.
             .env_clear()
-            .env("PATH", &self.inner.config.path)
+            .env("PATH", &config.path)
             .env("HOME", &self.work_dir)
             .env("TMPDIR", self.work_dir.join("tmp"))
             .env("LANG", "C.UTF-8")
@@ -720,25 +751,18 @@ impl Runner {
             .env("JOB_COMPLETION_INDEX", index.to_string())
             .env("JOBGATE_JOB_ID", &self.job.id)
             .env("JOBGATE_RESULT_FILE", &result_file)
-            .stdin(Stdio::null())
             .stdout(output_writer)
             .stderr(error_writer)
             .process_group(0)
             .kill_on_drop(false);
-        if let Some(user) = &self.inner.config.run_as {
-            // With a uid set, the standard library also drops every supplementary group
-            // (setgroups(0)) before setuid; it forks rather than using posix_spawn then.
-            command.uid(user.uid).gid(user.gid);
-        }
         let spawned = command.spawn();
-        // Our copies of the write ends must close, or the pipe never reaches end of file.
+        // Our copies of the write ends must close, or the pipes never reach end of file.
         drop(command);
-        let child = spawned.map_err(|e| {
-            format!(
-                "run {attempt} (index {index}) could not start {:?}: {e}",
-                spec.command[0]
-            )
-        })?;
+        let child = spawned.map_err(|e| could_not_start(&e))?;
+        if let Some(launch) = launch {
+            // The launcher exits once it has said why; tokio reaps it.
+            launch.started().map_err(|why| could_not_start(&why))?;
+        }
         let output = tokio::net::unix::pipe::Receiver::from_owned_fd(output.into())
             .map_err(|e| format!("run {attempt} (index {index}): reading its output: {e}"));
         let pid = child.id().ok_or("process exited before it could be tracked")? as i32;

@@ -117,6 +117,7 @@ impl Fixture {
             data_dir: dir.path().join("data"),
             work_root: dir.path().join("work"),
             run_as,
+            launcher: None,
             retry_delay: Duration::from_millis(10),
             retry_delay_cap: Duration::from_millis(100),
             kill_grace: Duration::from_millis(500),
