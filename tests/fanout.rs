@@ -533,6 +533,76 @@ async fn a_subscriber_that_stops_reading_is_closed_with_the_cursor_to_resume_aft
 }
 
 #[tokio::test]
+async fn a_live_subscriber_a_whole_backlog_behind_is_handed_back_and_still_gets_every_event_once_in_order() {
+    // Neither the slow-consumer close nor the keepalive: only the group's hand-back.
+    let server = Server::start(&["--ws-keepalive-ms", "0", "--ws-slow-consumer-ms", "600000"]).await;
+    let mut reader = GqlWs::connect(&server).await;
+    reader.subscribe("r", BIG, json!({})).await;
+    let mut stalled = small_window_socket(&server).await;
+    init(&mut stalled).await;
+    stalled
+        .send(Message::text(
+            json!({"id": "x", "type": "subscribe", "payload": {"query": BIG}}).to_string(),
+        ))
+        .await
+        .unwrap();
+    // Both are delivered by their group.
+    wait_for_metric(&server, "jobgate_subscription_live_members", 2.0).await;
+
+    // Events until the stalled socket is a whole backlog behind and handed back to its own
+    // source, in bounded steps; the healthy reader reads all the while.
+    let mut full: Vec<Frame> = Vec::new();
+    let mut handed_back = false;
+    for _ in 0..150 {
+        submit_big_jobs(&server, 10).await;
+        while let Some(message) = reader.recv_within(Duration::from_millis(50)).await {
+            full.push(frame_of(&message));
+        }
+        if metric(&scrape(&server).await, "jobgate_subscription_handbacks_total") >= 1.0 {
+            handed_back = true;
+            break;
+        }
+    }
+    assert!(handed_back, "the stalled subscriber was never handed back");
+    // A few more events while it is on its own source.
+    submit_big_jobs(&server, 3).await;
+    while let Some(message) = reader.recv_within(Duration::from_millis(500)).await {
+        full.push(frame_of(&message));
+    }
+    assert_strictly_increasing("reader", &full);
+
+    // The stalled client reads again: it gets every event, once, in order (the backlog, then
+    // its own source from where the group left off).
+    let mut got = Vec::new();
+    while got.len() < full.len() {
+        match tokio::time::timeout(common::WAIT, stalled.next())
+            .await
+            .expect("the stalled subscriber's frames come")
+        {
+            Some(Ok(Message::Text(t))) => got.push(frame_of(&serde_json::from_str(t.as_str()).unwrap())),
+            Some(Ok(_)) => {}
+            other => panic!("the stalled socket ended: {other:?}"),
+        }
+    }
+    assert_eq!(cursors(&got), cursors(&full));
+    // Caught up, it goes live again, and the next event reaches both.
+    wait_for_metric(&server, "jobgate_subscription_live_members", 2.0).await;
+    submit_true_jobs(&server, 1).await;
+    let last = frame_of(&reader.recv().await);
+    let next = loop {
+        match tokio::time::timeout(common::WAIT, stalled.next())
+            .await
+            .expect("the next frame comes")
+        {
+            Some(Ok(Message::Text(t))) => break frame_of(&serde_json::from_str(t.as_str()).unwrap()),
+            Some(Ok(_)) => {}
+            other => panic!("the stalled socket ended: {other:?}"),
+        }
+    };
+    assert_eq!(next.cursor, last.cursor);
+}
+
+#[tokio::test]
 async fn the_keepalive_drops_a_subscriber_that_reads_nothing_while_events_stream() {
     let server = Server::start(&["--ws-keepalive-ms", "300", "--ws-slow-consumer-ms", "0"]).await;
     let mut reader = GqlWs::connect(&server).await;
