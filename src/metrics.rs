@@ -107,11 +107,6 @@ pub struct Metrics {
     pub subscription_group_members: Gauge,
     /// Events rendered (resolved and serialised) for a group, each shared by its subscribers.
     pub subscription_renders: Counter,
-    /// Subscriptions their group delivers to (`graphql::ws` fanout: `Delivery::go_live`).
-    pub subscription_live_members: Gauge,
-    /// Live subscriptions handed back to their own source (behind by a whole backlog, or
-    /// their group's source lagged).
-    pub subscription_handbacks: Counter,
     pub active_subscriptions: Gauge,
     /// Open TCP connections (HTTP and WebSocket), set by the accept loop.
     pub http_connections: Gauge,
@@ -188,8 +183,6 @@ impl Metrics {
             subscription_groups: Gauge::default(),
             subscription_group_members: Gauge::default(),
             subscription_renders: Counter::default(),
-            subscription_live_members: Gauge::default(),
-            subscription_handbacks: Counter::default(),
             active_subscriptions: Gauge::default(),
             http_connections: Gauge::default(),
             http_connections_refused: Counter::default(),
@@ -411,16 +404,6 @@ fn register_all(m: &Metrics) -> Registry {
         "subscription_renders",
         "Events resolved and serialised for a group of subscriptions; every subscriber of the group gets the same bytes",
         m.subscription_renders.clone(),
-    );
-    registry.register(
-        "subscription_live_members",
-        "Subscriptions whose group queues their frames for them: one task wakes per event for the whole group, not one per subscriber",
-        m.subscription_live_members.clone(),
-    );
-    registry.register(
-        "subscription_handbacks",
-        "Live subscriptions handed back to their own event source (a whole backlog behind, or their group's source lagged); each resumes after its last queued event",
-        m.subscription_handbacks.clone(),
     );
     registry.register(
         "active_subscriptions",

@@ -7,7 +7,6 @@
 //! and checked by `limits`.
 
 use std::sync::Arc;
-use std::task::Poll;
 
 use async_graphql::{Context, ID, Object, Schema, Subscription};
 use futures::{Stream, StreamExt};
@@ -20,7 +19,7 @@ use crate::graphql::types::{
     CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
     PageInfo, SubmitJobInput, SubmitJobPayload, TemplateObject,
 };
-use crate::graphql::ws::{Delivery, Item, Live, LiveEvent, LiveSource, RenderFeed, RenderKey, Tap, Wants};
+use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
 use crate::jobs::service::{JobService, ServiceError, Submitter};
 use crate::model;
 use crate::rate_limits::{Limited, RateLimits};
@@ -296,106 +295,6 @@ fn delivered(
 
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<JobStatusEvent>> + Send>>;
 
-/// What a `jobEvents` subscriber reads: its filter and scope, over the job service.
-struct EventsFeed {
-    service: JobService,
-    filter: model::JobFilter,
-    scope: model::Scope,
-}
-
-type TrackedEvents = (
-    futures::stream::BoxStream<'static, Result<Arc<model::JobEvent>, ServiceError>>,
-    Arc<crate::jobs::bus::Position>,
-);
-
-impl EventsFeed {
-    fn events(&self, after: i64) -> TrackedEvents {
-        let (events, position) = self
-            .service
-            .events_tracked(self.filter.clone(), &self.scope, after);
-        (events.boxed(), position)
-    }
-
-    fn wants(&self) -> Wants {
-        let (filter, scope) = (self.filter.clone(), self.scope.clone());
-        Arc::new(move |item: &Item| {
-            item.downcast_ref::<model::JobEvent>()
-                .is_some_and(|event| JobService::event_wanted(&filter, &scope, event))
-        })
-    }
-
-    fn live_source(&self) -> LiveSource {
-        let (after, events) = self.service.bus().live();
-        let events = events
-            .map(|event| match event {
-                Some(event) => LiveEvent::Item {
-                    cursor: event.seq,
-                    item: event as Item,
-                },
-                None => LiveEvent::Lagged,
-            })
-            .boxed();
-        LiveSource { after, events }
-    }
-}
-
-/// What a `jobEvents` subscriber does next.
-enum Next<'a> {
-    /// Its own source's next event (or its end).
-    Own(Option<Result<Arc<model::JobEvent>, ServiceError>>),
-    /// The group delivers to it from now on.
-    Live(Live<'a>),
-}
-
-/// A `jobEvents` subscriber's delivery: its own events until it has caught up with the live
-/// channel, then, whenever its group takes it, the group's shared delivery (its task sleeps
-/// meanwhile), and its own events again from where the group left off when the group hands
-/// it back. Each frame moves the subscription's resume cursor. The stream async-graphql sees
-/// yields only errors, as with [`delivered`].
-fn delivered_live(delivery: Delivery, feed: EventsFeed, (events, position): TrackedEvents) -> EventStream {
-    futures::stream::unfold(
-        (events, position, delivery, feed),
-        |(mut events, mut position, delivery, feed)| async move {
-            loop {
-                // Each time its own source has nothing ready and waits on the live channel,
-                // the subscriber offers the group the rest.
-                let next = {
-                    let step = std::future::poll_fn(|cx| match events.poll_next_unpin(cx) {
-                        Poll::Ready(next) => Poll::Ready(Next::Own(next)),
-                        Poll::Pending => match position
-                            .drained_at()
-                            .and_then(|seen| delivery.go_live(seen, feed.wants(), || feed.live_source()))
-                        {
-                            Some(live) => Poll::Ready(Next::Live(live)),
-                            None => Poll::Pending,
-                        },
-                    })
-                    .await;
-                    match step {
-                        Next::Own(next) => next,
-                        Next::Live(live) => {
-                            // Its receiver is of no use while the group delivers.
-                            drop(events);
-                            // The connection is closing; its operations are being stopped.
-                            let resume = live.run().await.ok()?;
-                            (events, position) = feed.events(resume);
-                            continue;
-                        }
-                    }
-                };
-                match next? {
-                    Ok(event) => {
-                        let (key, cursor) = ((event.seq, 0), Some(event.seq));
-                        delivery.deliver(key, event, cursor).await.ok()?;
-                    }
-                    Err(e) => return Some((Err(e).api(), (events, position, delivery, feed))),
-                }
-            }
-        },
-    )
-    .boxed()
-}
-
 #[Subscription(name = "Subscription")]
 impl SubscriptionRoot {
     /// Emits the job's current state at once, then every phase change; completes after a
@@ -448,16 +347,13 @@ impl SubscriptionRoot {
         };
         // Pinned to a cursor now, so the subscription's resume cursor is exact from the start.
         let after = after.unwrap_or_else(|| service.bus().head());
-        let feed = EventsFeed {
-            service: service.clone(),
-            filter,
-            scope: scope.clone(),
-        };
-        let events = feed.events(after);
+        let keyed = service
+            .events(filter, scope, Some(after))
+            .map(|r| r.map(|event| ((event.seq, 0), event)));
         // Joined once its place is taken (the bus receiver exists from `events` on).
         let delivery = tap.join(&scope.key());
         delivery.resumable_after(after);
-        Ok(delivered_live(delivery, feed, events))
+        Ok(delivered(delivery, keyed, true))
     }
 
     /// The job's output, a line at a time: its last `tailLines` lines, then with `follow`

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use futures::Stream;
 use prometheus_client::metrics::counter::Counter;
@@ -94,48 +94,6 @@ impl EventBus {
         Subscription(self.tx.subscribe())
     }
 
-    /// [`EventBus::events`], and where that stream is in the live channel.
-    pub fn events_tracked(
-        self: &Arc<Self>,
-        after: i64,
-        scope: Scope,
-    ) -> (
-        impl Stream<Item = Result<Arc<JobEvent>, StoreError>> + Send + 'static,
-        Arc<Position>,
-    ) {
-        let position = Arc::new(Position {
-            seen: AtomicI64::new(after),
-            parked: AtomicBool::new(false),
-        });
-        let rx = self.tx.subscribe();
-        let events = self.cursor_stream(rx, after, None, scope, position.clone());
-        (events, position)
-    }
-
-    /// A place of its own in the live channel, for many subscribers at once: the cursor of
-    /// the last event published before it, and every event published from then on, in order
-    /// (`None` where it lagged and missed some). Nothing is read from the store.
-    pub fn live(&self) -> (i64, impl Stream<Item = Option<Arc<JobEvent>>> + Send + 'static) {
-        // Subscribe before reading the head, so nothing falls between the two.
-        let rx = self.tx.subscribe();
-        let head = self.head();
-        let lag_recoveries = self.lag_recoveries.clone();
-        let events = futures::stream::unfold(rx, move |mut rx| {
-            let lag_recoveries = lag_recoveries.clone();
-            async move {
-                match rx.recv().await {
-                    Ok(event) => Some((Some(event), rx)),
-                    Err(RecvError::Lagged(_)) => {
-                        lag_recoveries.inc();
-                        Some((None, rx))
-                    }
-                    Err(RecvError::Closed) => None,
-                }
-            }
-        });
-        (head, events)
-    }
-
     /// The stream of [`EventBus::events`] over a receiver taken earlier.
     pub fn events_from(
         self: &Arc<Self>,
@@ -143,21 +101,6 @@ impl EventBus {
         last: i64,
         job_id: Option<String>,
         scope: Scope,
-    ) -> impl Stream<Item = Result<Arc<JobEvent>, StoreError>> + Send + 'static {
-        let position = Arc::new(Position {
-            seen: AtomicI64::new(last),
-            parked: AtomicBool::new(false),
-        });
-        self.cursor_stream(rx, last, job_id, scope, position)
-    }
-
-    fn cursor_stream(
-        self: &Arc<Self>,
-        rx: broadcast::Receiver<Arc<JobEvent>>,
-        last: i64,
-        job_id: Option<String>,
-        scope: Scope,
-        position: Arc<Position>,
     ) -> impl Stream<Item = Result<Arc<JobEvent>, StoreError>> + Send + 'static {
         let cursor = Cursor {
             bus: self.clone(),
@@ -167,33 +110,11 @@ impl EventBus {
             scope,
             backlog: VecDeque::new(),
             catching_up: true,
-            position,
         };
         futures::stream::unfold(cursor, |mut c| async move {
             let item = c.next().await?;
             Some((item, c))
         })
-    }
-}
-
-/// Where a stream of [`EventBus::events_tracked`] is in the live channel.
-#[derive(Debug)]
-pub struct Position {
-    /// The greatest cursor the stream has read, from the store or the channel, whether or
-    /// not it yielded that event.
-    seen: AtomicI64,
-    /// The stream waits on the channel: it has read everything published so far.
-    parked: AtomicBool,
-}
-
-impl Position {
-    /// While the stream waits for the next live event (its poll returned `Pending` on the
-    /// channel, not on the store): the cursor up to which it has read every event. Then
-    /// every event after that cursor is yet to be published or still in its receiver.
-    pub fn drained_at(&self) -> Option<i64> {
-        self.parked
-            .load(Ordering::Acquire)
-            .then(|| self.seen.load(Ordering::Acquire))
     }
 }
 
@@ -212,14 +133,9 @@ struct Cursor {
     scope: Scope,
     backlog: VecDeque<Arc<JobEvent>>,
     catching_up: bool,
-    position: Arc<Position>,
 }
 
 impl Cursor {
-    fn saw(&self, seq: i64) {
-        self.position.seen.fetch_max(seq, Ordering::AcqRel);
-    }
-
     fn wants(&self, event: &JobEvent) -> bool {
         self.scope.sees(&event.job) && self.job_id.as_ref().is_none_or(|id| *id == event.job_id)
     }
@@ -228,7 +144,6 @@ impl Cursor {
         loop {
             if let Some(event) = self.backlog.pop_front() {
                 self.last = event.seq;
-                self.saw(event.seq);
                 return Some(Ok(event));
             }
             if self.catching_up {
@@ -244,13 +159,7 @@ impl Cursor {
                 }
                 continue;
             }
-            self.position.parked.store(true, Ordering::Release);
-            let received = self.rx.recv().await;
-            self.position.parked.store(false, Ordering::Release);
-            if let Ok(event) = &received {
-                self.saw(event.seq);
-            }
-            match received {
+            match self.rx.recv().await {
                 Ok(event) if event.seq <= self.last => {}
                 Ok(event) if self.wants(&event) => {
                     self.last = event.seq;

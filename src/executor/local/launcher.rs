@@ -14,7 +14,7 @@
 //! Whether the exec worked comes back the way the standard library's own fork path reports
 //! it: the launcher's standard input is the write end of a pipe, which it moves to a
 //! close-on-exec descriptor (replacing standard input by `/dev/null`, which the job gets); a
-//! successful exec closes it, a failure writes the reason first. `Launch::started` reads
+//! successful exec closes it, a failure writes the reason first. [`Launch::started`] reads
 //! that, so a program that cannot start is still a failed start, with its reason, not a run
 //! that exits 127.
 //!
@@ -143,10 +143,7 @@ fn switch_and_exec(args: &[OsString]) -> Result<Infallible, (i32, String)> {
     // Root's jobs would be as privileged as jobgate; the configuration refuses it, and so
     // does the launcher, whatever it was given.
     if uid == 0 || gid == 0 {
-        return Err((
-            126,
-            format!("{NAME}: refusing to run a job as uid {uid}, gid {gid}"),
-        ));
+        return Err((126, format!("{NAME}: refusing to run a job as uid {uid}, gid {gid}")));
     }
     let switched = nix::unistd::setgroups(&[])
         .and_then(|()| nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)))
@@ -175,11 +172,7 @@ fn switch_and_exec(args: &[OsString]) -> Result<Infallible, (i32, String)> {
     };
     // Only the reason: the runner says which program.
     Err((
-        if err == nix::errno::Errno::ENOENT {
-            127
-        } else {
-            126
-        },
+        if err == nix::errno::Errno::ENOENT { 127 } else { 126 },
         io::Error::from(err).to_string(),
     ))
 }

@@ -31,7 +31,7 @@
 
 use std::{
     any::Any,
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, HashMap},
     sync::{
         Arc, Mutex, Weak,
         atomic::{AtomicI64, Ordering},
@@ -40,9 +40,13 @@ use std::{
 
 use async_graphql::{Data, Request, Response, Variables};
 use axum::extract::ws::Utf8Bytes;
-use futures::{StreamExt, stream::BoxStream};
+use futures::{
+    FutureExt, StreamExt,
+    future::{BoxFuture, Shared},
+    stream::BoxStream,
+};
 use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
-use tokio::sync::{Notify, mpsc, mpsc::error::TrySendError, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tracing::error;
 
 use super::writer::{DataQueue, Out, Payload};
@@ -70,9 +74,6 @@ pub struct Groups {
     renders: Counter,
     /// Joined subscriptions, as the metric `subscription_group_members`.
     members: Gauge,
-    /// As the metrics `subscription_live_members` and `subscription_handbacks`.
-    live_members: Gauge,
-    handbacks: Counter,
 }
 
 impl std::fmt::Debug for Groups {
@@ -89,8 +90,6 @@ impl Groups {
             gauge: metrics.subscription_groups.clone(),
             renders: metrics.subscription_renders.clone(),
             members: metrics.subscription_group_members.clone(),
-            live_members: metrics.subscription_live_members.clone(),
-            handbacks: metrics.subscription_handbacks.clone(),
         }
     }
 
@@ -98,7 +97,7 @@ impl Groups {
     fn join(
         self: &Arc<Self>,
         key: GroupKey,
-        start: impl FnOnce(Arc<GroupState>) -> mpsc::UnboundedSender<Job>,
+        start: impl FnOnce() -> mpsc::UnboundedSender<RenderJob>,
     ) -> Arc<Group> {
         let mut live = self.live.lock().expect("groups lock");
         // The upgraded Arc leaves this function: no Group is dropped while the lock is held
@@ -107,22 +106,11 @@ impl Groups {
             return group;
         }
         self.gauge.inc();
-        let state = Arc::new(GroupState {
-            cache: Mutex::new(BTreeMap::new()),
-            live: Mutex::new(LiveSet {
-                handbacks: self.handbacks.clone(),
-                position: i64::MAX,
-                following: false,
-                closed: false,
-                next_id: 0,
-                members: HashMap::new(),
-            }),
-        });
         let group = Arc::new(Group {
             gauge: self.gauge.clone(),
             key: key.clone(),
-            jobs: start(state.clone()),
-            state,
+            renders: start(),
+            cache: Mutex::new(BTreeMap::new()),
             groups: Arc::downgrade(self),
         });
         live.insert(key, Arc::downgrade(&group));
@@ -141,12 +129,14 @@ struct GroupKey {
     sharing: Arc<str>,
 }
 
-/// One group: the channel to its task and what it shares with it.
+type PendingRender = Shared<BoxFuture<'static, Payload>>;
+
+/// One group: the channel to its renderer and the renders it keeps.
 struct Group {
     gauge: Gauge,
     key: GroupKey,
-    jobs: mpsc::UnboundedSender<Job>,
-    state: Arc<GroupState>,
+    renders: mpsc::UnboundedSender<RenderJob>,
+    cache: Mutex<BTreeMap<RenderKey, PendingRender>>,
     groups: Weak<Groups>,
 }
 
@@ -163,63 +153,35 @@ impl Drop for Group {
     }
 }
 
-/// What a group and its task share: the renders it keeps and its live subscribers.
-struct GroupState {
-    cache: Mutex<BTreeMap<RenderKey, Render>>,
-    live: Mutex<LiveSet>,
-}
-
-/// A render, done or under way.
-enum Render {
-    Ready(Payload),
-    /// Asked for; these subscribers wait for it.
-    Pending(Vec<oneshot::Sender<Payload>>),
-}
-
-/// What the group's task is asked to do.
-enum Job {
-    /// Render this event for the subscribers waiting on its cache entry.
-    Render(RenderKey, Item),
-    /// Follow this source and deliver its events to the live subscribers.
-    Follow(BoxStream<'static, LiveEvent>),
-}
-
 impl Group {
-    /// The rendering of `item`, from the cache or from the group's task.
+    /// The rendering of `item`, from the cache or from the renderer.
     async fn render(&self, key: RenderKey, item: Item) -> Payload {
-        let rendered = {
-            let mut cache = self.state.cache.lock().expect("render cache lock");
-            let (reply, rendered) = oneshot::channel();
-            match cache.get_mut(&key) {
-                Some(Render::Ready(payload)) => return payload.clone(),
-                Some(Render::Pending(waiting)) => waiting.push(reply),
+        let pending = {
+            let mut cache = self.cache.lock().expect("render cache lock");
+            match cache.get(&key) {
+                Some(pending) => pending.clone(),
                 None => {
-                    // Asked now, not when first polled: it is rendered even if this
+                    let (reply, rendered) = oneshot::channel();
+                    // Sent now, not when first polled: the renderer renders it even if this
                     // subscriber goes away before it is done, for the others.
-                    if self.jobs.send(Job::Render(key, item)).is_err() {
-                        return render_failed();
+                    let sent = self.renders.send((item, reply)).is_ok();
+                    let pending = async move {
+                        match rendered.await {
+                            Ok(payload) if sent => payload,
+                            _ => render_failed(),
+                        }
                     }
-                    cache.insert(key, Render::Pending(vec![reply]));
-                    trim(&mut cache);
+                    .boxed()
+                    .shared();
+                    cache.insert(key, pending.clone());
+                    if cache.len() > CACHE_ENTRIES {
+                        cache.pop_first();
+                    }
+                    pending
                 }
             }
-            rendered
         };
-        rendered.await.unwrap_or_else(|_| render_failed())
-    }
-}
-
-/// Drops the oldest finished renders beyond [`CACHE_ENTRIES`]; renders under way stay (their
-/// subscribers wait for them, and there are at most as many as the group's subscribers).
-fn trim(cache: &mut BTreeMap<RenderKey, Render>) {
-    while cache.len() > CACHE_ENTRIES {
-        let Some(oldest) = cache
-            .iter()
-            .find_map(|(key, render)| matches!(render, Render::Ready(_)).then_some(*key))
-        else {
-            return;
-        };
-        cache.remove(&oldest);
+        pending.await
     }
 }
 
@@ -230,279 +192,36 @@ fn render_failed() -> Payload {
     )
 }
 
-/// The group's execution of the operation, fed one event at a time.
-struct Renderer {
-    counter: Counter,
-    feed: mpsc::UnboundedSender<Item>,
-    responses: BoxStream<'static, Response>,
-}
+type RenderJob = (Item, oneshot::Sender<Payload>);
 
-impl Renderer {
-    /// Resolves and serialises `item` once; `None` once the execution has ended (a resolver
-    /// panicked in it), after which the group renders nothing.
-    async fn render(&mut self, item: Item) -> Option<Payload> {
-        if self.feed.send(item).is_err() {
+/// The group's renderer: one execution of the operation, fed one event at a time; each
+/// response is serialised once.
+async fn render_loop(
+    renders: Counter,
+    mut jobs: mpsc::UnboundedReceiver<RenderJob>,
+    feed: mpsc::UnboundedSender<Item>,
+    mut responses: BoxStream<'static, Response>,
+) {
+    while let Some((item, reply)) = jobs.recv().await {
+        if feed.send(item).is_err() {
             error!("a shared subscription's renderer stopped taking events");
-            return None;
+            return;
         }
-        let Some(response) = self.responses.next().await else {
+        let Some(response) = responses.next().await else {
             error!("a shared subscription's renderer ended");
-            return None;
+            return;
         };
-        self.counter.inc();
-        Some(match serde_json::to_string(&response) {
+        let payload = match serde_json::to_string(&response) {
             Ok(json) => Utf8Bytes::from(json),
             Err(e) => {
                 error!(error = %e, "could not serialise a shared subscription's response");
                 render_failed()
             }
-        })
-    }
-}
-
-/// The group's task: renders what subscribers ask for and, once one has gone live, follows
-/// the group's live source and queues each event's frame for every live subscriber that
-/// wants it. Ends when the group does (its last subscriber left).
-async fn group_task(state: Arc<GroupState>, mut jobs: mpsc::UnboundedReceiver<Job>, mut renderer: Renderer) {
-    let mut source: Option<BoxStream<'static, LiveEvent>> = None;
-    loop {
-        let next_live = async {
-            match source.as_mut() {
-                Some(events) => events.next().await,
-                None => std::future::pending().await,
-            }
         };
-        let ok = tokio::select! {
-            biased;
-            job = jobs.recv() => match job {
-                None => break,
-                Some(Job::Render(key, item)) => state.render_asked(key, item, &mut renderer).await,
-                Some(Job::Follow(events)) => {
-                    source = Some(events);
-                    true
-                }
-            },
-            event = next_live => match event {
-                Some(LiveEvent::Item { cursor, item }) => state.deliver_live(cursor, item, &mut renderer).await,
-                Some(LiveEvent::Lagged) | None => {
-                    // Events were missed (or the source ended): every live subscriber goes
-                    // back to its own source, from what it was given; the next one to go
-                    // live takes a fresh place.
-                    source = None;
-                    state.live.lock().expect("live lock").stop_following();
-                    true
-                }
-            },
-        };
-        if !ok {
-            break;
-        }
-    }
-    // The renderer is gone or the group is: nobody is delivered live any more, and whoever
-    // waits on a render gets the failure.
-    let mut live = state.live.lock().expect("live lock");
-    live.stop_following();
-    live.closed = true;
-    drop(live);
-    state.cache.lock().expect("render cache lock").clear();
-}
-
-impl GroupState {
-    /// Renders what a subscriber asked for, unless the live path already did; `false` once
-    /// the renderer is gone.
-    async fn render_asked(&self, key: RenderKey, item: Item, renderer: &mut Renderer) -> bool {
-        let done = matches!(
-            self.cache.lock().expect("render cache lock").get(&key),
-            Some(Render::Ready(_))
-        );
-        if done {
-            return true;
-        }
-        let Some(payload) = renderer.render(item).await else {
-            return false;
-        };
-        self.rendered(key, payload);
-        true
-    }
-
-    /// Keeps a finished render and answers whoever waits for it.
-    fn rendered(&self, key: RenderKey, payload: Payload) {
-        let mut cache = self.cache.lock().expect("render cache lock");
-        if let Some(Render::Pending(waiting)) = cache.insert(key, Render::Ready(payload.clone())) {
-            for reply in waiting {
-                let _ = reply.send(payload.clone());
-            }
-        }
-        trim(&mut cache);
-    }
-
-    /// One event of the live source: rendered once if a live subscriber wants it, then
-    /// queued for each; `false` once the renderer is gone.
-    async fn deliver_live(&self, cursor: i64, item: Item, renderer: &mut Renderer) -> bool {
-        let wanted = self.live.lock().expect("live lock").wanted(cursor, &item);
-        if !wanted {
-            self.live.lock().expect("live lock").passed(cursor);
-            return true;
-        }
-        let key = (cursor, 0);
-        let cached = match self.cache.lock().expect("render cache lock").get(&key) {
-            Some(Render::Ready(payload)) => Some(payload.clone()),
-            _ => None,
-        };
-        let payload = match cached {
-            Some(payload) => payload,
-            None => {
-                let Some(payload) = renderer.render(item.clone()).await else {
-                    return false;
-                };
-                self.rendered(key, payload.clone());
-                payload
-            }
-        };
-        self.live
-            .lock()
-            .expect("live lock")
-            .queue(cursor, &item, &payload);
-        true
+        renders.inc();
+        let _ = reply.send(payload);
     }
 }
-
-/// Frames a live subscriber may have waiting for room in its connection's queue before it is
-/// handed back to its own source (see [`LiveSet::queue`]): about 64 bytes each (the payload
-/// is shared), so at most about 64 KiB per subscriber.
-const BACKLOG: usize = 1024;
-
-/// The group's live subscribers, and how far the group's source has come.
-struct LiveSet {
-    handbacks: Counter,
-    /// Every event of the source with a cursor up to this one has been delivered; whatever
-    /// the group delivers from now on has a greater one. A subscriber may go live only if it
-    /// has seen every event up to here itself (see [`Delivery::go_live`]).
-    position: i64,
-    /// Whether the group follows a source (its task was given one).
-    following: bool,
-    /// The group renders nothing any more.
-    closed: bool,
-    next_id: u64,
-    members: HashMap<u64, LiveMember>,
-}
-
-struct LiveMember {
-    wants: Wants,
-    /// Every event it wants with a cursor up to here is queued (or in `backlog`); the group
-    /// skips events up to here (the subscriber saw them itself before it went live).
-    upto: i64,
-    out: DataQueue,
-    prefix: Arc<str>,
-    resume: Arc<AtomicI64>,
-    /// Frames waiting for room in the queue, in order; the subscriber's own task moves them
-    /// (waiting for room: its backpressure). While it does, new frames go here too.
-    backlog: VecDeque<Out>,
-    draining: bool,
-    /// Set when the group stops delivering to it: the cursor its own source resumes after.
-    handed_back: Option<i64>,
-    wake: Arc<Notify>,
-}
-
-impl LiveSet {
-    fn wanted(&self, cursor: i64, item: &Item) -> bool {
-        self.members
-            .values()
-            .any(|m| m.handed_back.is_none() && cursor > m.upto && (m.wants)(item))
-    }
-
-    /// The source moved past `cursor` with nothing to deliver.
-    fn passed(&mut self, cursor: i64) {
-        for member in self.members.values_mut() {
-            if member.handed_back.is_none() && cursor > member.upto {
-                member.upto = cursor;
-            }
-        }
-        self.position = self.position.max(cursor);
-    }
-
-    /// Queues the frame of the event at `cursor` for every live subscriber that wants it:
-    /// straight into its connection's queue when there is room (no task of its own wakes), in
-    /// its backlog when not (its task then waits for room). A subscriber whose backlog is full
-    /// is handed back to its own source, which resumes after its last queued event.
-    fn queue(&mut self, cursor: i64, item: &Item, payload: &Payload) {
-        let mut gone = Vec::new();
-        for (id, member) in &mut self.members {
-            if member.handed_back.is_some() || cursor <= member.upto {
-                continue;
-            }
-            if !(member.wants)(item) {
-                member.upto = cursor;
-                continue;
-            }
-            let frame = Out::Shared {
-                prefix: member.prefix.clone(),
-                payload: payload.clone(),
-                cursor: Some((member.resume.clone(), cursor)),
-            };
-            if member.draining || !member.backlog.is_empty() {
-                if member.backlog.len() >= BACKLOG {
-                    member.handed_back = Some(member.upto);
-                    self.handbacks.inc();
-                } else {
-                    member.backlog.push_back(frame);
-                    member.upto = cursor;
-                }
-                member.wake.notify_one();
-                continue;
-            }
-            match member.out.try_send(frame) {
-                Ok(()) => member.upto = cursor,
-                Err(TrySendError::Full(frame)) => {
-                    member.backlog.push_back(frame);
-                    member.upto = cursor;
-                    member.wake.notify_one();
-                }
-                // The connection is closing; its operations are being stopped.
-                Err(TrySendError::Closed(_)) => {
-                    gone.push(*id);
-                    member.wake.notify_one();
-                }
-            }
-        }
-        for id in gone {
-            self.members.remove(&id);
-        }
-        self.position = self.position.max(cursor);
-    }
-
-    /// Hands every live subscriber back to its own source.
-    fn stop_following(&mut self) {
-        self.following = false;
-        for member in self.members.values_mut() {
-            if member.handed_back.is_none() {
-                member.handed_back = Some(member.upto);
-                self.handbacks.inc();
-                member.wake.notify_one();
-            }
-        }
-    }
-}
-
-/// What a group's live source yields, in cursor order.
-pub enum LiveEvent {
-    Item {
-        cursor: i64,
-        item: Item,
-    },
-    /// The source missed events since its last item.
-    Lagged,
-}
-
-/// A group's own place in the live event stream (see [`Delivery::go_live`]): every event
-/// with a cursor after `after` that is published from now on, in order.
-pub struct LiveSource {
-    pub after: i64,
-    pub events: BoxStream<'static, LiveEvent>,
-}
-
-/// Whether a subscriber wants an event (its filter, its scope).
-pub type Wants = Arc<dyn Fn(&Item) -> bool + Send + Sync>;
 
 /// In the data of a group's rendering execution: the events to render, in order.
 pub struct RenderFeed(Mutex<Option<mpsc::UnboundedReceiver<Item>>>);
@@ -563,7 +282,7 @@ impl Tap {
             variables: self.key_variables.clone(),
             sharing: sharing.into(),
         };
-        let group = self.groups.join(key, |state| {
+        let group = self.groups.join(key, || {
             let (jobs_tx, jobs) = mpsc::unbounded_channel();
             let (feed_tx, feed) = mpsc::unbounded_channel();
             let mut request = Request::new(self.query.to_string()).variables(self.variables.clone());
@@ -571,18 +290,13 @@ impl Tap {
                 request = request.operation_name(operation.to_string());
             }
             let request = request.data(RenderFeed(Mutex::new(Some(feed))));
-            let renderer = Renderer {
-                counter: self.groups.renders.clone(),
-                feed: feed_tx,
-                responses: (self.execute)(request, self.session.clone()),
-            };
-            tokio::spawn(group_task(state, jobs, renderer));
+            let responses = (self.execute)(request, self.session.clone());
+            tokio::spawn(render_loop(self.groups.renders.clone(), jobs, feed_tx, responses));
             jobs_tx
         });
         self.groups.members.inc();
         Delivery {
             members: self.groups.members.clone(),
-            live_members: self.groups.live_members.clone(),
             group,
             out: self.out.clone(),
             prefix: self.prefix.clone(),
@@ -595,7 +309,6 @@ impl Tap {
 /// the frames.
 pub struct Delivery {
     members: Gauge,
-    live_members: Gauge,
     group: Arc<Group>,
     out: DataQueue,
     prefix: Arc<str>,
@@ -630,113 +343,5 @@ impl Delivery {
             cursor: cursor.map(|c| (self.resume.clone(), c)),
         };
         self.out.send(frame).await.map_err(|_| Gone)
-    }
-
-    /// Offers to hand this subscriber's delivery to the group: from then on the group's task
-    /// queues the frames of the events it `wants` (variant 0 of their cursor) straight into
-    /// the connection's queue, and the subscriber's own task sleeps, instead of every
-    /// subscriber's task waking for every event.
-    ///
-    /// `seen`: the subscriber's own source has given it every event up to this cursor and
-    /// has nothing more for now (it waits on the live channel). Taken only if the group has
-    /// delivered nothing past `seen`, so the group then delivers exactly the events after
-    /// it: nothing missed, nothing twice. `source` gives the group its own place in the live
-    /// stream when it has none. `None`: not now (try again after the next event).
-    pub fn go_live(&self, seen: i64, wants: Wants, source: impl FnOnce() -> LiveSource) -> Option<Live<'_>> {
-        let mut live = self.group.state.live.lock().expect("live lock");
-        if live.closed {
-            return None;
-        }
-        if !live.following {
-            let LiveSource { after, events } = source();
-            if self.group.jobs.send(Job::Follow(events)).is_err() {
-                return None;
-            }
-            live.following = true;
-            live.position = after;
-        }
-        if live.position > seen {
-            return None;
-        }
-        let id = live.next_id;
-        live.next_id += 1;
-        let wake = Arc::new(Notify::new());
-        live.members.insert(
-            id,
-            LiveMember {
-                wants,
-                upto: seen,
-                out: self.out.clone(),
-                prefix: self.prefix.clone(),
-                resume: self.resume.clone(),
-                backlog: VecDeque::new(),
-                draining: false,
-                handed_back: None,
-                wake: wake.clone(),
-            },
-        );
-        self.live_members.inc();
-        Some(Live {
-            delivery: self,
-            id,
-            wake,
-        })
-    }
-}
-
-/// A subscriber the group delivers to (see [`Delivery::go_live`]).
-pub struct Live<'a> {
-    delivery: &'a Delivery,
-    id: u64,
-    wake: Arc<Notify>,
-}
-
-impl Drop for Live<'_> {
-    fn drop(&mut self) {
-        let state = &self.delivery.group.state;
-        state.live.lock().expect("live lock").members.remove(&self.id);
-        self.delivery.live_members.dec();
-    }
-}
-
-impl Live<'_> {
-    /// Moves the frames the group could not queue at once into the connection's queue
-    /// (waiting for room), until the group hands the subscriber back: then returns the
-    /// cursor its own source must resume after. `Err` when the connection is gone.
-    pub async fn run(self) -> Result<i64, Gone> {
-        enum Step {
-            Send(Out),
-            Resume(i64),
-            Wait,
-        }
-        loop {
-            self.wake.notified().await;
-            loop {
-                let step = {
-                    let mut live = self.delivery.group.state.live.lock().expect("live lock");
-                    let Some(member) = live.members.get_mut(&self.id) else {
-                        return Err(Gone);
-                    };
-                    match member.backlog.pop_front() {
-                        Some(frame) => {
-                            member.draining = true;
-                            Step::Send(frame)
-                        }
-                        None => {
-                            member.draining = false;
-                            match member.handed_back {
-                                Some(resume) => Step::Resume(resume),
-                                None => Step::Wait,
-                            }
-                        }
-                    }
-                };
-                match step {
-                    Step::Send(frame) => self.delivery.out.send(frame).await.map_err(|_| Gone)?,
-                    Step::Resume(resume) => return Ok(resume),
-                    Step::Wait => break,
-                }
-            }
-        }
     }
 }

@@ -84,11 +84,6 @@ impl DataQueue {
         }
     }
 
-    /// Queues `out` if there is room now.
-    pub(super) fn try_send(&self, out: Out) -> Result<(), TrySendError<Out>> {
-        self.tx.try_send(out)
-    }
-
     /// A slot for a terminal frame (see `operation_task::OpDone`).
     pub(super) async fn reserve(&self) -> Option<OwnedPermit<Out>> {
         self.tx.clone().reserve_owned().await.ok()

@@ -17,10 +17,9 @@ use futures::{FutureExt, Stream, StreamExt, stream};
 
 use super::{ActivityBucket, JobService, ServiceError, Stats};
 use crate::executor::{LogLine, RunInfo};
-use crate::jobs::bus::Position;
 use crate::jobs::catalog::Template;
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope};
-use crate::store::{JobPage, StoreError};
+use crate::store::JobPage;
 
 impl JobService {
     /// The job, if it exists and `scope` may see it: another tenant's job answers `None`,
@@ -216,30 +215,19 @@ impl JobService {
         scope: &Scope,
         after: Option<i64>,
     ) -> impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static {
-        let events = self.inner.bus.events(after, None, scope.clone());
-        matching(events, filter)
-    }
-
-    /// [`JobService::events`] after `after`, and where that stream is in the live channel:
-    /// what a subscriber needs to hand its delivery over to a shared one, exactly (see
-    /// `graphql::ws` fanout).
-    pub fn events_tracked(
-        &self,
-        filter: JobFilter,
-        scope: &Scope,
-        after: i64,
-    ) -> (
-        impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static,
-        Arc<Position>,
-    ) {
-        let (events, position) = self.inner.bus.events_tracked(after, scope.clone());
-        (matching(events, filter), position)
-    }
-
-    /// Whether [`JobService::events`] with `filter` and `scope` yields `event` when it
-    /// comes live.
-    pub fn event_wanted(filter: &JobFilter, scope: &Scope, event: &JobEvent) -> bool {
-        scope.sees(&event.job) && filter.matches(&event.job)
+        let events = self
+            .inner
+            .bus
+            .events(after, None, scope.clone())
+            .filter(move |r| {
+                let keep = match r {
+                    Ok(e) => filter.matches(&e.job),
+                    Err(_) => true,
+                };
+                async move { keep }
+            })
+            .map(|r| r.map_err(ServiceError::from));
+        until_inclusive(events.boxed(), |r| r.is_err())
     }
 
     /// The job's status as it is now, then each change of its phase (not progress updates),
@@ -338,22 +326,4 @@ where
         let done = last(&item);
         Some((item, (inner, last, done)))
     })
-}
-
-/// The events of `events` whose job matches `filter` (as the job was right after its event),
-/// ending after an error.
-fn matching(
-    events: impl Stream<Item = Result<Arc<JobEvent>, StoreError>> + Send + 'static,
-    filter: JobFilter,
-) -> impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static {
-    let events = events
-        .filter(move |r| {
-            let keep = match r {
-                Ok(e) => filter.matches(&e.job),
-                Err(_) => true,
-            };
-            async move { keep }
-        })
-        .map(|r| r.map_err(ServiceError::from));
-    until_inclusive(events.boxed(), |r| r.is_err())
 }
