@@ -33,7 +33,11 @@
 //! `BENCH_SELECTION` [`cursor phase at job { id }`], `BENCH_JOB_COMMAND` [`["true"]`],
 //! `BENCH_PERF` [unset] (a directory: `perf record` the server during the part 2 runs with
 //! all subscriptions, and write perf's report and a summary of where the CPU went there;
-//! see `common::perf`), `BENCH_PERF_CALL_GRAPH` [fp] (perf's `--call-graph` mode).
+//! see `common::perf`), `BENCH_PERF_CALL_GRAPH` [fp] (perf's `--call-graph` mode),
+//! `BENCH_READER_NICE` [10] (how many nice steps below normal the subscribers' reader threads
+//! run: the readers stand for clients on other machines, so on this one they must not outrank
+//! jobgate's request and commit path; 10 is what jobgate's own fan-out runs at, see
+//! `--delivery-nice`; the submitters always keep normal priority).
 //!
 //! Every count is bounded and every wait has a time limit. Without `--bench` (as under
 //! `cargo test --benches`) the program does nothing. BENCHMARKS.md has the figures.
@@ -345,27 +349,23 @@ async fn submit_paced(server: &Server, rate: f64, secs: f64) -> Submitted {
 /// Runs a batch of submissions on a runtime of its own, with its own HTTP client. The
 /// subscribers' reader tasks keep this program's main runtime busy (100,000+ frames/s), and
 /// an answer must not wait behind them in its queue: that delay would be the bench's, yet
-/// counted as the server's `submitJob` latency.
+/// counted as the server's `submitJob` latency. Its threads also keep their priority when the
+/// readers' are lowered (`BENCH_READER_NICE`).
 async fn on_submit_runtime<F, Fut>(batch: F) -> Submitted
 where
     F: FnOnce(reqwest::Client) -> Fut + Send + 'static,
-    Fut: Future<Output = Submitted>,
+    Fut: Future<Output = Submitted> + Send + 'static,
 {
-    tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("bench-submitter")
-            .enable_all()
-            .build()
-            .expect("a runtime for the submitters");
-        let http = reqwest::Client::builder()
-            .timeout(WAIT)
-            .build()
-            .expect("an HTTP client");
-        runtime.block_on(batch(http))
-    })
-    .await
-    .expect("the submitters' thread")
+    SUBMITTERS
+        .spawn(async move {
+            let http = reqwest::Client::builder()
+                .timeout(WAIT)
+                .build()
+                .expect("an HTTP client");
+            batch(http).await
+        })
+        .await
+        .expect("the submitters' task")
 }
 
 fn ms(d: Duration) -> String {
@@ -542,12 +542,26 @@ fn fan_out(per_socket_samples: &[Vec<Sample>], per_socket: usize) -> Option<FanO
 // Main
 
 fn main() {
-    common::main("load", || run(Opts::from_env()));
+    // Before the main runtime's threads are lowered: the submitters' threads keep the
+    // priority of this one.
+    std::sync::LazyLock::force(&SUBMITTERS);
+    common::main_niced("load", env_or("BENCH_READER_NICE", 10), || run(Opts::from_env()));
 }
+
+/// The runtime the submissions run on, with its own threads (see [`on_submit_runtime`]).
+static SUBMITTERS: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bench-submitter")
+        .enable_all()
+        .build()
+        .expect("a runtime for the submitters")
+});
 
 async fn run(opts: Opts) {
     println!(
-        "jobgate load bench; server binary: {}{}",
+        "jobgate load bench; readers at nice {}; server binary: {}{}",
+        env_or("BENCH_READER_NICE", 10),
         std::env::var("BENCH_JOBGATE").unwrap_or_else(|_| env!("CARGO_BIN_EXE_jobgate").to_owned()),
         std::env::var("BENCH_SERVER_ARGS")
             .map(|args| format!(", extra flags: {args}"))

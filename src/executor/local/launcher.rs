@@ -143,7 +143,10 @@ fn switch_and_exec(args: &[OsString]) -> Result<Infallible, (i32, String)> {
     // Root's jobs would be as privileged as jobgate; the configuration refuses it, and so
     // does the launcher, whatever it was given.
     if uid == 0 || gid == 0 {
-        return Err((126, format!("{NAME}: refusing to run a job as uid {uid}, gid {gid}")));
+        return Err((
+            126,
+            format!("{NAME}: refusing to run a job as uid {uid}, gid {gid}"),
+        ));
     }
     let switched = nix::unistd::setgroups(&[])
         .and_then(|()| nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)))
@@ -172,7 +175,11 @@ fn switch_and_exec(args: &[OsString]) -> Result<Infallible, (i32, String)> {
     };
     // Only the reason: the runner says which program.
     Err((
-        if err == nix::errno::Errno::ENOENT { 127 } else { 126 },
+        if err == nix::errno::Errno::ENOENT {
+            127
+        } else {
+            126
+        },
         io::Error::from(err).to_string(),
     ))
 }
