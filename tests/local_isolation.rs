@@ -337,6 +337,59 @@ async fn a_job_runs_in_a_directory_of_its_own_outside_the_data_directory_with_a_
     assert!(!pwd.exists(), "the job's directory is removed when it ends");
 }
 
+/// The jobgate binary (as a user runs it, not the tests' in-process server) starts a job of
+/// another user through its launcher (`executor/local/launcher.rs`: this binary again, exec'd
+/// without forking jobgate, which drops to the user and execs the program in place).
+#[tokio::test]
+async fn the_binary_starts_jobs_through_its_launcher_with_no_privilege_left() {
+    if skip_unless_root("the_binary_starts_jobs_through_its_launcher_with_no_privilege_left") {
+        return;
+    }
+    let server = Server::spawn(&[]).await;
+    let id = server
+        .submit(json!({
+            "command": sh("echo \"ids $(id -u) $(id -g) $(id -G)\"; \
+                           grep -E '^(Uid|Gid|CapEff|CapPrm):' /proc/self/status; \
+                           echo \"stdin $(readlink /proc/self/fd/0)\"; cat; echo stdin-empty"),
+        }))
+        .await;
+    let done = finished(&server, None, &id).await;
+    assert_eq!(done["phase"], "SUCCEEDED", "{done}");
+    let log = done["logs"].as_str().unwrap();
+    let nogroup = nix::unistd::User::from_uid(NOBODY.into())
+        .unwrap()
+        .expect("the user nobody")
+        .gid
+        .as_raw();
+    // No supplementary group of jobgate's is left, and root can't be had back.
+    let expected = [
+        format!("ids {NOBODY} {nogroup} {nogroup}"),
+        format!("Uid:\t{NOBODY}\t{NOBODY}\t{NOBODY}\t{NOBODY}"),
+        format!("Gid:\t{nogroup}\t{nogroup}\t{nogroup}\t{nogroup}"),
+        "CapPrm:\t0000000000000000".to_owned(),
+        "CapEff:\t0000000000000000".to_owned(),
+        // The launcher's report pipe is gone; the job reads /dev/null, as before.
+        "stdin /dev/null".to_owned(),
+        "stdin-empty".to_owned(),
+    ];
+    for line in expected {
+        assert!(log.lines().any(|l| l == line), "no {line:?} in:\n{log}");
+    }
+
+    // A program that cannot start is a run that could not start, with the reason, as
+    // without the launcher (not a run that exits 127).
+    let id = server
+        .submit(json!({"command": ["/no/such/program"], "backoffLimit": 0}))
+        .await;
+    let done = finished(&server, None, &id).await;
+    assert_eq!(done["phase"], "FAILED", "{done}");
+    let message = done["message"].as_str().unwrap();
+    assert!(
+        message.contains("could not start \"/no/such/program\": No such file or directory"),
+        "{message}"
+    );
+}
+
 /// Starts jobgate until it listens (then stops it: `Ok`) or exits (`Err` with its exit code
 /// and standard error).
 fn start_or_exit(mut command: Command) -> Result<(), (Option<i32>, String)> {
