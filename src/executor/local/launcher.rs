@@ -14,7 +14,7 @@
 //! Whether the exec worked comes back the way the standard library's own fork path reports
 //! it: the launcher's standard input is the write end of a pipe, which it moves to a
 //! close-on-exec descriptor (replacing standard input by `/dev/null`, which the job gets); a
-//! successful exec closes it, a failure writes the reason first. [`Launch::started`] reads
+//! successful exec closes it, a failure writes the reason first. `Launch::started` reads
 //! that, so a program that cannot start is still a failed start, with its reason, not a run
 //! that exits 127.
 //!
