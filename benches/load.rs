@@ -34,8 +34,8 @@
 //! `BENCH_PERF` [unset] (a directory: `perf record` the server during the part 2 runs with
 //! all subscriptions, and write perf's report and a summary of where the CPU went there;
 //! see `common::perf`), `BENCH_PERF_CALL_GRAPH` [fp] (perf's `--call-graph` mode),
-//! `BENCH_READER_NICE` [10] (how many nice steps below normal the subscribers' reader threads
-//! run: the readers stand for clients on other machines, so on this one they must not outrank
+//! `BENCH_READER_NICE` [10] (how many nice steps below normal the subscribers' reader thread
+//! runs: the readers stand for clients on other machines, so on this one they must not outrank
 //! jobgate's request and commit path; 10 is what jobgate's own fan-out runs at, see
 //! `--delivery-nice`; the submitters always keep normal priority).
 //!
@@ -349,8 +349,7 @@ async fn submit_paced(server: &Server, rate: f64, secs: f64) -> Submitted {
 /// Runs a batch of submissions on a runtime of its own, with its own HTTP client. The
 /// subscribers' reader tasks keep this program's main runtime busy (100,000+ frames/s), and
 /// an answer must not wait behind them in its queue: that delay would be the bench's, yet
-/// counted as the server's `submitJob` latency. Its threads also keep their priority when the
-/// readers' are lowered (`BENCH_READER_NICE`).
+/// counted as the server's `submitJob` latency.
 async fn on_submit_runtime<F, Fut>(batch: F) -> Submitted
 where
     F: FnOnce(reqwest::Client) -> Fut + Send + 'static,
@@ -542,10 +541,7 @@ fn fan_out(per_socket_samples: &[Vec<Sample>], per_socket: usize) -> Option<FanO
 // Main
 
 fn main() {
-    // Before the main runtime's threads are lowered: the submitters' threads keep the
-    // priority of this one.
-    std::sync::LazyLock::force(&SUBMITTERS);
-    common::main_niced("load", env_or("BENCH_READER_NICE", 10), || run(Opts::from_env()));
+    common::main("load", || run(Opts::from_env()));
 }
 
 /// The runtime the submissions run on, with its own threads (see [`on_submit_runtime`]).
@@ -558,9 +554,48 @@ static SUBMITTERS: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::Laz
         .expect("a runtime for the submitters")
 });
 
+/// Where the subscribers' sockets live and their readers run: one thread of its own, at
+/// `BENCH_READER_NICE`. One thread, because a reader that wakes on the thread that polled
+/// its socket costs no cross-thread wake-up: the readers stand for clients on other
+/// machines, and the less of this machine they take, the less they disturb what is
+/// measured. (Made on first use, from a thread of normal priority: only its own thread is
+/// lowered, never a thread that starts the server.)
+static READERS: std::sync::LazyLock<tokio::runtime::Handle> = std::sync::LazyLock::new(|| {
+    let nice: i32 = env_or("BENCH_READER_NICE", 10);
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("bench-readers".into())
+        .spawn(move || {
+            if nice > 0 {
+                let ours = rustix::process::getpriority_process(None).unwrap_or(0);
+                if let Err(e) = rustix::process::setpriority_process(None, (ours + nice).min(19)) {
+                    eprintln!("could not lower the readers' priority: {e}");
+                }
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the readers' runtime");
+            handle_tx
+                .send(runtime.handle().clone())
+                .expect("the bench waits for it");
+            runtime.block_on(std::future::pending::<()>());
+        })
+        .expect("the readers' thread");
+    handle_rx.recv().expect("the readers' runtime")
+});
+
+/// A subscriber socket, opened and read on [`READERS`].
+async fn open_reader(url: String, hub: Arc<Hub>) -> Result<Socket, String> {
+    READERS
+        .spawn(open_socket(url, hub))
+        .await
+        .expect("the readers' runtime runs")
+}
+
 async fn run(opts: Opts) {
     println!(
-        "jobgate load bench; readers at nice {}; server binary: {}{}",
+        "jobgate load bench; readers on one thread at nice {}; server binary: {}{}",
         env_or("BENCH_READER_NICE", 10),
         std::env::var("BENCH_JOBGATE").unwrap_or_else(|_| env!("CARGO_BIN_EXE_jobgate").to_owned()),
         std::env::var("BENCH_SERVER_ARGS")
@@ -699,7 +734,7 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
 
     // Warm-up: one subscriber sees a few jobs; then it goes away.
     {
-        let mut socket = open_socket(server.process.ws_url(), hub.clone())
+        let mut socket = open_reader(server.process.ws_url(), hub.clone())
             .await
             .expect("warm-up socket");
         subscribe(&mut socket, "w").await;
@@ -716,7 +751,7 @@ async fn subscriptions(opts: &Opts, table: &mut Table) {
     // Sockets, acknowledged, no subscription yet.
     let t0 = Instant::now();
     let opened: Vec<Result<Socket, String>> = futures::stream::iter(0..n_sockets)
-        .map(|_| open_socket(server.process.ws_url(), hub.clone()))
+        .map(|_| open_reader(server.process.ws_url(), hub.clone()))
         .buffer_unordered(64)
         .collect()
         .await;

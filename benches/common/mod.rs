@@ -32,26 +32,12 @@ pub const WAIT: Duration = Duration::from_secs(60);
 /// the future `run` makes, on a multi-threaded runtime; otherwise (`cargo test --benches`)
 /// only how to run it. `run` is called after that check, so its options are read only then.
 pub fn main<F: Future<Output = ()>>(name: &str, run: impl FnOnce() -> F) {
-    main_niced(name, 0, run);
-}
-
-/// [`main`], with the runtime's threads `nice` steps below this program's main thread (the
-/// threads they start inherit it).
-pub fn main_niced<F: Future<Output = ()>>(name: &str, nice: i32, run: impl FnOnce() -> F) {
     if !std::env::args().any(|a| a == "--bench") {
         println!("{name}: skipped; run it with `cargo bench --bench {name}`");
         return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_start(move || {
-            if nice > 0 {
-                let ours = rustix::process::getpriority_process(None).unwrap_or(0);
-                if let Err(e) = rustix::process::setpriority_process(None, (ours + nice).min(19)) {
-                    eprintln!("could not lower a bench thread's priority: {e}");
-                }
-            }
-        })
         .build()
         .expect("a tokio runtime");
     runtime.block_on(run());
