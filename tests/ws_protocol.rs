@@ -605,6 +605,18 @@ async fn id_can_be_reused_after_complete_or_error() {
     client.expect(json!({"id": "same", "type": "complete"})).await;
 }
 
+/// Reads the `events` subscription's `jobEvents` frames up to `job`'s SUCCEEDED event.
+async fn read_events_until_succeeded(client: &mut Client, job: &str) {
+    loop {
+        let next = client.message().await;
+        assert_eq!(next["id"], "events", "{next}");
+        let event = &next["payload"]["data"]["jobEvents"];
+        if event["job"]["id"] == job && event["phase"] == "SUCCEEDED" {
+            break;
+        }
+    }
+}
+
 #[tokio::test]
 async fn client_complete_stops_a_subscription_without_echo() {
     let server = Server::start(&[]).await;
@@ -621,14 +633,7 @@ async fn client_complete_stops_a_subscription_without_echo() {
             json!({}),
         )
         .await;
-    loop {
-        let next = client.message().await;
-        assert_eq!(next["id"], "events", "{next}");
-        let event = &next["payload"]["data"]["jobEvents"];
-        if event["job"]["id"] == first.as_str() && event["phase"] == "SUCCEEDED" {
-            break;
-        }
-    }
+    read_events_until_succeeded(&mut client, &first).await;
     client.send(json!({"type": "complete", "id": "events"})).await;
 
     // New events while the socket stays open: a second job, followed to its end on the same
@@ -901,14 +906,7 @@ async fn sessions_on_a_one_thread_delivery_runtime_get_events_and_close_at_shutd
         )
         .await;
     let job = server.submit(json!({"command": ["true"]})).await;
-    loop {
-        let next = client.message().await;
-        assert_eq!(next["id"], "events", "{next}");
-        let event = &next["payload"]["data"]["jobEvents"];
-        if event["job"]["id"] == job.as_str() && event["phase"] == "SUCCEEDED" {
-            break;
-        }
-    }
+    read_events_until_succeeded(&mut client, &job).await;
 
     // The delivery threads, as `top -H` shows them: 7 nice steps below the process.
     let pid = server.pid();

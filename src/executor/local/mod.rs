@@ -723,16 +723,15 @@ impl Runner {
                     launcher::command(launcher, user, &program).map_err(|e| could_not_start(&e))?;
                 (command, Some(launch))
             }
-            (Some(user), None) => {
-                let mut command = Command::new(&program);
-                // With a uid set, the standard library also drops every supplementary group
-                // (setgroups(0)) before setuid; it forks jobgate to do so (see `launcher`).
-                command.uid(user.uid).gid(user.gid).stdin(Stdio::null());
-                (command, None)
-            }
-            (None, _) => {
+            (run_as, _) => {
                 let mut command = Command::new(&program);
                 command.stdin(Stdio::null());
+                if let Some(user) = run_as {
+                    // With a uid set, the standard library also drops every supplementary
+                    // group (setgroups(0)) before setuid; it forks jobgate to do so (see
+                    // `launcher`).
+                    command.uid(user.uid).gid(user.gid);
+                }
                 (command, None)
             }
         };
