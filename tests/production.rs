@@ -681,7 +681,19 @@ async fn metrics_parse_and_their_counters_move_when_jobs_run() {
     let body = submit_as(&server, None, json!({"command": []})).await;
     assert_eq!(code(&body), "BAD_USER_INPUT", "{body}");
     ws.recv().await; // the subscription is running
-    let after = scrape(&server).await;
+    // `wait_terminal` followed the job on a socket of its own, closed by now; its end is
+    // counted once the server has seen it close.
+    let polling = Polling::start();
+    let after = loop {
+        let after = scrape(&server).await;
+        let open = sample(&after, "jobgate_websocket_connections");
+        if open == 1.0 {
+            break after;
+        }
+        polling
+            .pause(|| format!("jobgate_websocket_connections stayed at {open}, not 1"))
+            .await;
+    };
     for (series, expected) in [
         ("jobgate_jobs_submitted_total", 2.0),
         ("jobgate_jobs_accepted_total", 1.0),
