@@ -21,7 +21,11 @@ where
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(writer);
+        .with_writer(writer)
+        // A log line that cannot be written is lost, nothing more: by default the layer says
+        // so with `eprintln!`, which panics when standard error is a closed pipe (the reader
+        // of `jobgate 2>&1 | head` went away), taking down the thread that logged.
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => Dispatch::new(builder.finish()),
         LogFormat::Json => Dispatch::new(builder.json().finish()),

@@ -796,3 +796,76 @@ async fn a_config_file_sets_what_flags_and_the_environment_do_not() {
         );
     }
 }
+
+/// `jobgate 2>&1 | head`: once the reader of its standard error is gone, every log line fails
+/// to write. jobgate must go on serving, and still stop cleanly on SIGTERM.
+#[tokio::test]
+async fn a_closed_standard_error_loses_log_lines_not_the_server() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_jobgate"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        // Every request and job logs at debug: plenty of writes to the closed pipe.
+        .args(["--log", "debug", "--local-trusted-tenants"])
+        .env_remove("JOBGATE_API_TOKEN")
+        .env_remove("JOBGATE_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = {
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        loop {
+            let line = lines
+                .next()
+                .expect("jobgate's log ended before it said where it listens")
+                .unwrap();
+            if let Some(addr) = common::listening::listening_address(&line) {
+                break addr;
+            }
+        }
+        // The reader goes here: the pipe's read end is closed.
+    };
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/graphql");
+    let gql = |query: String| {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let answer: Value = http
+                .post(&url)
+                .json(&json!({ "query": query }))
+                .send()
+                .await
+                .expect("jobgate answers with its standard error closed")
+                .json()
+                .await
+                .unwrap();
+            answer
+        }
+    };
+    let submitted =
+        gql(r#"mutation { submitJob(input: {command: ["echo", "hi"]}) { job { id } } }"#.into()).await;
+    let id = submitted["data"]["submitJob"]["job"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted}"))
+        .to_owned();
+    let polling = Polling::start();
+    loop {
+        let job = gql(format!(r#"{{ job(id: "{id}") {{ phase }} }}"#)).await;
+        if job["data"]["job"]["phase"] == "SUCCEEDED" {
+            break;
+        }
+        polling.pause(|| format!("the job never succeeded: {job}")).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "jobgate ended with {status} after SIGTERM");
+}
