@@ -349,7 +349,7 @@ async fn the_binary_starts_jobs_through_its_launcher_with_no_privilege_left() {
     let id = server
         .submit(json!({
             "command": sh("echo \"ids $(id -u) $(id -g) $(id -G)\"; \
-                           grep -E '^(Uid|Gid|CapEff|CapPrm):' /proc/self/status; \
+                           grep -E '^(Uid|Gid|CapEff|CapPrm|SigIgn|SigBlk):' /proc/self/status; \
                            echo \"stdin $(readlink /proc/self/fd/0)\"; cat; echo stdin-empty"),
         }))
         .await;
@@ -375,6 +375,26 @@ async fn the_binary_starts_jobs_through_its_launcher_with_no_privilege_left() {
     for line in expected {
         assert!(log.lines().any(|l| l == line), "no {line:?} in:\n{log}");
     }
+    // The Rust runtime ignores SIGPIPE in the launcher; the job must not inherit that (a
+    // pipeline's writer would get EPIPE errors instead of ending quietly), nor a signal mask.
+    let signals = |name: &str| {
+        let hex = log
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in:\n{log}"));
+        u64::from_str_radix(hex.trim(), 16).unwrap()
+    };
+    let sigpipe = 1u64 << (nix::sys::signal::Signal::SIGPIPE as i32 - 1);
+    assert_eq!(
+        signals("SigIgn:") & sigpipe,
+        0,
+        "SIGPIPE is ignored in the job:\n{log}"
+    );
+    assert_eq!(
+        signals("SigBlk:"),
+        0,
+        "the job starts with signals blocked:\n{log}"
+    );
 
     // A program that cannot start is a run that could not start, with the reason, as
     // without the launcher (not a run that exits 127).

@@ -22,10 +22,9 @@
 //! configuration) nor anything about the run after the exec (the runner).
 
 use std::convert::Infallible;
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -158,28 +157,19 @@ fn switch_and_exec(args: &[OsString]) -> Result<Infallible, (i32, String)> {
     if nix::unistd::setuid(nix::unistd::Uid::from_raw(0)).is_ok() {
         return Err((126, format!("switching to uid {uid} left root within reach")));
     }
-    let c = |arg: &OsString| {
-        CString::new(arg.as_bytes()).map_err(|_| (126, format!("{NAME}: a NUL byte in {arg:?}")))
-    };
-    let path = c(program)?;
-    let mut argv = vec![path.clone()];
-    for arg in rest {
-        argv.push(c(arg)?);
-    }
-    // The runner resolved the program against the jobs' PATH; a bare name left means it
-    // was not found there, and execvp says so the same way.
-    let err = if program.as_bytes().contains(&b'/') {
-        nix::unistd::execv(&path, &argv).unwrap_err()
-    } else {
-        nix::unistd::execvp(&path, &argv).unwrap_err()
-    };
+    // The standard library's exec, not a bare execv: it puts back what the Rust runtime
+    // changed in this process at start-up (SIGPIPE ignored, which the job would inherit
+    // across the exec, so `yes | head` in a job would end in an EPIPE error, not quietly) and
+    // clears the signal mask. The runner resolved the program against the jobs' PATH; a bare
+    // name left means it was not found there, and the PATH search says so the same way.
+    let err = std::os::unix::process::CommandExt::exec(std::process::Command::new(program).args(rest));
     // Only the reason: the runner says which program.
     Err((
-        if err == nix::errno::Errno::ENOENT {
+        if err.kind() == io::ErrorKind::NotFound {
             127
         } else {
             126
         },
-        io::Error::from(err).to_string(),
+        err.to_string(),
     ))
 }
