@@ -345,10 +345,13 @@ async fn the_binary_starts_jobs_through_its_launcher_with_no_privilege_left() {
     if skip_unless_root("the_binary_starts_jobs_through_its_launcher_with_no_privilege_left") {
         return;
     }
-    let server = Server::spawn(&[]).await;
+    // jobgate inherits descriptor 7, open without close-on-exec, from the shell that starts
+    // it: the job must not.
+    let server = Server::spawn_under(&["sh", "-c", "exec 7</dev/null; exec \"$@\"", "sh"], &[]).await;
     let id = server
         .submit(json!({
             "command": sh("echo \"ids $(id -u) $(id -g) $(id -G)\"; \
+                           if [ -e /proc/self/fd/7 ]; then echo fd7-open; else echo fd7-closed; fi; \
                            grep -E '^(Uid|Gid|CapEff|CapPrm|SigIgn|SigBlk):' /proc/self/status; \
                            echo \"stdin $(readlink /proc/self/fd/0)\"; cat; echo stdin-empty"),
         }))
@@ -371,6 +374,7 @@ async fn the_binary_starts_jobs_through_its_launcher_with_no_privilege_left() {
         // The launcher's report pipe is gone; the job reads /dev/null, as before.
         "stdin /dev/null".to_owned(),
         "stdin-empty".to_owned(),
+        "fd7-closed".to_owned(),
     ];
     for line in expected {
         assert!(log.lines().any(|l| l == line), "no {line:?} in:\n{log}");

@@ -92,6 +92,15 @@ impl Server {
         Self::start_fresh(how, extra, env).await
     }
 
+    /// Starts the jobgate binary under `wrapper` (a command and its arguments; the binary and
+    /// its arguments follow them), with a fresh data directory.
+    pub async fn spawn_under(wrapper: &[&str], extra: &[&str]) -> Server {
+        let how = How::Process {
+            wrapper: wrapper.iter().map(|s| s.to_string()).collect(),
+        };
+        Self::start_fresh(how, extra, &[]).await
+    }
+
     /// Starts the jobgate binary on a small disk of its own, with its data directory there
     /// (it runs in the disk's mount namespace).
     pub async fn spawn_on(disk: &SmallDisk, extra: &[&str]) -> Server {

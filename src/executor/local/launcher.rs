@@ -18,6 +18,10 @@
 //! that, so a program that cannot start is still a failed start, with its reason, not a run
 //! that exits 127.
 //!
+//! The launcher also closes whatever descriptors jobgate inherited from its own parent
+//! without close-on-exec, so a job of another user starts with its three standard streams
+//! only.
+//!
 //! This module owns that hand-over; it must not decide who a job runs as (`sandbox`, the
 //! configuration) nor anything about the run after the exec (the runner).
 
@@ -110,6 +114,7 @@ fn launch(args: Vec<OsString>) -> i32 {
             return 126;
         }
     };
+    close_inherited(&report);
     let mut report = std::fs::File::from(report);
     match switch_and_exec(&args) {
         Ok(never) => match never {},
@@ -118,6 +123,27 @@ fn launch(args: Vec<OsString>) -> i32 {
             let _ = report.write_all(why.as_bytes());
             code
         }
+    }
+}
+
+/// Closes every descriptor above standard error but `keep`: the ones jobgate itself
+/// inherited without close-on-exec (whatever its parent left open: a shell's pipe, a
+/// supervisor's socket) would otherwise reach the job, which runs as another user. A
+/// descriptor that will not close is left; the job then has it, as it would without this.
+fn close_inherited(keep: &OwnedFd) {
+    use std::os::fd::AsRawFd as _;
+    let keep = keep.as_raw_fd();
+    // Listed first, closed after: the listing's own descriptor is gone by then.
+    let open: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|&fd| fd > 2 && fd != keep)
+            .collect(),
+        Err(_) => return,
+    };
+    for fd in open {
+        // EBADF for the listing's descriptor, already closed: nothing to do.
+        let _ = nix::unistd::close(fd);
     }
 }
 
