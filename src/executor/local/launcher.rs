@@ -27,7 +27,7 @@
 
 use std::convert::Infallible;
 use std::ffi::OsString;
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Write as _};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,13 +92,18 @@ pub(super) struct Launch {
 impl Launch {
     /// Waits until the launcher has exec'd the program (`Ok`) or said why it could not. Call
     /// it once the command (which holds the pipe's write end) is dropped. Takes as long as the
-    /// launcher's start, a millisecond or two.
-    pub(super) fn started(mut self) -> Result<(), String> {
+    /// launcher's start, a few milliseconds, without holding a runtime thread meanwhile.
+    pub(super) async fn started(self) -> Result<(), String> {
+        use tokio::io::AsyncReadExt as _;
+        let reading = |e: io::Error| format!("reading the launcher's report: {e}");
+        let mut report =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(self.report)).map_err(reading)?;
         let mut why = Vec::new();
-        match self.report.read_to_end(&mut why) {
-            Ok(_) if why.is_empty() => Ok(()),
-            Ok(_) => Err(String::from_utf8_lossy(&why).into_owned()),
-            Err(e) => Err(format!("reading the launcher's report: {e}")),
+        report.read_to_end(&mut why).await.map_err(reading)?;
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&why).into_owned())
         }
     }
 }

@@ -569,7 +569,7 @@ impl Runner {
             let mut changed = false;
             while may_start && (runs.len() as i32) < spec.parallelism {
                 let Some(index) = pending.pop_front() else { break };
-                match self.spawn_run(index, &mut runs) {
+                match self.spawn_run(index, &mut runs).await {
                     Ok(record) => {
                         groups.insert(index, record);
                         changed = true;
@@ -697,7 +697,11 @@ impl Runner {
         runs.shutdown().await;
     }
 
-    fn spawn_run(&self, index: i32, runs: &mut JoinSet<(i32, RunOutcome)>) -> Result<RunRecord, String> {
+    async fn spawn_run(
+        &self,
+        index: i32,
+        runs: &mut JoinSet<(i32, RunOutcome)>,
+    ) -> Result<RunRecord, String> {
         let spec = &self.job.spec;
         let attempt = self.status.failed + self.status.succeeded + 1;
         let result_file = self.work_dir.join(format!("result-{index}-{attempt}"));
@@ -760,7 +764,7 @@ impl Runner {
         let child = spawned.map_err(|e| could_not_start(&e))?;
         if let Some(launch) = launch {
             // The launcher exits once it has said why; tokio reaps it.
-            launch.started().map_err(|why| could_not_start(&why))?;
+            launch.started().await.map_err(|why| could_not_start(&why))?;
         }
         let output = tokio::net::unix::pipe::Receiver::from_owned_fd(output.into())
             .map_err(|e| format!("run {attempt} (index {index}): reading its output: {e}"));
