@@ -765,8 +765,8 @@ impl WebhookObject {
         }
     }
 
-    async fn created_at(&self) -> Option<DateTime<Utc>> {
-        from_millis(Some(self.0.webhook.created_at))
+    async fn created_at(&self) -> DateTime<Utc> {
+        from_millis(Some(self.0.webhook.created_at)).unwrap_or_default()
     }
 
     async fn state(&self) -> WebhookState {
