@@ -2,7 +2,8 @@
 // (its secret is shown once, right after), and deleting one (with a confirm step).
 //
 // The list is read with `webhooks` when the page opens, after each change made here, and
-// again after job events arrive (deliveries follow them); nothing polls. Refresh reads it
+// again after job events arrive (deliveries follow them), at most once a second; nothing
+// polls. Refresh reads it
 // again at once (retries and parking happen without a job event).
 
 import { useEffect, useRef, useState } from 'preact/hooks';
@@ -27,7 +28,9 @@ export function WebhooksView({ api, live }) {
   const loading = useRef(false);
   const again = useRef(false);
 
-  // One read at a time; a request for another while one runs reads once more after it.
+  // One read at a time; a request for another while one runs reads once more, a second
+  // after it (a burst of job events costs one read a second, each counting every endpoint's
+  // lag on the server).
   async function load() {
     if (loading.current) {
       again.current = true;
@@ -35,12 +38,14 @@ export function WebhooksView({ api, live }) {
     }
     loading.current = true;
     try {
-      do {
+      for (;;) {
         again.current = false;
         const data = await api.request(WEBHOOKS_QUERY);
         setWebhooks(data.webhooks);
         setError(null);
-      } while (again.current);
+        if (!again.current) break;
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+      }
     } catch (e) {
       setError(e.message);
     } finally {
