@@ -390,6 +390,30 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_BROADCAST_CAPACITY", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub broadcast_capacity: u64,
 
+    /// Webhooks: allow targets on loopback, private, link-local (cloud metadata), CGNAT and
+    /// other non-public addresses. Off by default, so that a tenant cannot make jobgate call
+    /// into its own network; for tests and laptops.
+    #[arg(long, env = "JOBGATE_WEBHOOK_ALLOW_PRIVATE_TARGETS")]
+    pub webhook_allow_private_targets: bool,
+
+    /// Webhooks: how long deliveries of an event are retried, in seconds, before the endpoint
+    /// is parked (shown PARKED with its last error; replayWebhook resumes it). Default 24 h.
+    #[arg(long, env = "JOBGATE_WEBHOOK_RETRY_WINDOW_SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_retry_window_secs: u64,
+
+    /// Webhooks: the first retry's delay in milliseconds; each further one doubles it (with
+    /// jitter) up to --webhook-backoff-max-ms.
+    #[arg(long, env = "JOBGATE_WEBHOOK_BACKOFF_MIN_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_backoff_min_ms: u64,
+
+    /// Webhooks: the longest delay between retries, in milliseconds.
+    #[arg(long, env = "JOBGATE_WEBHOOK_BACKOFF_MAX_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_backoff_max_ms: u64,
+
+    /// Webhooks: how long one delivery (connection and response) may take, in milliseconds.
+    #[arg(long, env = "JOBGATE_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_timeout_ms: u64,
+
     /// Log format.
     #[arg(long, env = "JOBGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -782,6 +806,16 @@ impl Config {
                     lease_duration: Duration::from_secs(self.lease_duration_secs),
                 }),
             ..KubeConfig::new(metrics)
+        }
+    }
+
+    pub fn webhooks(&self) -> crate::webhooks::WebhookSettings {
+        crate::webhooks::WebhookSettings {
+            allow_private_targets: self.webhook_allow_private_targets,
+            retry_window: Duration::from_secs(self.webhook_retry_window_secs),
+            backoff_min: Duration::from_millis(self.webhook_backoff_min_ms),
+            backoff_max: Duration::from_millis(self.webhook_backoff_max_ms.max(self.webhook_backoff_min_ms)),
+            request_timeout: Duration::from_millis(self.webhook_timeout_ms),
         }
     }
 

@@ -15,7 +15,8 @@
 //! - [`jobs`]: the one writer of job state (`service`), the event fan-out with replay
 //!   (`bus`), templates described for clients (`catalog`);
 //! - [`auth`]: who is calling (API tokens, JWTs, anonymous) and their namespaces;
-//!   [`rate_limits`]: per-identity rate limits;
+//!   [`rate_limits`]: per-identity rate limits; [`webhooks`]: signed webhook endpoints and
+//!   their delivery from the event log;
 //! - [`graphql`]: schema types and resolvers, error codes, the HTTP and graphql-transport-ws
 //!   transports;
 //! - [`hosts`]: which `Host` a request may name (DNS rebinding); [`listener`]: the accept
@@ -44,5 +45,6 @@ pub mod store;
 pub mod telemetry;
 pub mod templates;
 pub mod web;
+pub mod webhooks;
 
 pub use server::run;

@@ -76,6 +76,16 @@ pub struct StoreLabels {
     pub op: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub webhook: String,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn seconds_histogram() -> Histogram {
@@ -139,6 +149,15 @@ pub struct Metrics {
     pub lease_renew_failures: Counter,
     /// Actions on a job skipped because this replica did not, or no longer, act for its shard.
     pub shard_actions_fenced: Counter,
+    /// Webhook delivery attempts, by outcome: `delivered` (2xx), `rejected` (another status),
+    /// `unreachable` (connection, timeout, DNS), `refused_target` (the address policy).
+    pub webhook_deliveries: Family<OutcomeLabels, Counter>,
+    /// Webhook endpoints parked after their retry window, counted when it happens.
+    pub webhook_parked: Counter,
+    /// Per endpoint this process delivers: events matching it that wait for delivery (at most
+    /// one page), and the age of the oldest of them.
+    pub webhook_lag_events: Family<WebhookLabels, Gauge>,
+    pub webhook_lag_seconds: Family<WebhookLabels, Gauge>,
     /// Reads each template's availability at scrape time; registered by the service.
     template_availability: Arc<std::sync::RwLock<Option<TemplateAvailabilityReader>>>,
     /// Every metric above, registered once when the handles are made; a scrape only encodes.
@@ -200,6 +219,10 @@ impl Metrics {
             shard_acted_for: Family::default(),
             lease_renew_failures: Counter::default(),
             shard_actions_fenced: Counter::default(),
+            webhook_deliveries: Family::default(),
+            webhook_parked: Counter::default(),
+            webhook_lag_events: Family::default(),
+            webhook_lag_seconds: Family::default(),
             template_availability: Arc::new(std::sync::RwLock::new(None)),
             registry: std::sync::Mutex::new(Registry::with_prefix("jobgate")),
         };
@@ -307,6 +330,29 @@ impl Metrics {
             .template_availability
             .write()
             .unwrap_or_else(|p| p.into_inner()) = Some(Box::new(read));
+    }
+
+    pub fn webhook_delivery(&self, outcome: &'static str) {
+        self.webhook_deliveries
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Sets an endpoint's lag, or forgets it (`None`: this process no longer delivers it).
+    pub fn webhook_lag(&self, webhook: &str, lag: Option<(i64, i64)>) {
+        let labels = WebhookLabels {
+            webhook: webhook.to_owned(),
+        };
+        match lag {
+            Some((events, seconds)) => {
+                self.webhook_lag_events.get_or_create(&labels).set(events);
+                self.webhook_lag_seconds.get_or_create(&labels).set(seconds);
+            }
+            None => {
+                self.webhook_lag_events.remove(&labels);
+                self.webhook_lag_seconds.remove(&labels);
+            }
+        }
     }
 
     pub fn store_op(&self, op: &'static str, took: Duration) {
@@ -479,6 +525,26 @@ fn register_all(m: &Metrics) -> Registry {
         "shard_actions_fenced",
         "Actions on a job skipped because this replica did not, or no longer, act for the job's shard",
         m.shard_actions_fenced.clone(),
+    );
+    registry.register(
+        "webhook_deliveries",
+        "Webhook delivery attempts, by outcome: delivered (2xx), rejected (another HTTP status), unreachable (DNS, connection, timeout), refused_target (the address is not allowed)",
+        m.webhook_deliveries.clone(),
+    );
+    registry.register(
+        "webhook_parked",
+        "Webhook endpoints parked because deliveries kept failing for the whole retry window (replayWebhook resumes them)",
+        m.webhook_parked.clone(),
+    );
+    registry.register(
+        "webhook_lag_events",
+        "Per webhook endpoint this process delivers: events waiting for delivery (counted up to one page, 256)",
+        m.webhook_lag_events.clone(),
+    );
+    registry.register(
+        "webhook_lag_seconds",
+        "Per webhook endpoint this process delivers: age of the oldest event waiting for delivery, 0 when caught up",
+        m.webhook_lag_seconds.clone(),
     );
     registry.register(
         "graphql_request_duration_seconds",

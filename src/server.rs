@@ -6,8 +6,8 @@
 //! a Host jobgate answers to (`hosts`, 421 otherwise), on every route. Connections are
 //! accepted, capped and timed by `listener`. WebSocket sessions run on the `delivery` runtime.
 //! Shutdown, on SIGTERM or SIGINT: stop accepting, close every WebSocket with 1001 so clients
-//! reconnect and resume (then stop the delivery runtime), let HTTP requests finish,
-//! stop local work, drain store writes, exit.
+//! reconnect and resume (then stop the delivery runtime), let HTTP requests finish, stop
+//! webhook deliveries, stop local work, drain store writes, exit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +42,7 @@ use crate::jobs::service::JobService;
 use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
 use crate::store::{PostgresStore, SqliteStore, Store};
+use crate::webhooks::Webhooks;
 
 mod delivery;
 
@@ -400,15 +401,23 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         ),
     };
     let service = JobService::start(
-        store,
+        store.clone(),
         executor,
         observations_rx,
         config.service(workloads, metrics.clone()),
     )
     .await
     .context("starting the job service")?;
+    // Webhook deliveries read the event log the service writes, from the store itself; the
+    // service's bus only wakes them up.
+    let webhooks = Webhooks::start(store, service.bus().clone(), config.webhooks(), metrics.clone());
     let rates = Arc::new(RateLimits::new(config.rate_limits()));
-    let schema = schema::build(service.clone(), &config.query_limits(), rates.clone());
+    let schema = schema::build(
+        service.clone(),
+        webhooks.clone(),
+        &config.query_limits(),
+        rates.clone(),
+    );
     if auth.allows_anonymous() {
         tracing::warn!(
             namespaces = %config.anonymous_scope_text(),
@@ -462,6 +471,9 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     if let Some(delivery) = delivery {
         delivery.shutdown(grace).await;
     }
+    // Before the store closes: deliveries stop, and their claims are given up for the next
+    // start (or another replica) to take at once.
+    webhooks.shutdown(grace).await;
     tracing::info!("no longer accepting; stopping jobs and draining writes");
     if tokio::time::timeout(grace, service.shutdown()).await.is_err() {
         tracing::error!("shutdown did not finish within {grace:?}; exiting anyway");

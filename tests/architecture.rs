@@ -19,8 +19,9 @@ const LAYERS: &[&[&str]] = &[
     &["templates", "store"],
     &["executor"],
     &["jobs"],
-    // Who is calling and how often: used by the transports.
-    &["auth", "rate_limits"],
+    // Who is calling and how often: used by the transports. Webhook endpoints and their
+    // delivery from the event log: used by the API.
+    &["auth", "rate_limits", "webhooks"],
     &["graphql"],
     &["hosts", "listener", "web"],
     // Wiring: configuration, start-up, logging.

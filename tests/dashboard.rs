@@ -98,3 +98,8 @@ fn every_view_is_accessible_and_keyboard_navigable() {
 fn with_an_api_token_the_dashboard_asks_for_it() {
     run_e2e("auth.test.mjs");
 }
+
+#[test]
+fn webhooks_are_created_followed_and_deleted_from_their_page() {
+    run_e2e("webhooks.test.mjs");
+}

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 use crate::jobs::service::ServiceError;
+use crate::webhooks::WebhookError;
 
 /// The codes a client may see in `extensions.code`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +27,8 @@ pub enum Code {
     RateLimited,
     /// A namespace's cap on active jobs.
     QuotaExceeded,
-    /// A per-connection cap (subscriptions on one WebSocket).
+    /// A per-connection cap (subscriptions on one WebSocket), or a per-caller one (webhook
+    /// endpoints).
     LimitExceeded,
     /// The request ran longer than `--request-timeout-ms` and was stopped. A mutation may
     /// still have taken effect (a submission the store already accepted stays); retry it with
@@ -119,6 +121,24 @@ impl From<ServiceError> for ApiError {
     }
 }
 
+impl From<WebhookError> for ApiError {
+    fn from(e: WebhookError) -> Self {
+        ApiError(match e {
+            WebhookError::Target(t) => bad_input("input.url", t),
+            WebhookError::BadCursor(m) => bad_input("after", m),
+            WebhookError::NotFound { .. } => error(Code::NotFound, e.to_string()),
+            WebhookError::TooMany => error(Code::LimitExceeded, e.to_string()),
+            WebhookError::Store(cause) => {
+                tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
+                error(
+                    Code::Unavailable,
+                    "jobgate could not use its store and changed nothing; retry shortly",
+                )
+            }
+        })
+    }
+}
+
 /// Wrapper so resolvers can use `?` on service results.
 pub struct ApiError(pub async_graphql::Error);
 
@@ -134,6 +154,12 @@ pub trait OrApiError<T> {
 }
 
 impl<T> OrApiError<T> for Result<T, ServiceError> {
+    fn api(self) -> async_graphql::Result<T> {
+        self.map_err(|e| ApiError::from(e).into())
+    }
+}
+
+impl<T> OrApiError<T> for Result<T, WebhookError> {
     fn api(self) -> async_graphql::Result<T> {
         self.map_err(|e| ApiError::from(e).into())
     }

@@ -16,13 +16,15 @@ use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, rate
 use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
-    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
-    PageInfo, SubmitJobInput, SubmitJobPayload, TemplateObject,
+    CancelJobPayload, CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, JobConnection, JobEdge,
+    JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine, PageInfo, ReplayWebhookPayload,
+    SubmitJobInput, SubmitJobPayload, TemplateObject, WebhookObject,
 };
 use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
 use crate::jobs::service::{JobService, ServiceError, Submitter};
 use crate::model;
 use crate::rate_limits::{Limited, RateLimits};
+use crate::webhooks::{EndpointStatus, Webhooks};
 
 pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
 
@@ -53,10 +55,16 @@ impl Default for QueryLimits {
     }
 }
 
-/// Builds the schema over a job service.
-pub fn build(service: JobService, limits: &QueryLimits, rates: Arc<RateLimits>) -> JobgateSchema {
+/// Builds the schema over a job service and the webhooks service.
+pub fn build(
+    service: JobService,
+    webhooks: Webhooks,
+    limits: &QueryLimits,
+    rates: Arc<RateLimits>,
+) -> JobgateSchema {
     let mut builder = Schema::build(Query, Mutation, SubscriptionRoot)
         .data(service)
+        .data(webhooks)
         .data(rates)
         .extension(PreExecutionFlag)
         .extension(ErrorCodes)
@@ -210,6 +218,13 @@ impl Query {
         let service = ctx.data::<JobService>()?;
         service.namespaces(1_000, &caller(ctx)?.scope).await.api()
     }
+
+    /// The webhook endpoints the caller created, oldest first, with their delivery state.
+    async fn webhooks(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<WebhookObject>> {
+        let webhooks = ctx.data::<Webhooks>()?;
+        let endpoints = webhooks.list(&caller(ctx)?.principal).await.api()?;
+        Ok(endpoints.into_iter().map(WebhookObject).collect())
+    }
 }
 
 const MAX_BUCKETS: i32 = 1440;
@@ -253,6 +268,58 @@ impl Mutation {
         let service = ctx.data::<JobService>()?;
         let job = service.cancel(&id, &caller(ctx)?.scope).await.api()?;
         Ok(CancelJobPayload { job: JobObject(job) })
+    }
+
+    /// Creates a webhook endpoint: from now on, every status event of the jobs matching
+    /// `filter` in the caller's namespaces is POSTed to `url`, signed with the returned
+    /// secret (Standard Webhooks), at least once and in order.
+    async fn create_webhook(
+        &self,
+        ctx: &Context<'_>,
+        input: CreateWebhookInput,
+    ) -> async_graphql::Result<CreateWebhookPayload> {
+        rate_limit(ctx, Limited::Mutations)?;
+        let webhooks = ctx.data::<Webhooks>()?;
+        let identity = caller(ctx)?;
+        let filter: model::JobFilter = input.filter.unwrap_or_default().into();
+        let webhook = webhooks
+            .create(&identity.principal, &identity.scope, &input.url, filter)
+            .await
+            .api()?;
+        let secret = webhook.secret.clone();
+        Ok(CreateWebhookPayload {
+            webhook: WebhookObject(EndpointStatus {
+                webhook,
+                state: crate::webhooks::DeliveryState::Active,
+                lag: 0,
+            }),
+            secret,
+        })
+    }
+
+    /// Deletes one of the caller's webhook endpoints; deliveries to it stop.
+    async fn delete_webhook(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<DeleteWebhookPayload> {
+        rate_limit(ctx, Limited::Mutations)?;
+        let webhooks = ctx.data::<Webhooks>()?;
+        webhooks.delete(&caller(ctx)?.principal, &id).await.api()?;
+        Ok(DeleteWebhookPayload { id })
+    }
+
+    /// Delivers again every event after the cursor `after` (an event's cursor, or a
+    /// webhook's), and resumes a PARKED endpoint.
+    async fn replay_webhook(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        after: String,
+    ) -> async_graphql::Result<ReplayWebhookPayload> {
+        rate_limit(ctx, Limited::Mutations)?;
+        let after = parse_cursor("after", &after)?;
+        let webhooks = ctx.data::<Webhooks>()?;
+        let status = webhooks.replay(&caller(ctx)?.principal, &id, after).await.api()?;
+        Ok(ReplayWebhookPayload {
+            webhook: WebhookObject(status),
+        })
     }
 }
 

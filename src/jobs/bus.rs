@@ -121,6 +121,23 @@ impl EventBus {
 /// A place in the live event stream, taken before reading a starting state.
 pub struct Subscription(broadcast::Receiver<Arc<JobEvent>>);
 
+impl Subscription {
+    /// Waits until an event is published after the last one this subscription saw (or the
+    /// channel lagged past it), then forgets every other one already queued: one wake-up for
+    /// a burst. `false` once the bus is gone. For readers that use the bus only as a wake-up
+    /// and read the events themselves from the store.
+    pub async fn published(&mut self) -> bool {
+        if matches!(self.0.recv().await, Err(RecvError::Closed)) {
+            return false;
+        }
+        while !matches!(
+            self.0.try_recv(),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+        ) {}
+        true
+    }
+}
+
 struct Cursor {
     bus: Arc<EventBus>,
     rx: broadcast::Receiver<Arc<JobEvent>>,

@@ -3,12 +3,16 @@
 //! It is what the client asked, nothing more: it carries no `Scope`, so it cannot widen or
 //! forget one. The job service takes the caller's scope beside it and applies both.
 
+use serde::{Deserialize, Serialize};
+
 use super::job::Job;
 use super::phase::JobPhase;
 
 /// A filter on jobs, shared by the `jobs` query and the `jobEvents` subscription. Empty (the
-/// default) matches every job; the caller's scope is applied separately.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// default) matches every job; the caller's scope is applied separately. Serialisable because
+/// a webhook endpoint stores the filter it was created with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct JobFilter {
     pub phases: Option<Vec<JobPhase>>,
     pub namespace: Option<String>,

@@ -131,6 +131,108 @@ pub fn scoped_key(submitter: Option<&str>, key: &str) -> String {
     format!("{}\u{1f}{key}", submitter.unwrap_or_default())
 }
 
+/// A webhook endpoint and its delivery state, as stored. Times are Unix milliseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Webhook {
+    pub id: String,
+    /// The creator's principal.
+    pub owner: String,
+    pub url: String,
+    pub filter: JobFilter,
+    /// The creator's scope when it was created: the endpoint sees exactly those namespaces.
+    pub scope: Scope,
+    /// `whsec_<base64>`.
+    pub secret: String,
+    pub created_at: i64,
+    /// The last event delivered, or passed over as not matching the filter.
+    pub cursor: i64,
+    /// Bumped by each replay; a delivery records its outcome only under the revision it
+    /// started with.
+    pub revision: i64,
+    /// Failed attempts since the last success.
+    pub attempts: i64,
+    /// When the current run of failures began.
+    pub failing_since: Option<i64>,
+    pub last_error: Option<String>,
+    pub last_attempt_at: Option<i64>,
+    pub next_attempt_at: Option<i64>,
+    /// Retries gave up: nothing is delivered until a replay.
+    pub parked: bool,
+    pub claimed_by: Option<String>,
+}
+
+/// A failed delivery attempt, as [`Store::webhook_failed`] records it.
+#[derive(Clone, Debug)]
+pub struct WebhookFailure {
+    pub attempts: i64,
+    pub failing_since: i64,
+    pub error: String,
+    pub at: i64,
+    /// When to try again; `None` parks the endpoint.
+    pub next_attempt_at: Option<i64>,
+}
+
+/// The row shape both backends read webhooks in.
+#[derive(sqlx::FromRow)]
+struct WebhookRow {
+    id: String,
+    owner: String,
+    url: String,
+    job_filter: String,
+    scope: Option<String>,
+    secret: String,
+    created_at: i64,
+    delivered_seq: i64,
+    revision: i64,
+    attempts: i64,
+    failing_since: Option<i64>,
+    last_error: Option<String>,
+    last_attempt_at: Option<i64>,
+    next_attempt_at: Option<i64>,
+    parked: i64,
+    claimed_by: Option<String>,
+}
+
+impl WebhookRow {
+    fn decode(self) -> Result<Webhook> {
+        let scope = match self.scope {
+            None => Scope::All,
+            Some(list) => Scope::namespaces(serde_json::from_str::<Vec<String>>(&list)?),
+        };
+        Ok(Webhook {
+            id: self.id,
+            owner: self.owner,
+            url: self.url,
+            filter: serde_json::from_str(&self.job_filter)?,
+            scope,
+            secret: self.secret,
+            created_at: self.created_at,
+            cursor: self.delivered_seq,
+            revision: self.revision,
+            attempts: self.attempts,
+            failing_since: self.failing_since,
+            last_error: self.last_error,
+            last_attempt_at: self.last_attempt_at,
+            next_attempt_at: self.next_attempt_at,
+            parked: self.parked != 0,
+            claimed_by: self.claimed_by,
+        })
+    }
+}
+
+/// The columns [`WebhookRow`] reads.
+const WEBHOOK_COLUMNS: &str = "id, owner, url, job_filter, scope, secret, created_at, delivered_seq, revision, \
+     attempts, failing_since, last_error, last_attempt_at, next_attempt_at, parked, claimed_by";
+
+/// A webhook's filter and scope as stored: JSON text, and a JSON array or NULL for every
+/// namespace.
+fn webhook_json(webhook: &Webhook) -> Result<(String, Option<String>)> {
+    Ok((
+        serde_json::to_string(&webhook.filter)?,
+        webhook.scope.list().map(serde_json::to_string).transpose()?,
+    ))
+}
+
 /// The durable store, as the service uses it. Shared as `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
@@ -218,6 +320,53 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// replica's launcher skips them until the claim expires. Only jobs of `shards` when
     /// given (replicas launch the jobs of their own shards).
     async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>>;
+
+    /// Stores a new webhook endpoint (unclaimed).
+    async fn insert_webhook(&self, webhook: &Webhook) -> Result<()>;
+
+    /// One endpoint, whoever owns it.
+    async fn webhook(&self, id: &str) -> Result<Option<Webhook>>;
+
+    /// The endpoints `owner` created (every one when `None`), oldest first.
+    async fn webhooks(&self, owner: Option<&str>) -> Result<Vec<Webhook>>;
+
+    /// Deletes an endpoint; `false` when there was none.
+    async fn delete_webhook(&self, id: &str) -> Result<bool>;
+
+    /// Sets an endpoint's cursor to `cursor`, clears its failures and unparks it, under a new
+    /// revision (a delivery in flight then records nothing); `false` when there is none.
+    async fn replay_webhook(&self, id: &str, cursor: i64) -> Result<bool>;
+
+    /// Claims for `claimant` until `until` every unparked endpoint that is unclaimed, already
+    /// its own, or whose claim expired before `now`, and returns the endpoints it now holds.
+    /// One process at a time delivers an endpoint, across replicas sharing the database.
+    async fn claim_webhooks(&self, claimant: &str, now: i64, until: i64) -> Result<Vec<Webhook>>;
+
+    /// Gives up `claimant`'s claims (at shutdown), so that another process takes them at once.
+    async fn release_webhooks(&self, claimant: &str) -> Result<()>;
+
+    /// Records a delivery up to `cursor` (clearing failures; an attempt at `at`, or none when
+    /// only events not matching the filter were passed over), if `claimant` still holds the
+    /// endpoint at `revision`; `false` otherwise (deleted, replayed, taken over).
+    async fn webhook_delivered(
+        &self,
+        id: &str,
+        claimant: &str,
+        revision: i64,
+        cursor: i64,
+        at: Option<i64>,
+    ) -> Result<bool>;
+
+    /// Records a failed attempt (parking the endpoint and giving up the claim when
+    /// `failure.next_attempt_at` is `None`), under the same condition as
+    /// [`Store::webhook_delivered`].
+    async fn webhook_failed(
+        &self,
+        id: &str,
+        claimant: &str,
+        revision: i64,
+        failure: &WebhookFailure,
+    ) -> Result<bool>;
 }
 
 /// One write transaction. Dropping it without a successful [`StoreTx::commit`] rolls

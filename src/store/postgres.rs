@@ -36,7 +36,8 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use super::{
-    JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, decode_job, scoped_key,
+    JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS,
+    Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key, webhook_json,
 };
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, Transition};
 
@@ -482,6 +483,145 @@ impl Store for PostgresStore {
         // RETURNING follows no ORDER BY: oldest first again.
         jobs.sort_by_key(|(seq, _)| *seq);
         Ok(jobs.into_iter().map(|(_, job)| job).collect())
+    }
+
+    async fn insert_webhook(&self, webhook: &Webhook) -> Result<()> {
+        let (filter, scope) = webhook_json(webhook)?;
+        sqlx::query(
+            "INSERT INTO webhooks (id, owner, url, job_filter, scope, secret, created_at, delivered_seq) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&webhook.id)
+        .bind(&webhook.owner)
+        .bind(&webhook.url)
+        .bind(filter)
+        .bind(scope)
+        .bind(&webhook.secret)
+        .bind(webhook.created_at)
+        .bind(webhook.cursor)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn webhook(&self, id: &str) -> Result<Option<Webhook>> {
+        sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .map(WebhookRow::decode)
+        .transpose()
+    }
+
+    async fn webhooks(&self, owner: Option<&str>) -> Result<Vec<Webhook>> {
+        sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE $1::text IS NULL OR owner = $1 ORDER BY created_at, id"
+        )))
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(WebhookRow::decode)
+        .collect()
+    }
+
+    async fn delete_webhook(&self, id: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM webhooks WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn replay_webhook(&self, id: &str, cursor: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE webhooks SET delivered_seq = $2, revision = revision + 1, attempts = 0, \
+             failing_since = NULL, last_error = NULL, next_attempt_at = NULL, parked = 0 \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(cursor)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// One statement: concurrent replicas' claims serialise on the rows they update.
+    async fn claim_webhooks(&self, claimant: &str, now: i64, until: i64) -> Result<Vec<Webhook>> {
+        sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+            "UPDATE webhooks SET claimed_by = $1, claimed_until = $3 WHERE parked = 0 \
+             AND (claimed_by IS NULL OR claimed_by = $1 OR claimed_until < $2) \
+             RETURNING {WEBHOOK_COLUMNS}"
+        )))
+        .bind(claimant)
+        .bind(now)
+        .bind(until)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(WebhookRow::decode)
+        .collect()
+    }
+
+    async fn release_webhooks(&self, claimant: &str) -> Result<()> {
+        sqlx::query("UPDATE webhooks SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = $1")
+            .bind(claimant)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn webhook_delivered(
+        &self,
+        id: &str,
+        claimant: &str,
+        revision: i64,
+        cursor: i64,
+        at: Option<i64>,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE webhooks SET delivered_seq = $4, last_attempt_at = coalesce($5, last_attempt_at), attempts = 0, \
+             failing_since = NULL, last_error = NULL, next_attempt_at = NULL \
+             WHERE id = $1 AND claimed_by = $2 AND revision = $3 AND parked = 0",
+        )
+        .bind(id)
+        .bind(claimant)
+        .bind(revision)
+        .bind(cursor)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn webhook_failed(
+        &self,
+        id: &str,
+        claimant: &str,
+        revision: i64,
+        failure: &WebhookFailure,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE webhooks SET attempts = $4, failing_since = $5, last_error = $6, \
+             last_attempt_at = $7, next_attempt_at = $8, parked = $9::bigint, \
+             claimed_by = CASE WHEN $9::bigint = 1 THEN NULL ELSE claimed_by END, \
+             claimed_until = CASE WHEN $9::bigint = 1 THEN NULL ELSE claimed_until END \
+             WHERE id = $1 AND claimed_by = $2 AND revision = $3 AND parked = 0",
+        )
+        .bind(id)
+        .bind(claimant)
+        .bind(revision)
+        .bind(failure.attempts)
+        .bind(failure.failing_since)
+        .bind(&failure.error)
+        .bind(failure.at)
+        .bind(failure.next_attempt_at)
+        .bind(i64::from(failure.next_attempt_at.is_none()))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
     }
 }
 

@@ -32,7 +32,7 @@ use async_trait::async_trait;
 
 use super::{
     Durability, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx,
-    decode_job, scoped_key,
+    WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key, webhook_json,
 };
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, Transition};
 
@@ -463,6 +463,169 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
+    }
+
+    async fn insert_webhook(&self, webhook: &Webhook) -> Result<()> {
+        let (filter, scope) = webhook_json(webhook)?;
+        let mut tx = self.webhook_tx().await?;
+        sqlx::query(
+            "INSERT INTO webhooks (id, owner, url, job_filter, scope, secret, created_at, delivered_seq) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&webhook.id)
+        .bind(&webhook.owner)
+        .bind(&webhook.url)
+        .bind(filter)
+        .bind(scope)
+        .bind(&webhook.secret)
+        .bind(webhook.created_at)
+        .bind(webhook.cursor)
+        .execute(&mut tx.conn)
+        .await?;
+        Box::new(tx).commit().await
+    }
+
+    async fn webhook(&self, id: &str) -> Result<Option<Webhook>> {
+        sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ?"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .map(WebhookRow::decode)
+        .transpose()
+    }
+
+    async fn webhooks(&self, owner: Option<&str>) -> Result<Vec<Webhook>> {
+        sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE ?1 IS NULL OR owner = ?1 ORDER BY created_at, id"
+        )))
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(WebhookRow::decode)
+        .collect()
+    }
+
+    async fn delete_webhook(&self, id: &str) -> Result<bool> {
+        let mut tx = self.webhook_tx().await?;
+        let done = sqlx::query("DELETE FROM webhooks WHERE id = ?")
+            .bind(id)
+            .execute(&mut tx.conn)
+            .await?;
+        Box::new(tx).commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn replay_webhook(&self, id: &str, cursor: i64) -> Result<bool> {
+        let mut tx = self.webhook_tx().await?;
+        let done = sqlx::query(
+            "UPDATE webhooks SET delivered_seq = ?2, revision = revision + 1, attempts = 0, \
+             failing_since = NULL, last_error = NULL, next_attempt_at = NULL, parked = 0 \
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(cursor)
+        .execute(&mut tx.conn)
+        .await?;
+        Box::new(tx).commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn claim_webhooks(&self, claimant: &str, now: i64, until: i64) -> Result<Vec<Webhook>> {
+        let mut tx = self.webhook_tx().await?;
+        sqlx::query(
+            "UPDATE webhooks SET claimed_by = ?1, claimed_until = ?3 WHERE parked = 0 \
+             AND (claimed_by IS NULL OR claimed_by = ?1 OR claimed_until < ?2)",
+        )
+        .bind(claimant)
+        .bind(now)
+        .bind(until)
+        .execute(&mut tx.conn)
+        .await?;
+        let rows = sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE claimed_by = ? AND parked = 0 ORDER BY id"
+        )))
+        .bind(claimant)
+        .fetch_all(&mut tx.conn)
+        .await?;
+        Box::new(tx).commit().await?;
+        rows.into_iter().map(WebhookRow::decode).collect()
+    }
+
+    async fn release_webhooks(&self, claimant: &str) -> Result<()> {
+        let mut tx = self.webhook_tx().await?;
+        sqlx::query("UPDATE webhooks SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = ?")
+            .bind(claimant)
+            .execute(&mut tx.conn)
+            .await?;
+        Box::new(tx).commit().await
+    }
+
+    async fn webhook_delivered(
+        &self,
+        id: &str,
+        claimant: &str,
+        revision: i64,
+        cursor: i64,
+        at: Option<i64>,
+    ) -> Result<bool> {
+        let mut tx = self.webhook_tx().await?;
+        let done = sqlx::query(
+            "UPDATE webhooks SET delivered_seq = ?4, last_attempt_at = coalesce(?5, last_attempt_at), attempts = 0, \
+             failing_since = NULL, last_error = NULL, next_attempt_at = NULL \
+             WHERE id = ?1 AND claimed_by = ?2 AND revision = ?3 AND parked = 0",
+        )
+        .bind(id)
+        .bind(claimant)
+        .bind(revision)
+        .bind(cursor)
+        .bind(at)
+        .execute(&mut tx.conn)
+        .await?;
+        Box::new(tx).commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn webhook_failed(
+        &self,
+        id: &str,
+        claimant: &str,
+        revision: i64,
+        failure: &WebhookFailure,
+    ) -> Result<bool> {
+        let mut tx = self.webhook_tx().await?;
+        let done = sqlx::query(
+            "UPDATE webhooks SET attempts = ?4, failing_since = ?5, last_error = ?6, \
+             last_attempt_at = ?7, next_attempt_at = ?8, parked = ?9, \
+             claimed_by = CASE WHEN ?9 = 1 THEN NULL ELSE claimed_by END, \
+             claimed_until = CASE WHEN ?9 = 1 THEN NULL ELSE claimed_until END \
+             WHERE id = ?1 AND claimed_by = ?2 AND revision = ?3 AND parked = 0",
+        )
+        .bind(id)
+        .bind(claimant)
+        .bind(revision)
+        .bind(failure.attempts)
+        .bind(failure.failing_since)
+        .bind(&failure.error)
+        .bind(failure.at)
+        .bind(failure.next_attempt_at)
+        .bind(i64::from(failure.next_attempt_at.is_none()))
+        .execute(&mut tx.conn)
+        .await?;
+        Box::new(tx).commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+impl SqliteStore {
+    /// A transaction of its own on the write connection: webhooks' state is written beside
+    /// the job writer's batches, one small transaction at a time (dropped on an error, which
+    /// rolls it back).
+    async fn webhook_tx(&self) -> Result<SqliteTx> {
+        self.check_storage()?;
+        self.begin_write().await
     }
 }
 

@@ -72,3 +72,11 @@ export const FROM_QUERY = `query From($id: ID!) {
 export const SUBMIT_MUTATION = `mutation Submit($input: SubmitJobInput!) {
   submitJob(input: $input) { created job { id } }
 }`;
+export const WEBHOOK_FIELDS = `
+  id url state cursor lag attempts lastError lastAttemptAt nextAttemptAt createdAt
+  filter { phases namespace nameContains }`;
+export const WEBHOOKS_QUERY = `query Webhooks { webhooks { ${WEBHOOK_FIELDS} } }`;
+export const CREATE_WEBHOOK_MUTATION = `mutation CreateWebhook($input: CreateWebhookInput!) {
+  createWebhook(input: $input) { secret webhook { ${WEBHOOK_FIELDS} } }
+}`;
+export const DELETE_WEBHOOK_MUTATION = `mutation DeleteWebhook($id: ID!) { deleteWebhook(id: $id) { id } }`;
