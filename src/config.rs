@@ -17,6 +17,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::auth::{Auth, AuthSettings, JwtSettings};
+use crate::cli::ClientCommand;
 use crate::executor::kube::KubeConfig;
 use crate::executor::kube::manifest::ManifestDefaults;
 use crate::executor::kube::membership::MembershipConfig;
@@ -420,6 +421,9 @@ pub enum Command {
     /// Read an API token on standard input and print the SHA-256 digest that a tokens file
     /// stores for it.
     HashToken,
+    /// The command-line client's subcommands (see docs/CLI.md).
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 /// Configuration that cannot work, found before anything starts.
