@@ -81,8 +81,12 @@ impl Connection {
         let base = Url::parse(&server).map_err(|e| bad(&e.to_string()))?;
         let ws_scheme = match base.scheme() {
             "http" => "ws",
-            "https" => "wss",
-            _ => return Err(bad("expected an http:// or https:// URL")),
+            "https" => {
+                return Err(bad(
+                    "this client speaks plain http:// only (no TLS); reach a TLS-only jobgate through a local tunnel or proxy",
+                ));
+            }
+            _ => return Err(bad("expected an http:// URL")),
         };
         if base.query().is_some() || base.fragment().is_some() {
             return Err(bad("expected a base URL without a query or fragment"));
@@ -90,7 +94,9 @@ impl Connection {
         // `<base>/graphql`, keeping any path prefix the server is mounted under.
         let http_url = Url::parse(&format!("{server}/graphql")).map_err(|e| bad(&e.to_string()))?;
         let mut ws_url = http_url.clone();
-        ws_url.set_scheme(ws_scheme).map_err(|()| bad("cannot make a WebSocket URL of it"))?;
+        ws_url
+            .set_scheme(ws_scheme)
+            .map_err(|()| bad("cannot make a WebSocket URL of it"))?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             // The server bounds queries and mutations itself (--request-timeout-ms); this only

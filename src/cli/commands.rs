@@ -20,8 +20,7 @@ const JOB_FIELDS: &str = "fragment JobFields on Job { id name namespace template
      spec { image command args env { name value } parameters } }";
 
 /// The event fields `watch` and `submit --wait` read.
-const EVENT_FIELDS: &str =
-    "fragment EventFields on JobStatusEvent { cursor phase previousPhase at reason message job { id name namespace } }";
+const EVENT_FIELDS: &str = "fragment EventFields on JobStatusEvent { cursor phase previousPhase at reason message job { id name namespace } }";
 
 /// How many of a job's recorded events `watch ID` prints before going live.
 const HISTORY: u32 = 100;
@@ -62,7 +61,11 @@ async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
         input.insert("command".into(), json!(args.command));
     }
     if !args.env.is_empty() {
-        let env: Vec<Value> = args.env.iter().map(|(k, v)| json!({"name": k, "value": v})).collect();
+        let env: Vec<Value> = args
+            .env
+            .iter()
+            .map(|(k, v)| json!({"name": k, "value": v}))
+            .collect();
         input.insert("env".into(), Value::Array(env));
     }
     if !args.params.is_empty() {
@@ -111,7 +114,10 @@ async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
     if json_output {
         output::json(&waiter.job)?;
     } else if phase != "SUCCEEDED" {
-        let why = waiter.job["message"].as_str().map(|m| format!(": {m}")).unwrap_or_default();
+        let why = waiter.job["message"]
+            .as_str()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
         eprintln!("job {id} ended {phase}{why}");
     }
     Ok(match phase.as_str() {
@@ -148,7 +154,11 @@ impl Follower for Waiter {
             eprintln!("job {} {phase}", self.id);
         }
         self.last_phase = Some(phase.clone());
-        Ok(if is_terminal(&phase) { Flow::Stop } else { Flow::Continue })
+        Ok(if is_terminal(&phase) {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        })
     }
 }
 
@@ -238,12 +248,18 @@ async fn list(args: ListArgs) -> Result<i32, CliError> {
 
 async fn cancel(args: JobArgs) -> Result<i32, CliError> {
     let conn = connect(&args.client)?;
-    let query = format!("mutation Cancel($id: ID!) {{ cancelJob(id: $id) {{ job {{ ...JobFields }} }} }} {JOB_FIELDS}");
+    let query = format!(
+        "mutation Cancel($id: ID!) {{ cancelJob(id: $id) {{ job {{ ...JobFields }} }} }} {JOB_FIELDS}"
+    );
     let data = conn.query(&query, json!({ "id": args.id })).await?;
     let job = &data["cancelJob"]["job"];
     match args.client.output {
         Output::Json => output::json(job)?,
-        Output::Table => output::line(&format!("{}  {}", output::text(&job["id"]), output::text(&job["phase"])))?,
+        Output::Table => output::line(&format!(
+            "{}  {}",
+            output::text(&job["id"]),
+            output::text(&job["phase"])
+        ))?,
     }
     Ok(EXIT_OK)
 }
@@ -286,7 +302,8 @@ async fn watch(args: WatchArgs) -> Result<i32, CliError> {
     let conn = connect(&args.client)?;
     let mut watcher = match &args.id {
         Some(id) => {
-            let selection = format!("id namespace lastEventCursor events(last: {HISTORY}) {{ ...EventFields }}");
+            let selection =
+                format!("id namespace lastEventCursor events(last: {HISTORY}) {{ ...EventFields }}");
             let job = fetch_job(&conn, id, &selection, EVENT_FIELDS).await?;
             let mut watcher = Watcher {
                 output: args.client.output,
@@ -310,7 +327,10 @@ async fn watch(args: WatchArgs) -> Result<i32, CliError> {
                     // opens: nothing between the two is lost, and every reconnect resumes
                     // from a cursor.
                     let data = conn
-                        .query("query Now { jobStats(windowMinutes: 1, bucketSeconds: 60) { cursor } }", json!({}))
+                        .query(
+                            "query Now { jobStats(windowMinutes: 1, bucketSeconds: 60) { cursor } }",
+                            json!({}),
+                        )
                         .await?;
                     output::text(&data["jobStats"]["cursor"])
                 }

@@ -53,7 +53,7 @@ pub enum ClientCommand {
 /// Where the server is and how to talk to it: every client subcommand takes these.
 #[derive(Clone, Debug, Args)]
 pub struct ClientArgs {
-    /// The jobgate to talk to: its base URL (http:// or https://).
+    /// The jobgate to talk to: its base URL (http://; no TLS).
     #[arg(long, env = "JOBGATE_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
     /// An API token or JWT, sent as `Authorization: Bearer <token>`.
@@ -186,9 +186,6 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 /// on standard error, as `error: <CODE>: <message>` (or the reason the server could not be
 /// reached).
 pub async fn run(command: ClientCommand) -> i32 {
-    // reqwest and tungstenite share rustls, built without a default crypto provider: name
-    // ring, as the rest of jobgate uses. A second install (none here) would only be refused.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     match commands::run(command).await {
         Ok(code) => code,
         Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {

@@ -68,7 +68,11 @@ pub fn time(value: &Value) -> String {
     match value.as_str() {
         None => "-".to_owned(),
         Some(s) => chrono::DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&chrono::Utc).format("%Y-%m-%d %H:%M:%S").to_string())
+            .map(|t| {
+                t.with_timezone(&chrono::Utc)
+                    .format("%Y-%m-%d %H:%M:%S")
+                    .to_string()
+            })
             .unwrap_or_else(|_| s.to_owned()),
     }
 }
@@ -90,7 +94,10 @@ pub fn job_details(job: &Value) -> String {
     let progress = if progress.is_null() {
         "-".to_owned()
     } else {
-        let total = progress["total"].as_i64().map(|t| t.to_string()).unwrap_or_else(|| "?".into());
+        let total = progress["total"]
+            .as_i64()
+            .map(|t| t.to_string())
+            .unwrap_or_else(|| "?".into());
         format!(
             "{}/{total} succeeded, {} failed, {} active",
             text(&progress["succeeded"]),
@@ -215,7 +222,10 @@ mod tests {
 
     #[test]
     fn times_are_short_and_in_utc() {
-        assert_eq!(time(&json!("2026-01-02T03:04:05.678+01:00")), "2026-01-02 02:04:05");
+        assert_eq!(
+            time(&json!("2026-01-02T03:04:05.678+01:00")),
+            "2026-01-02 02:04:05"
+        );
         assert_eq!(time(&Value::Null), "-");
         assert_eq!(time(&json!("soon")), "soon");
     }

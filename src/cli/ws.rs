@@ -49,13 +49,11 @@ impl Socket {
         let (stream, _) = tokio_tungstenite::connect_async(request)
             .await
             .map_err(|e| handshake_error(conn, e))?;
-        let mut socket = Socket {
-            stream,
-            url,
-            id: "1",
-        };
+        let mut socket = Socket { stream, url, id: "1" };
         let init = match &conn.authorization {
-            Some(authorization) => json!({"type": "connection_init", "payload": {"authorization": authorization}}),
+            Some(authorization) => {
+                json!({"type": "connection_init", "payload": {"authorization": authorization}})
+            }
             None => json!({"type": "connection_init"}),
         };
         socket.send(init).await?;
@@ -145,7 +143,9 @@ impl Socket {
             return serde_json::from_str::<Value>(&text)
                 .ok()
                 .filter(Value::is_object)
-                .ok_or_else(|| CliError::Protocol(format!("{} sent something that is not JSON: {text}", self.url)));
+                .ok_or_else(|| {
+                    CliError::Protocol(format!("{} sent something that is not JSON: {text}", self.url))
+                });
         }
     }
 
@@ -165,11 +165,16 @@ impl Socket {
         let reason = close.reason.to_string();
         match code {
             // The server refuses a connection_init whose credentials it does not accept.
-            4403 => CliError::server("UNAUTHENTICATED", format!("the server refused the login ({code} {reason})")),
+            4403 => CliError::server(
+                "UNAUTHENTICATED",
+                format!("the server refused the login ({code} {reason})"),
+            ),
             // Too many connections from this identity: the reason says when to retry.
             1013 => CliError::server("RATE_LIMITED", format!("{reason} ({code})")),
             // Protocol violations and internal errors: trying again would not help.
-            4400..=4499 | 4500 => CliError::Protocol(format!("{} closed the connection: {code} {reason}", self.url)),
+            4400..=4499 | 4500 => {
+                CliError::Protocol(format!("{} closed the connection: {code} {reason}", self.url))
+            }
             // Going away, restarts, keepalive failures, normal closes mid-operation.
             _ => self.lost(format!("closed with {code} {reason}").trim_end()),
         }
@@ -185,7 +190,13 @@ fn handshake_error(conn: &Connection, e: tungstenite::Error) -> CliError {
             let body = response
                 .body()
                 .as_deref()
-                .map(|b| String::from_utf8_lossy(b).trim().chars().take(200).collect::<String>())
+                .map(|b| {
+                    String::from_utf8_lossy(b)
+                        .trim()
+                        .chars()
+                        .take(200)
+                        .collect::<String>()
+                })
                 .unwrap_or_default();
             match status.as_u16() {
                 // The server restarts, sheds connections, or sits behind a proxy that lost it.
@@ -196,7 +207,11 @@ fn handshake_error(conn: &Connection, e: tungstenite::Error) -> CliError {
                 _ => CliError::Protocol(format!(
                     "{} refused the WebSocket upgrade: HTTP {status}{}",
                     conn.ws_url,
-                    if body.is_empty() { String::new() } else { format!(": {body}") }
+                    if body.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {body}")
+                    }
                 )),
             }
         }
