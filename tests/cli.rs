@@ -344,10 +344,10 @@ async fn list_filters_by_phase_and_cancel_cancels() {
             .collect()
     };
     let running = ok(&server, &["list", "--phase", "running", "--output", "json"]).await;
-    assert_eq!(ids(&running), [busy.clone()]);
+    assert_eq!(ids(&running), vec![busy.as_str()]);
     assert_eq!(parse(&running)["totalCount"], 1);
     let succeeded = ok(&server, &["list", "--phase", "SUCCEEDED", "--output", "json"]).await;
-    assert_eq!(ids(&succeeded), [done.clone()]);
+    assert_eq!(ids(&succeeded), vec![done.as_str()]);
     let both = ok(
         &server,
         &[
@@ -361,7 +361,7 @@ async fn list_filters_by_phase_and_cancel_cancels() {
         ],
     )
     .await;
-    assert_eq!(ids(&both), [busy.clone(), done.clone()], "newest first");
+    assert_eq!(ids(&both), vec![busy.as_str(), done.as_str()], "newest first");
 
     // For people: a header and one aligned row per job.
     let table = ok(&server, &["list"]).await;
@@ -387,7 +387,7 @@ async fn list_filters_by_phase_and_cancel_cancels() {
     assert!(cancelled.starts_with(&busy), "{cancelled}");
     assert_eq!(server.terminal_phase(&busy).await, "CANCELLED");
     let cancelled = ok(&server, &["list", "--phase", "cancelled", "--output", "json"]).await;
-    assert_eq!(ids(&cancelled), [busy.clone()]);
+    assert_eq!(ids(&cancelled), vec![busy.as_str()]);
 
     // Cancelling it again is the server's refusal, by its code.
     let again = run(&server, &["cancel", &busy]).await;

@@ -172,9 +172,7 @@ impl Socket {
             // Too many connections from this identity: the reason says when to retry.
             1013 => CliError::server("RATE_LIMITED", format!("{reason} ({code})")),
             // Protocol violations and internal errors: trying again would not help.
-            4400..=4499 | 4500 => {
-                CliError::Protocol(format!("{} closed the connection: {code} {reason}", self.url))
-            }
+            4400..=4500 => CliError::Protocol(format!("{} closed the connection: {code} {reason}", self.url)),
             // Going away, restarts, keepalive failures, normal closes mid-operation.
             _ => self.lost(format!("closed with {code} {reason}").trim_end()),
         }
