@@ -518,9 +518,9 @@ async fn errors_name_the_servers_code() {
     assert_eq!(usage.code, 2, "{}", usage.stderr);
 }
 
-/// `watch` with no id, from the first event, while its connection is cut (jobs run and end
-/// meanwhile) and the server is restarted: it prints every job's recorded events once each,
-/// in order.
+/// `watch` with no id, from the first event, while its connection is cut (a job runs and
+/// ends meanwhile) and while the server stops under it and starts again: it prints every
+/// job's recorded events once each, in order.
 #[tokio::test]
 async fn watch_resumes_after_dropped_connections_and_restarts_without_gaps_or_repeats() {
     let mut server = Server::start(&[]).await;
@@ -537,8 +537,15 @@ async fn watch_resumes_after_dropped_connections_and_restarts_without_gaps_or_re
     proxy.down();
     let b = server.submit(json!({"name": "b", "command": ["true"]})).await;
     assert_eq!(server.terminal_phase(&b).await, "SUCCEEDED");
+    proxy.up(server.addr);
+    seen.extend(
+        watch
+            .json_until(|e| e["jobId"] == b.as_str() && e["phase"] == "SUCCEEDED")
+            .await,
+    );
 
-    // The server restarts (on another port, behind the same address); job c runs after.
+    // The server stops under the connected client and starts again (on another port,
+    // behind the same address); job c runs after.
     server.stop().await;
     let server = server.start_again(&[]).await;
     proxy.up(server.addr);

@@ -160,6 +160,11 @@ impl Follower for Waiter {
             Flow::Continue
         })
     }
+    /// `jobStatus` completes only after the terminal phase, where the waiter has already
+    /// stopped: an earlier end is the server letting go.
+    fn complete_ends(&self) -> bool {
+        false
+    }
 }
 
 /// `job(id)` with `fields`, or `NOT_FOUND` when the server has none this caller may see.
@@ -393,5 +398,9 @@ impl Follower for Watcher {
     fn on_data(&mut self, data: Value) -> Result<Flow, CliError> {
         self.print(&data["jobEvents"])?;
         Ok(if self.ended { Flow::Stop } else { Flow::Continue })
+    }
+    /// `jobEvents` never ends by itself: an end is the server letting go (shutting down).
+    fn complete_ends(&self) -> bool {
+        false
     }
 }

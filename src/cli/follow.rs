@@ -27,6 +27,12 @@ pub trait Follower {
     fn subscription(&self) -> (String, Value);
     /// One result's `data`.
     fn on_data(&mut self, data: Value) -> Result<Flow, CliError>;
+    /// Whether the server completing the subscription is its end (a log stream's), rather
+    /// than the server letting go of it early (one shutting down), which is followed by a
+    /// new subscription as a dropped connection is.
+    fn complete_ends(&self) -> bool {
+        true
+    }
 }
 
 /// Whether a dropped connection is followed by a new one.
@@ -91,7 +97,13 @@ async fn session(conn: &Connection, follower: &mut impl Follower, acked: &mut bo
             }
             Incoming::Complete => {
                 socket.close().await;
-                return Ok(());
+                if follower.complete_ends() {
+                    return Ok(());
+                }
+                return Err(CliError::Disconnected {
+                    url: conn.ws_url.to_string(),
+                    cause: "the server ended the subscription early".to_owned(),
+                });
             }
         }
     }
