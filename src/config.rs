@@ -4,8 +4,10 @@
 //! Precedence, highest first: command-line flags, environment variables, the file named by
 //! `--config` (or `JOBGATE_CONFIG`), built-in defaults. The file's keys are the flags' long
 //! names (`max-query-depth` or `max_query_depth`); lists are TOML arrays. This is the only
-//! place that reads the environment or the file. Values are typed and validated once, here,
-//! before anything starts; the rest of jobgate receives plain settings.
+//! place that reads the environment or the file (the client subcommands' flags and variables,
+//! `JOBGATE_SERVER` and `JOBGATE_TOKEN`, are declared in `cli` and read here with the rest).
+//! Values are typed and validated once, here, before anything starts; the rest of jobgate
+//! receives plain settings.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;

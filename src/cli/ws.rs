@@ -18,6 +18,9 @@ use super::client::{CliError, Connection, error_chain};
 
 const SUBPROTOCOL: &str = "graphql-transport-ws";
 
+/// How long opening a connection may take, up to the server's `connection_ack`.
+const HANDSHAKE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What one subscription yields.
 pub enum Incoming {
     /// A `next` message's `data`.
@@ -35,8 +38,20 @@ pub struct Socket {
 }
 
 impl Socket {
-    /// Opens the socket and completes `connection_init` / `connection_ack`.
+    /// Opens the socket and completes `connection_init` / `connection_ack`, within
+    /// [`HANDSHAKE_LIMIT`] (a peer that accepts and never answers is as good as none).
     pub async fn connect(conn: &Connection) -> Result<Socket, CliError> {
+        tokio::time::timeout(HANDSHAKE_LIMIT, Self::handshake(conn))
+            .await
+            .unwrap_or_else(|_| {
+                Err(CliError::Connect {
+                    url: conn.server.clone(),
+                    cause: format!("no connection_ack within {} s", HANDSHAKE_LIMIT.as_secs()),
+                })
+            })
+    }
+
+    async fn handshake(conn: &Connection) -> Result<Socket, CliError> {
         let url = conn.ws_url.to_string();
         let mut request = conn
             .ws_url
