@@ -4,8 +4,10 @@
 //! Precedence, highest first: command-line flags, environment variables, the file named by
 //! `--config` (or `JOBGATE_CONFIG`), built-in defaults. The file's keys are the flags' long
 //! names (`max-query-depth` or `max_query_depth`); lists are TOML arrays. This is the only
-//! place that reads the environment or the file. Values are typed and validated once, here,
-//! before anything starts; the rest of jobgate receives plain settings.
+//! place that reads the environment or the file (the client subcommands' flags and variables,
+//! `JOBGATE_SERVER` and `JOBGATE_TOKEN`, are declared in `cli` and read here with the rest).
+//! Values are typed and validated once, here, before anything starts; the rest of jobgate
+//! receives plain settings.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -17,6 +19,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::auth::{Auth, AuthSettings, JwtSettings};
+use crate::cli::ClientCommand;
 use crate::executor::kube::KubeConfig;
 use crate::executor::kube::manifest::ManifestDefaults;
 use crate::executor::kube::membership::MembershipConfig;
@@ -437,6 +440,8 @@ pub struct Config {
     pub job_path: String,
 }
 
+// Parsed once per process and never moved around in bulk: the client's arguments stay inline.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Subcommand)]
 pub enum Command {
     /// Print the GraphQL schema (SDL) and exit.
@@ -444,6 +449,9 @@ pub enum Command {
     /// Read an API token on standard input and print the SHA-256 digest that a tokens file
     /// stores for it.
     HashToken,
+    /// The command-line client's subcommands (see docs/CLI.md).
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 /// Configuration that cannot work, found before anything starts.

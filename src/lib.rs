@@ -24,13 +24,16 @@
 //!   embedded at build time (dashboard, GraphiQL);
 //! - [`config`]: one `Config` from flags, `JOBGATE_*` variables and a TOML file;
 //!   [`server`]: the axum router (`/graphql`, `/graphiql`, `/healthz`, `/readyz`,
-//!   `/metrics`), wiring, graceful shutdown; [`telemetry`]: logging.
+//!   `/metrics`), wiring, graceful shutdown; [`telemetry`]: logging; [`cli`]: the
+//!   command-line client (`jobgate submit`, `watch`, ...), which speaks only the public
+//!   GraphQL API over the network.
 //!
 //! The channels: resolvers send commands to the service's writer task (`mpsc`); executors
 //! send observations to it (`mpsc`); the writer commits, then publishes events on a
 //! `tokio::broadcast` that every subscription reads, catching up from the store when it lags.
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod executor;
 pub mod graphql;

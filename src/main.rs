@@ -32,6 +32,10 @@ async fn start() -> anyhow::Result<()> {
             std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes())?;
             return Ok(());
         }
+        Some(Command::Client(command)) => {
+            let code = jobgate::cli::run(command).await;
+            std::process::exit(code);
+        }
         None => {}
     }
     jobgate::telemetry::init(config.log_format, &config.log);

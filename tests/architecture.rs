@@ -24,8 +24,9 @@ const LAYERS: &[&[&str]] = &[
     &["auth", "rate_limits", "webhooks"],
     &["graphql"],
     &["hosts", "listener", "web"],
-    // Wiring: configuration, start-up, logging.
-    &["config", "server", "telemetry"],
+    // Wiring: configuration, start-up, logging; and the command-line client, whose
+    // subcommands the configuration parses (it imports nothing of ours: it speaks the API).
+    &["config", "server", "telemetry", "cli"],
 ];
 
 /// Files that are test code: a `tests.rs`, or a module declared only under `#[cfg(test)]`.

@@ -1,0 +1,239 @@
+//! What the client prints on standard output: JSON (one object, or one per line for
+//! streams) or, for people, aligned tables and `key value` lists with short timestamps.
+//!
+//! It must not fetch anything nor decide exit statuses; every write is flushed at once, so
+//! that a stream's lines reach a pipe as they happen.
+
+use std::io::Write;
+
+use serde_json::Value;
+
+use super::client::CliError;
+
+/// Writes one line (a newline is added) to standard output and flushes it.
+pub fn line(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes one JSON value as one line.
+pub fn json(value: &Value) -> Result<(), CliError> {
+    line(&value.to_string())
+}
+
+/// Columns padded to their widest cell; the last column is not padded.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let render = |cells: &mut dyn Iterator<Item = &str>| -> String {
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(cell);
+            if i + 1 < widths.len() {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                text.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        text.trim_end().to_owned()
+    };
+    let mut lines = vec![render(&mut header.iter().copied())];
+    for row in rows {
+        lines.push(render(&mut row.iter().map(String::as_str)));
+    }
+    lines.join("\n")
+}
+
+/// A string field, or `-` when null or absent.
+pub fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// An RFC 3339 timestamp as `YYYY-MM-DD HH:MM:SS` in UTC; `-` when null; as given when it
+/// does not parse.
+pub fn time(value: &Value) -> String {
+    match value.as_str() {
+        None => "-".to_owned(),
+        Some(s) => chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| {
+                t.with_timezone(&chrono::Utc)
+                    .format("%Y-%m-%d %H:%M:%S")
+                    .to_string()
+            })
+            .unwrap_or_else(|_| s.to_owned()),
+    }
+}
+
+/// A job, field by field, for `get`.
+pub fn job_details(job: &Value) -> String {
+    let spec = &job["spec"];
+    let words = |v: &Value| -> String {
+        v.as_array()
+            .map(|items| items.iter().map(shell_word).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    let command = [words(&spec["command"]), words(&spec["args"])]
+        .into_iter()
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let progress = &job["progress"];
+    let progress = if progress.is_null() {
+        "-".to_owned()
+    } else {
+        let total = progress["total"]
+            .as_i64()
+            .map(|t| t.to_string())
+            .unwrap_or_else(|| "?".into());
+        format!(
+            "{}/{total} succeeded, {} failed, {} active",
+            text(&progress["succeeded"]),
+            text(&progress["failed"]),
+            text(&progress["active"])
+        )
+    };
+    let env = spec["env"]
+        .as_array()
+        .map(|vars| {
+            vars.iter()
+                .map(|v| format!("{}={}", text(&v["name"]), text(&v["value"])))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let mut rows: Vec<(&str, String)> = vec![
+        ("id", text(&job["id"])),
+        ("name", text(&job["name"])),
+        ("namespace", text(&job["namespace"])),
+        ("template", text(&job["template"])),
+        ("phase", text(&job["phase"])),
+        ("submitted", time(&job["submittedAt"])),
+        ("started", time(&job["startedAt"])),
+        ("finished", time(&job["finishedAt"])),
+        ("progress", progress),
+        ("message", text(&job["message"])),
+        ("result", text(&job["result"])),
+    ];
+    if !spec["image"].is_null() {
+        rows.push(("image", text(&spec["image"])));
+    }
+    if !command.is_empty() {
+        rows.push(("command", command));
+    }
+    if !env.is_empty() {
+        rows.push(("env", env));
+    }
+    if !spec["parameters"].is_null() {
+        rows.push(("parameters", spec["parameters"].to_string()));
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    rows.iter()
+        .map(|(k, v)| format!("{k:<width$}  {v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One `jobEvents` / `jobStatus` event as a line for people.
+pub fn event_line(event: &Value) -> String {
+    let job = &event["job"];
+    let transition = match (event["previousPhase"].as_str(), event["phase"].as_str()) {
+        (Some(before), Some(after)) if before != after => format!("{before} -> {after}"),
+        (Some(_), Some(phase)) => format!("{phase} (progress)"),
+        (None, Some(phase)) => phase.to_owned(),
+        _ => "-".to_owned(),
+    };
+    let mut line = format!(
+        "{}  {}  {:<16}  {:<22}",
+        time(&event["at"]),
+        text(&job["id"]),
+        text(&job["name"]),
+        transition
+    );
+    let why: Vec<String> = [&event["reason"], &event["message"]]
+        .into_iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    if !why.is_empty() {
+        line.push_str("  ");
+        line.push_str(&why.join(": "));
+    }
+    line.trim_end().to_owned()
+}
+
+/// One `jobEvents` / `jobStatus` event as a flat JSON object for scripts.
+pub fn event_json(event: &Value) -> Value {
+    serde_json::json!({
+        "cursor": event["cursor"],
+        "jobId": event["job"]["id"],
+        "name": event["job"]["name"],
+        "namespace": event["job"]["namespace"],
+        "phase": event["phase"],
+        "previousPhase": event["previousPhase"],
+        "at": event["at"],
+        "reason": event["reason"],
+        "message": event["message"],
+    })
+}
+
+/// A word as a shell would need it quoted to read it back.
+fn shell_word(value: &Value) -> String {
+    let word = text(value);
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        word
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn tables_align_every_column_but_the_last() {
+        let rows = vec![
+            vec!["a".to_owned(), "longer".to_owned(), "x".to_owned()],
+            vec!["bbb".to_owned(), "c".to_owned(), "yy".to_owned()],
+        ];
+        assert_eq!(
+            table(&["ID", "NAME", "END"], &rows),
+            "ID   NAME    END\na    longer  x\nbbb  c       yy"
+        );
+    }
+
+    #[test]
+    fn times_are_short_and_in_utc() {
+        assert_eq!(
+            time(&json!("2026-01-02T03:04:05.678+01:00")),
+            "2026-01-02 02:04:05"
+        );
+        assert_eq!(time(&Value::Null), "-");
+        assert_eq!(time(&json!("soon")), "soon");
+    }
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_word(&json!("echo")), "echo");
+        assert_eq!(shell_word(&json!("a b")), "'a b'");
+        assert_eq!(shell_word(&json!("it's")), r"'it'\''s'");
+    }
+}

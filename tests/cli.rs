@@ -1,0 +1,607 @@
+//! The command-line client (`jobgate submit | get | list | watch | logs | cancel`), run as the
+//! real binary against a real jobgate, as a user would run it: what it prints, on which
+//! stream, and its exit status. `watch` is cut off from the server (a proxy drops its
+//! connections and refuses new ones) and the server is restarted under it; it must print
+//! exactly the events the server recorded, in order, none twice and none missing.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, ChildStdout, Command};
+
+use common::{Polling, Server, WAIT, scrape};
+
+const BIN: &str = env!("CARGO_BIN_EXE_jobgate");
+
+/// What one run of the client did.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// The client pointed at `server` (an `http://` base URL), with no token unless `args` or
+/// `env` give one; never the tests' own `JOBGATE_*` settings.
+fn client(server: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("JOBGATE_SERVER", server)
+        .env_remove("JOBGATE_TOKEN")
+        .env_remove("JOBGATE_CONFIG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command
+}
+
+async fn run_at(server: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let output = tokio::time::timeout(WAIT, client(server, args, env).output())
+        .await
+        .unwrap_or_else(|_| panic!("jobgate {args:?} did not end within {WAIT:?}"))
+        .expect("the client runs");
+    Run {
+        code: output
+            .status
+            .code()
+            .expect("the client exits rather than being killed"),
+        stdout: String::from_utf8(output.stdout).expect("UTF-8 output"),
+        stderr: String::from_utf8(output.stderr).expect("UTF-8 errors"),
+    }
+}
+
+/// Runs the client against `server`.
+async fn run(server: &Server, args: &[&str]) -> Run {
+    run_at(&server.url(""), args, &[]).await
+}
+
+/// Runs the client against `server`; it must exit 0. Returns its standard output.
+async fn ok(server: &Server, args: &[&str]) -> String {
+    let run = run(server, args).await;
+    assert_eq!(
+        run.code,
+        0,
+        "jobgate {args:?} failed: {}{}; jobgate's log:\n{}",
+        run.stdout,
+        run.stderr,
+        server.log_text()
+    );
+    run.stdout
+}
+
+fn parse(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not one JSON value ({e}): {text:?}"))
+}
+
+/// A client whose standard output is read line by line as it runs.
+struct Streaming {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Streaming {
+    fn start(server: &str, args: &[&str]) -> Streaming {
+        let mut child = client(server, args, &[])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the client starts");
+        let stdout = child.stdout.take().unwrap();
+        Streaming {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// The next line it prints; `None` once it closed its output.
+    async fn line(&mut self) -> Option<String> {
+        tokio::time::timeout(WAIT, self.lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("the client printed nothing more within {WAIT:?}"))
+            .expect("reading the client's output")
+    }
+
+    /// Reads JSON lines until one for which `last` holds; returns them all.
+    async fn json_until(&mut self, last: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let line = self
+                .line()
+                .await
+                .unwrap_or_else(|| panic!("the client ended its output after {seen:?}"));
+            let value = parse(&line);
+            let done = last(&value);
+            seen.push(value);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    async fn exit_code(mut self) -> i32 {
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the client did not exit within {WAIT:?}"))
+            .unwrap();
+        status.code().expect("an exit code")
+    }
+}
+
+/// The job's recorded events as `watch --output json` prints them: (cursor, job id, phase,
+/// previous phase).
+async fn recorded_events(server: &Server, id: &str) -> Vec<(String, String, String, Value)> {
+    let job = server
+        .job_with(id, "id events(last: 100) { cursor phase previousPhase }")
+        .await;
+    job["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["cursor"].as_str().unwrap().to_owned(),
+                id.to_owned(),
+                e["phase"].as_str().unwrap().to_owned(),
+                e["previousPhase"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn printed_events(lines: &[Value]) -> Vec<(String, String, String, Value)> {
+    lines
+        .iter()
+        .map(|e| {
+            (
+                e["cursor"].as_str().expect("a cursor").to_owned(),
+                e["jobId"].as_str().expect("a job id").to_owned(),
+                e["phase"].as_str().expect("a phase").to_owned(),
+                e["previousPhase"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// A TCP proxy in front of a jobgate that the test can cut: drop every connection through
+/// it and refuse (accept and close) new ones, then let them through again, to a restarted
+/// jobgate on another port if need be.
+struct Proxy {
+    addr: SocketAddr,
+    upstream: Arc<Mutex<Option<SocketAddr>>>,
+    cut: tokio::sync::watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let target = Arc::new(Mutex::new(Some(upstream)));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let task = tokio::spawn({
+            let target = target.clone();
+            let cut = cut.clone();
+            async move {
+                loop {
+                    let Ok((mut inbound, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let Some(upstream) = *target.lock().unwrap() else {
+                        continue; // refused: dropped at once
+                    };
+                    let mut cut = cut.subscribe();
+                    tokio::spawn(async move {
+                        let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = cut.changed() => {}
+                        }
+                    });
+                }
+            }
+        });
+        Proxy {
+            addr,
+            upstream: target,
+            cut,
+            task,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Drops every connection and refuses new ones until [`Proxy::up`].
+    fn down(&self) {
+        *self.upstream.lock().unwrap() = None;
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    fn up(&self, upstream: SocketAddr) {
+        *self.upstream.lock().unwrap() = Some(upstream);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+#[tokio::test]
+async fn submit_prints_an_id_that_get_then_shows() {
+    let server = Server::start(&[]).await;
+    let out = ok(
+        &server,
+        &[
+            "submit",
+            "--name",
+            "hello",
+            "--env",
+            "GREETING=hi",
+            "--",
+            "sh",
+            "-c",
+            "echo $GREETING",
+        ],
+    )
+    .await;
+    let id = out.trim();
+    assert_eq!(out.lines().count(), 1, "submit prints the id alone: {out:?}");
+    let job = parse(&ok(&server, &["get", id, "--output", "json"]).await);
+    assert_eq!(job["id"], id);
+    assert_eq!(job["name"], "hello");
+    assert_eq!(job["spec"]["command"], json!(["sh", "-c", "echo $GREETING"]));
+    assert_eq!(job["spec"]["env"], json!([{"name": "GREETING", "value": "hi"}]));
+    // For people: one `key  value` line per field, values aligned.
+    let text = ok(&server, &["get", id]).await;
+    assert!(
+        text.lines().any(|l| l.starts_with("id ") && l.ends_with(id)),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("name ") && l.ends_with(" hello")),
+        "{text}"
+    );
+    let columns: Vec<usize> = text
+        .lines()
+        .map(|l| l.find("  ").unwrap() + l[l.find("  ").unwrap()..].find(|c| c != ' ').unwrap())
+        .collect();
+    assert!(
+        columns.windows(2).all(|w| w[0] == w[1]),
+        "values are aligned: {text}"
+    );
+    server.wait_terminal(id).await;
+}
+
+#[tokio::test]
+async fn submit_wait_exits_zero_only_when_the_job_succeeds() {
+    let server = Server::start(&[]).await;
+    let succeeded = run(&server, &["submit", "--wait", "--", "true"]).await;
+    assert_eq!(succeeded.code, 0, "{}", succeeded.stderr);
+    let id = succeeded.stdout.trim();
+    assert_eq!(server.job(id).await["phase"], "SUCCEEDED");
+    assert!(
+        succeeded.stderr.contains(&format!("job {id} SUCCEEDED")),
+        "{}",
+        succeeded.stderr
+    );
+
+    let failed = run(&server, &["submit", "--wait", "--", "false"]).await;
+    assert_eq!(failed.code, 3, "FAILED exits 3: {}", failed.stderr);
+    let id = failed.stdout.trim();
+    assert_eq!(server.job(id).await["phase"], "FAILED");
+    assert!(
+        failed.stderr.contains(&format!("job {id} ended FAILED")),
+        "{}",
+        failed.stderr
+    );
+
+    // For scripts: the finished job, as one JSON object.
+    let json_run = run(&server, &["submit", "--wait", "--output", "json", "--", "true"]).await;
+    assert_eq!(json_run.code, 0, "{}", json_run.stderr);
+    let job = parse(&json_run.stdout);
+    assert_eq!(job["phase"], "SUCCEEDED");
+    assert_eq!(
+        server.job(job["id"].as_str().unwrap()).await["phase"],
+        "SUCCEEDED"
+    );
+}
+
+#[tokio::test]
+async fn list_filters_by_phase_and_cancel_cancels() {
+    let server = Server::start(&[]).await;
+    let done = ok(&server, &["submit", "--wait", "--name", "done", "--", "true"])
+        .await
+        .trim()
+        .to_owned();
+    let busy = ok(&server, &["submit", "--name", "busy", "--", "sleep", "3600"])
+        .await
+        .trim()
+        .to_owned();
+    server.wait_phase(&busy, "RUNNING").await;
+
+    let ids = |out: &str| -> Vec<String> {
+        let list = parse(out);
+        list["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let running = ok(&server, &["list", "--phase", "running", "--output", "json"]).await;
+    assert_eq!(ids(&running), vec![busy.as_str()]);
+    assert_eq!(parse(&running)["totalCount"], 1);
+    let succeeded = ok(&server, &["list", "--phase", "SUCCEEDED", "--output", "json"]).await;
+    assert_eq!(ids(&succeeded), vec![done.as_str()]);
+    let both = ok(
+        &server,
+        &[
+            "list",
+            "--phase",
+            "running",
+            "--phase",
+            "succeeded",
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(ids(&both), vec![busy.as_str(), done.as_str()], "newest first");
+
+    // For people: a header and one aligned row per job.
+    let table = ok(&server, &["list"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[0].starts_with("ID ") && lines[0].contains("PHASE"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with(&busy) && lines[1].contains("RUNNING"),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with(&done) && lines[2].contains("SUCCEEDED"),
+        "{table}"
+    );
+    let phase_column = lines[0].find("PHASE").unwrap();
+    assert_eq!(lines[1].find("RUNNING"), Some(phase_column), "{table}");
+    assert_eq!(lines[2].find("SUCCEEDED"), Some(phase_column), "{table}");
+
+    let cancelled = ok(&server, &["cancel", &busy]).await;
+    assert!(cancelled.starts_with(&busy), "{cancelled}");
+    assert_eq!(server.terminal_phase(&busy).await, "CANCELLED");
+    let cancelled = ok(&server, &["list", "--phase", "cancelled", "--output", "json"]).await;
+    assert_eq!(ids(&cancelled), vec![busy.as_str()]);
+
+    // Cancelling it again is the server's refusal, by its code.
+    let again = run(&server, &["cancel", &busy]).await;
+    assert_eq!(again.code, 1);
+    assert!(
+        again.stderr.starts_with("error: FAILED_PRECONDITION: "),
+        "{}",
+        again.stderr
+    );
+}
+
+#[tokio::test]
+async fn logs_print_a_jobs_output_and_follow_it_to_its_end() {
+    let server = Server::start(&[]).await;
+    let id = ok(
+        &server,
+        &["submit", "--wait", "--", "sh", "-c", "echo one; echo two"],
+    )
+    .await
+    .trim()
+    .to_owned();
+    assert_eq!(ok(&server, &["logs", &id]).await, "one\ntwo\n");
+    let lines = ok(&server, &["logs", &id, "--tail", "1", "--output", "json"]).await;
+    assert_eq!(parse(&lines)["text"], "two");
+
+    // --follow prints lines as the job writes them and ends with the job.
+    let gate = tempfile::tempdir().unwrap();
+    let go = gate.path().join("go");
+    let script = format!(
+        "echo first; while [ ! -e {} ]; do sleep 0.05; done; echo last",
+        go.display()
+    );
+    let id = ok(&server, &["submit", "--", "sh", "-c", &script])
+        .await
+        .trim()
+        .to_owned();
+    let mut follow = Streaming::start(&server.url(""), &["logs", &id, "--follow"]);
+    assert_eq!(follow.line().await.as_deref(), Some("first"));
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(follow.line().await.as_deref(), Some("last"));
+    assert_eq!(follow.line().await, None);
+    assert_eq!(follow.exit_code().await, 0);
+    assert_eq!(server.job(&id).await["phase"], "SUCCEEDED");
+}
+
+#[tokio::test]
+async fn errors_name_the_servers_code() {
+    let server = Server::start(&["--api-token", "s3cret"]).await;
+    let url = server.url("");
+    let missing = run_at(
+        &url,
+        &["get", "01a20f90-0000-7000-8000-000000000000", "--token", "s3cret"],
+        &[],
+    )
+    .await;
+    assert_eq!(missing.code, 1);
+    assert_eq!(missing.stdout, "");
+    assert!(
+        missing.stderr.starts_with("error: NOT_FOUND: "),
+        "{}",
+        missing.stderr
+    );
+
+    // A wrong token, over HTTP and over the WebSocket.
+    for args in [
+        &["get", "x", "--token", "wrong"][..],
+        &["list", "--token", "wrong"],
+        &["logs", "x", "--token", "wrong"],
+        &["watch", "--after", "0", "--token", "wrong"],
+    ] {
+        let refused = run_at(&url, args, &[]).await;
+        assert_eq!(refused.code, 1, "{args:?}");
+        assert!(
+            refused.stderr.starts_with("error: UNAUTHENTICATED: "),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    // The right one, from the environment.
+    let submitted = run_at(
+        &url,
+        &["submit", "--wait", "--", "true"],
+        &[("JOBGATE_TOKEN", "s3cret")],
+    )
+    .await;
+    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+
+    // A bad input is the server's BAD_USER_INPUT.
+    let bad = run_at(
+        &url,
+        &[
+            "submit",
+            "--name",
+            "Not A Label",
+            "--token",
+            "s3cret",
+            "--",
+            "true",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(bad.code, 1);
+    assert!(
+        bad.stderr.starts_with("error: BAD_USER_INPUT: "),
+        "{}",
+        bad.stderr
+    );
+
+    // Nobody listening: the message names the URL.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let nobody = format!("http://{closed}");
+    let unreachable = run_at(&nobody, &["list"], &[]).await;
+    assert_eq!(unreachable.code, 1);
+    assert!(
+        unreachable
+            .stderr
+            .starts_with(&format!("error: cannot reach jobgate at {nobody}")),
+        "{}",
+        unreachable.stderr
+    );
+
+    // A usage mistake is clap's.
+    let usage = run_at(&url, &["submit", "--param", "novalue", "--", "true"], &[]).await;
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+}
+
+/// `watch` with no id, from the first event, while its connection is cut (a job runs and
+/// ends meanwhile) and while the server stops under it and starts again: it prints every
+/// job's recorded events once each, in order.
+#[tokio::test]
+async fn watch_resumes_after_dropped_connections_and_restarts_without_gaps_or_repeats() {
+    let mut server = Server::start(&[]).await;
+    let proxy = Proxy::start(server.addr).await;
+    let mut watch = Streaming::start(&proxy.url(), &["watch", "--after", "0", "--output", "json"]);
+
+    let a = server.submit(json!({"name": "a", "command": ["true"]})).await;
+    assert_eq!(server.terminal_phase(&a).await, "SUCCEEDED");
+    let mut seen = watch
+        .json_until(|e| e["jobId"] == a.as_str() && e["phase"] == "SUCCEEDED")
+        .await;
+
+    // Cut off: job b runs from start to end while the client cannot connect.
+    proxy.down();
+    let b = server.submit(json!({"name": "b", "command": ["true"]})).await;
+    assert_eq!(server.terminal_phase(&b).await, "SUCCEEDED");
+    proxy.up(server.addr);
+    seen.extend(
+        watch
+            .json_until(|e| e["jobId"] == b.as_str() && e["phase"] == "SUCCEEDED")
+            .await,
+    );
+
+    // The server stops under the connected client and starts again (on another port,
+    // behind the same address); job c runs after.
+    server.stop().await;
+    let server = server.start_again(&[]).await;
+    proxy.up(server.addr);
+    let c = server.submit(json!({"name": "c", "command": ["true"]})).await;
+    assert_eq!(server.terminal_phase(&c).await, "SUCCEEDED");
+    seen.extend(
+        watch
+            .json_until(|e| e["jobId"] == c.as_str() && e["phase"] == "SUCCEEDED")
+            .await,
+    );
+
+    let mut expected = recorded_events(&server, &a).await;
+    expected.extend(recorded_events(&server, &b).await);
+    expected.extend(recorded_events(&server, &c).await);
+    assert_eq!(printed_events(&seen), expected);
+}
+
+/// `watch ID` prints the job's history, follows it across a dropped connection, and exits 0
+/// after its terminal phase, having printed exactly the job's recorded events.
+#[tokio::test]
+async fn watch_of_one_job_resumes_and_stops_after_its_end() {
+    let server = Server::start(&[]).await;
+    let proxy = Proxy::start(server.addr).await;
+    let gate = tempfile::tempdir().unwrap();
+    let go = gate.path().join("go");
+    let script = format!("while [ ! -e {} ]; do sleep 0.05; done", go.display());
+    let id = server
+        .submit(json!({"name": "gated", "command": ["sh", "-c", script]}))
+        .await;
+    // Another job's events, which `watch ID` must not print.
+    let other = server.submit(json!({"name": "other", "command": ["true"]})).await;
+    server.wait_phase(&id, "RUNNING").await;
+
+    let mut watch = Streaming::start(&proxy.url(), &["watch", &id, "--output", "json"]);
+    let mut seen = watch.json_until(|e| e["phase"] == "RUNNING").await;
+    // It printed the history it queried; the cut comes once it follows the job live.
+    let polling = Polling::start();
+    loop {
+        let live = scrape(&server).await.get("jobgate_active_subscriptions").copied();
+        if live == Some(1.0) {
+            break;
+        }
+        polling
+            .pause(|| format!("watch never subscribed: jobgate_active_subscriptions {live:?}"))
+            .await;
+    }
+
+    proxy.down();
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(server.terminal_phase(&id).await, "SUCCEEDED");
+    server.wait_terminal(&other).await;
+    proxy.up(server.addr);
+
+    while let Some(line) = watch.line().await {
+        seen.push(parse(&line));
+    }
+    assert_eq!(watch.exit_code().await, 0);
+    assert_eq!(printed_events(&seen), recorded_events(&server, &id).await);
+}
