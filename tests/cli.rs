@@ -605,3 +605,63 @@ async fn watch_of_one_job_resumes_and_stops_after_its_end() {
     assert_eq!(watch.exit_code().await, 0);
     assert_eq!(printed_events(&seen), recorded_events(&server, &id).await);
 }
+
+/// A TLS front for `backend`, as an ingress would be, with a certificate for `localhost`
+/// made in `dir`: the certificates and the port.
+async fn tls_front(backend: SocketAddr, dir: &std::path::Path) -> (common::tls::Certificates, u16) {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let made = common::tls::make(dir, "DNS:localhost");
+    let certs = CertificateDer::pem_file_iter(&made.server_cert)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, PrivateKeyDer::from_pem_file(&made.server_key).unwrap())
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let (Ok(mut tls), Ok(mut up)) =
+                    (acceptor.accept(tcp).await, TcpStream::connect(backend).await)
+                else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+    (made, port)
+}
+
+#[tokio::test]
+async fn an_https_server_is_reached_over_tls_for_requests_and_subscriptions() {
+    let server = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (certificates, port) = tls_front(server.addr, dir.path()).await;
+    let url = format!("https://localhost:{port}");
+    let trusted = [("SSL_CERT_FILE", certificates.ca.to_str().unwrap())];
+
+    // submit is a mutation over HTTPS; --wait follows jobStatus over wss://.
+    let submitted = run_at(&url, &["submit", "--wait", "--", "true"], &trusted).await;
+    assert_eq!(submitted.code, 0, "{}{}", submitted.stdout, submitted.stderr);
+    let id = submitted.stdout.trim();
+    let job = run_at(&url, &["get", id, "--output", "json"], &trusted).await;
+    assert_eq!(job.code, 0, "{}", job.stderr);
+    assert_eq!(parse(&job.stdout)["phase"], "SUCCEEDED", "{}", job.stdout);
+
+    // The certificate is checked: signed by a CA the client does not trust, it is refused.
+    let other = [("SSL_CERT_FILE", certificates.untrusted_ca.to_str().unwrap())];
+    let untrusted = run_at(&url, &["get", id], &other).await;
+    assert_ne!(untrusted.code, 0, "{}", untrusted.stdout);
+    assert!(
+        untrusted.stderr.contains("cannot reach jobgate at"),
+        "{}",
+        untrusted.stderr
+    );
+}

@@ -53,7 +53,7 @@ pub enum ClientCommand {
 /// Where the server is and how to talk to it: every client subcommand takes these.
 #[derive(Clone, Debug, Args)]
 pub struct ClientArgs {
-    /// The jobgate to talk to: its base URL (http://; no TLS).
+    /// The jobgate to talk to: its base URL (http:// or https://).
     #[arg(long, env = "JOBGATE_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
     /// An API token or JWT, sent as `Authorization: Bearer <token>`.

@@ -17,6 +17,7 @@ pub mod listening;
 mod log;
 pub mod postgres;
 mod process;
+pub mod tls;
 mod wait;
 mod ws;
 

@@ -278,57 +278,7 @@ impl Postgres {
     fn require_tls(&self, runs_as: Option<&User>) {
         let tls = self.dir.path().join("tls");
         std::fs::create_dir(&tls).expect("creating the TLS directory");
-        let openssl = |args: &[&str]| {
-            let output = Command::new("openssl")
-                .args(args)
-                .current_dir(&tls)
-                .stdin(Stdio::null())
-                .output()
-                .expect("running openssl (apt-get install openssl)");
-            assert!(
-                output.status.success(),
-                "openssl {args:?} failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        };
-        let new_ca = |key: &str, cert: &str, name: &str| {
-            openssl(&[
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", key, "-out", cert,
-                "-subj", name,
-            ]);
-        };
-        new_ca("ca.key", "ca.crt", "/CN=jobgate test CA");
-        new_ca("other-ca.key", "other-ca.crt", "/CN=jobgate untrusted CA");
-        openssl(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ]);
-        std::fs::write(tls.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "server.crt",
-        ]);
+        super::tls::make(&tls, "IP:127.0.0.1");
         // PostgreSQL reads its key only if no one else can.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(tls.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
