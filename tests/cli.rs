@@ -177,6 +177,7 @@ struct Proxy {
     addr: SocketAddr,
     upstream: Arc<Mutex<Option<SocketAddr>>>,
     cut: tokio::sync::watch::Sender<u64>,
+    freeze: tokio::sync::watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -186,9 +187,11 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let target = Arc::new(Mutex::new(Some(upstream)));
         let (cut, _) = tokio::sync::watch::channel(0u64);
+        let (freeze, _) = tokio::sync::watch::channel(0u64);
         let task = tokio::spawn({
             let target = target.clone();
             let cut = cut.clone();
+            let freeze = freeze.clone();
             async move {
                 loop {
                     let Ok((mut inbound, _)) = listener.accept().await else {
@@ -198,6 +201,8 @@ impl Proxy {
                         continue; // refused: dropped at once
                     };
                     let mut cut = cut.subscribe();
+                    // Only a freeze from now on stops this connection.
+                    let mut frozen = freeze.subscribe();
                     tokio::spawn(async move {
                         let Ok(mut outbound) = TcpStream::connect(upstream).await else {
                             return;
@@ -205,6 +210,11 @@ impl Proxy {
                         tokio::select! {
                             _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
                             _ = cut.changed() => {}
+                            _ = frozen.changed() => {
+                                // Silent from now on but open at both ends, as a dead route is:
+                                // no close and no reset, until the proxy goes.
+                                let _ = cut.changed().await;
+                            }
                         }
                     });
                 }
@@ -214,6 +224,7 @@ impl Proxy {
             addr,
             upstream: target,
             cut,
+            freeze,
             task,
         }
     }
@@ -226,6 +237,11 @@ impl Proxy {
     fn down(&self) {
         *self.upstream.lock().unwrap() = None;
         self.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Every open connection goes silent without closing; new ones pass.
+    fn freeze_open(&self) {
+        self.freeze.send_modify(|n| *n += 1);
     }
 
     fn up(&self, upstream: SocketAddr) {
@@ -560,6 +576,43 @@ async fn watch_resumes_after_dropped_connections_and_restarts_without_gaps_or_re
     let mut expected = recorded_events(&server, &a).await;
     expected.extend(recorded_events(&server, &b).await);
     expected.extend(recorded_events(&server, &c).await);
+    assert_eq!(printed_events(&seen), expected);
+}
+
+/// A connection that goes silent without closing (a dead route) is noticed by the client's
+/// keepalive and replaced; the events of the silence come on the new one, none lost.
+#[tokio::test]
+async fn watch_replaces_a_connection_that_went_silent_without_closing() {
+    let server = Server::start(&[]).await;
+    let proxy = Proxy::start(server.addr).await;
+    let mut watch = Streaming::start(
+        &proxy.url(),
+        &[
+            "watch",
+            "--after",
+            "0",
+            "--output",
+            "json",
+            "--keepalive-secs",
+            "1",
+        ],
+    );
+    let a = server.submit(json!({"name": "a", "command": ["true"]})).await;
+    let mut seen = watch
+        .json_until(|e| e["jobId"] == a.as_str() && e["phase"] == "SUCCEEDED")
+        .await;
+
+    proxy.freeze_open();
+    let b = server.submit(json!({"name": "b", "command": ["true"]})).await;
+    assert_eq!(server.terminal_phase(&b).await, "SUCCEEDED");
+    seen.extend(
+        watch
+            .json_until(|e| e["jobId"] == b.as_str() && e["phase"] == "SUCCEEDED")
+            .await,
+    );
+
+    let mut expected = recorded_events(&server, &a).await;
+    expected.extend(recorded_events(&server, &b).await);
     assert_eq!(printed_events(&seen), expected);
 }
 

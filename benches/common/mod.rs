@@ -18,12 +18,12 @@ pub mod perf;
 mod log;
 #[path = "../../tests/common/postgres.rs"]
 pub mod postgres;
-// Its certificates (`super::tls`), as in tests/common.
-#[path = "../../tests/common/tls.rs"]
-mod tls;
 pub mod procfs;
 pub mod submissions;
 pub mod subscribers;
+// The PostgreSQL harness's certificates (`super::tls`), as in tests/common.
+#[path = "../../tests/common/tls.rs"]
+mod tls;
 
 use std::future::Future;
 use std::time::Duration;

@@ -71,11 +71,14 @@ pub struct Connection {
     pub ws_url: Url,
     /// The `Authorization` value, when a token was given.
     pub authorization: Option<String>,
+    /// How long a streaming connection may be silent before it is asked for a pong (and,
+    /// unanswered for as long again, taken as dead).
+    pub keepalive: Duration,
     http: reqwest::Client,
 }
 
 impl Connection {
-    pub fn new(server: &str, token: Option<&str>) -> Result<Connection, CliError> {
+    pub fn new(server: &str, token: Option<&str>, keepalive: Duration) -> Result<Connection, CliError> {
         let server = server.trim_end_matches('/').to_owned();
         let bad = |why: &str| CliError::Usage(format!("--server {server:?}: {why}"));
         let base = Url::parse(&server).map_err(|e| bad(&e.to_string()))?;
@@ -110,6 +113,7 @@ impl Connection {
                 .map(str::trim)
                 .filter(|t| !t.is_empty())
                 .map(|t| format!("Bearer {t}")),
+            keepalive,
             http,
         })
     }

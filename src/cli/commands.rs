@@ -37,7 +37,11 @@ pub async fn run(command: ClientCommand) -> Result<i32, CliError> {
 }
 
 fn connect(args: &ClientArgs) -> Result<Connection, CliError> {
-    Connection::new(&args.server, args.token.as_deref())
+    Connection::new(
+        &args.server,
+        args.token.as_deref(),
+        std::time::Duration::from_secs(args.keepalive_secs),
+    )
 }
 
 fn is_terminal(phase: &str) -> bool {

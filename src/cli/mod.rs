@@ -63,6 +63,11 @@ pub struct ClientArgs {
     /// streams).
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Streaming commands: after this many seconds with nothing from the server, ask it for a
+    /// pong; with no answer in as many again, the connection is taken as dead (a route that
+    /// went silent without closing it) and a new one resumes where it left off.
+    #[arg(long, env = "JOBGATE_KEEPALIVE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub keepalive_secs: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -35,6 +35,9 @@ pub struct Socket {
     url: String,
     /// The id of the subscription this connection runs.
     id: &'static str,
+    /// Silence after which the server is pinged, and then taken as gone (see
+    /// [`Socket::read`]); only once acknowledged (the handshake has its own limit).
+    keepalive: Option<std::time::Duration>,
 }
 
 impl Socket {
@@ -64,7 +67,12 @@ impl Socket {
         let (stream, _) = tokio_tungstenite::connect_async(request)
             .await
             .map_err(|e| handshake_error(conn, e))?;
-        let mut socket = Socket { stream, url, id: "1" };
+        let mut socket = Socket {
+            stream,
+            url,
+            id: "1",
+            keepalive: None,
+        };
         let init = match &conn.authorization {
             Some(authorization) => {
                 json!({"type": "connection_init", "payload": {"authorization": authorization}})
@@ -75,7 +83,10 @@ impl Socket {
         loop {
             let message = socket.read().await?;
             match message["type"].as_str() {
-                Some("connection_ack") => return Ok(socket),
+                Some("connection_ack") => {
+                    socket.keepalive = Some(conn.keepalive);
+                    return Ok(socket);
+                }
                 Some("ping") => socket.send(json!({"type": "pong"})).await?,
                 Some("pong") => {}
                 _ => {
@@ -140,10 +151,32 @@ impl Socket {
     }
 
     /// The next protocol message (a JSON object); ping and pong frames are answered and
-    /// skipped, a close becomes the error it means.
+    /// skipped, a close becomes the error it means. A connection silent for the keepalive
+    /// gets a protocol `ping`; silent for as long again, it is lost: a route can die without
+    /// a close or a reset reaching us, and TCP alone would take many minutes to tell.
     async fn read(&mut self) -> Result<Value, CliError> {
+        let mut pinged = false;
         loop {
-            let frame = match self.stream.next().await {
+            let next = match self.keepalive {
+                None => self.stream.next().await,
+                Some(limit) => match tokio::time::timeout(limit, self.stream.next()).await {
+                    Ok(next) => next,
+                    Err(_) if !pinged => {
+                        pinged = true;
+                        self.send(json!({"type": "ping"})).await?;
+                        continue;
+                    }
+                    Err(_) => {
+                        return Err(self.lost(format!(
+                            "nothing from the server for {} s, not even a pong",
+                            2 * limit.as_secs()
+                        )));
+                    }
+                },
+            };
+            // Anything at all (a pong, the server's own ping frame) shows the route is alive.
+            pinged = false;
+            let frame = match next {
                 None => return Err(self.lost("the server closed the connection")),
                 Some(Err(e)) => return Err(self.lost(&e)),
                 Some(Ok(frame)) => frame,
