@@ -25,6 +25,7 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher;
 
 use super::kinds::{Decoding, Kind};
+use super::kueue::QueueTrack;
 use super::manifest::JOB_ID_LABEL;
 use super::{label, resource_version, status};
 use crate::model::WorkloadStatus;
@@ -53,6 +54,8 @@ pub(super) struct Tracked {
     pub(super) decoding: Option<Box<Decoding>>,
     /// The job's `ttlSecondsAfterFinished` (or the server's default).
     pub(super) ttl_seconds: Option<i32>,
+    /// For jobs queued in Kueue: what its Workload says, merged into every report.
+    pub(super) queue: Option<Box<QueueTrack>>,
 }
 
 impl Tracked {
@@ -76,7 +79,25 @@ impl Tracked {
             last_sent,
             decoding: decoding.map(Box::new),
             ttl_seconds,
+            queue: None,
         }
+    }
+
+    /// The same record, for a job queued in Kueue when `queue` is given.
+    pub(super) fn queued(mut self, queue: Option<QueueTrack>) -> Self {
+        self.queue = queue.map(Box::new);
+        self
+    }
+
+    /// `status`, read from the job's workload object, with what Kueue says of the job; the
+    /// workload's part is kept for the reports of Kueue's changes.
+    fn with_queue(&mut self, mut status: WorkloadStatus) -> WorkloadStatus {
+        if let Some(queue) = self.queue.as_mut() {
+            status.queue = None;
+            queue.workload.clone_from(&status);
+            status.queue.clone_from(&queue.status);
+        }
+        status
     }
 }
 
@@ -199,6 +220,16 @@ fn job_id(meta: &kube::api::ObjectMeta) -> Option<String> {
     label(meta, JOB_ID_LABEL).map(str::to_owned)
 }
 
+/// The job an event's object belongs to (none for the markers of a list).
+pub(super) fn event_job_id<K: Resource>(event: &watcher::Event<K>) -> Option<String> {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+            job_id(o.meta())
+        }
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    }
+}
+
 /// What an added or changed object means for its job (also how a Job the launcher has just
 /// created is taken in, before the watch shows it).
 pub(super) fn applied<F: Follow>(
@@ -226,6 +257,7 @@ pub(super) fn applied<F: Follow>(
     if t.finishing {
         if F::SETTLES {
             let (status, decided) = follow.read(&object, t);
+            let status = t.with_queue(status);
             if decided {
                 t.settled = Some(Box::new(status));
                 return vec![Action::Settled { job_id }];
@@ -234,6 +266,7 @@ pub(super) fn applied<F: Follow>(
         return Vec::new();
     }
     let (status, decided) = follow.read(&object, t);
+    let status = t.with_queue(status);
     if decided {
         t.finishing = true;
         t.settled = Some(Box::new(status.clone()));
@@ -272,6 +305,7 @@ fn deleted<F: Follow>(
     t.finishing = true;
     if F::SETTLES {
         let (status, decided) = follow.read(&object, t);
+        let status = t.with_queue(status);
         if decided {
             t.settled = Some(Box::new(status.clone()));
             return vec![Action::Finish {
