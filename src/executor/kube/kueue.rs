@@ -22,41 +22,14 @@ use kube::runtime::watcher;
 use serde_json::Value;
 
 use super::manifest::workload_name;
+use super::tracking;
 use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
-use super::{Inner, resource_version, tracking};
+use super::{Inner, resource_version};
 use crate::model::{Condition, QueueState, QueueStatus, WorkloadStatus};
 
 /// Kueue's API group and the version jobgate reads.
 pub const GROUP: &str = "kueue.x-k8s.io";
 pub const VERSION: &str = "v1beta1";
-
-/// What a tracked queued job keeps of Kueue (boxed in its record: only queued jobs have one).
-pub(super) struct QueueTrack {
-    /// The newest resourceVersion of its Workload applied; older events are stale.
-    rv: u64,
-    /// What its Workload says, once seen.
-    pub(super) status: Option<QueueStatus>,
-    /// The last status its own object showed (without the queue), to report with a change
-    /// of the queue.
-    pub(super) workload: WorkloadStatus,
-    /// Held by a watcher from reading an event of the job until its report is sent: the
-    /// object's watcher and the Workload's report the job in the order they merged.
-    order: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl QueueTrack {
-    /// For a job whose recorded status is `recorded` (after a restart, what the store holds).
-    pub(super) fn new(recorded: &WorkloadStatus) -> Self {
-        let mut workload = recorded.clone();
-        let status = workload.queue.take();
-        Self {
-            rv: 0,
-            status,
-            workload,
-            order: Arc::default(),
-        }
-    }
-}
 
 impl Inner {
     /// For an event of a queued job's object or Workload (`job_id`): the job's report order,

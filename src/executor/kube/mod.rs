@@ -297,7 +297,7 @@ impl Inner {
             .spec
             .queue_name
             .as_ref()
-            .map(|_| kueue::QueueTrack::new(&job.workload));
+            .map(|_| tracking::QueueTrack::new(&job.workload));
         self.tracked.entry(job.id.clone()).or_insert_with(|| {
             Tracked::new(
                 job.spec.namespace.clone(),

@@ -25,10 +25,9 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher;
 
 use super::kinds::{Decoding, Kind};
-use super::kueue::QueueTrack;
 use super::manifest::JOB_ID_LABEL;
 use super::{label, resource_version, status};
-use crate::model::WorkloadStatus;
+use crate::model::{QueueStatus, WorkloadStatus};
 
 /// What the executor keeps per unfinished job: about a hundred bytes inline, since every
 /// tracked job has one in a hash table. The job service keeps the job itself (its spec and
@@ -98,6 +97,34 @@ impl Tracked {
             status.queue.clone_from(&queue.status);
         }
         status
+    }
+}
+
+/// What a tracked queued job keeps of Kueue (boxed in its record: only queued jobs have one).
+pub(super) struct QueueTrack {
+    /// The newest resourceVersion of its Workload applied; older events are stale.
+    pub(super) rv: u64,
+    /// What its Workload says, once seen.
+    pub(super) status: Option<QueueStatus>,
+    /// The last status its own object showed (without the queue), to report with a change
+    /// of the queue.
+    pub(super) workload: WorkloadStatus,
+    /// Held by a watcher from reading an event of the job until its report is sent: the
+    /// object's watcher and the Workload's report the job in the order they merged.
+    pub(super) order: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl QueueTrack {
+    /// For a job whose recorded status is `recorded` (after a restart, what the store holds).
+    pub(super) fn new(recorded: &WorkloadStatus) -> Self {
+        let mut workload = recorded.clone();
+        let status = workload.queue.take();
+        Self {
+            rv: 0,
+            status,
+            workload,
+            order: Arc::default(),
+        }
     }
 }
 
