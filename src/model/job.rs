@@ -104,7 +104,7 @@ impl Job {
         };
         let before = (self.progress, self.result.clone(), self.message.clone());
         let previous = self.phase;
-        let queue_entered = queue_change(self.workload.queue.as_ref(), status.queue.as_ref());
+        let queue_entered = queue_change(self.workload.queue.as_deref(), status.queue.as_deref());
         self.progress = progress;
         if status.result.is_some() {
             self.result.clone_from(&status.result);
@@ -119,7 +119,7 @@ impl Job {
         // Kueue suspends an evicted or preempted job's workload until it is readmitted:
         // the one move back, to PENDING, saying why. Only Kueue suspends a queued job, and
         // it may have readmitted it already by the time the suspension is seen.
-        if let Some(queue) = self.workload.queue.as_ref()
+        if let Some(queue) = self.workload.queue.as_deref()
             && previous == JobPhase::Running
             && derived.phase == JobPhase::Pending
         {

@@ -146,7 +146,7 @@ pub struct WorkloadStatus {
     pub mapped: Option<MappedPhase>,
     /// Where the job stands in its Kueue queue, once Kueue's Workload for it was seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue: Option<QueueStatus>,
+    pub queue: Option<Box<QueueStatus>>,
 }
 
 /// Where a queued job stands in Kueue, as Kueue's Workload for it says.

@@ -297,6 +297,7 @@ fn job(template: &str, parameters: Option<Value>) -> Job {
         service_account_name: None,
         ttl_seconds_after_finished: None,
         depends_on: Vec::new(),
+        queue_name: None,
     };
     Job::accepted("0193-abc".into(), spec, None, chrono::Utc::now())
 }

@@ -146,10 +146,10 @@ fn applied(inner: &Inner, object: &DynamicObject) -> Option<(String, WorkloadSta
     }
     let name = queue.status.as_ref().map(|q| q.name.clone()).unwrap_or_default();
     let status = queue_status(&value, &name);
-    if queue.status.as_ref() == Some(&status) {
+    if queue.status.as_deref() == Some(&status) {
         return None;
     }
-    queue.status = Some(status);
+    queue.status = Some(Box::new(status));
     let mut report = queue.workload.clone();
     report.queue.clone_from(&queue.status);
     let digest = tracking::digest(&report);

@@ -105,7 +105,7 @@ pub(super) struct QueueTrack {
     /// The newest resourceVersion of its Workload applied; older events are stale.
     pub(super) rv: u64,
     /// What its Workload says, once seen.
-    pub(super) status: Option<QueueStatus>,
+    pub(super) status: Option<Box<QueueStatus>>,
     /// The last status its own object showed (without the queue), to report with a change
     /// of the queue.
     pub(super) workload: WorkloadStatus,
