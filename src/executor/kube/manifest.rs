@@ -309,4 +309,30 @@ mod tests {
                 .any(|e| e.name == "JOB_COMPLETION_INDEX" && e.value.as_deref() == Some("0"))
         );
     }
+
+    #[test]
+    fn a_queued_job_is_created_suspended_with_kueues_label() {
+        let mut j = job(SubmitRequest {
+            image: Some("busybox".into()),
+            command: Some(vec!["true".into()]),
+            ..SubmitRequest::default()
+        });
+        let plain = build(&j, &ManifestDefaults::default());
+        assert_eq!(plain.spec.as_ref().unwrap().suspend, None);
+        j.spec.queue_name = Some("team-a".into());
+        let k = build(&j, &ManifestDefaults::default());
+        assert_eq!(k.metadata.labels.as_ref().unwrap()[KUEUE_QUEUE_LABEL], "team-a");
+        let spec = k.spec.unwrap();
+        assert_eq!(spec.suspend, Some(true), "Kueue unsuspends it once admitted");
+        assert!(
+            !spec
+                .template
+                .metadata
+                .unwrap()
+                .labels
+                .unwrap()
+                .contains_key(KUEUE_QUEUE_LABEL),
+            "the label is the Job's, not its pods'"
+        );
+    }
 }
