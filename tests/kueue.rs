@@ -101,8 +101,12 @@ async fn queued_jobs_wait_for_quota_are_admitted_evicted_and_readmitted() {
         .submit(gated("first", json!({"queueName": "team-a"})))
         .await;
     server.wait_phase(&first, "RUNNING").await;
-    let job = server.job_with(&first, JOB_FIELDS).await;
-    assert_eq!(job["queue"]["state"], "ADMITTED", "{job}");
+    // Kueue's admission and the Job's start are seen by two watchers, in either order.
+    let job = server
+        .job_until(&first, JOB_FIELDS, "the first job admitted", |j| {
+            j["queue"]["state"] == "ADMITTED"
+        })
+        .await;
     assert_eq!(job["queue"]["clusterQueue"], "cluster-queue", "{job}");
     assert_eq!(job["spec"]["queueName"], "team-a");
     let admitted = common::condition(&job, "Admitted").expect("Kueue's conditions are the job's");
@@ -223,7 +227,19 @@ async fn queued_jobs_wait_for_quota_are_admitted_evicted_and_readmitted() {
     // is free again once its pod is gone).
     let evicted = cluster.emu.evict_workload("default", &job_name(&second), true);
     assert!(evicted.is_some(), "the second job's workload holds quota");
-    let preempted = pushed_until(&mut ws, "s", "the preemption", |e| e["reason"] == "Preempted").await;
+    // The watchers of the Workload and of the Job see Kueue's steps in either order: the
+    // preemption's event and the move back may come one before the other.
+    let [preempted, back, _] = pushed_all(
+        &mut ws,
+        "s",
+        "the preemption, PENDING again, RUNNING again",
+        [
+            &|e: &Value| e["reason"] == "Preempted",
+            &|e: &Value| e["phase"] == "PENDING" && e["previousPhase"] == "RUNNING",
+            &|e: &Value| e["phase"] == "RUNNING" && e["previousPhase"] == "PENDING",
+        ],
+    )
+    .await;
     assert!(
         preempted["message"]
             .as_str()
@@ -231,11 +247,15 @@ async fn queued_jobs_wait_for_quota_are_admitted_evicted_and_readmitted() {
             .contains("Preempted to accommodate"),
         "{preempted}"
     );
-    let back = pushed_until(&mut ws, "s", "PENDING again", |e| e["phase"] == "PENDING").await;
-    assert_eq!(back["previousPhase"], "RUNNING", "{back}");
-    pushed_until(&mut ws, "s", "RUNNING again", |e| e["phase"] == "RUNNING").await;
-    let readmitted = server.job_with(&second, JOB_FIELDS).await;
-    assert_eq!(readmitted["queue"]["state"], "ADMITTED", "{readmitted}");
+    assert!(
+        back["message"].as_str().unwrap().contains("Kueue queue team-a"),
+        "the move back says why: {back}"
+    );
+    let readmitted = server
+        .job_until(&second, JOB_FIELDS, "the second job readmitted", |j| {
+            j["queue"]["state"] == "ADMITTED"
+        })
+        .await;
     let evicted = common::condition(&readmitted, "Evicted").expect("Kueue's Evicted condition");
     assert_eq!(
         evicted["status"], "False",
