@@ -21,10 +21,10 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use serde_json::Value;
 
+use super::Inner;
 use super::manifest::workload_name;
 use super::tracking;
 use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
-use super::{Inner, resource_version};
 use crate::model::{Condition, QueueState, QueueStatus, WorkloadStatus};
 
 /// Kueue's API group and the version jobgate reads.
@@ -128,24 +128,27 @@ pub(super) fn queue_status(object: &Value, queue: &str) -> QueueStatus {
 /// What an added or changed Workload means: the job it stands for, with its merged status,
 /// when that changed. Deleted Workloads mean nothing: Kueue deletes them with their object,
 /// whose own watcher reports that.
-fn applied(inner: &Inner, object: &DynamicObject) -> Option<(String, WorkloadStatus)> {
-    let value = serde_json::to_value(object).ok()?;
-    let job_id = owner_job_id(&value)?;
+fn applied(inner: &Inner, job_id: String, value: &Value) -> Option<(String, WorkloadStatus)> {
     let mut record = inner.tracked.get_mut(&job_id)?;
     let t = &mut *record;
-    if t.finishing || object.metadata.namespace.as_deref() != Some(t.namespace.as_str()) {
+    let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str);
+    if t.finishing || namespace != Some(t.namespace.as_str()) {
         return None;
     }
     let last_sent = t.last_sent;
     let queue = t.queue.as_mut()?;
-    if let Some(rv) = resource_version(&object.metadata) {
+    let rv = value
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|rv| rv.parse::<u64>().ok());
+    if let Some(rv) = rv {
         if rv <= queue.rv {
             return None; // stale
         }
         queue.rv = rv;
     }
     let name = queue.status.as_ref().map(|q| q.name.clone()).unwrap_or_default();
-    let status = queue_status(&value, &name);
+    let status = queue_status(value, &name);
     if queue.status.as_deref() == Some(&status) {
         return None;
     }
@@ -167,9 +170,14 @@ impl Handler<DynamicObject> for WorkloadEvents {
     async fn event(&mut self, event: watcher::Event<DynamicObject>) {
         match event {
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                let job_id = serde_json::to_value(&object).ok().and_then(|v| owner_job_id(&v));
-                let _order = self.0.queue_order(job_id.as_deref()).await;
-                if let Some((job_id, status)) = applied(&self.0, &object) {
+                let Ok(value) = serde_json::to_value(&object) else {
+                    return;
+                };
+                let Some(job_id) = owner_job_id(&value) else {
+                    return; // not a Workload of a job of ours
+                };
+                let _order = self.0.queue_order(Some(&job_id)).await;
+                if let Some((job_id, status)) = applied(&self.0, job_id, &value) {
                     self.0.send(job_id, status).await;
                 }
             }
