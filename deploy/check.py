@@ -54,6 +54,11 @@ WORKLOAD_RESOURCES = {
 }
 # The Role for workload kinds (deploy/overlays/workload-kinds) is held to this instead.
 WORKLOAD_ROLE = "jobgate-workloads"
+# What jobgate does with Kueue (JOBGATE_KUEUE or JOBGATE_DEFAULT_QUEUE set; see
+# deploy/overlays/kueue/role.yaml): read, list and watch its Workloads. Granted by a Role of
+# this name, held to exactly this, only with Kueue on, and required then.
+KUEUE_ROLE = "jobgate-kueue"
+KUEUE_NEEDED = {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")}
 # What replicas sharing a PostgreSQL database (JOBGATE_DATABASE_URL) do to the Leases they
 # coordinate through, in jobgate's own namespace only (see deploy/overlays/ha/role-leases.yaml):
 # each creates, renews (update), reads and deletes its own member Lease, follows the others'
@@ -744,6 +749,9 @@ def check_rbac(by_kind, env, home, account, shared):
     if default not in allowed:
         errors.append(f"the default namespace {default!r} must be one of the allowed {sorted(allowed)}")
 
+    kueue = (env.get("JOBGATE_KUEUE") or "").strip().lower() in ("true", "1", "yes", "on") or bool(
+        (env.get("JOBGATE_DEFAULT_QUEUE") or "").strip()
+    )
     roles = {}
     workloads, errors_of_templates = workload_needed()
     errors.extend(errors_of_templates)
@@ -756,7 +764,11 @@ def check_rbac(by_kind, env, home, account, shared):
                 for r in rule.get("resources") or []:
                     for v in rule.get("verbs") or []:
                         granted.add((g, r, v))
-        needed = {WORKLOAD_ROLE: workloads, LEASE_ROLE: LEASES_NEEDED}.get(role["metadata"]["name"], NEEDED)
+        needed = {WORKLOAD_ROLE: workloads, LEASE_ROLE: LEASES_NEEDED, KUEUE_ROLE: KUEUE_NEEDED}.get(
+            role["metadata"]["name"], NEEDED
+        )
+        if role["metadata"]["name"] == KUEUE_ROLE and not kueue:
+            errors.append(f"{name(role)}: grants Kueue's Workloads, which jobgate reads only with JOBGATE_KUEUE")
         if role["metadata"]["name"] == LEASE_ROLE:
             if role["metadata"].get("namespace") != home:
                 errors.append(f"{name(role)}: Leases are jobgate's only in its own namespace {home}")
@@ -772,6 +784,7 @@ def check_rbac(by_kind, env, home, account, shared):
 
     granted_in = set()
     leases_bound_in = set()
+    kueue_bound_in = set()
     for rb in by_kind.get("RoleBinding", []):
         ns = rb["metadata"].get("namespace")
         ref = rb.get("roleRef") or {}
@@ -787,6 +800,8 @@ def check_rbac(by_kind, env, home, account, shared):
         # The Lease Role is no right to run jobs: it does not make a namespace one jobgate works in.
         if ref.get("name") == LEASE_ROLE:
             leases_bound_in.add(ns)
+        elif ref.get("name") == KUEUE_ROLE:
+            kueue_bound_in.add(ns)
         else:
             granted_in.add(ns)
     if shared and home not in leases_bound_in:
@@ -794,6 +809,12 @@ def check_rbac(by_kind, env, home, account, shared):
             f"{DATABASE_VAR} is set: replicas coordinate through Leases, so a RoleBinding in {home} must "
             f"grant jobgate the Role {LEASE_ROLE} ({', '.join(sorted(v for _, _, v in LEASES_NEEDED))} on leases)"
         )
+    if kueue:
+        for ns in sorted(allowed - kueue_bound_in):
+            errors.append(
+                f"JOBGATE_KUEUE is on: jobgate watches Kueue's Workloads in {ns}, so a RoleBinding there must "
+                f"grant it the Role {KUEUE_ROLE} (get, list, watch on workloads.kueue.x-k8s.io)"
+            )
     for ns in sorted(allowed - granted_in):
         errors.append(f"namespace {ns} is allowed, but no RoleBinding lets jobgate work there")
     for ns in sorted(granted_in - allowed):

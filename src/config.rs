@@ -31,7 +31,7 @@ use crate::graphql::ws::WsConfig;
 use crate::jobs::catalog::{self, Runtime};
 use crate::jobs::service::ServiceConfig;
 use crate::metrics::Metrics;
-use crate::model::{Scope, TemplateInputs, ValidationLimits};
+use crate::model::{KueueLimits, Scope, TemplateInputs, ValidationLimits};
 use crate::rate_limits::RateLimitSettings;
 use crate::store::Durability;
 use crate::templates::{TemplateError, TemplateSet};
@@ -144,6 +144,19 @@ pub struct Config {
     /// (jobgate keeps its history, result and log tail), for jobs that set none.
     #[arg(long, env = "JOBGATE_TTL_SECONDS_AFTER_FINISHED", default_value_t = 3600, value_parser = clap::value_parser!(i32).range(0..))]
     pub ttl_seconds_after_finished: i32,
+
+    /// Kubernetes executor: queue jobs in Kueue. Jobs may name a LocalQueue (`queueName`);
+    /// jobgate creates them suspended with Kueue's queue-name label and watches Kueue's
+    /// Workloads (one watcher per watched namespace) to show why each waits and when it is
+    /// admitted. Needs Kueue installed and RBAC to get/list/watch `workloads.kueue.x-k8s.io`.
+    /// Implied by --default-queue.
+    #[arg(long, env = "JOBGATE_KUEUE")]
+    pub kueue: bool,
+
+    /// Kubernetes executor: the Kueue LocalQueue of jobs that name none (for templates whose
+    /// kind Kueue can queue). Turns Kueue integration on.
+    #[arg(long, env = "JOBGATE_DEFAULT_QUEUE")]
+    pub default_queue: Option<String>,
 
     /// A directory of workload template files (`*.yaml`) to load besides the built-in ones;
     /// a template with a built-in's name replaces it. A bad file stops jobgate at start.
@@ -577,6 +590,19 @@ impl Config {
         }
         crate::hosts::AllowedHosts::parse(&self.allowed_hosts).map_err(ConfigError::Invalid)?;
         self.auth_settings()?;
+        if let Some(queue) = self.default_queue()
+            && !crate::model::is_queue_name(&queue)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "--default-queue: {queue:?} is not a LocalQueue name (1 to 63 lowercase letters, digits, '-' or '.', starting and ending alphanumeric)"
+            )));
+        }
+        if self.kueue_enabled() && self.executor != ExecutorKind::Kubernetes {
+            return Err(ConfigError::Invalid(
+                "--kueue and --default-queue need --executor kubernetes: Kueue queues Kubernetes workloads"
+                    .into(),
+            ));
+        }
         if self.executor == ExecutorKind::Local {
             self.validate_local()?;
         }
@@ -767,6 +793,16 @@ impl Config {
         TemplateSet::load(self.template_dir.as_deref())
     }
 
+    /// The default LocalQueue, if one is set (an empty value sets none).
+    fn default_queue(&self) -> Option<String> {
+        self.default_queue.clone().filter(|q| !q.trim().is_empty())
+    }
+
+    /// Whether jobs are queued in Kueue: asked for, or implied by a default queue.
+    pub fn kueue_enabled(&self) -> bool {
+        self.kueue || self.default_queue().is_some()
+    }
+
     pub fn validation_limits(&self, workloads: &TemplateSet) -> ValidationLimits {
         let mut templates = vec![crate::templates::CONTAINER.to_owned()];
         templates.extend(workloads.names().map(str::to_owned));
@@ -776,6 +812,7 @@ impl Config {
                 let inputs = TemplateInputs {
                     fields: t.fields.iter().map(|(f, _)| f.clone()).collect(),
                     required: t.required.clone(),
+                    not_queueable: t.kueue_suspend_field().err(),
                 };
                 (t.name.clone(), inputs)
             })
@@ -789,6 +826,10 @@ impl Config {
             allowed_namespaces: self.allowed_namespaces(),
             service_accounts: self.service_accounts.clone(),
             require_image: self.executor == ExecutorKind::Kubernetes,
+            kueue: KueueLimits {
+                enabled: self.kueue_enabled(),
+                default_queue: self.default_queue(),
+            },
             ..ValidationLimits::default()
         }
     }
@@ -803,6 +844,7 @@ impl Config {
                 ttl_seconds_after_finished: Some(self.ttl_seconds_after_finished),
             },
             captured_log_lines: self.captured_log_lines,
+            kueue: self.kueue_enabled(),
             // A shared store means replicas: they divide the work through Leases.
             membership: self
                 .database_url

@@ -15,7 +15,8 @@ use crate::jobs::service::JobService;
 use crate::model::{self, Job, JobEvent};
 use crate::webhooks;
 
-/// Where a job is in its life; phases only move forward.
+/// Where a job is in its life; phases only move forward, except that a job Kueue evicts
+/// or preempts goes back from RUNNING to PENDING until it is readmitted.
 #[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
 #[graphql(name = "JobPhase")]
 pub enum JobPhase {
@@ -48,6 +49,53 @@ impl From<JobPhase> for model::JobPhase {
             JobPhase::Cancelled => Self::Cancelled,
         }
     }
+}
+
+/// A queued job's state in Kueue.
+#[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueState {
+    /// Waiting for quota (or for Kueue to take the job in); `reason` and `message` say why.
+    Pending,
+    /// Quota is reserved; admission checks may still run.
+    QuotaReserved,
+    /// Admitted: the job may run.
+    Admitted,
+    /// Evicted: suspended again and requeued until readmitted.
+    Evicted,
+    /// Preempted for another workload: suspended again and requeued until readmitted.
+    Preempted,
+    /// The job's workload finished and released its quota.
+    Finished,
+}
+
+impl From<model::QueueState> for QueueState {
+    fn from(s: model::QueueState) -> Self {
+        match s {
+            model::QueueState::Pending => Self::Pending,
+            model::QueueState::QuotaReserved => Self::QuotaReserved,
+            model::QueueState::Admitted => Self::Admitted,
+            model::QueueState::Evicted => Self::Evicted,
+            model::QueueState::Preempted => Self::Preempted,
+            model::QueueState::Finished => Self::Finished,
+        }
+    }
+}
+
+/// Where a job queued in Kueue stands, as Kueue's Workload for it says.
+#[derive(SimpleObject, Clone, Debug)]
+pub struct JobQueue {
+    /// The Kueue LocalQueue.
+    pub name: String,
+    pub state: QueueState,
+    /// The reason of Kueue's condition behind `state` (e.g. `Pending`, `Admitted`,
+    /// `Preempted`); null before Kueue has seen the job.
+    pub reason: Option<String>,
+    /// Kueue's explanation, e.g. why a pending job is not admitted.
+    pub message: Option<String>,
+    /// The ClusterQueue whose quota it holds, while it holds some.
+    pub cluster_queue: Option<String>,
+    /// When it entered `state`.
+    pub since: Option<DateTime<Utc>>,
 }
 
 #[derive(InputObject, Clone, Debug)]
@@ -94,6 +142,10 @@ pub struct SubmitJobInput {
     /// `WaitingForDependencies` until they all have, and fails with `DependencyFailed` if one
     /// of them fails or is cancelled.
     pub depends_on: Option<Vec<ID>>,
+    /// The Kueue LocalQueue the job waits in for admission (servers with Kueue integration;
+    /// the server's default queue when omitted). Refused for templates whose kind Kueue
+    /// cannot queue. The job stays PENDING, its `queue` saying why, until Kueue admits it.
+    pub queue_name: Option<String>,
 }
 
 /// Kubernetes quantities, e.g. cpu `500m` or `2`, memory `256Mi` or `1G`.
@@ -162,6 +214,7 @@ impl From<SubmitJobInput> for model::SubmitRequest {
             }),
             service_account_name: i.service_account_name,
             ttl_seconds_after_finished: i.ttl_seconds_after_finished,
+            queue_name: i.queue_name,
         }
     }
 }
@@ -283,6 +336,10 @@ impl JobSpec {
     async fn ttl_seconds_after_finished(&self) -> Option<i32> {
         self.0.spec.ttl_seconds_after_finished
     }
+    /// The Kueue LocalQueue the job was queued in.
+    async fn queue_name(&self) -> Option<&str> {
+        self.0.spec.queue_name.as_deref()
+    }
     async fn depends_on(&self) -> Vec<ID> {
         self.0.spec.depends_on.iter().map(|id| ID(id.clone())).collect()
     }
@@ -354,7 +411,40 @@ impl JobObject {
             .conditions
             .iter()
             .filter(|c| !self.0.conditions.iter().any(|o| o.type_ == c.type_));
-        ours.chain(workload).map(JobCondition::from).collect()
+        let queue = self
+            .0
+            .workload
+            .queue
+            .iter()
+            .flat_map(|q| &q.conditions)
+            .filter(|c| !self.0.conditions.iter().any(|o| o.type_ == c.type_));
+        ours.chain(workload)
+            .chain(queue)
+            .map(JobCondition::from)
+            .collect()
+    }
+    /// Where the job stands in its Kueue queue; null for jobs not queued in Kueue.
+    async fn queue(&self) -> Option<JobQueue> {
+        let name = self.0.spec.queue_name.as_ref()?;
+        Some(match &self.0.workload.queue {
+            Some(q) => JobQueue {
+                name: q.name.clone(),
+                state: q.state.into(),
+                reason: q.reason.clone(),
+                message: q.message.clone(),
+                cluster_queue: q.cluster_queue.clone(),
+                since: q.since,
+            },
+            // Kueue has not made its Workload yet.
+            None => JobQueue {
+                name: name.clone(),
+                state: QueueState::Pending,
+                reason: None,
+                message: None,
+                cluster_queue: None,
+                since: None,
+            },
+        })
     }
     async fn progress(&self) -> Option<JobProgress> {
         let p = self.0.progress;

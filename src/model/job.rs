@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::phase::{Condition, JobPhase, Progress, WorkloadStatus};
+use super::phase::{Condition, JobPhase, Progress, QueueState, QueueStatus, WorkloadStatus};
 use super::spec::JobSpec;
 
 /// A job as jobgate knows it: its spec plus its observed state.
@@ -104,6 +104,7 @@ impl Job {
         };
         let before = (self.progress, self.result.clone(), self.message.clone());
         let previous = self.phase;
+        let queue_entered = queue_change(self.workload.queue.as_deref(), status.queue.as_deref());
         self.progress = progress;
         if status.result.is_some() {
             self.result.clone_from(&status.result);
@@ -115,6 +116,39 @@ impl Job {
             self.started_at = status.start_time;
         }
         self.workload = status;
+        // Kueue suspends an evicted or preempted job's workload until it is readmitted:
+        // the one move back, to PENDING, saying why. Only Kueue suspends a queued job, and
+        // it may have readmitted it already by the time the suspension is seen.
+        if let Some(queue) = self.workload.queue.as_deref()
+            && previous == JobPhase::Running
+            && derived.phase == JobPhase::Pending
+        {
+            let (reason, message) = if queue.state.holds_quota() {
+                (
+                    "Requeued".to_owned(),
+                    format!("Kueue queue {}: suspended by Kueue until readmitted", queue.name),
+                )
+            } else {
+                (queue.state.event_reason().to_owned(), queue_message(queue))
+            };
+            self.phase = JobPhase::Pending;
+            self.conditions.retain(|c| c.type_ != "Running");
+            self.conditions.retain(|c| c.type_ != "Pending");
+            self.conditions.push(Condition {
+                type_: "Pending".into(),
+                status: "True".into(),
+                reason: Some(reason.clone()),
+                message: Some(message.clone()),
+                last_transition_time: Some(now),
+            });
+            self.message = Some(message.clone());
+            return Some(Transition {
+                previous_phase: Some(previous),
+                phase: JobPhase::Pending,
+                reason: Some(reason),
+                message: Some(message),
+            });
+        }
         let moved = previous.can_advance_to(derived.phase);
         if moved {
             // A failure keeps the cause the executor saw after the condition's summary,
@@ -133,6 +167,19 @@ impl Job {
                 now,
             );
             self.message = detail;
+        }
+        if !moved && let Some(queue) = queue_entered {
+            // What Kueue decided is the news: the job waits (and why), or may run.
+            let message = queue_message(&queue);
+            if !queue.state.holds_quota() || self.phase == JobPhase::Pending {
+                self.message = Some(message.clone());
+            }
+            return Some(Transition {
+                previous_phase: Some(previous),
+                phase: self.phase,
+                reason: Some(queue.state.event_reason().to_owned()),
+                message: Some(message),
+            });
         }
         let after = (self.progress, self.result.clone(), self.message.clone());
         if !moved && before == after {
@@ -364,6 +411,28 @@ impl Job {
             last_transition_time: Some(now),
         });
     }
+}
+
+/// The queue status a job entered, when its state or explanation differ from `before`'s.
+fn queue_change(before: Option<&QueueStatus>, after: Option<&QueueStatus>) -> Option<QueueStatus> {
+    let after = after?;
+    let same = before
+        .is_some_and(|b| b.state == after.state && b.reason == after.reason && b.message == after.message);
+    (!same).then(|| after.clone())
+}
+
+/// What a job's queue status says, for its message and events: Kueue's own message, or its
+/// state in words.
+fn queue_message(queue: &QueueStatus) -> String {
+    let detail = queue.message.clone().unwrap_or_else(|| match queue.state {
+        QueueState::Pending => "waiting for quota".to_owned(),
+        QueueState::QuotaReserved => "quota reserved".to_owned(),
+        QueueState::Admitted => "admitted".to_owned(),
+        QueueState::Evicted => "evicted".to_owned(),
+        QueueState::Preempted => "preempted".to_owned(),
+        QueueState::Finished => "finished".to_owned(),
+    });
+    format!("Kueue queue {}: {detail}", queue.name)
 }
 
 /// The condition that says whether a job's workload could be created.

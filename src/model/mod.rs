@@ -23,12 +23,16 @@ pub use job::{
     DEPENDENCIES_SUCCEEDED, DEPENDENCY_FAILED, Job, Transition, WAITING_FOR_DEPENDENCIES, WORKLOAD_CREATED,
 };
 pub use phase::{
-    Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, WorkloadStatus, clip,
+    Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, QueueState, QueueStatus,
+    WorkloadStatus, clip,
 };
 pub use scope::Scope;
 pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
-pub use validation::{MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError, ValidationLimits};
+pub use validation::{
+    KueueLimits, MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError, ValidationLimits,
+    is_queue_name,
+};
 
 #[cfg(test)]
 mod tests;

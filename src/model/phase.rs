@@ -144,6 +144,77 @@ pub struct WorkloadStatus {
     /// batch/v1 Job; it takes precedence over the conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mapped: Option<MappedPhase>,
+    /// Where the job stands in its Kueue queue, once Kueue's Workload for it was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<Box<QueueStatus>>,
+}
+
+/// Where a queued job stands in Kueue, as Kueue's Workload for it says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// The LocalQueue.
+    pub name: String,
+    pub state: QueueState,
+    /// The reason and message of the Workload condition behind `state`: for a pending
+    /// job, why Kueue does not admit it (e.g. insufficient quota).
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// The ClusterQueue that reserved quota for it, while it holds some.
+    pub cluster_queue: Option<String>,
+    /// When it entered `state`.
+    pub since: Option<DateTime<Utc>>,
+    /// The Workload's own conditions (QuotaReserved, Admitted, Evicted, Preempted, ...).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// A queued job's state in Kueue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum QueueState {
+    /// Waiting for quota.
+    Pending,
+    /// Quota is reserved; admission checks may still be running.
+    QuotaReserved,
+    /// Admitted: its workload may run.
+    Admitted,
+    /// Evicted (and suspended again) until readmitted.
+    Evicted,
+    /// Preempted to make room for another workload; requeued until readmitted.
+    Preempted,
+    /// Its workload finished and released its quota.
+    Finished,
+}
+
+impl QueueState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::QuotaReserved => "QUOTA_RESERVED",
+            Self::Admitted => "ADMITTED",
+            Self::Evicted => "EVICTED",
+            Self::Preempted => "PREEMPTED",
+            Self::Finished => "FINISHED",
+        }
+    }
+
+    /// Whether a job in this state holds quota and may run.
+    pub fn holds_quota(self) -> bool {
+        matches!(self, Self::QuotaReserved | Self::Admitted | Self::Finished)
+    }
+
+    /// The reason of the event recorded when a job enters this state.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            Self::Pending => "QueuedPending",
+            Self::QuotaReserved => "QuotaReserved",
+            Self::Admitted => "Admitted",
+            Self::Evicted => "Evicted",
+            Self::Preempted => "Preempted",
+            Self::Finished => "QueueFinished",
+        }
+    }
 }
 
 /// A phase decoded by a template's rules, with the reason and message that explain it.

@@ -32,6 +32,8 @@ pub struct SubmitRequest {
     pub service_account_name: Option<String>,
     pub ttl_seconds_after_finished: Option<i32>,
     pub depends_on: Option<Vec<String>>,
+    /// The Kueue LocalQueue to queue the job in (Kubernetes executor with Kueue).
+    pub queue_name: Option<String>,
 }
 
 /// CPU and memory quantities in Kubernetes notation (`500m`, `2`, `256Mi`, `1G`).
@@ -131,6 +133,10 @@ pub struct JobSpec {
     /// Jobs that must succeed before this one starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
+    /// The Kueue LocalQueue the job waits in for admission (the submitted one or the
+    /// server's default queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_name: Option<String>,
 }
 
 impl JobSpec {

@@ -368,3 +368,162 @@ fn stale_status_never_revives_a_job() {
     assert_eq!(job.phase, JobPhase::Cancelled);
     assert!(job.cancel(Utc::now()).is_none());
 }
+
+#[test]
+fn queue_names_need_kueue_a_queueable_kind_and_a_valid_name() {
+    let queued = SubmitRequest {
+        queue_name: Some("team-a".into()),
+        ..request()
+    };
+    let off = queued.validate(&ValidationLimits::default()).unwrap_err();
+    assert_eq!(off.field, "input.queueName");
+    assert!(off.message.contains("--kueue"), "{off}");
+    let mut limits = ValidationLimits {
+        kueue: KueueLimits {
+            enabled: true,
+            default_queue: Some("shared".into()),
+        },
+        ..ValidationLimits::default()
+    };
+    assert_eq!(
+        queued.validate(&limits).unwrap().queue_name.as_deref(),
+        Some("team-a")
+    );
+    assert_eq!(
+        request().validate(&limits).unwrap().queue_name.as_deref(),
+        Some("shared"),
+        "the default queue"
+    );
+    let bad = SubmitRequest {
+        queue_name: Some("Team A".into()),
+        ..request()
+    };
+    assert_eq!(bad.validate(&limits).unwrap_err().field, "input.queueName");
+    limits.templates.push("argo".into());
+    limits.template_inputs.insert(
+        "argo".into(),
+        TemplateInputs {
+            fields: vec!["command".into()],
+            required: vec![],
+            not_queueable: Some("Kueue has no Argo Workflows integration".into()),
+        },
+    );
+    let argo = SubmitRequest {
+        template: Some("argo".into()),
+        ..queued.clone()
+    };
+    let refused = argo.validate(&limits).unwrap_err();
+    assert!(
+        refused
+            .message
+            .contains("cannot be queued in Kueue: Kueue has no Argo"),
+        "{refused}"
+    );
+    let argo_default = SubmitRequest {
+        template: Some("argo".into()),
+        ..request()
+    };
+    assert_eq!(
+        argo_default.validate(&limits).unwrap().queue_name,
+        None,
+        "the default queue skips kinds Kueue cannot queue"
+    );
+}
+
+fn queue(state: QueueState, reason: &str, message: &str) -> Option<Box<QueueStatus>> {
+    Some(Box::new(QueueStatus {
+        name: "team-a".into(),
+        state,
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        cluster_queue: None,
+        since: None,
+        conditions: vec![],
+    }))
+}
+
+#[test]
+fn kueue_changes_are_events_and_an_eviction_sends_a_running_job_back_to_pending() {
+    let now = Utc::now();
+    let spec = request().validate(&ValidationLimits::default()).unwrap();
+    let mut job = Job::accepted("j".into(), spec, None, now);
+    let suspended = WorkloadStatus {
+        conditions: vec![Condition::truthy(
+            "Suspended",
+            "JobSuspended",
+            Some("Job suspended".into()),
+            now,
+        )],
+        ..WorkloadStatus::default()
+    };
+    let pending = job
+        .observe(
+            WorkloadStatus {
+                queue: queue(QueueState::Pending, "Pending", "insufficient unused quota"),
+                ..suspended.clone()
+            },
+            now,
+        )
+        .expect("an event");
+    assert_eq!(
+        (pending.phase, pending.reason.as_deref()),
+        (JobPhase::Pending, Some("QueuedPending"))
+    );
+    assert!(
+        job.message
+            .as_deref()
+            .unwrap()
+            .contains("insufficient unused quota")
+    );
+    let admitted = WorkloadStatus {
+        queue: queue(QueueState::Admitted, "Admitted", "The workload is admitted"),
+        ..suspended.clone()
+    };
+    let t = job.observe(admitted.clone(), now).expect("an event");
+    assert_eq!(t.reason.as_deref(), Some("Admitted"));
+    assert_eq!(job.observe(admitted, now), None, "no change, no event");
+    let running = WorkloadStatus {
+        active: 1,
+        start_time: Some(now),
+        queue: queue(QueueState::Admitted, "Admitted", "The workload is admitted"),
+        ..WorkloadStatus::default()
+    };
+    assert_eq!(job.observe(running, now).unwrap().phase, JobPhase::Running);
+    let preempted = job
+        .observe(
+            WorkloadStatus {
+                active: 1,
+                start_time: Some(now),
+                queue: queue(
+                    QueueState::Preempted,
+                    "Preempted",
+                    "Preempted to accommodate a workload",
+                ),
+                ..WorkloadStatus::default()
+            },
+            now,
+        )
+        .unwrap();
+    assert_eq!(
+        (preempted.phase, preempted.reason.as_deref()),
+        (JobPhase::Running, Some("Preempted"))
+    );
+    let back = job
+        .observe(
+            WorkloadStatus {
+                queue: queue(
+                    QueueState::Preempted,
+                    "Preempted",
+                    "Preempted to accommodate a workload",
+                ),
+                ..suspended
+            },
+            now,
+        )
+        .unwrap();
+    assert_eq!(
+        (back.previous_phase, back.phase, back.reason.as_deref()),
+        (Some(JobPhase::Running), JobPhase::Pending, Some("Preempted"))
+    );
+    assert_eq!(job.phase, JobPhase::Pending);
+}

@@ -22,6 +22,18 @@ pub struct ValidationLimits {
     pub require_image: bool,
     /// For templates other than `container`: the input fields each uses and requires.
     pub template_inputs: std::collections::BTreeMap<String, TemplateInputs>,
+    /// Whether jobs may be queued in Kueue (`queueName`), and the queue of those that name
+    /// none.
+    pub kueue: KueueLimits,
+}
+
+/// What the server allows of Kueue.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KueueLimits {
+    /// Kueue integration is on: `queueName` is accepted.
+    pub enabled: bool,
+    /// The LocalQueue of jobs (of kinds Kueue can queue) that name none.
+    pub default_queue: Option<String>,
 }
 
 /// The optional `SubmitJobInput` fields a template uses, and those it requires; a job that
@@ -30,6 +42,8 @@ pub struct ValidationLimits {
 pub struct TemplateInputs {
     pub fields: Vec<String>,
     pub required: Vec<String>,
+    /// Why Kueue cannot queue the template's kind; `None` when it can.
+    pub not_queueable: Option<String>,
 }
 
 impl Default for ValidationLimits {
@@ -44,6 +58,7 @@ impl Default for ValidationLimits {
             service_accounts: Vec::new(),
             require_image: false,
             template_inputs: Default::default(),
+            kueue: KueueLimits::default(),
         }
     }
 }
@@ -303,6 +318,7 @@ impl SubmitRequest {
                 ));
             }
         }
+        let queue_name = self.queue_name(&template, inputs, limits)?;
         Ok(JobSpec {
             name: self.name.clone(),
             namespace,
@@ -320,8 +336,60 @@ impl SubmitRequest {
             service_account_name: self.service_account_name.clone(),
             ttl_seconds_after_finished: self.ttl_seconds_after_finished,
             depends_on,
+            queue_name,
         })
     }
+
+    /// The LocalQueue the job waits in: its own `queueName`, refused when Kueue is off or
+    /// cannot queue the template's kind; else the default queue where Kueue can queue it.
+    fn queue_name(
+        &self,
+        template: &str,
+        inputs: Option<&TemplateInputs>,
+        limits: &ValidationLimits,
+    ) -> Result<Option<String>, ValidationError> {
+        let not_queueable = inputs.and_then(|i| i.not_queueable.as_deref());
+        let Some(queue) = &self.queue_name else {
+            return Ok(limits
+                .kueue
+                .default_queue
+                .clone()
+                .filter(|_| limits.kueue.enabled && not_queueable.is_none()));
+        };
+        if !limits.kueue.enabled {
+            return Err(invalid(
+                "input.queueName",
+                "this server does not queue jobs in Kueue (it runs without --kueue); omit queueName",
+            ));
+        }
+        if let Some(why) = not_queueable {
+            return Err(invalid(
+                "input.queueName",
+                format!("template {template} cannot be queued in Kueue: {why}"),
+            ));
+        }
+        if !is_queue_name(queue) {
+            return Err(invalid(
+                "input.queueName",
+                format!(
+                    "{queue:?} is not a LocalQueue name (1 to 63 lowercase letters, digits, '-' or '.', starting and ending alphanumeric)"
+                ),
+            ));
+        }
+        Ok(Some(queue.clone()))
+    }
+}
+
+/// Whether `s` can name a LocalQueue and be the value of Kueue's queue-name label.
+pub fn is_queue_name(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_NAME_LEN
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'.')
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
 }
 
 impl SubmitRequest {

@@ -203,6 +203,45 @@ pub struct WorkloadTemplate {
     pub source: String,
 }
 
+/// The label that puts an object in a Kueue LocalQueue.
+pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+
+/// The JSON pointer of the suspend field of a kind Kueue queues natively (its built-in
+/// integrations), or why Kueue cannot queue the kind. Kueue admits a workload by flipping
+/// that field; kinds without one, or without an integration, are never held by it.
+pub fn kueue_suspend_field(group: &str, kind: &str) -> Result<&'static str, String> {
+    match (group, kind) {
+        ("batch", "Job")
+        | ("jobset.x-k8s.io", "JobSet")
+        | ("ray.io", "RayJob" | "RayCluster")
+        | ("trainer.kubeflow.org", "TrainJob") => Ok("/spec/suspend"),
+        ("kubeflow.org", "PyTorchJob" | "TFJob" | "MPIJob" | "XGBoostJob" | "PaddleJob" | "JAXJob") => {
+            Ok("/spec/runPolicy/suspend")
+        }
+        ("argoproj.io", "Workflow") => Err(
+            "Kueue has no Argo Workflows integration (it can only hold a Workflow's pods one by one, which jobgate does not set up)".into(),
+        ),
+        ("tekton.dev", "PipelineRun") => Err("Kueue has no Tekton integration".into()),
+        ("sparkoperator.k8s.io", "SparkApplication") => {
+            Err("Kueue has no SparkApplication integration".into())
+        }
+        _ => Err(format!("Kueue has no integration for {kind} ({group})")),
+    }
+}
+
+/// The value at JSON pointer `pointer` of `object`, created (with objects on the way) when
+/// missing; `None` when a value on the way is not an object.
+fn set_path<'a>(object: &'a mut Value, pointer: &str) -> Option<&'a mut Value> {
+    let mut at = object;
+    for key in pointer.split('/').skip(1) {
+        at = at.as_object_mut()?.entry(key.to_owned()).or_insert(Value::Null);
+        if at.is_null() {
+            *at = json!({});
+        }
+    }
+    Some(at)
+}
+
 /// What every rendered object carries besides the template's own spec.
 pub struct Stamp {
     pub name: String,
@@ -437,7 +476,22 @@ impl WorkloadTemplate {
         object["apiVersion"] = json!(self.api_version);
         object["kind"] = json!(self.kind);
         stamp_metadata(&mut object, &stamp.name, &job.spec.namespace, stamp);
+        // A queued job's object is created suspended and labelled with its LocalQueue:
+        // Kueue creates its Workload and unsuspends it once admitted.
+        if let (Some(queue), Ok(suspend)) = (&job.spec.queue_name, self.kueue_suspend_field()) {
+            object["metadata"]["labels"][KUEUE_QUEUE_LABEL] = json!(queue);
+            if let Some(field) = set_path(&mut object, suspend) {
+                *field = json!(true);
+            }
+        }
         object
+    }
+
+    /// Where the template's kind says it is suspended, when Kueue can queue it; otherwise
+    /// why it cannot.
+    pub fn kueue_suspend_field(&self) -> Result<&'static str, String> {
+        let (group, _) = self.group_version();
+        kueue_suspend_field(group, &self.kind)
     }
 
     /// The template's child objects for `job`, each named as it says (default

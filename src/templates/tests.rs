@@ -297,6 +297,7 @@ fn job(template: &str, parameters: Option<Value>) -> Job {
         service_account_name: None,
         ttl_seconds_after_finished: None,
         depends_on: Vec::new(),
+        queue_name: None,
     };
     Job::accepted("0193-abc".into(), spec, None, chrono::Utc::now())
 }
@@ -424,5 +425,36 @@ fn bad_templates_are_refused_with_the_problem() {
     for (text, expected) in bad {
         let e = WorkloadTemplate::parse("t.yaml", &text).unwrap_err();
         assert!(e.to_string().contains(expected), "expected {expected:?} in {e}");
+    }
+}
+
+#[test]
+fn a_queued_job_of_a_kind_kueue_queues_is_labelled_and_suspended() {
+    for (template, suspend) in [
+        ("pytorchjob", "/spec/runPolicy/suspend"),
+        ("tfjob", "/spec/runPolicy/suspend"),
+        ("mpijob", "/spec/runPolicy/suspend"),
+        ("trainjob", "/spec/suspend"),
+        ("rayjob", "/spec/suspend"),
+    ] {
+        let t = builtin(template);
+        assert_eq!(t.kueue_suspend_field(), Ok(suspend), "{template}");
+        let mut queued = job(template, None);
+        queued.spec.queue_name = Some("team-a".into());
+        let object = t.render(&queued, &stamp());
+        assert_eq!(
+            object["metadata"]["labels"][KUEUE_QUEUE_LABEL], "team-a",
+            "{template}"
+        );
+        assert_eq!(object.pointer(suspend), Some(&json!(true)), "{template}");
+        let plain = t.render(&job(template, None), &stamp());
+        assert!(
+            plain["metadata"]["labels"].get(KUEUE_QUEUE_LABEL).is_none(),
+            "{template}"
+        );
+    }
+    for template in ["argo-workflow", "tekton-pipelinerun", "sparkapplication"] {
+        let why = builtin(template).kueue_suspend_field().unwrap_err();
+        assert!(why.contains("Kueue has no"), "{template}: {why}");
     }
 }

@@ -14,6 +14,15 @@ import { navigate } from './nav.js';
 import { CANCEL_MUTATION, JOB_QUERY, LOGS_SUBSCRIPTION, PODS_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
 
 const MAX_TIMELINE = 500;
+// A queued job's state in Kueue, in words (the Job's `queue.state`).
+const QUEUE_STATES = {
+  PENDING: 'waiting for admission',
+  QUOTA_RESERVED: 'quota reserved',
+  ADMITTED: 'admitted',
+  EVICTED: 'evicted, requeued',
+  PREEMPTED: 'preempted, requeued',
+  FINISHED: 'finished',
+};
 
 export function JobDetail({ id, api, live }) {
   const [job, setJob] = useState(null);
@@ -229,6 +238,19 @@ export function JobDetail({ id, api, live }) {
             <dd>
               <ProgressBar job={job} />
             </dd>
+            {job.queue && [
+              <dt key="queue-t">Kueue queue</dt>,
+              <dd key="queue-d" data-testid="job-queue">
+                {job.queue.name}: <strong data-testid="job-queue-state">{QUEUE_STATES[job.queue.state] || job.queue.state}</strong>
+                {job.queue.clusterQueue && <span class="muted"> (ClusterQueue {job.queue.clusterQueue})</span>}
+                {job.queue.since && <span class="muted"> since <time datetime={job.queue.since}>{fullTime(job.queue.since)}</time></span>}
+                {(job.queue.reason || job.queue.message) && (
+                  <div class="muted small" data-testid="job-queue-reason">
+                    {[job.queue.reason, job.queue.message].filter(Boolean).join(': ')}
+                  </div>
+                )}
+              </dd>,
+            ]}
             {job.dependencies?.length > 0 && [
               <dt key="deps-t">Depends on</dt>,
               <dd key="deps-d">

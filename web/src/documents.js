@@ -10,7 +10,8 @@ export const JOB_ROW_FIELDS = `
 `;
 export const JOB_FIELDS = `${JOB_ROW_FIELDS}
   result submitter dependencies { id name phase }
-  conditions { type status reason message lastTransitionTime }`;
+  conditions { type status reason message lastTransitionTime }
+  queue { name state reason message clusterQueue since }`;
 export const PODS_FIELD = 'pods { name index phase exitCode reason message createdAt finishedAt }';
 export const STATS_QUERY = `query Stats($windowMinutes: Int!, $bucketSeconds: Int!) {
   jobStats(windowMinutes: $windowMinutes, bucketSeconds: $bucketSeconds) {

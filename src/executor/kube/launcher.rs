@@ -107,6 +107,7 @@ impl Inner {
                 }
                 if let Some(created) = created {
                     // The watch reports it too; this only saves waiting for it.
+                    let _order = self.queue_order(Some(&job.id)).await;
                     let actions = tracking::applied(&BatchJobs, &self.tracked, created);
                     self.carry_out_job_actions(actions).await;
                 }

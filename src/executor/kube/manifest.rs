@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::model::{Job, ResourceList, SHARD_LABEL, shard_of};
-use crate::templates::TERMINATION_MESSAGE_PATH;
+use crate::templates::{KUEUE_QUEUE_LABEL, TERMINATION_MESSAGE_PATH};
 
 /// The label every object jobgate creates carries, and the one its watchers select on.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -53,6 +53,12 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
     ]);
     if let Some(name) = &spec.name {
         labels.insert(JOB_NAME_LABEL.to_owned(), name.clone());
+    }
+    // Kueue finds queued Jobs by this label on the Job itself (not its pods) and admits them
+    // by unsuspending them.
+    let mut job_labels = labels.clone();
+    if let Some(queue) = &spec.queue_name {
+        job_labels.insert(KUEUE_QUEUE_LABEL.to_owned(), queue.clone());
     }
     let mut annotations = BTreeMap::from([(TEMPLATE_ANNOTATION.to_owned(), spec.template.clone())]);
     if let Some(submitter) = &job.submitter {
@@ -109,7 +115,7 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
         metadata: ObjectMeta {
             name: Some(workload_name(&job.id)),
             namespace: Some(spec.namespace.clone()),
-            labels: Some(labels.clone()),
+            labels: Some(job_labels),
             annotations: Some(annotations),
             ..ObjectMeta::default()
         },
@@ -129,6 +135,7 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
             ttl_seconds_after_finished: spec
                 .ttl_seconds_after_finished
                 .or(defaults.ttl_seconds_after_finished),
+            suspend: spec.queue_name.as_ref().map(|_| true),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels),
@@ -300,6 +307,32 @@ mod tests {
                 .unwrap()
                 .iter()
                 .any(|e| e.name == "JOB_COMPLETION_INDEX" && e.value.as_deref() == Some("0"))
+        );
+    }
+
+    #[test]
+    fn a_queued_job_is_created_suspended_with_kueues_label() {
+        let mut j = job(SubmitRequest {
+            image: Some("busybox".into()),
+            command: Some(vec!["true".into()]),
+            ..SubmitRequest::default()
+        });
+        let plain = build(&j, &ManifestDefaults::default());
+        assert_eq!(plain.spec.as_ref().unwrap().suspend, None);
+        j.spec.queue_name = Some("team-a".into());
+        let k = build(&j, &ManifestDefaults::default());
+        assert_eq!(k.metadata.labels.as_ref().unwrap()[KUEUE_QUEUE_LABEL], "team-a");
+        let spec = k.spec.unwrap();
+        assert_eq!(spec.suspend, Some(true), "Kueue unsuspends it once admitted");
+        assert!(
+            !spec
+                .template
+                .metadata
+                .unwrap()
+                .labels
+                .unwrap()
+                .contains_key(KUEUE_QUEUE_LABEL),
+            "the label is the Job's, not its pods'"
         );
     }
 }

@@ -38,6 +38,8 @@
 //! - `fence.rs`: what those shards allow now: every action on a job asks it first
 //!   (`Inner::acts_for`), and a layer of the client refuses writes made for a job of another
 //!   replica's shard, or begun before the shard last changed hands, retries included;
+//! - `kueue.rs`: with Kueue, the one watcher of its Workloads, linked to jobs by their
+//!   owner, and what a Workload's conditions say of a queued job;
 //! - `status.rs`: reading a Job's status and a pod's run;
 //! - `requests.rs`: counting API requests for `/metrics`.
 //!
@@ -46,6 +48,7 @@
 
 mod fence;
 mod kinds;
+mod kueue;
 mod launcher;
 mod logs;
 pub mod manifest;
@@ -109,6 +112,8 @@ pub struct KubeConfig {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Set when replicas share the store: they divide the jobs' shards through Leases.
     pub membership: Option<MembershipConfig>,
+    /// Jobs may be queued in Kueue: Kueue's Workloads are watched (see `kueue.rs`).
+    pub kueue: bool,
 }
 
 impl KubeConfig {
@@ -125,6 +130,7 @@ impl KubeConfig {
             templates: Arc::new(TemplateSet::default()),
             metrics,
             membership: None,
+            kueue: false,
         }
     }
 }
@@ -287,6 +293,11 @@ impl Inner {
         // again only when the watch shows something else: a re-list of unchanged jobs
         // costs the job service nothing.
         let recorded = (job.workload != WorkloadStatus::default()).then(|| tracking::digest(&job.workload));
+        let queue = job
+            .spec
+            .queue_name
+            .as_ref()
+            .map(|_| tracking::QueueTrack::new(&job.workload));
         self.tracked.entry(job.id.clone()).or_insert_with(|| {
             Tracked::new(
                 job.spec.namespace.clone(),
@@ -296,6 +307,7 @@ impl Inner {
                 ttl_seconds,
                 recorded,
             )
+            .queued(queue)
         });
     }
 

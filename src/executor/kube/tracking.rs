@@ -27,7 +27,7 @@ use kube::runtime::watcher;
 use super::kinds::{Decoding, Kind};
 use super::manifest::JOB_ID_LABEL;
 use super::{label, resource_version, status};
-use crate::model::WorkloadStatus;
+use crate::model::{QueueStatus, WorkloadStatus};
 
 /// What the executor keeps per unfinished job: about a hundred bytes inline, since every
 /// tracked job has one in a hash table. The job service keeps the job itself (its spec and
@@ -53,6 +53,8 @@ pub(super) struct Tracked {
     pub(super) decoding: Option<Box<Decoding>>,
     /// The job's `ttlSecondsAfterFinished` (or the server's default).
     pub(super) ttl_seconds: Option<i32>,
+    /// For jobs queued in Kueue: what its Workload says, merged into every report.
+    pub(super) queue: Option<Box<QueueTrack>>,
 }
 
 impl Tracked {
@@ -76,6 +78,52 @@ impl Tracked {
             last_sent,
             decoding: decoding.map(Box::new),
             ttl_seconds,
+            queue: None,
+        }
+    }
+
+    /// The same record, for a job queued in Kueue when `queue` is given.
+    pub(super) fn queued(mut self, queue: Option<QueueTrack>) -> Self {
+        self.queue = queue.map(Box::new);
+        self
+    }
+
+    /// `status`, read from the job's workload object, with what Kueue says of the job; the
+    /// workload's part is kept for the reports of Kueue's changes.
+    fn with_queue(&mut self, mut status: WorkloadStatus) -> WorkloadStatus {
+        if let Some(queue) = self.queue.as_mut() {
+            status.queue = None;
+            queue.workload.clone_from(&status);
+            status.queue.clone_from(&queue.status);
+        }
+        status
+    }
+}
+
+/// What a tracked queued job keeps of Kueue (boxed in its record: only queued jobs have one).
+pub(super) struct QueueTrack {
+    /// The newest resourceVersion of its Workload applied; older events are stale.
+    pub(super) rv: u64,
+    /// What its Workload says, once seen.
+    pub(super) status: Option<Box<QueueStatus>>,
+    /// The last status its own object showed (without the queue), to report with a change
+    /// of the queue.
+    pub(super) workload: WorkloadStatus,
+    /// Held by a watcher from reading an event of the job until its report is sent: the
+    /// object's watcher and the Workload's report the job in the order they merged.
+    pub(super) order: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl QueueTrack {
+    /// For a job whose recorded status is `recorded` (after a restart, what the store holds).
+    pub(super) fn new(recorded: &WorkloadStatus) -> Self {
+        let mut workload = recorded.clone();
+        let status = workload.queue.take();
+        Self {
+            rv: 0,
+            status,
+            workload,
+            order: Arc::default(),
         }
     }
 }
@@ -199,6 +247,16 @@ fn job_id(meta: &kube::api::ObjectMeta) -> Option<String> {
     label(meta, JOB_ID_LABEL).map(str::to_owned)
 }
 
+/// The job an event's object belongs to (none for the markers of a list).
+pub(super) fn event_job_id<K: Resource>(event: &watcher::Event<K>) -> Option<String> {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+            job_id(o.meta())
+        }
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    }
+}
+
 /// What an added or changed object means for its job (also how a Job the launcher has just
 /// created is taken in, before the watch shows it).
 pub(super) fn applied<F: Follow>(
@@ -226,6 +284,7 @@ pub(super) fn applied<F: Follow>(
     if t.finishing {
         if F::SETTLES {
             let (status, decided) = follow.read(&object, t);
+            let status = t.with_queue(status);
             if decided {
                 t.settled = Some(Box::new(status));
                 return vec![Action::Settled { job_id }];
@@ -234,6 +293,7 @@ pub(super) fn applied<F: Follow>(
         return Vec::new();
     }
     let (status, decided) = follow.read(&object, t);
+    let status = t.with_queue(status);
     if decided {
         t.finishing = true;
         t.settled = Some(Box::new(status.clone()));
@@ -272,6 +332,7 @@ fn deleted<F: Follow>(
     t.finishing = true;
     if F::SETTLES {
         let (status, decided) = follow.read(&object, t);
+        let status = t.with_queue(status);
         if decided {
             t.settled = Some(Box::new(status.clone()));
             return vec![Action::Finish {

@@ -198,6 +198,10 @@ struct JobEvents {
 
 impl Handler<K8sJob> for JobEvents {
     async fn event(&mut self, event: watcher::Event<K8sJob>) {
+        let _order = self
+            .inner
+            .queue_order(super::tracking::event_job_id(&event).as_deref())
+            .await;
         let actions = self.tracker.apply(&self.inner.tracked, event);
         self.inner.carry_out_job_actions(actions).await;
     }
@@ -256,6 +260,7 @@ impl Inner {
                 follow_events(pod_stream, Some(&pods_health), &inner.shutdown, &mut pod_events).await;
             });
         }
+        self.start_kueue_watchers(&mut watchers);
         drop(watchers);
         if self.membership.is_none() {
             self.follow_shards(ShardSet::ALL);

@@ -667,6 +667,10 @@ impl Handler<DynamicObject> for KindEvents {
         {
             kind.set_unavailable(None);
         }
+        let _order = self
+            .inner
+            .queue_order(super::tracking::event_job_id(&event).as_deref())
+            .await;
         let actions = self.tracker.apply(&self.inner.tracked, event);
         self.inner
             .carry_out_kind_actions(&kind, &self.resource, actions)

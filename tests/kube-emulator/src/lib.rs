@@ -61,6 +61,9 @@ const WORKLOAD_CRDS: &[&str] = &[
     include_str!("../crds/spark-operator.yaml"),
 ];
 
+/// Kueue's CRDs (crds/kueue.yaml).
+const KUEUE_CRDS: &str = include_str!("../crds/kueue.yaml");
+
 /// How to start an [`Emulator`]. `Default` is test-friendly: an ephemeral port on 127.0.0.1,
 /// bookmarks every 500 ms, 10,000 changes of history, fast controller timings.
 #[derive(Clone, Debug)]
@@ -224,6 +227,52 @@ impl Emulator {
             }
         }
         Ok(())
+    }
+
+    /// Installs the simulated Kueue: registers Kueue's CRDs (Workload, LocalQueue,
+    /// ClusterQueue, ResourceFlavor); from then on Jobs labelled `kueue.x-k8s.io/queue-name`
+    /// get Workloads and wait for admission (see `controllers::kueue`).
+    pub fn register_kueue(&self) -> anyhow::Result<()> {
+        self.register_crd_yaml(KUEUE_CRDS)
+    }
+
+    /// Creates a ResourceFlavor `default-flavor`, a ClusterQueue `cluster_queue` whose quota
+    /// admits `pods` pods at once, and a LocalQueue `local_queue` in `namespace` pointing at
+    /// it, as a cluster admin would (after [`Emulator::register_kueue`]).
+    pub fn create_kueue_queue(
+        &self,
+        namespace: &str,
+        local_queue: &str,
+        cluster_queue: &str,
+        pods: u32,
+    ) -> anyhow::Result<()> {
+        let objects = [
+            serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+                "metadata": {"name": "default-flavor"}, "spec": {}}),
+            serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+                "metadata": {"name": cluster_queue},
+                "spec": {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
+                    "resourceGroups": [{"coveredResources": ["pods", "cpu"], "flavors": [{"name": "default-flavor",
+                        "resources": [{"name": "pods", "nominalQuota": pods}, {"name": "cpu", "nominalQuota": 1000}]}]}]}}),
+            serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                "metadata": {"name": local_queue, "namespace": namespace},
+                "spec": {"clusterQueue": cluster_queue}}),
+        ];
+        for object in objects {
+            match api::resources::create_from_value(&self.api, object, None) {
+                Ok(_) => {}
+                Err(e) if e.to_string().contains("already exists") => {}
+                Err(e) => anyhow::bail!("creating a Kueue object: {e}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Evicts the Kueue workload of Job `job` now (preempted, or deactivated when
+    /// `!preempted`): the Job is suspended, its quota released once its pods are gone, and
+    /// it is requeued. Returns the workload's name, or `None` when the Job holds no quota.
+    pub fn evict_workload(&self, namespace: &str, job: &str, preempted: bool) -> Option<String> {
+        controllers::kueue::evict(&self.store, namespace, job, preempted)
     }
 
     /// Registers every workload CRD the emulator simulates.

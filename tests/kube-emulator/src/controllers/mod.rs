@@ -24,6 +24,8 @@
 //! - `ttl`: deletes finished Jobs `ttlSecondsAfterFinished` after they finished.
 //! - `operators`: the operators of the workload CRDs (Kubeflow, Argo, Tekton, KubeRay, Spark)
 //!   whose CRDs a test registers (`Emulator::register_workload_crds`).
+//! - `kueue`: a minimal Kueue (Workloads for queued Jobs, admission by a ClusterQueue's
+//!   quota, eviction on demand), active once a test registers Kueue's CRDs.
 //! - `gc`: the garbage collector (dangling owners, `orphan` and `foregroundDeletion` finalizers).
 //! - `events`: writes core/v1 Events the way the real components do.
 //! - `objects`: small JSON accessors and the graceful-deletion rules shared by the controllers.
@@ -36,6 +38,7 @@ mod events;
 mod gc;
 mod job;
 mod kubelet;
+pub mod kueue;
 mod objects;
 pub mod operators;
 mod runner;
@@ -188,6 +191,7 @@ pub fn start(store: Store, config: SimConfig) -> Arc<Simulation> {
             None,
             stop_rx.clone(),
         ),
+        runner::spawn(kueue::Kueue, &store, None, stop_rx.clone()),
         runner::spawn(gc::GarbageCollector::default(), &store, None, stop_rx),
     ];
     Arc::new(Simulation {
