@@ -2,11 +2,20 @@
 //! runner, where Playwright (`playwright-core`) drives Debian's headless Chromium against the
 //! jobgate binary cargo just built.
 //!
+//! A file that needs more than jobgate's local executor gets it from its Rust test here:
+//! queue.test.mjs runs against the Kubernetes API emulator with its simulated Kueue, started in
+//! this process, and asks this test (through files, see `harness.mjs`'s `askTheRustTest`) for
+//! what only the emulator's handle can do.
+//!
 //! Chromium is not on every developer's machine: without it (or without `web/node_modules`)
 //! these tests say so loudly and pass, except in CI (`CI=true`), where they fail instead.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use kube_emulator::Emulator;
 
 fn web_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("web")
@@ -36,7 +45,9 @@ fn missing() -> Vec<String> {
     missing
 }
 
-fn run_e2e(file: &str) {
+/// The node command that runs `web/e2e/{file}`, or `None` (said loudly) when this machine
+/// cannot run browser tests; in CI that is a failure.
+fn e2e_command(file: &str) -> Option<Command> {
     let missing = missing();
     if !missing.is_empty() {
         let what = missing.join("\n  - ");
@@ -47,15 +58,19 @@ fn run_e2e(file: &str) {
             "\n{bar}\nSKIPPED: the dashboard's browser test web/e2e/{file} did not run.\nMissing:\n  - {what}\nInstall them to run it; CI (CI=true) never skips it.\n{bar}\n",
             bar = "!".repeat(78)
         );
-        return;
+        return None;
     }
-    let output = Command::new("node")
+    let mut command = Command::new("node");
+    command
         .args(["--test", "--test-reporter=spec", "--test-concurrency=1"])
         .arg(format!("e2e/{file}"))
         .current_dir(web_dir())
-        .env("JOBGATE_BIN", env!("CARGO_BIN_EXE_jobgate"))
-        .output()
-        .expect("running node");
+        .env("JOBGATE_BIN", env!("CARGO_BIN_EXE_jobgate"));
+    Some(command)
+}
+
+/// Asserts that node ran every test of `web/e2e/{file}` and that they passed.
+fn assert_passed(file: &str, output: &Output) {
     let report = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -67,6 +82,12 @@ fn run_e2e(file: &str) {
         report.contains("ℹ fail 0") && !report.contains("ℹ pass 0"),
         "{report}"
     );
+}
+
+fn run_e2e(file: &str) {
+    if let Some(mut command) = e2e_command(file) {
+        assert_passed(file, &command.output().expect("running node"));
+    }
 }
 
 #[test]
@@ -102,4 +123,57 @@ fn with_an_api_token_the_dashboard_asks_for_it() {
 #[test]
 fn webhooks_are_created_followed_and_deleted_from_their_page() {
     run_e2e("webhooks.test.mjs");
+}
+
+/// queue.test.mjs, against the emulator with Kueue: a ClusterQueue admitting one pod at a time
+/// behind LocalQueue `team-a`. The file asks for `open-gate-<name>` to let the emulated pods
+/// started with `EMULATOR_GATE=<name>` finish (the way tests/kueue.rs ends a job).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_jobs_detail_says_why_it_waits_and_when_it_is_admitted() {
+    const FILE: &str = "queue.test.mjs";
+    let Some(mut command) = e2e_command(FILE) else {
+        return;
+    };
+    let emu = Emulator::start().await.expect("emulator");
+    emu.register_kueue().unwrap();
+    emu.create_kueue_queue("default", "team-a", "cluster-queue", 1)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    emu.write_kubeconfig(&kubeconfig, "default").unwrap();
+    let requests = dir.path().join("requests");
+    std::fs::create_dir(&requests).unwrap();
+    let extra = serde_json::json!(["--executor", "kubernetes", "--kubeconfig", kubeconfig, "--kueue"]);
+    command
+        .env("JOBGATE_EXTRA_ARGS", extra.to_string())
+        .env("JOBGATE_E2E_REQUESTS", &requests);
+    let mut node = tokio::task::spawn_blocking(move || command.output());
+
+    // The file's requests, taken each once until node is done (node's own waits bound it).
+    let mut taken = HashSet::new();
+    let mut unknown = Vec::new();
+    let mut poll = tokio::time::interval(Duration::from_millis(50));
+    let output = loop {
+        tokio::select! {
+            output = &mut node => break output.unwrap().expect("running node"),
+            _ = poll.tick() => {}
+        }
+        for entry in std::fs::read_dir(&requests).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if !taken.insert(name.clone()) {
+                continue;
+            }
+            match name.strip_prefix("open-gate-") {
+                Some(gate) => emu.simulation().open_gate(gate),
+                // Said once node is done: a panic here would leave it running.
+                None => unknown.push(name),
+            }
+        }
+    };
+    assert!(
+        unknown.is_empty(),
+        "web/e2e/{FILE} asked for {unknown:?}, which this test does not do"
+    );
+    assert_passed(FILE, &output);
+    emu.shutdown().await;
 }

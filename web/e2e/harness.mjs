@@ -1,9 +1,14 @@
 // What the dashboard's browser tests stand on: a real jobgate process (the binary cargo built,
 // from $JOBGATE_BIN) on a free port with its own data directory, and headless Chromium driven
 // by playwright-core. tests/dashboard.rs runs each *.test.mjs here with node's test runner.
+//
+// A Rust test that prepares more than a free port (queue.test.mjs: an emulated Kubernetes
+// cluster with Kueue) hands every jobgate here its own arguments in $JOBGATE_EXTRA_ARGS (a JSON
+// array, after the harness's and the file's own), and takes requests for what only it can do
+// through files the test writes with `askTheRustTest` into $JOBGATE_E2E_REQUESTS.
 
 import { spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after } from 'node:test';
@@ -62,6 +67,7 @@ class Jobgate {
         '--log',
         'info,tower_http=warn',
         ...this.args,
+        ...extraArgs(),
       ],
       { stdio: ['ignore', 'ignore', 'pipe'], env: withoutToken(process.env) },
     );
@@ -139,6 +145,28 @@ class Jobgate {
   async waitPhase(id, phase) {
     await waitFor(async () => (await this.phase(id)) === phase, `job ${id} to be ${phase}`);
   }
+}
+
+/** The arguments the Rust test adds to every jobgate ($JOBGATE_EXTRA_ARGS, a JSON array). */
+function extraArgs() {
+  const extra = process.env.JOBGATE_EXTRA_ARGS;
+  if (!extra) return [];
+  const args = JSON.parse(extra);
+  if (!Array.isArray(args) || !args.every((a) => typeof a === 'string')) {
+    throw new Error(`JOBGATE_EXTRA_ARGS must be a JSON array of strings, not ${extra}`);
+  }
+  return args;
+}
+
+/**
+ * Asks the Rust test that runs this file to do `request` (e.g. `open-gate-first` for the
+ * emulated cluster), by creating a file of that name in $JOBGATE_E2E_REQUESTS. Fire and forget:
+ * the test then waits for what the request changes, as a user would.
+ */
+export function askTheRustTest(request) {
+  const dir = process.env.JOBGATE_E2E_REQUESTS;
+  if (!dir) throw new Error(`no Rust test takes requests here (JOBGATE_E2E_REQUESTS unset) for ${request}`);
+  writeFileSync(join(dir, request), '');
 }
 
 /** The environment without an API token the caller may have set: tests choose their own. */

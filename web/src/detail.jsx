@@ -11,7 +11,7 @@ import { ApiError } from './api.js';
 import { TERMINAL, duration, fullTime, jobTitle, phaseWord, runTime, when } from './format.js';
 import { PhaseBadge, ProgressBar, useNow } from './jobs.jsx';
 import { navigate } from './nav.js';
-import { CANCEL_MUTATION, JOB_QUERY, LOGS_SUBSCRIPTION, PODS_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
+import { CANCEL_MUTATION, JOB_QUERY, LOGS_SUBSCRIPTION, JOB_REREAD_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
 
 const MAX_TIMELINE = 500;
 // A queued job's state in Kueue, in words (the Job's `queue.state`).
@@ -28,7 +28,10 @@ export function JobDetail({ id, api, live }) {
   const [job, setJob] = useState(null);
   const [spec, setSpec] = useState(null);
   const [pods, setPods] = useState([]);
-  // Pods change with the job's events: re-read them after each (one request at a time).
+  // Pods change with the job's events: re-read them after each (one request at a time), with
+  // the fields only jobStatus carries. It pushes phase changes only, and the live model's
+  // events lack those fields: without this, a change in Kueue that keeps the phase (the
+  // pending reason, an admission seen after the start) would never show.
   const podsRead = useRef({ busy: false, again: false });
   const readPods = () => {
     const state = podsRead.current;
@@ -38,8 +41,20 @@ export function JobDetail({ id, api, live }) {
     }
     state.busy = true;
     api
-      .request(PODS_QUERY, { id })
-      .then((data) => data.job && setPods(data.job.pods))
+      .request(JOB_REREAD_QUERY, { id })
+      .then((data) => {
+        if (!data.job) return;
+        const { pods: p, ...fresh } = data.job;
+        setPods(p);
+        // Taken unless what is shown is newer (a push may have overtaken this answer).
+        const current = jobRef.current;
+        const cursor = Number(fresh.lastEventCursor || 0);
+        if (current && cursor >= Number(current.lastEventCursor || 0) && cursor >= fullCursor.current) {
+          fullCursor.current = cursor;
+          jobRef.current = { ...current, ...fresh };
+          setJob(jobRef.current);
+        }
+      })
       .catch(() => {})
       .finally(() => {
         state.busy = false;

@@ -46,7 +46,10 @@ export const JOB_QUERY = `query Job($id: ID!) {
     ${PODS_FIELD}
   }
 }`;
-export const PODS_QUERY = `query Pods($id: ID!) { job(id: $id) { ${PODS_FIELD} } }`;
+// What the detail page re-reads after each new event of its job: the pods, and the fields that
+// only jobStatus carries, which pushes phase changes only (a change in Kueue, such as the
+// pending reason or the admission, is an event that may keep the phase).
+export const JOB_REREAD_QUERY = `query JobReread($id: ID!) { job(id: $id) { ${JOB_FIELDS} ${PODS_FIELD} } }`;
 export const STATUS_SUBSCRIPTION = `subscription Status($id: ID!) {
   jobStatus(id: $id) { cursor phase previousPhase at reason message job { ${JOB_FIELDS} } }
 }`;
