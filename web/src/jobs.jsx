@@ -68,6 +68,20 @@ export function PhaseBadge({ phase, testId = 'phase' }) {
   );
 }
 
+// A phase filter's choices: any phase, or one of them, in words.
+export function PhaseOptions() {
+  return (
+    <>
+      <option value="">Any</option>
+      {PHASES.map((p) => (
+        <option key={p} value={p}>
+          {phaseWord(p)}
+        </option>
+      ))}
+    </>
+  );
+}
+
 export function ProgressBar({ job }) {
   const share = progressShare(job);
   const text = progressText(job);
@@ -247,12 +261,7 @@ export function JobsView({ api, live, params }) {
         <label>
           <span>Phase</span>
           <select id="filter-phase" value={filter.phase} onChange={(e) => setFilter({ phase: e.currentTarget.value })}>
-            <option value="">Any</option>
-            {PHASES.map((p) => (
-              <option key={p} value={p}>
-                {phaseWord(p)}
-              </option>
-            ))}
+            <PhaseOptions />
           </select>
         </label>
         <label>

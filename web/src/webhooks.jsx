@@ -8,7 +8,8 @@
 
 import { useEffect, useRef, useState } from 'preact/hooks';
 
-import { PHASES, fullTime, phaseWord, when } from './format.js';
+import { fullTime, phaseWord, when } from './format.js';
+import { PhaseOptions } from './jobs.jsx';
 import { CREATE_WEBHOOK_MUTATION, DELETE_WEBHOOK_MUTATION, WEBHOOKS_QUERY } from './documents.js';
 
 const STATE_WORD = { ACTIVE: 'Active', RETRYING: 'Retrying', PARKED: 'Parked' };
@@ -233,12 +234,7 @@ function CreateForm({ api, onCreated }) {
       <label>
         Phase
         <select value={phase} onChange={(e) => setPhase(e.currentTarget.value)}>
-          <option value="">Any</option>
-          {PHASES.map((p) => (
-            <option key={p} value={p}>
-              {phaseWord(p)}
-            </option>
-          ))}
+          <PhaseOptions />
         </select>
       </label>
       <label>
