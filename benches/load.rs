@@ -476,6 +476,12 @@ struct FanOut {
     frames_per_sec: f64,
     /// By event phase: (phase, frames, p50 ms, p99 ms).
     by_phase: Vec<(&'static str, usize, f64, f64)>,
+    /// Each event's first frame (event `at` → the earliest subscriber's frame, ms): the part
+    /// of the latency before the fan-out (commit, publish, render); p50 and p99 over events.
+    first_frame_ms: (f64, f64),
+    /// Each event's spread (its last frame's receive time − its first's, ms): the fan-out
+    /// itself; p50 and p99 over events.
+    spread_ms: (f64, f64),
 }
 
 /// `per_socket` subscriptions share each socket, so each event should reach each socket
@@ -520,6 +526,21 @@ fn fan_out(per_socket_samples: &[Vec<Sample>], per_socket: usize) -> Option<FanO
             })
         })
         .collect();
+    let mut per_event: std::collections::HashMap<i64, (i64, i64, i64)> = Default::default();
+    for s in &all {
+        let (first_lat, first_recv, last_recv) =
+            per_event.entry(s.seq).or_insert((i64::MAX, i64::MAX, i64::MIN));
+        *first_lat = (*first_lat).min(s.lat_us);
+        *first_recv = (*first_recv).min(s.recv_us);
+        *last_recv = (*last_recv).max(s.recv_us);
+    }
+    let over_events = |f: &dyn Fn(&(i64, i64, i64)) -> i64| {
+        let mut v: Vec<i64> = per_event.values().map(f).collect();
+        v.sort_unstable();
+        (pct(&v, 50.0) as f64 / 1e3, pct(&v, 99.0) as f64 / 1e3)
+    };
+    let first_frame_ms = over_events(&|e| e.0);
+    let spread_ms = over_events(&|e| e.2 - e.1);
     let first = all.iter().map(|s| s.recv_us).min().unwrap();
     let last = all.iter().map(|s| s.recv_us).max().unwrap();
     let span = ((last - first) as f64 / 1e6).max(1e-6);
@@ -534,6 +555,8 @@ fn fan_out(per_socket_samples: &[Vec<Sample>], per_socket: usize) -> Option<FanO
         negative: lat.iter().filter(|l| **l < 0).count(),
         frames_per_sec: all.len() as f64 / span,
         by_phase,
+        first_frame_ms,
+        spread_ms,
     })
 }
 
@@ -1072,6 +1095,11 @@ async fn measure(
         "  event at → frame received: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} negative); \
          {:.0} frames/s while frames arrived",
         f.p50_ms, f.p99_ms, f.max_ms, f.negative, f.frames_per_sec
+    );
+    println!(
+        "  per event: at → first frame p50 {:.2} ms, p99 {:.2} ms (commit, publish, render); \
+         first → last frame p50 {:.2} ms, p99 {:.2} ms (the fan-out)",
+        f.first_frame_ms.0, f.first_frame_ms.1, f.spread_ms.0, f.spread_ms.1
     );
     // Everything the server did in the part counts (accepting and launching the jobs too), so
     // this is an upper bound on the cost of delivering a frame.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -64,7 +64,10 @@ impl Socket {
         request
             .headers_mut()
             .insert("sec-websocket-protocol", HeaderValue::from_static(SUBPROTOCOL));
-        let (stream, _) = tokio_tungstenite::connect_async(request)
+        // tungstenite zero-fills its whole read buffer before every read; its 128 KiB default
+        // makes each small frame of a busy `watch` cost a 128 KiB memset.
+        let config = WebSocketConfig::default().read_buffer_size(8 * 1024);
+        let (stream, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), false)
             .await
             .map_err(|e| handshake_error(conn, e))?;
         let mut socket = Socket {
