@@ -430,6 +430,27 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub webhook_timeout_ms: u64,
 
+    /// Retention: finished jobs (SUCCEEDED, FAILED, CANCELLED) are deleted with their events
+    /// this many days after they finished (decimals allowed, e.g. 0.5). Unset: kept forever.
+    /// A `jobEvents(after:)` cursor older than what was deleted then answers CURSOR_EXPIRED.
+    #[arg(long, env = "JOBGATE_RETENTION_DAYS", value_parser = parse_retention_days)]
+    pub retention_days: Option<f64>,
+
+    /// Retention of one namespace, overriding --retention-days: `NAMESPACE=DAYS`, or
+    /// `NAMESPACE=forever` to keep its jobs. Repeat the flag (or separate with commas) for
+    /// several namespaces.
+    #[arg(long = "retention-namespace", env = "JOBGATE_RETENTION_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace_retention)]
+    pub retention_namespaces: Vec<NamespaceRetention>,
+
+    /// Retention: how often a sweep for expired jobs starts, in milliseconds.
+    #[arg(long, env = "JOBGATE_RETENTION_INTERVAL_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(10..))]
+    pub retention_interval_ms: u64,
+
+    /// Retention: the most finished jobs one deletion batch (one short write transaction)
+    /// looks at; writers wait behind at most one batch.
+    #[arg(long, env = "JOBGATE_RETENTION_BATCH", default_value_t = 200, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+    pub retention_batch: i64,
+
     /// Log format.
     #[arg(long, env = "JOBGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -465,6 +486,42 @@ pub enum Command {
     /// The command-line client's subcommands (see docs/CLI.md).
     #[command(flatten)]
     Client(ClientCommand),
+}
+
+/// One namespace's retention (`--retention-namespace NAMESPACE=DAYS|forever`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamespaceRetention {
+    pub namespace: String,
+    /// `None`: kept forever.
+    pub days: Option<f64>,
+}
+
+fn parse_retention_days(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        // Up to a thousand years: beyond that, Duration arithmetic would overflow.
+        Ok(days) if days.is_finite() && days > 0.0 && days <= 365_000.0 => Ok(days),
+        _ => Err(format!(
+            "{text:?} is not a number of days above 0 (e.g. 30, or 0.5)"
+        )),
+    }
+}
+
+fn parse_namespace_retention(text: &str) -> Result<NamespaceRetention, String> {
+    let Some((namespace, days)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not NAMESPACE=DAYS or NAMESPACE=forever"));
+    };
+    let namespace = namespace.trim();
+    if !crate::model::is_namespace_name(namespace) {
+        return Err(format!("{namespace:?} is not a namespace name"));
+    }
+    let days = match days.trim() {
+        "forever" => None,
+        days => Some(parse_retention_days(days)?),
+    };
+    Ok(NamespaceRetention {
+        namespace: namespace.to_owned(),
+        days,
+    })
 }
 
 /// Configuration that cannot work, found before anything starts.
@@ -856,6 +913,23 @@ impl Config {
                     lease_duration: Duration::from_secs(self.lease_duration_secs),
                 }),
             ..KubeConfig::new(metrics)
+        }
+    }
+
+    /// What retention deletes, and how often it looks.
+    pub fn retention(&self) -> crate::jobs::retention::RetentionPolicy {
+        let days = |d: f64| Duration::from_secs_f64(d * 86_400.0);
+        crate::jobs::retention::RetentionPolicy {
+            default: self.retention_days.map(days),
+            namespaces: self
+                .retention_namespaces
+                .iter()
+                .map(|r| (r.namespace.clone(), r.days.map(days)))
+                .collect(),
+            interval: Duration::from_millis(self.retention_interval_ms),
+            batch: self.retention_batch,
+            // Long enough for a queued submission to take the write lock between batches.
+            pause: Duration::from_millis(20),
         }
     }
 

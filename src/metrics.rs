@@ -154,6 +154,11 @@ pub struct Metrics {
     pub webhook_deliveries: Family<OutcomeLabels, Counter>,
     /// Webhook endpoints parked after their retry window, counted when it happens.
     pub webhook_parked: Counter,
+    /// Finished jobs (and their events) deleted by retention.
+    pub retention_deleted_jobs: Counter,
+    pub retention_deleted_events: Counter,
+    /// Retention sweeps that failed (the store could not write); the next one retries.
+    pub retention_failures: Counter,
     /// Per endpoint this process delivers: events matching it that wait for delivery (at most
     /// one page), and the age of the oldest of them.
     pub webhook_lag_events: Family<WebhookLabels, Gauge>,
@@ -221,6 +226,9 @@ impl Metrics {
             shard_actions_fenced: Counter::default(),
             webhook_deliveries: Family::default(),
             webhook_parked: Counter::default(),
+            retention_deleted_jobs: Counter::default(),
+            retention_deleted_events: Counter::default(),
+            retention_failures: Counter::default(),
             webhook_lag_events: Family::default(),
             webhook_lag_seconds: Family::default(),
             template_availability: Arc::new(std::sync::RwLock::new(None)),
@@ -535,6 +543,21 @@ fn register_all(m: &Metrics) -> Registry {
         "webhook_parked",
         "Webhook endpoints parked because deliveries kept failing for the whole retry window (replayWebhook resumes them)",
         m.webhook_parked.clone(),
+    );
+    registry.register(
+        "retention_deleted_jobs",
+        "Finished jobs deleted by retention (--retention-days), with their events",
+        m.retention_deleted_jobs.clone(),
+    );
+    registry.register(
+        "retention_deleted_events",
+        "Status events deleted by retention with their jobs",
+        m.retention_deleted_events.clone(),
+    );
+    registry.register(
+        "retention_failures",
+        "Retention batches that failed (the store could not write); the next sweep retries",
+        m.retention_failures.clone(),
     );
     registry.register(
         "webhook_lag_events",

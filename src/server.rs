@@ -38,6 +38,7 @@ use crate::graphql::http::{self as gql_http, HttpOptions, ResponseType};
 use crate::graphql::schema::{self, JobgateSchema};
 use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
 use crate::hosts::AllowedHosts;
+use crate::jobs::retention::Retention;
 use crate::jobs::service::JobService;
 use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
@@ -402,7 +403,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     };
     let service = JobService::start(
         store.clone(),
-        executor,
+        executor.clone(),
         observations_rx,
         config.service(workloads, metrics.clone()),
     )
@@ -410,6 +411,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     .context("starting the job service")?;
     // Webhook deliveries read the event log the service writes, from the store itself; the
     // service's bus only wakes them up.
+    let retention = Retention::start(store.clone(), executor, config.retention(), metrics.clone());
     let webhooks = Webhooks::start(store, service.bus().clone(), config.webhooks(), metrics.clone());
     let rates = Arc::new(RateLimits::new(config.rate_limits()));
     let schema = schema::build(
@@ -474,6 +476,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     // Before the store closes: deliveries stop, and their claims are given up for the next
     // start (or another replica) to take at once.
     webhooks.shutdown(grace).await;
+    retention.shutdown(grace).await;
     tracing::info!("no longer accepting; stopping jobs and draining writes");
     if tokio::time::timeout(grace, service.shutdown()).await.is_err() {
         tracing::error!("shutdown did not finish within {grace:?}; exiting anyway");

@@ -111,6 +111,11 @@ fn the_view_catches_up_after_the_server_drops_and_returns() {
 }
 
 #[test]
+fn after_retention_deleted_what_it_missed_the_view_starts_again_from_a_snapshot() {
+    run_e2e("retention.test.mjs");
+}
+
+#[test]
 fn every_view_is_accessible_and_keyboard_navigable() {
     run_e2e("usability.test.mjs");
 }

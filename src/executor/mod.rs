@@ -125,6 +125,10 @@ pub trait Executor: Send + Sync + 'static {
         follow_until: Option<BoxFuture<'static, ()>>,
     ) -> BoxStream<'static, Result<LogLine, ExecutorError>>;
 
+    /// Lets go of what the executor keeps of finished jobs that retention has deleted (the
+    /// local executor's log files). Best effort: what is left behind is only disk space.
+    async fn forget(&self, _job_ids: &[String]) {}
+
     /// Starts observing, once every job launched before a restart has been adopted.
     async fn start(&self) {}
 

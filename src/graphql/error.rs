@@ -11,6 +11,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 use crate::jobs::service::ServiceError;
+use crate::store::StoreError;
 use crate::webhooks::WebhookError;
 
 /// The codes a client may see in `extensions.code`.
@@ -34,6 +35,10 @@ pub enum Code {
     /// still have taken effect (a submission the store already accepted stays); retry it with
     /// the same `idempotencyKey`.
     DeadlineExceeded,
+    /// A resume cursor older than retention: what came after it was deleted.
+    /// `extensions.oldestCursor` is the oldest cursor to resume after, and
+    /// `extensions.recovery` says how to get back in step.
+    CursorExpired,
 }
 
 impl Code {
@@ -49,6 +54,7 @@ impl Code {
             Code::QuotaExceeded => "QUOTA_EXCEEDED",
             Code::LimitExceeded => "LIMIT_EXCEEDED",
             Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            Code::CursorExpired => "CURSOR_EXPIRED",
         }
     }
 }
@@ -84,6 +90,23 @@ pub fn rate_limited(what: &str, retry_after: std::time::Duration) -> async_graph
     })
 }
 
+/// What a client whose cursor expired does to get back in step without missing anything.
+pub const CURSOR_RECOVERY: &str = "read a snapshot (jobStats, or the jobs you follow) and resume with after: \
+     the snapshot's cursor (jobStats.cursor; a job's lastEventCursor)";
+
+/// A `CURSOR_EXPIRED` error: events after `after` were deleted by retention.
+pub fn cursor_expired(after: i64, oldest: i64) -> async_graphql::Error {
+    async_graphql::Error::new(format!(
+        "events after cursor {after} were deleted by retention (--retention-days); the oldest cursor to \
+         resume after is {oldest}"
+    ))
+    .extend_with(move |_, e| {
+        e.set("code", Code::CursorExpired.as_str());
+        e.set("oldestCursor", oldest.to_string());
+        e.set("recovery", CURSOR_RECOVERY);
+    })
+}
+
 /// A `BAD_USER_INPUT` error naming the input field at fault.
 pub fn bad_input(field: &str, message: impl std::fmt::Display) -> async_graphql::Error {
     let field = field.to_owned();
@@ -104,6 +127,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::QuotaExceeded { .. } => error(Code::QuotaExceeded, e.to_string()),
             ServiceError::ShuttingDown => error(Code::Unavailable, "jobgate is shutting down; retry shortly"),
             ServiceError::Unavailable(m) => error(Code::Unavailable, m),
+            ServiceError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
             ServiceError::Store(cause) => {
                 // The writer logged why the store cannot write, once, when it began: one line
                 // per refused request would flood a log that may share the full disk.
@@ -128,6 +152,7 @@ impl From<WebhookError> for ApiError {
             WebhookError::BadCursor(m) => bad_input("after", m),
             WebhookError::NotFound { .. } => error(Code::NotFound, e.to_string()),
             WebhookError::TooMany => error(Code::LimitExceeded, e.to_string()),
+            WebhookError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
             WebhookError::Store(cause) => {
                 tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
                 error(

@@ -306,7 +306,8 @@ impl Mutation {
     }
 
     /// Delivers again every event after the cursor `after` (an event's cursor, or a
-    /// webhook's), and resumes a PARKED endpoint.
+    /// webhook's), and resumes a PARKED endpoint. CURSOR_EXPIRED when retention deleted
+    /// events after `after` (`extensions.oldestCursor` is the oldest one it takes).
     async fn replay_webhook(
         &self,
         ctx: &Context<'_>,
@@ -396,7 +397,10 @@ impl SubscriptionRoot {
         &self,
         ctx: &Context<'_>,
         filter: Option<JobFilterInput>,
-        #[graphql(desc = "A cursor from an earlier event; omit to start from now.")] after: Option<String>,
+        #[graphql(
+            desc = "A cursor from an earlier event; omit to start from now. One older than what retention (--retention-days) deleted answers CURSOR_EXPIRED, whose extensions give the oldest cursor and how to recover: read a jobStats snapshot and resume after its cursor."
+        )]
+        after: Option<String>,
     ) -> async_graphql::Result<EventStream> {
         if let Some(feed) = ctx.data_opt::<RenderFeed>() {
             return Ok(rendered(feed));
@@ -406,6 +410,10 @@ impl SubscriptionRoot {
         let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
         let filter: model::JobFilter = filter.unwrap_or_default().into();
         let scope = &caller(ctx)?.scope;
+        // Refused at once, as an `error` message, rather than as the stream's first item.
+        if let Some(after) = after {
+            service.check_resumable(scope, after).await.api()?;
+        }
         let Some(tap) = ctx.data_opt::<Tap>() else {
             return Ok(service
                 .events(filter, scope, after)

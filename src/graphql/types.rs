@@ -794,7 +794,8 @@ pub enum WebhookState {
     Active,
     /// The last attempt failed; another comes at `nextAttemptAt`.
     Retrying,
-    /// Attempts failed for the whole retry window: nothing is delivered until `replayWebhook`.
+    /// Attempts failed for the whole retry window, or retention deleted events the endpoint had
+    /// not been sent (`lastError` says which): nothing is delivered until `replayWebhook`.
     Parked,
 }
 

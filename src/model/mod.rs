@@ -31,7 +31,7 @@ pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
 pub use validation::{
     KueueLimits, MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError, ValidationLimits,
-    is_queue_name,
+    is_namespace_name, is_queue_name,
 };
 
 #[cfg(test)]

@@ -380,6 +380,11 @@ impl SubmitRequest {
     }
 }
 
+/// Whether `s` can name a namespace (a DNS-1123 label).
+pub fn is_namespace_name(s: &str) -> bool {
+    is_dns_label(s)
+}
+
 /// Whether `s` can name a LocalQueue and be the value of Kueue's queue-name label.
 pub fn is_queue_name(s: &str) -> bool {
     let bytes = s.as_bytes();

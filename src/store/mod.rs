@@ -16,7 +16,11 @@
 //! - a reader that has read events up to a cursor never later finds an event below it, even
 //!   with several processes writing (cursor order is commit order);
 //! - reads never block on the writer for long, and a failed write leaves the store usable by
-//!   the next transaction once the fault clears.
+//!   the next transaction once the fault clears;
+//! - retention ([`Store::expire_jobs`]) deletes finished jobs with everything of theirs and
+//!   raises their namespaces' *retention horizons* (the newest cursor it deleted there) in
+//!   the same transaction; a replay of a scope after a cursor below the scope's horizon
+//!   answers [`StoreError::CursorExpired`] instead of silently skipping what was deleted.
 //!
 //! The service holds an `Arc<dyn Store>` and does not know which backend it has; what differs
 //! for replicas (other processes commit too) it learns from [`Store::commit_wakeups`].
@@ -58,6 +62,12 @@ pub enum StoreError {
     /// The database file is not the one we opened, or not whole: writing would be lost.
     #[error("{0}")]
     Files(String),
+    /// Events after `after` were deleted by retention: a replay from there would have gaps.
+    /// `oldest` is the oldest cursor a replay can start after.
+    #[error(
+        "events after cursor {after} were deleted by retention; the oldest cursor to resume after is {oldest}"
+    )]
+    CursorExpired { after: i64, oldest: i64 },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -233,6 +243,56 @@ fn webhook_json(webhook: &Webhook) -> Result<(String, Option<String>)> {
     ))
 }
 
+/// Which finished jobs one retention rule expires: those that finished before `before`, in
+/// the namespaces it covers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpiryRule {
+    pub before: DateTime<Utc>,
+    pub namespaces: RuleNamespaces,
+}
+
+/// The namespaces an [`ExpiryRule`] covers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuleNamespaces {
+    /// One namespace (a per-namespace override).
+    Only(String),
+    /// Every namespace but these (the default rule; the overrides have their own).
+    AllBut(Vec<String>),
+}
+
+impl RuleNamespaces {
+    pub fn covers(&self, namespace: &str) -> bool {
+        match self {
+            Self::Only(only) => only == namespace,
+            Self::AllBut(others) => !others.iter().any(|o| o == namespace),
+        }
+    }
+}
+
+/// Where a retention scan stands: the finishing event last looked at (its time and cursor).
+/// Scans go in (time, cursor) order, so each finished job is looked at once per position.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExpiryPosition {
+    pub at: DateTime<Utc>,
+    pub seq: i64,
+}
+
+/// What one [`Store::expire_jobs`] batch did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExpiredBatch {
+    /// Finished jobs looked at (those of namespaces the rule does not cover included).
+    pub scanned: usize,
+    /// Jobs deleted, with their events.
+    pub jobs: u64,
+    /// The deleted jobs' ids.
+    pub ids: Vec<String>,
+    pub events: u64,
+    /// Where the next batch starts; `None` when nothing was scanned.
+    pub position: Option<ExpiryPosition>,
+    /// The newest cursor the batch deleted (0 when it deleted nothing).
+    pub newest_deleted: i64,
+}
+
 /// The durable store, as the service uses it. Shared as `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
@@ -283,7 +343,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Up to `limit` events of jobs in `scope` after the cursor `after`, oldest first; only
     /// `job_id`'s if given. Events of other namespaces are never read, so a page is full
-    /// unless nothing more of `scope` follows.
+    /// unless nothing more of `scope` follows. Without `job_id`, [`StoreError::CursorExpired`]
+    /// when retention deleted events of `scope` after `after` (checked in the snapshot the
+    /// page is read from). One job's events go with the job, so a job's own replay needs no
+    /// such check.
     async fn events_after(
         &self,
         after: i64,
@@ -307,6 +370,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// The newest event's cursor, 0 when there is none.
     async fn last_event_seq(&self) -> Result<i64>;
+
+    /// Deletes, in one write transaction, up to `limit` finished jobs that `rule` expires
+    /// among the next `limit` finished jobs after `from` in (finish time, cursor) order,
+    /// with their events, dependency edges and pending cancellations, and raises each of
+    /// their namespaces' retention horizon to the newest cursor deleted there. Unfinished
+    /// jobs are never deleted.
+    async fn expire_jobs(
+        &self,
+        rule: &ExpiryRule,
+        from: Option<ExpiryPosition>,
+        limit: i64,
+    ) -> Result<ExpiredBatch>;
+
+    /// The retention horizon of `scope`: the newest event cursor retention deleted in its
+    /// namespaces (0 when none). A replay of `scope` after a cursor below it would have gaps.
+    async fn retention_horizon(&self, scope: &Scope) -> Result<i64>;
 
     /// Every job that has not reached a terminal phase, oldest first.
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>>;

@@ -36,8 +36,9 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use super::{
-    JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS,
-    Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key, webhook_json,
+    ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store,
+    StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key,
+    webhook_json,
 };
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, Transition};
 
@@ -304,6 +305,12 @@ impl Store for PostgresStore {
         job_id: Option<&str>,
         scope: &Scope,
     ) -> Result<Vec<JobEvent>> {
+        let scope = scope_list(scope);
+        // One snapshot for the page and the horizon, so a deletion is in both or in neither.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
         let rows = sqlx::query(
             "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
              WHERE seq > $1 AND ($2::text IS NULL OR job_id = $2) \
@@ -314,9 +321,19 @@ impl Store for PostgresStore {
         .bind(after)
         .bind(job_id)
         .bind(limit)
-        .bind(scope_list(scope))
-        .fetch_all(&self.pool)
+        .bind(&scope)
+        .fetch_all(&mut *tx)
         .await?;
+        if job_id.is_none() {
+            let horizon = horizon_of(&mut tx, scope.as_deref()).await?;
+            if after < horizon {
+                return Err(StoreError::CursorExpired {
+                    after,
+                    oldest: horizon,
+                });
+            }
+        }
+        tx.commit().await?;
         rows.into_iter().map(decode_event).collect()
     }
 
@@ -339,9 +356,7 @@ impl Store for PostgresStore {
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
             .await?;
-        let cursor: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0)::bigint FROM events")
-            .fetch_one(&mut *tx)
-            .await?;
+        let cursor: i64 = sqlx::query_scalar(NEWEST_CURSOR).fetch_one(&mut *tx).await?;
         // The window ends now, read after the first read fixed the snapshot: anything in the
         // snapshot happened before it, so nothing counted falls past the last bucket.
         let last = Utc::now().timestamp().div_euclid(bucket_seconds) * bucket_seconds;
@@ -417,11 +432,92 @@ impl Store for PostgresStore {
     }
 
     async fn last_event_seq(&self) -> Result<i64> {
-        Ok(
-            sqlx::query_scalar("SELECT coalesce(max(seq), 0)::bigint FROM events")
-                .fetch_one(&self.pool)
-                .await?,
+        Ok(sqlx::query_scalar(NEWEST_CURSOR).fetch_one(&self.pool).await?)
+    }
+
+    async fn expire_jobs(
+        &self,
+        rule: &ExpiryRule,
+        from: Option<ExpiryPosition>,
+        limit: i64,
+    ) -> Result<ExpiredBatch> {
+        // Under the write lock like every write: replicas sweeping at once take turns.
+        let mut tx = self.begin_write().await?;
+        let (from_at, from_seq) = match from {
+            Some(p) => (p.at, p.seq),
+            // Before any job: PostgreSQL's timestamps do not reach chrono's minimum.
+            None => (DateTime::<Utc>::UNIX_EPOCH, 0),
+        };
+        // Walks `events_finished_at_seq` (at, seq): no sort, each finished job read once.
+        let scanned = sqlx::query(
+            "SELECT e.seq, e.at, e.job_id, j.namespace FROM events e JOIN jobs j ON j.id = e.job_id \
+             WHERE e.phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND e.at < $1 \
+             AND (e.at, e.seq) > ($2, $3) AND j.phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') \
+             ORDER BY e.at, e.seq LIMIT $4",
         )
+        .bind(rule.before)
+        .bind(from_at)
+        .bind(from_seq)
+        .bind(limit)
+        .fetch_all(&mut *tx.tx)
+        .await?;
+        let mut batch = ExpiredBatch {
+            scanned: scanned.len(),
+            ..ExpiredBatch::default()
+        };
+        let mut expired: Vec<String> = Vec::new();
+        for row in &scanned {
+            batch.position = Some(ExpiryPosition {
+                at: row.get("at"),
+                seq: row.get("seq"),
+            });
+            if rule.namespaces.covers(row.get("namespace")) {
+                expired.push(row.get("job_id"));
+            }
+        }
+        if !expired.is_empty() {
+            batch.newest_deleted =
+                sqlx::query_scalar("SELECT coalesce(max(seq), 0)::bigint FROM events WHERE job_id = ANY($1)")
+                    .bind(&expired)
+                    .fetch_one(&mut *tx.tx)
+                    .await?;
+            sqlx::query(
+                "INSERT INTO retention_horizons (namespace, seq) \
+                 SELECT j.namespace, max(e.seq) FROM events e JOIN jobs j ON j.id = e.job_id \
+                 WHERE e.job_id = ANY($1) GROUP BY j.namespace \
+                 ON CONFLICT (namespace) DO UPDATE \
+                 SET seq = greatest(retention_horizons.seq, excluded.seq)",
+            )
+            .bind(&expired)
+            .execute(&mut *tx.tx)
+            .await?;
+            batch.events = sqlx::query("DELETE FROM events WHERE job_id = ANY($1)")
+                .bind(&expired)
+                .execute(&mut *tx.tx)
+                .await?
+                .rows_affected();
+            sqlx::query("DELETE FROM job_dependencies WHERE job_id = ANY($1) OR depends_on = ANY($1)")
+                .bind(&expired)
+                .execute(&mut *tx.tx)
+                .await?;
+            sqlx::query("DELETE FROM pending_cancellations WHERE job_id = ANY($1)")
+                .bind(&expired)
+                .execute(&mut *tx.tx)
+                .await?;
+            batch.jobs = sqlx::query("DELETE FROM jobs WHERE id = ANY($1)")
+                .bind(&expired)
+                .execute(&mut *tx.tx)
+                .await?
+                .rows_affected();
+        }
+        Box::new(tx).commit().await?;
+        batch.ids = expired;
+        Ok(batch)
+    }
+
+    async fn retention_horizon(&self, scope: &Scope) -> Result<i64> {
+        let mut conn = self.pool.acquire().await?;
+        horizon_of(&mut conn, scope_list(scope).as_deref()).await
     }
 
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
@@ -873,6 +969,21 @@ async fn bounded<T>(step: impl std::future::Future<Output = Result<T>>) -> Resul
             WRITE_STEP_TIMEOUT.as_secs()
         ))),
     }
+}
+
+/// The newest cursor handed out (`event_cursor`): not the newest event's, which retention
+/// may have deleted; a cursor never goes back.
+const NEWEST_CURSOR: &str = "SELECT last FROM event_cursor WHERE id = 1";
+
+/// The retention horizon of the namespaces in `scope` (every namespace when `None`).
+async fn horizon_of(conn: &mut sqlx::PgConnection, scope: Option<&[String]>) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT coalesce(max(seq), 0)::bigint FROM retention_horizons \
+         WHERE $1::text[] IS NULL OR namespace = ANY($1)",
+    )
+    .bind(scope)
+    .fetch_one(conn)
+    .await?)
 }
 
 /// A scope as a list of namespaces for `= ANY(…)`, or NULL for every namespace.

@@ -31,8 +31,9 @@ use tokio::sync::OwnedMutexGuard;
 use async_trait::async_trait;
 
 use super::{
-    Durability, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx,
-    WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key, webhook_json,
+    Durability, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, Recoverable, Result,
+    StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow,
+    decode_job, scoped_key, webhook_json,
 };
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, Transition};
 
@@ -299,6 +300,10 @@ impl Store for SqliteStore {
         job_id: Option<&str>,
         scope: &Scope,
     ) -> Result<Vec<JobEvent>> {
+        let scope_json = scope_json(scope)?;
+        // One read transaction: the page and the horizon come from one snapshot, so a
+        // deletion is either in both or in neither.
+        let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(
             "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
              WHERE seq > ?1 AND (?2 IS NULL OR job_id = ?2) \
@@ -309,9 +314,19 @@ impl Store for SqliteStore {
         .bind(after)
         .bind(job_id)
         .bind(limit)
-        .bind(scope_json(scope)?)
-        .fetch_all(&self.pool)
+        .bind(&scope_json)
+        .fetch_all(&mut *tx)
         .await?;
+        if job_id.is_none() {
+            let horizon = horizon_of(&mut tx, scope_json.as_deref()).await?;
+            if after < horizon {
+                return Err(StoreError::CursorExpired {
+                    after,
+                    oldest: horizon,
+                });
+            }
+        }
+        tx.commit().await?;
         rows.into_iter().map(decode_event).collect()
     }
 
@@ -335,9 +350,7 @@ impl Store for SqliteStore {
     async fn stats(&self, buckets: i64, bucket_seconds: i64, scope: &Scope) -> Result<StatsSnapshot> {
         let scope = scope_json(scope)?;
         let mut tx = self.pool.begin().await?;
-        let cursor: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
-            .fetch_one(&mut *tx)
-            .await?;
+        let cursor: i64 = sqlx::query_scalar(NEWEST_CURSOR).fetch_one(&mut *tx).await?;
         // The window ends now, read after the first read fixed the snapshot: anything in the
         // snapshot happened before it, so nothing counted falls past the last bucket.
         let last = Utc::now().timestamp().div_euclid(bucket_seconds) * bucket_seconds;
@@ -415,9 +428,92 @@ impl Store for SqliteStore {
     }
 
     async fn last_event_seq(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(NEWEST_CURSOR).fetch_one(&self.pool).await?)
+    }
+
+    async fn expire_jobs(
+        &self,
+        rule: &ExpiryRule,
+        from: Option<ExpiryPosition>,
+        limit: i64,
+    ) -> Result<ExpiredBatch> {
+        self.check_storage()?;
+        let mut tx = self.begin_write().await?;
+        let (from_at, from_seq) = from.map(|p| (p.at.to_rfc3339(), p.seq)).unwrap_or_default();
+        let scanned = sqlx::query(EXPIRY_SCAN)
+            .bind(rule.before.to_rfc3339())
+            .bind(&from_at)
+            .bind(from_seq)
+            .bind(limit)
+            .fetch_all(&mut tx.conn)
+            .await?;
+        let mut batch = ExpiredBatch {
+            scanned: scanned.len(),
+            ..ExpiredBatch::default()
+        };
+        let mut expired = Vec::new();
+        for row in &scanned {
+            let at: String = row.get("at");
+            batch.position = Some(ExpiryPosition {
+                at: DateTime::parse_from_rfc3339(&at)
+                    .map(|t| t.with_timezone(&Utc))
+                    .unwrap_or_default(),
+                seq: row.get("seq"),
+            });
+            if rule.namespaces.covers(row.get("namespace")) {
+                expired.push(row.get::<String, _>("job_id"));
+            }
+        }
+        if !expired.is_empty() {
+            let ids = serde_json::to_string(&expired)?;
+            batch.newest_deleted = sqlx::query_scalar(
+                "SELECT coalesce(max(seq), 0) FROM events WHERE job_id IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(&ids)
+            .fetch_one(&mut tx.conn)
+            .await?;
+            sqlx::query(
+                "INSERT INTO retention_horizons (namespace, seq) \
+                 SELECT j.namespace, max(e.seq) FROM events e JOIN jobs j ON j.id = e.job_id \
+                 WHERE e.job_id IN (SELECT value FROM json_each(?1)) GROUP BY j.namespace \
+                 ON CONFLICT (namespace) DO UPDATE SET seq = max(seq, excluded.seq)",
+            )
+            .bind(&ids)
+            .execute(&mut tx.conn)
+            .await?;
+            batch.events =
+                sqlx::query("DELETE FROM events WHERE job_id IN (SELECT value FROM json_each(?1))")
+                    .bind(&ids)
+                    .execute(&mut tx.conn)
+                    .await?
+                    .rows_affected();
+            sqlx::query(
+                "DELETE FROM job_dependencies WHERE job_id IN (SELECT value FROM json_each(?1)) \
+                 OR depends_on IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(&ids)
+            .execute(&mut tx.conn)
+            .await?;
+            sqlx::query(
+                "DELETE FROM pending_cancellations WHERE job_id IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(&ids)
+            .execute(&mut tx.conn)
+            .await?;
+            batch.jobs = sqlx::query("DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?1))")
+                .bind(&ids)
+                .execute(&mut tx.conn)
+                .await?
+                .rows_affected();
+        }
+        Box::new(tx).commit().await?;
+        batch.ids = expired;
+        Ok(batch)
+    }
+
+    async fn retention_horizon(&self, scope: &Scope) -> Result<i64> {
+        let mut conn = self.pool.acquire().await?;
+        horizon_of(&mut conn, scope_json(scope)?.as_deref()).await
     }
 
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
@@ -817,6 +913,34 @@ impl StoreTx for SqliteTx {
 }
 
 /// A scope as a JSON array of namespaces for `json_each`, or NULL for every namespace.
+/// The newest cursor handed out. Not only the newest event's: retention may have deleted the
+/// newest events, and a cursor must never go back (a snapshot's cursor below the retention
+/// horizon would be refused as expired). `sqlite_sequence` keeps the highest key ever used.
+const NEWEST_CURSOR: &str = "SELECT max(coalesce((SELECT max(seq) FROM events), 0), \
+     coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0))";
+
+/// The next finished jobs after a position, in (finish time, cursor) order. The range on
+/// `at` walks `events_finished_at`, whose entries hold the cursor (the rowid) after `at`: no
+/// sort, and each finished job is read once. `INDEXED BY` and `CROSS JOIN` (which SQLite
+/// takes as "this order") pin that plan: without statistics, the planner otherwise starts
+/// from `jobs_by_phase`, reads every finished job and sorts them all (the test below).
+const EXPIRY_SCAN: &str = "SELECT e.seq, e.at, e.job_id, j.namespace \
+     FROM events e INDEXED BY events_finished_at CROSS JOIN jobs j ON j.id = e.job_id \
+     WHERE e.phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND e.at < ?1 AND e.at >= ?2 \
+     AND (e.at > ?2 OR e.seq > ?3) AND j.phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') \
+     ORDER BY e.at, e.seq LIMIT ?4";
+
+/// The retention horizon of the namespaces in `scope_json` (every namespace when `None`).
+async fn horizon_of(conn: &mut SqliteConnection, scope_json: Option<&str>) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT coalesce(max(seq), 0) FROM retention_horizons \
+         WHERE ?1 IS NULL OR namespace IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(scope_json)
+    .fetch_one(conn)
+    .await?)
+}
+
 fn scope_json(scope: &Scope) -> Result<Option<String>> {
     Ok(scope.list().map(serde_json::to_string).transpose()?)
 }
@@ -837,4 +961,38 @@ fn decode_event(r: sqlx::sqlite::SqliteRow) -> Result<JobEvent> {
         message: r.get("message"),
         job: Arc::new(decode_job(r.get("job"))?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The retention scan reads the finished-jobs index in its order and looks each job up by
+    /// id: no table scan, no sort, however many jobs there are.
+    #[tokio::test]
+    async fn the_retention_scan_walks_the_finished_index_without_sorting() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = SqliteStore::open(dir.path(), Durability::Normal)
+            .await
+            .expect("the store opens");
+        let plan: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {EXPIRY_SCAN}")))
+            .bind("2026-01-02T00:00:00+00:00")
+            .bind("2026-01-01T00:00:00+00:00")
+            .bind(0_i64)
+            .bind(100_i64)
+            .fetch_all(&store.pool)
+            .await
+            .expect("the plan")
+            .iter()
+            .map(|row| row.get::<String, _>("detail"))
+            .collect();
+        assert_eq!(
+            plan,
+            [
+                "SEARCH e USING INDEX events_finished_at (at>? AND at<?)",
+                "SEARCH j USING INDEX sqlite_autoindex_jobs_1 (id=?)",
+            ],
+            "{plan:#?}"
+        );
+    }
 }

@@ -21,7 +21,7 @@ use super::Shared;
 use super::signing::sign;
 use super::target::{Resolved, Target, TargetError};
 use crate::model::JobEvent;
-use crate::store::{Webhook, WebhookFailure};
+use crate::store::{StoreError, Webhook, WebhookFailure};
 
 /// Events read from the store at a time.
 const PAGE: i64 = 256;
@@ -72,6 +72,29 @@ pub(super) async fn run(shared: Arc<Shared>, id: String) {
             .await
         {
             Ok(page) => page,
+            Err(StoreError::CursorExpired { after, oldest }) => {
+                // Retention deleted events the endpoint had not been sent: delivering on would
+                // skip them silently. Parked, saying so; a replay from `oldest` goes on.
+                let at = now_ms();
+                let failure = WebhookFailure {
+                    attempts: endpoint.attempts + 1,
+                    failing_since: endpoint.failing_since.unwrap_or(at),
+                    error: format!(
+                        "events after cursor {after} were deleted by retention before they were delivered; \
+                         replayWebhook(after: \"{oldest}\") delivers from the oldest event kept"
+                    ),
+                    at,
+                    next_attempt_at: None,
+                };
+                tracing::warn!(webhook = %id, url = %endpoint.url, after, oldest, "webhook cursor older than retention; endpoint parked");
+                let parked = shared
+                    .store
+                    .webhook_failed(&id, &shared.claimant, endpoint.revision, &failure);
+                if record(&shared, &id, parked).await {
+                    shared.metrics.webhook_parked.inc();
+                }
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(webhook = %id, error = %e, "reading events for a webhook failed; retrying");
                 pause(&shared, RECHECK).await;

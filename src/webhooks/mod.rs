@@ -235,12 +235,16 @@ impl Webhooks {
 
     /// Delivers again every event after `after` (at least once each), unparking the endpoint.
     pub async fn replay(&self, owner: &str, id: &str, after: i64) -> Result<EndpointStatus, WebhookError> {
-        self.owned(owner, id).await?;
+        let webhook = self.owned(owner, id).await?;
         let head = self.shared.store.last_event_seq().await?;
         if after > head {
             return Err(WebhookError::BadCursor(format!(
                 "{after} is past the newest event ({head})"
             )));
+        }
+        let oldest = self.shared.store.retention_horizon(&webhook.scope).await?;
+        if after < oldest {
+            return Err(StoreError::CursorExpired { after, oldest }.into());
         }
         if !self.shared.store.replay_webhook(id, after).await? {
             return Err(WebhookError::NotFound { id: id.to_owned() });
@@ -267,11 +271,21 @@ impl Webhooks {
         const PAGE: i64 = 1_000;
         let (mut cursor, mut lag) = (webhook.cursor, 0);
         while lag < MAX_LAG_COUNTED {
-            let page = self
+            let page = match self
                 .shared
                 .store
                 .events_after(cursor, PAGE, None, &webhook.scope)
-                .await?;
+                .await
+            {
+                Ok(page) => page,
+                // Retention deleted some (the endpoint is parked, saying so): what is left
+                // is what a replay from the oldest cursor would deliver.
+                Err(StoreError::CursorExpired { oldest, .. }) => {
+                    cursor = oldest;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             lag += page.iter().filter(|e| webhook.filter.matches(&e.job)).count() as i64;
             match page.last() {
                 Some(last) if page.len() as i64 == PAGE => cursor = last.seq,

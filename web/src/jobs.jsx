@@ -150,8 +150,9 @@ export function JobsView({ api, live, params }) {
       cancelled = true;
     };
     // The page reloads when the filter or the page changes, and when the live model has
-    // (re)loaded (a first load that failed while the server was away).
-  }, [filterKey, after, live.loaded]);
+    // (re)loaded (a first load that failed while the server was away, or a fresh snapshot
+    // after the server said our cursor had expired).
+  }, [filterKey, after, live.loaded, live.generation]);
 
   useEffect(() => {
     api

@@ -4,6 +4,11 @@
 // It starts from `jobStats`, a snapshot with the cursor of the newest event it includes, and
 // subscribes to `jobEvents(after: cursor)`; each event moves the cursor, and the subscription
 // re-sends it after a reconnect, so the figures stay exact: no event is missed or counted twice.
+//
+// When the server answers CURSOR_EXPIRED (retention deleted events after our cursor while we
+// were away: a resume would have gaps), it takes a fresh snapshot and follows on from its
+// cursor; `generation` counts the snapshots, so that views holding data of their own (the
+// jobs table) reload with it.
 
 import { PHASES, TERMINAL } from './format.js';
 import { EVENTS_SUBSCRIPTION, STATS_QUERY } from './documents.js';
@@ -23,6 +28,7 @@ export class LiveModel {
     this.buckets = []; // [{ start: ms, submitted, succeeded, failed, cancelled }]
     this.variables = { after: null };
     this.loaded = false;
+    this.generation = 0;
     this.loading = null;
     this.error = null;
     this.listeners = new Set();
@@ -47,10 +53,15 @@ export class LiveModel {
         this.buckets = stats.activity.map((b) => ({ ...b, start: Date.parse(b.start) }));
         this.variables.after = stats.cursor;
         this.loaded = true;
+        this.generation += 1;
         this.error = null;
         this.unsubscribe = this.api.subscribe(EVENTS_SUBSCRIPTION, this.variables, {
           onNext: (data) => this.apply(data.jobEvents),
           onError: (error) => {
+            if (error.code === 'CURSOR_EXPIRED') {
+              this.resnapshot();
+              return;
+            }
             this.error = error;
             this.changed();
           },
@@ -63,6 +74,15 @@ export class LiveModel {
       }
     })();
     return this.loading;
+  }
+
+  /** Drops the subscription and the figures, and starts again from a fresh snapshot. */
+  resnapshot() {
+    this.unsubscribe?.();
+    this.unsubscribe = null;
+    this.loaded = false;
+    this.changed();
+    this.start();
   }
 
   apply(event) {

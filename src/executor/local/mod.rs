@@ -355,6 +355,22 @@ impl Executor for LocalExecutor {
         Ok(())
     }
 
+    /// Removes the deleted jobs' log files (and their rotated halves).
+    async fn forget(&self, job_ids: &[String]) {
+        for id in job_ids {
+            let log = self.log_path(id);
+            for path in [log.with_extension("log.1"), log] {
+                match tokio::fs::remove_file(&path).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        tracing::warn!(job = %id, path = %path.display(), error = %e, "could not remove a deleted job's log")
+                    }
+                }
+            }
+        }
+    }
+
     async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError> {
         read_log_tail(
             &self.log_path(&job.id),

@@ -19,7 +19,7 @@ use super::{ActivityBucket, JobService, ServiceError, Stats};
 use crate::executor::{LogLine, RunInfo};
 use crate::jobs::catalog::Template;
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope};
-use crate::store::JobPage;
+use crate::store::{JobPage, StoreError};
 
 impl JobService {
     /// The job, if it exists and `scope` may see it: another tenant's job answers `None`,
@@ -204,6 +204,16 @@ impl JobService {
                 })
             });
         Ok(Some(until_inclusive(lines.boxed(), |r| r.is_err())))
+    }
+
+    /// Whether a replay of `scope`'s events after `after` would be whole: the store's
+    /// `CursorExpired` when retention deleted some of them.
+    pub async fn check_resumable(&self, scope: &Scope, after: i64) -> Result<(), ServiceError> {
+        let oldest = self.inner.store.retention_horizon(scope).await?;
+        if after < oldest {
+            return Err(StoreError::CursorExpired { after, oldest }.into());
+        }
+        Ok(())
     }
 
     /// Every event of the jobs in `scope` that match `filter` (as each job was right after
