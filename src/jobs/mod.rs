@@ -3,8 +3,10 @@
 //! - [`service`]: `JobService`, the one writer of job state (submit, cancel, observations,
 //!   launching);
 //! - [`bus`]: broadcast of recorded events and gap-free replay from the store;
-//! - [`catalog`]: the templates jobs may name, described for clients (fields, limits).
+//! - [`catalog`]: the templates jobs may name, described for clients (fields, limits);
+//! - [`logs`]: the archive of jobs' output, which executors feed and the service reads.
 
 pub mod bus;
 pub mod catalog;
+pub mod logs;
 pub mod service;

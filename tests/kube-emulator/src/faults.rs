@@ -65,6 +65,10 @@ pub struct Faults {
     throttled: Mutex<Option<(String, String, u64)>>,
     /// Bumped to end every open watch; each watch holds a receiver.
     drop_watches: watch::Sender<u64>,
+    /// Bumped to end every open pod log stream.
+    drop_logs: watch::Sender<u64>,
+    /// Every pod log answer ends after this many lines (a cut connection), when set.
+    log_cut: Mutex<Option<usize>>,
     counters: Mutex<Counters>,
     open_watches: AtomicU64,
 }
@@ -75,6 +79,8 @@ impl Default for Faults {
             fail_next: Mutex::new((0, 500)),
             throttled: Mutex::new(None),
             drop_watches: watch::Sender::new(0),
+            drop_logs: watch::Sender::new(0),
+            log_cut: Mutex::new(None),
             counters: Mutex::new(Counters::default()),
             open_watches: AtomicU64::new(0),
         }
@@ -134,6 +140,26 @@ impl Faults {
     /// Ends every watch stream open now (they finish cleanly, as when a server drops them).
     pub fn drop_watches(&self) {
         self.drop_watches.send_modify(|g| *g += 1);
+    }
+
+    /// Ends every pod log stream open now (a clean end of body, as when a connection is cut).
+    pub fn drop_log_streams(&self) {
+        self.drop_logs.send_modify(|g| *g += 1);
+    }
+
+    /// A receiver that changes when [`Faults::drop_log_streams`] is called.
+    pub fn log_dropper(&self) -> watch::Receiver<u64> {
+        self.drop_logs.subscribe()
+    }
+
+    /// From now on every pod log answer, followed or not, ends after `lines` lines (`None`:
+    /// whole answers again), as a connection cut mid-stream would.
+    pub fn cut_log_streams_after(&self, lines: Option<usize>) {
+        *self.log_cut.lock().unwrap_or_else(|p| p.into_inner()) = lines;
+    }
+
+    pub fn log_cut(&self) -> Option<usize> {
+        *self.log_cut.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A receiver that changes when [`Faults::drop_watches`] is called.

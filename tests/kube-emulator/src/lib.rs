@@ -285,6 +285,18 @@ impl Emulator {
         self.api.faults.drop_watches();
     }
 
+    /// Ends every open pod log stream now (`follow=true` included): a clean end of body
+    /// before the container stopped, as a cut connection looks to a client.
+    pub fn drop_log_streams(&self) {
+        self.api.faults.drop_log_streams();
+    }
+
+    /// From now on every pod log answer ends after `lines` lines (`None`: whole answers
+    /// again): each follow of a long log is cut several times, and must resume.
+    pub fn cut_log_streams_after(&self, lines: Option<usize>) {
+        self.api.faults.cut_log_streams_after(lines);
+    }
+
     /// The next `n` API requests (discovery excluded) are answered with a `status` Status (500,
     /// 429 with `Retry-After: 1`, 503, …).
     pub fn fail_next(&self, n: usize, status: u16) {
