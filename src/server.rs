@@ -33,12 +33,12 @@ use crate::config::{Config, ExecutorKind};
 use crate::executor::Executor;
 use crate::executor::kube::KubeExecutor;
 use crate::executor::local::LocalExecutor;
-use crate::jobs::logs::LogArchiver;
 use crate::graphql::error::Code;
 use crate::graphql::http::{self as gql_http, HttpOptions, ResponseType};
 use crate::graphql::schema::{self, JobgateSchema};
 use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
 use crate::hosts::AllowedHosts;
+use crate::jobs::logs::LogArchiver;
 use crate::jobs::service::{JobService, ServiceConfig};
 use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
@@ -395,15 +395,16 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let logs = LogArchiver::start(store.clone(), config.log_archive(), metrics.clone());
     let executor: Arc<dyn Executor> = match config.executor {
         ExecutorKind::Local => {
-            let local =
-                LocalExecutor::new(config.local()?, observations_tx).context("preparing the local executor")?;
+            let local = LocalExecutor::new(config.local()?, observations_tx)
+                .context("preparing the local executor")?;
             local.archive_to(logs.clone());
             Arc::new(local)
         }
         ExecutorKind::Kubernetes => {
-            let kube = KubeExecutor::connect(config.kube(workloads.clone(), metrics.clone()), observations_tx)
-                .await
-                .context("connecting to Kubernetes")?;
+            let kube =
+                KubeExecutor::connect(config.kube(workloads.clone(), metrics.clone()), observations_tx)
+                    .await
+                    .context("connecting to Kubernetes")?;
             kube.archive_to(logs.clone());
             Arc::new(kube)
         }

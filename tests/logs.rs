@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::cluster::Cluster;
 use common::{GqlWs, Polling, Server, tenants_server, token_entry};
 use serde_json::{Value, json};
@@ -27,7 +25,10 @@ async fn all_log_lines(server: &Server, id: &str, first: i32) -> Vec<(i64, Strin
             .await;
         let page = &data["job"]["logLines"];
         let edges = page["edges"].as_array().unwrap();
-        assert!(edges.len() <= first as usize, "a page holds at most `first` lines");
+        assert!(
+            edges.len() <= first as usize,
+            "a page holds at most `first` lines"
+        );
         for e in edges {
             assert_eq!(e["cursor"], e["node"]["cursor"]);
             lines.push((
@@ -134,17 +135,36 @@ fn kube_input(env: &[(&str, &str)], ttl: i32) -> Value {
     })
 }
 
+/// Waits until the job's archive holds at least `lines` lines.
+async fn wait_archive_reaches(server: &Server, id: &str, lines: i64) {
+    let polling = Polling::start();
+    loop {
+        let job = log_archive(server, id).await;
+        if job["logArchive"]["lines"].as_i64().unwrap_or(0) >= lines {
+            return;
+        }
+        polling
+            .pause(|| format!("the archive never reached {lines} lines: {job}"))
+            .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_restarts() {
     let cluster = Cluster::start().await;
-    // Every log answer is cut after 700 lines: each pod's follow is cut seven times and must
-    // resume where it stopped, with lines sharing timestamps, no line twice or missing.
-    cluster.emu.cut_log_streams_after(Some(700));
+    // The first log answer is cut after 700 of the pod's first 2,000 lines (written within
+    // the same second or two): the follow resumes from the second of its last line and must
+    // drop exactly the lines it already has.
+    cluster.emu.cut_log_answers(1, 700);
     let args = cluster.args(&[]);
     let mut server = Server::start(&args).await;
     let id = server
         .submit(kube_input(
-            &[("EMULATOR_LOG", "line 0"), ("EMULATOR_LOG_LINES", "4999"), ("EMULATOR_GATE", "more")],
+            &[
+                ("EMULATOR_LOG", "line 0"),
+                ("EMULATOR_LOG_LINES", "1999"),
+                ("EMULATOR_GATE", "more"),
+            ],
             0,
         ))
         .await;
@@ -158,29 +178,55 @@ async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_r
             polling.pause(|| "the job's pod never appeared".into()).await;
         }
     };
-    // Some of the output archived, then jobgate stops while the pod keeps writing.
-    let polling = Polling::start();
-    while log_archive(&server, &id).await["logArchive"]["lines"].as_i64().unwrap_or(0) < 700 {
-        polling.pause(|| "no output archived while the pod ran".into()).await;
-    }
+    let write = |from: usize, to: usize| {
+        for i in from..to {
+            cluster
+                .emu
+                .store()
+                .append_log("default", &pod, &format!("line {i}"));
+        }
+    };
+    wait_archive_reaches(&server, &id, 2000).await;
+    // The stream is cut while the pod writes on.
+    cluster.emu.drop_log_streams();
+    write(2000, 3000);
+    wait_archive_reaches(&server, &id, 3000).await;
+    // jobgate stops while the pod writes on, and starts again.
     server.stop().await;
-    for i in 5000..6000 {
-        cluster.emu.store().append_log("default", &pod, &format!("line {i}"));
-    }
+    write(3000, 4000);
     let server = server.start_again(&args).await;
+    wait_archive_reaches(&server, &id, 4000).await;
+    cluster.emu.drop_log_streams();
+    write(4000, 5000);
     cluster.emu.simulation().open_gate("more");
     server.wait_terminal(&id).await;
-    wait_archived(&server, &id, 6000).await;
+    wait_archived(&server, &id, 5000).await;
+    let resumes = common::scrape(&server)
+        .await
+        .get("jobgate_log_follow_resumes_total")
+        .copied();
+    assert!(
+        resumes.unwrap_or(0.0) >= 1.0,
+        "the cut stream was resumed: {resumes:?}"
+    );
     // The Job's TTL of 0 took the Job and, once their logs were archived, its pods.
     cluster
         .until("the TTL controller deletes the Job and its pods", || async {
-            cluster.jobs().get_opt(&format!("jobgate-{id}")).await.unwrap().is_none()
+            cluster
+                .jobs()
+                .get_opt(&format!("jobgate-{id}"))
+                .await
+                .unwrap()
+                .is_none()
                 && cluster.pods_of(&id).await.is_empty()
         })
         .await;
-    let expected = numbered(0, 5999);
+    let expected = numbered(0, 4999);
     assert_whole(&all_log_lines(&server, &id, 1000).await, &expected);
-    assert_whole(&stream_log_lines(&server, &id, 10_000, None, None).await, &expected);
+    assert_whole(
+        &stream_log_lines(&server, &id, 10_000, None, None).await,
+        &expected,
+    );
     let job = log_archive(&server, &id).await;
     assert_eq!(job["logArchive"]["truncated"], false);
     let bytes: usize = expected.iter().map(|l| l.len() + 1).sum();
@@ -197,7 +243,38 @@ async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_r
             json!({"id": id}),
         )
         .await;
-    assert_eq!(tail["job"]["logs"], "line 5997\nline 5998\nline 5999");
+    assert_eq!(tail["job"]["logs"], "line 4997\nline 4998\nline 4999");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_job_with_ttl_zero_keeps_all_5000_lines() {
+    let cluster = Cluster::start().await;
+    let server = cluster.jobgate(&[]).await;
+    let id = server
+        .submit(kube_input(
+            &[("EMULATOR_LOG", "line 0"), ("EMULATOR_LOG_LINES", "4999")],
+            0,
+        ))
+        .await;
+    server.wait_terminal(&id).await;
+    cluster
+        .until("the TTL controller deletes the Job and its pods", || async {
+            cluster
+                .jobs()
+                .get_opt(&format!("jobgate-{id}"))
+                .await
+                .unwrap()
+                .is_none()
+                && cluster.pods_of(&id).await.is_empty()
+        })
+        .await;
+    // Once the pods are gone, their logs were archived whole (the finalizer held them).
+    let expected = numbered(0, 4999);
+    assert_whole(&all_log_lines(&server, &id, 1000).await, &expected);
+    assert_whole(
+        &stream_log_lines(&server, &id, 10_000, None, None).await,
+        &expected,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,29 +282,41 @@ async fn a_kubernetes_job_over_the_cap_is_marked_truncated() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&["--log-archive-max-bytes", "1000"]).await;
     let id = server
-        .submit(kube_input(&[("EMULATOR_LOG", "line 0"), ("EMULATOR_LOG_LINES", "499")], 0))
+        .submit(kube_input(
+            &[("EMULATOR_LOG", "line 0"), ("EMULATOR_LOG_LINES", "499")],
+            0,
+        ))
         .await;
     server.wait_terminal(&id).await;
     let polling = Polling::start();
     loop {
         let job = log_archive(&server, &id).await;
         if job["logArchive"]["truncated"] == true {
-            assert!(job["logArchive"]["bytes"].as_i64().unwrap() <= 1000 + 200, "{job}");
+            assert!(
+                job["logArchive"]["bytes"].as_i64().unwrap() <= 1000 + 200,
+                "{job}"
+            );
             break;
         }
-        polling.pause(|| format!("the archive was never truncated: {job}")).await;
+        polling
+            .pause(|| format!("the archive was never truncated: {job}"))
+            .await;
     }
     cluster
-        .until("the pods go once the archive stopped taking their lines", || async {
-            cluster.pods_of(&id).await.is_empty()
-        })
+        .until(
+            "the pods go once the archive stopped taking their lines",
+            || async { cluster.pods_of(&id).await.is_empty() },
+        )
         .await;
     let lines = all_log_lines(&server, &id, 1000).await;
     // "line 0" … "line 99": 7 or 8 bytes each; the whole lines that fit, then the marker.
     let kept: Vec<String> = lines[..lines.len() - 1].iter().map(|(_, t)| t.clone()).collect();
     assert_eq!(kept, numbered(0, kept.len() - 1));
     let kept_bytes: usize = kept.iter().map(|l| l.len() + 1).sum();
-    assert!(kept_bytes <= 1000 && kept_bytes + "line 123\n".len() > 1000, "{kept_bytes}");
+    assert!(
+        kept_bytes <= 1000 && kept_bytes + "line 123\n".len() > 1000,
+        "{kept_bytes}"
+    );
     let marker = &lines.last().unwrap().1;
     assert!(marker.contains("output truncated"), "{marker}");
     assert!(marker.contains("1000 bytes"), "{marker}");
@@ -238,7 +327,9 @@ async fn a_local_job_keeps_its_whole_output_beyond_rotation_and_restarts() {
     // A log file of 4 KiB, rotated once: the file keeps a few hundred lines at most.
     let mut server = Server::start(&["--local-max-log-bytes", "4096"]).await;
     let id = server
-        .submit(json!({"command": ["sh", "-c", "i=1; while [ $i -le 5000 ]; do echo line $i; i=$((i+1)); done"]}))
+        .submit(
+            json!({"command": ["sh", "-c", "i=1; while [ $i -le 5000 ]; do echo line $i; i=$((i+1)); done"]}),
+        )
         .await;
     assert_eq!(server.wait_terminal(&id).await.pop().unwrap(), "SUCCEEDED");
     wait_archived(&server, &id, 5000).await;
@@ -247,7 +338,10 @@ async fn a_local_job_keeps_its_whole_output_beyond_rotation_and_restarts() {
     server.stop().await;
     let server = server.start_again(&["--local-max-log-bytes", "4096"]).await;
     assert_whole(&all_log_lines(&server, &id, 1000).await, &expected);
-    assert_whole(&stream_log_lines(&server, &id, 10_000, None, None).await, &expected);
+    assert_whole(
+        &stream_log_lines(&server, &id, 10_000, None, None).await,
+        &expected,
+    );
 
     // A stream cut after 1,234 lines resumes after the last cursor it received.
     let first = stream_log_lines(&server, &id, 10_000, None, Some(1234)).await;
@@ -300,7 +394,10 @@ async fn another_tenants_job_logs_are_not_found() {
             json!({"input": {"namespace": "team-b", "command": ["echo", "bob's secret"]}}),
         )
         .await;
-    let id = submitted["data"]["submitJob"]["job"]["id"].as_str().unwrap().to_owned();
+    let id = submitted["data"]["submitJob"]["job"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let polling = Polling::start();
     loop {
         let (_, own) = server
@@ -311,10 +408,15 @@ async fn another_tenants_job_logs_are_not_found() {
             )
             .await;
         if own["data"]["job"]["logArchive"]["lines"] == 1 {
-            assert_eq!(own["data"]["job"]["logLines"]["edges"][0]["node"]["text"], "bob's secret");
+            assert_eq!(
+                own["data"]["job"]["logLines"]["edges"][0]["node"]["text"],
+                "bob's secret"
+            );
             break;
         }
-        polling.pause(|| format!("bob's output was never archived: {own}")).await;
+        polling
+            .pause(|| format!("bob's output was never archived: {own}"))
+            .await;
     }
     let (_, theirs) = server
         .gql_as(
@@ -333,6 +435,8 @@ async fn another_tenants_job_logs_are_not_found() {
     .await;
     let msg = ws.recv().await;
     assert_eq!(msg["type"], "next", "{msg}");
-    assert_eq!(msg["payload"]["errors"][0]["extensions"]["code"], "NOT_FOUND", "{msg}");
-    let _ = Duration::ZERO;
+    assert_eq!(
+        msg["payload"]["errors"][0]["extensions"]["code"], "NOT_FOUND",
+        "{msg}"
+    );
 }

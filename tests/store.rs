@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Duration, DurationRound as _, Utc};
 use common::postgres::Postgres;
+use jobgate::model::LogLine;
 use jobgate::model::{
     Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, SubmitRequest, Transition,
     ValidationLimits, shard_of,
 };
-use jobgate::model::LogLine;
 use jobgate::store::{
     Durability, LogAppend, LogAppended, PostgresStore, SqliteStore, Store, StoreTx, Webhook, WebhookFailure,
 };
@@ -1301,7 +1301,11 @@ fn plain_append(job: &str, lines: Vec<LogLine>) -> LogAppend {
 const CAP: i64 = 64 << 20;
 
 async fn log_lines_are_archived_in_order_and_paged_by_cursor(store: Arc<dyn Store>) {
-    assert_eq!(store.log_archive("j1").await.unwrap(), None, "nothing archived yet");
+    assert_eq!(
+        store.log_archive("j1").await.unwrap(),
+        None,
+        "nothing archived yet"
+    );
     assert!(store.log_lines("j1", 0, 10, 1 << 20).await.unwrap().is_empty());
     // Several appends (chunks), of two jobs, in one transaction and in several.
     let mut expected = Vec::new();
@@ -1354,16 +1358,28 @@ async fn a_log_append_lands_only_from_the_stored_position(store: Arc<dyn Store>)
         lines: vec![log_line(Some("pod-a"), text.to_owned())],
         lost: false,
     };
-    let first = store.append_logs(&[append(None, "p1", "one")], CAP).await.unwrap();
+    let first = store
+        .append_logs(&[append(None, "p1", "one")], CAP)
+        .await
+        .unwrap();
     assert_eq!(first, [LogAppended::Appended]);
-    assert_eq!(store.log_position("j", "pod-a").await.unwrap().as_deref(), Some("p1"));
+    assert_eq!(
+        store.log_position("j", "pod-a").await.unwrap().as_deref(),
+        Some("p1")
+    );
     // A second follower that read no position (or an older one) writes nothing.
     let stale = store
-        .append_logs(&[append(None, "p1", "one again"), append(Some("p0"), "p2", "x")], CAP)
+        .append_logs(
+            &[append(None, "p1", "one again"), append(Some("p0"), "p2", "x")],
+            CAP,
+        )
         .await
         .unwrap();
     assert_eq!(stale, [LogAppended::Stale, LogAppended::Stale]);
-    let next = store.append_logs(&[append(Some("p1"), "p2", "two")], CAP).await.unwrap();
+    let next = store
+        .append_logs(&[append(Some("p1"), "p2", "two")], CAP)
+        .await
+        .unwrap();
     assert_eq!(next, [LogAppended::Appended]);
     let texts: Vec<String> = store
         .log_lines("j", 0, 10, 1 << 20)
@@ -1373,20 +1389,34 @@ async fn a_log_append_lands_only_from_the_stored_position(store: Arc<dyn Store>)
         .map(|(_, l)| l.text)
         .collect();
     assert_eq!(texts, ["one", "two"], "nothing twice, nothing out of order");
-    assert_eq!(store.log_position("j", "pod-a").await.unwrap().as_deref(), Some("p2"));
+    assert_eq!(
+        store.log_position("j", "pod-a").await.unwrap().as_deref(),
+        Some("p2")
+    );
     assert_eq!(store.log_position("j", "pod-b").await.unwrap(), None);
 }
 
 async fn a_log_archive_is_closed_at_its_cap_with_a_marker(store: Arc<dyn Store>) {
-    let lines = |n: usize| (0..n).map(|i| log_line(None, format!("{i:09}"))).collect::<Vec<_>>();
+    let lines = |n: usize| {
+        (0..n)
+            .map(|i| log_line(None, format!("{i:09}")))
+            .collect::<Vec<_>>()
+    };
     // 10 bytes a line: 25 fit in 250.
     let outcomes = store
         .append_logs(&[plain_append("j", lines(20)), plain_append("j", lines(20))], 250)
         .await
         .unwrap();
     assert_eq!(outcomes, [LogAppended::Appended, LogAppended::Truncated]);
-    let later = store.append_logs(&[plain_append("j", lines(1))], 250).await.unwrap();
-    assert_eq!(later, [LogAppended::Closed], "a closed archive takes nothing more");
+    let later = store
+        .append_logs(&[plain_append("j", lines(1))], 250)
+        .await
+        .unwrap();
+    assert_eq!(
+        later,
+        [LogAppended::Closed],
+        "a closed archive takes nothing more"
+    );
     let archive = store.log_archive("j").await.unwrap().unwrap();
     assert!(archive.truncated);
     assert_eq!(archive.lines, 26, "the 25 lines that fit, then the marker");
@@ -1401,7 +1431,10 @@ async fn a_log_archive_closed_after_lost_lines_takes_nothing_more(store: Arc<dyn
         lost: true,
         ..plain_append("j", vec![log_line(None, "last kept".into())])
     };
-    assert_eq!(store.append_logs(&[lost], CAP).await.unwrap(), [LogAppended::Truncated]);
+    assert_eq!(
+        store.append_logs(&[lost], CAP).await.unwrap(),
+        [LogAppended::Truncated]
+    );
     let texts: Vec<String> = store
         .log_lines("j", 0, 10, 1 << 20)
         .await

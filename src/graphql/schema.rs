@@ -441,7 +441,13 @@ impl SubscriptionRoot {
         let service = ctx.data::<JobService>()?;
         let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
         let Some(lines) = service
-            .log_stream(&id, &caller(ctx)?.scope, tail_lines.max(0) as usize, follow, after)
+            .log_stream(
+                &id,
+                &caller(ctx)?.scope,
+                tail_lines.max(0) as usize,
+                follow,
+                after,
+            )
             .await
             .api()?
         else {

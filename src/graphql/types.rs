@@ -498,12 +498,20 @@ impl JobObject {
             .as_deref()
             .map(|c| {
                 c.parse::<i64>().ok().filter(|c| *c >= 0).ok_or_else(|| {
-                    crate::graphql::error::bad_input("after", format!("{c:?} is not a cursor this server issued"))
+                    crate::graphql::error::bad_input(
+                        "after",
+                        format!("{c:?} is not a cursor this server issued"),
+                    )
                 })
             })
             .transpose()?;
         let page = service
-            .log_page(&self.0.id, &caller(ctx)?.scope, first.clamp(1, 1000) as usize, after)
+            .log_page(
+                &self.0.id,
+                &caller(ctx)?.scope,
+                first.clamp(1, 1000) as usize,
+                after,
+            )
             .await
             .api()?;
         let edges: Vec<LogLineEdge> = page

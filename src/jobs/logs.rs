@@ -235,7 +235,8 @@ impl LogArchiver {
                 }
                 *last_size += size;
                 *count += 1;
-            } else if batch.len() < MAX_BATCH_APPENDS && (batch.is_empty() || bytes + size <= MAX_BATCH_BYTES) {
+            } else if batch.len() < MAX_BATCH_APPENDS && (batch.is_empty() || bytes + size <= MAX_BATCH_BYTES)
+            {
                 batch.push((append, size, 1));
             } else {
                 state.queue.push_front((append, size));
@@ -301,10 +302,9 @@ impl LogSink for LogArchiver {
     async fn position(&self, job_id: &str, source: &str) -> Result<Option<String>, ExecutorError> {
         // Asked before resuming: a stale source starts afresh from what is stored.
         self.lock().stale.remove(&(job_id.to_owned(), source.to_owned()));
-        self.store
-            .log_position(job_id, source)
-            .await
-            .map_err(|e| ExecutorError::Cluster(format!("reading where the archive of job {job_id} ends: {e}")))
+        self.store.log_position(job_id, source).await.map_err(|e| {
+            ExecutorError::Cluster(format!("reading where the archive of job {job_id} ends: {e}"))
+        })
     }
 
     fn append(

@@ -35,11 +35,11 @@ use futures::stream::BoxStream;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
+use super::logs::{self, LogAppend, LogAppended};
 use super::{
     JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS,
     Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key, webhook_json,
 };
-use super::logs::{self, LogAppend, LogAppended};
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
 };

@@ -30,11 +30,11 @@ use tokio::sync::OwnedMutexGuard;
 
 use async_trait::async_trait;
 
+use super::logs::{self, LogAppend, LogAppended};
 use super::{
     Durability, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx,
     WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key, webhook_json,
 };
-use super::logs::{self, LogAppend, LogAppended};
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
 };
@@ -937,14 +937,16 @@ async fn append_log(conn: &mut SqliteConnection, append: &LogAppend, cap_bytes: 
     }
     if !lines.is_empty() {
         let bytes: i64 = lines.iter().map(logs::line_bytes).sum();
-        sqlx::query("INSERT INTO log_chunks (job_id, first_line, line_count, bytes, data) VALUES (?, ?, ?, ?, ?)")
-            .bind(&append.job_id)
-            .bind(archive.lines)
-            .bind(lines.len() as i64)
-            .bind(bytes)
-            .bind(logs::encode(&lines)?)
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "INSERT INTO log_chunks (job_id, first_line, line_count, bytes, data) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(&append.job_id)
+        .bind(archive.lines)
+        .bind(lines.len() as i64)
+        .bind(bytes)
+        .bind(logs::encode(&lines)?)
+        .execute(&mut *conn)
+        .await?;
         sqlx::query(
             "INSERT INTO log_archives (job_id, lines, bytes, truncated) VALUES (?, ?, ?, ?) \
              ON CONFLICT (job_id) DO UPDATE SET lines = excluded.lines, bytes = excluded.bytes, \

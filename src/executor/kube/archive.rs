@@ -98,11 +98,15 @@ impl Inner {
         let deleting = info.deleting;
         if !info.started {
             // Nothing to read, and nothing ever will be: let it go.
-            if info.archiving && (info.phase.is_terminal() || deleting) && !self.follows.pods.contains_key(&key) {
+            if info.archiving
+                && (info.phase.is_terminal() || deleting)
+                && !self.follows.pods.contains_key(&key)
+            {
                 self.follows.pods.insert(key.clone(), true);
                 let inner = self.clone();
                 let name = info.name.clone();
-                self.tasks.spawn(async move { inner.let_go(&namespace, &name).await });
+                self.tasks
+                    .spawn(async move { inner.let_go(&namespace, &name).await });
             }
             return;
         }
@@ -121,7 +125,9 @@ impl Inner {
         let container = info.container.clone();
         let holds = info.archiving;
         self.tasks.spawn(async move {
-            inner.follow_pod(&namespace, &name, container, &job_id, holds).await;
+            inner
+                .follow_pod(&namespace, &name, container, &job_id, holds)
+                .await;
             if let Some(mut n) = inner.follows.per_job.get_mut(&job_id) {
                 *n = n.saturating_sub(1);
             }
@@ -193,9 +199,7 @@ impl Inner {
                     };
                     cursor.taken = 0;
                     let outcome = match api.log_stream(pod, &params).await {
-                        Ok(reader) => {
-                            self.read_stream(reader, &*sink, job_id, pod, &mut cursor).await
-                        }
+                        Ok(reader) => self.read_stream(reader, &*sink, job_id, pod, &mut cursor).await,
                         Err(kube::Error::Api(s)) if s.code == 404 => Read::Gone,
                         Err(e) => {
                             tracing::debug!(%pod, error = %e, "cannot follow the pod's log; retrying");
@@ -232,8 +236,12 @@ impl Inner {
                         }
                     }
                 }
-                if sink.append(job_id, pod, Some((cursor.stored.clone(), DONE.to_owned())), Vec::new())
-                    == SinkState::Stale
+                if sink.append(
+                    job_id,
+                    pod,
+                    Some((cursor.stored.clone(), DONE.to_owned())),
+                    Vec::new(),
+                ) == SinkState::Stale
                 {
                     continue 'resume;
                 }
@@ -320,7 +328,12 @@ impl Inner {
         batch: &mut Vec<LogLine>,
     ) -> SinkState {
         let now = cursor.position();
-        let state = sink.append(job_id, pod, Some((cursor.stored.clone(), now.clone())), std::mem::take(batch));
+        let state = sink.append(
+            job_id,
+            pod,
+            Some((cursor.stored.clone(), now.clone())),
+            std::mem::take(batch),
+        );
         if state == SinkState::Open {
             cursor.stored = Some(now);
         }
@@ -329,16 +342,17 @@ impl Inner {
 
     /// Whether the pod watch shows the pod's run over (its log will not grow).
     fn pod_ended(&self, job_id: &str, pod: &str) -> bool {
-        self.pods.get(job_id).is_some_and(|job| {
-            job.infos()
-                .iter()
-                .any(|p| p.name == pod && p.phase.is_terminal())
-        })
+        self.pods
+            .get(job_id)
+            .is_some_and(|job| job.infos().iter().any(|p| p.name == pod && p.phase.is_terminal()))
     }
 
     /// Waits the next retry delay; false when shutting down.
     async fn pause(&self, delays: &mut impl Iterator<Item = Duration>) -> bool {
-        let delay = delays.next().unwrap_or(Duration::from_secs(30)).min(Duration::from_secs(5));
+        let delay = delays
+            .next()
+            .unwrap_or(Duration::from_secs(30))
+            .min(Duration::from_secs(5));
         tokio::select! {
             _ = tokio::time::sleep(delay) => true,
             _ = self.shutdown.cancelled() => false,
@@ -434,7 +448,9 @@ impl Cursor {
             Some(p) => {
                 let (at, count) = p.split_once(' ').unwrap_or((p, "0"));
                 Self {
-                    last: DateTime::parse_from_rfc3339(at).ok().map(|t| t.with_timezone(&Utc)),
+                    last: DateTime::parse_from_rfc3339(at)
+                        .ok()
+                        .map(|t| t.with_timezone(&Utc)),
                     count: count.parse().unwrap_or(0),
                     ..Self::default()
                 }

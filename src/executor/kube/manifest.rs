@@ -223,7 +223,18 @@ mod tests {
             &j,
             &ManifestDefaults {
                 ttl_seconds_after_finished: Some(3600),
+                archive_logs: true,
             },
+        );
+        let finalizers = k
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.finalizers.clone());
+        assert_eq!(
+            finalizers,
+            Some(vec![LOG_FINALIZER.to_owned()]),
+            "pods are held until their log is archived"
         );
         let meta = &k.metadata;
         assert_eq!(
@@ -300,6 +311,7 @@ mod tests {
             &j,
             &ManifestDefaults {
                 ttl_seconds_after_finished: Some(3600),
+                ..ManifestDefaults::default()
             },
         );
         let spec = k.spec.unwrap();

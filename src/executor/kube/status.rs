@@ -371,6 +371,9 @@ mod tests {
     ) -> PodInfo {
         PodInfo {
             name: name.into(),
+            namespace: Some("default".into()),
+            archiving: false,
+            deleting: false,
             container: Some("job".into()),
             index,
             phase,

@@ -93,7 +93,11 @@ pub(super) struct LogWriter {
 const FOLLOW_BUFFER: usize = 1024;
 
 impl LogWriter {
-    pub(super) fn new(path: PathBuf, max_bytes: u64, archive: Option<(Arc<dyn LogSink>, String)>) -> Arc<Self> {
+    pub(super) fn new(
+        path: PathBuf,
+        max_bytes: u64,
+        archive: Option<(Arc<dyn LogSink>, String)>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             archive,
             path,

@@ -17,8 +17,8 @@ use futures::{Stream, StreamExt, stream};
 
 use super::{ActivityBucket, JobService, ServiceError, Stats};
 use crate::executor::{LogLine, RunInfo};
-use crate::model::LogArchive;
 use crate::jobs::catalog::Template;
+use crate::model::LogArchive;
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope};
 use crate::store::JobPage;
 
@@ -454,7 +454,8 @@ impl LogFollower {
             // Asked before reading: when nothing can come any more, the read below has
             // everything there is.
             let inner = &self.service.inner;
-            let settled = self.finished && !inner.executor.output_pending(&self.id) && !inner.logs.pending(&self.id);
+            let settled =
+                self.finished && !inner.executor.output_pending(&self.id) && !inner.logs.pending(&self.id);
             let page = inner
                 .store
                 .log_lines(&self.id, self.next, MAX_LOG_PAGE_LINES, MAX_LOG_PAGE_BYTES)

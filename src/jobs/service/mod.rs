@@ -317,7 +317,11 @@ impl JobService {
             active.insert(job.id.clone(), job);
         }
         let logs = config.logs.unwrap_or_else(|| {
-            LogArchiver::start(store.clone(), LogArchiveSettings::default(), config.metrics.clone())
+            LogArchiver::start(
+                store.clone(),
+                LogArchiveSettings::default(),
+                config.metrics.clone(),
+            )
         });
         let inner = Arc::new(Inner {
             logs,

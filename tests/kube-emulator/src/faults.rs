@@ -67,8 +67,8 @@ pub struct Faults {
     drop_watches: watch::Sender<u64>,
     /// Bumped to end every open pod log stream.
     drop_logs: watch::Sender<u64>,
-    /// Every pod log answer ends after this many lines (a cut connection), when set.
-    log_cut: Mutex<Option<usize>>,
+    /// `(answers, lines)`: the next `answers` pod log answers each end after `lines` lines.
+    log_cuts: Mutex<(usize, usize)>,
     counters: Mutex<Counters>,
     open_watches: AtomicU64,
 }
@@ -80,7 +80,7 @@ impl Default for Faults {
             throttled: Mutex::new(None),
             drop_watches: watch::Sender::new(0),
             drop_logs: watch::Sender::new(0),
-            log_cut: Mutex::new(None),
+            log_cuts: Mutex::new((0, 0)),
             counters: Mutex::new(Counters::default()),
             open_watches: AtomicU64::new(0),
         }
@@ -152,14 +152,20 @@ impl Faults {
         self.drop_logs.subscribe()
     }
 
-    /// From now on every pod log answer, followed or not, ends after `lines` lines (`None`:
-    /// whole answers again), as a connection cut mid-stream would.
-    pub fn cut_log_streams_after(&self, lines: Option<usize>) {
-        *self.log_cut.lock().unwrap_or_else(|p| p.into_inner()) = lines;
+    /// The next `answers` pod log answers, followed or not, each end after `lines` lines, as
+    /// a connection cut mid-stream would (a clean end of body). Replaces any cuts left.
+    pub fn cut_log_answers(&self, answers: usize, lines: usize) {
+        *self.log_cuts.lock().unwrap_or_else(|p| p.into_inner()) = (answers, lines);
     }
 
-    pub fn log_cut(&self) -> Option<usize> {
-        *self.log_cut.lock().unwrap_or_else(|p| p.into_inner())
+    /// Takes one cut, if any is left: the lines this answer ends after.
+    pub fn take_log_cut(&self) -> Option<usize> {
+        let mut cuts = self.log_cuts.lock().unwrap_or_else(|p| p.into_inner());
+        if cuts.0 == 0 {
+            return None;
+        }
+        cuts.0 -= 1;
+        Some(cuts.1)
     }
 
     /// A receiver that changes when [`Faults::drop_watches`] is called.

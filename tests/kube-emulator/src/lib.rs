@@ -291,10 +291,10 @@ impl Emulator {
         self.api.faults.drop_log_streams();
     }
 
-    /// From now on every pod log answer ends after `lines` lines (`None`: whole answers
-    /// again): each follow of a long log is cut several times, and must resume.
-    pub fn cut_log_streams_after(&self, lines: Option<usize>) {
-        self.api.faults.cut_log_streams_after(lines);
+    /// The next `answers` pod log answers each end after `lines` lines (a clean end of body,
+    /// as a connection cut mid-stream looks to a client), whether or not they follow.
+    pub fn cut_log_answers(&self, answers: usize, lines: usize) {
+        self.api.faults.cut_log_answers(answers, lines);
     }
 
     /// The next `n` API requests (discovery excluded) are answered with a `status` Status (500,

@@ -4,7 +4,7 @@
 //! the pod goes away).
 //!
 //! Faults: [`crate::faults::Faults::drop_log_streams`] ends every open stream at once, and
-//! [`crate::faults::Faults::cut_log_streams_after`] ends every answer after so many lines.
+//! [`crate::faults::Faults::cut_log_answers`] ends the next answers after so many lines.
 //!
 //! The store keeps one log per pod (not per container instance), so `container` only selects
 //! and validates, and `previous=true` answers the real 400 when the container never restarted
@@ -152,7 +152,7 @@ pub fn get(api: &Arc<ApiState>, t: &Target, q: &Query) -> Result<Response, ApiEr
         .filter(|(at, _)| options.since.is_none_or(|s| *at >= s))
         .collect();
     let skip = options.tail.map_or(0, |n| selected.len().saturating_sub(n));
-    let cut = api.faults.log_cut();
+    let cut = api.faults.take_log_cut();
     let shown = cut.map_or(selected.len() - skip, |c| c.min(selected.len() - skip));
     let mut text: String = selected[skip..skip + shown]
         .iter()
@@ -170,7 +170,15 @@ pub fn get(api: &Arc<ApiState>, t: &Target, q: &Query) -> Result<Response, ApiEr
         text.truncate(cut);
     }
     let mut response = if q.flag("follow") && !finished(&pod, &options.container) && !cut_short {
-        follow(api.clone(), ns, name, options, entries.len(), text, cut.map(|c| c - shown))
+        follow(
+            api.clone(),
+            ns,
+            name,
+            options,
+            entries.len(),
+            text,
+            cut.map(|c| c - shown),
+        )
     } else {
         Response::new(Body::from(text))
     };
