@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 # deploy/base/role.yaml for why each is there). A Role granting anything else, or less, fails.
 NEEDED = {
     *(("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")),
-    *(("", "pods", v) for v in ("get", "list", "watch")),
+    *(("", "pods", v) for v in ("get", "list", "watch", "patch")),
     ("", "pods/log", "get"),
     ("", "events", "create"),
     ("events.k8s.io", "events", "create"),

@@ -163,9 +163,26 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_TEMPLATE_DIR")]
     pub template_dir: Option<PathBuf>,
 
-    /// Kubernetes executor: lines of a finished job's output kept in jobgate.
+    /// Kubernetes executor: lines of a finished job's output kept with its status (its
+    /// whole output is in the log archive).
     #[arg(long, env = "JOBGATE_CAPTURED_LOG_LINES", default_value_t = 200)]
     pub captured_log_lines: usize,
+
+    /// Output archived per job, in bytes (uncompressed): past it the job's archive ends with
+    /// a line saying it was truncated, and `Job.logArchive.truncated` is true.
+    #[arg(long, env = "JOBGATE_LOG_ARCHIVE_MAX_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_archive_max_bytes: u64,
+
+    /// Output waiting in memory for the archive, over all jobs, in bytes: while the store
+    /// refuses writes, lines wait here; a job whose lines no longer fit has its archive
+    /// closed as truncated (lines lost are counted in jobgate_log_archive_lost_lines_total).
+    #[arg(long, env = "JOBGATE_LOG_ARCHIVE_BUFFER_BYTES", default_value_t = 32 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_archive_buffer_bytes: u64,
+
+    /// Kubernetes executor: most pod logs followed at once to archive them (one stream per
+    /// running pod of the jobs this replica acts for; others wait for a slot).
+    #[arg(long, env = "JOBGATE_LOG_FOLLOW_CONCURRENCY", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_follow_concurrency: u64,
 
     /// Largest `parallelism` a job may ask for.
     #[arg(long, env = "JOBGATE_MAX_PARALLELISM", default_value_t = 64, value_parser = clap::value_parser!(i32).range(1..))]
@@ -899,8 +916,10 @@ impl Config {
             watch_namespaces: self.allowed_namespaces(),
             manifest: ManifestDefaults {
                 ttl_seconds_after_finished: Some(self.ttl_seconds_after_finished),
+                archive_logs: true,
             },
             captured_log_lines: self.captured_log_lines,
+            log_follow_concurrency: usize::try_from(self.log_follow_concurrency).unwrap_or(usize::MAX),
             kueue: self.kueue_enabled(),
             // A shared store means replicas: they divide the work through Leases.
             membership: self
@@ -930,6 +949,15 @@ impl Config {
             batch: self.retention_batch,
             // Long enough for a queued submission to take the write lock between batches.
             pause: Duration::from_millis(20),
+        }
+    }
+
+    /// The archive of jobs' output.
+    pub fn log_archive(&self) -> crate::jobs::logs::LogArchiveSettings {
+        crate::jobs::logs::LogArchiveSettings {
+            max_bytes_per_job: i64::try_from(self.log_archive_max_bytes).unwrap_or(i64::MAX),
+            buffer_bytes: usize::try_from(self.log_archive_buffer_bytes).unwrap_or(usize::MAX),
+            ..crate::jobs::logs::LogArchiveSettings::default()
         }
     }
 

@@ -163,6 +163,19 @@ pub struct Metrics {
     /// one page), and the age of the oldest of them.
     pub webhook_lag_events: Family<WebhookLabels, Gauge>,
     pub webhook_lag_seconds: Family<WebhookLabels, Gauge>,
+    /// Lines of jobs' output committed to the archive.
+    pub log_archive_lines: Counter,
+    /// Failed writes of the archive (each retried); lines wait in memory meanwhile.
+    pub log_archive_write_failures: Counter,
+    /// Lines dropped because the archive's buffer was full while the store refused writes
+    /// (their job's archive is closed as truncated).
+    pub log_archive_lost_lines: Counter,
+    /// Bytes of output waiting in memory for the archive.
+    pub log_archive_buffered_bytes: Gauge,
+    /// Pod log streams this process follows now (Kubernetes).
+    pub log_follows: Gauge,
+    /// Pod log streams opened again after one was cut before its pod ended.
+    pub log_follow_resumes: Counter,
     /// Reads each template's availability at scrape time; registered by the service.
     template_availability: Arc<std::sync::RwLock<Option<TemplateAvailabilityReader>>>,
     /// Every metric above, registered once when the handles are made; a scrape only encodes.
@@ -231,6 +244,12 @@ impl Metrics {
             retention_failures: Counter::default(),
             webhook_lag_events: Family::default(),
             webhook_lag_seconds: Family::default(),
+            log_archive_lines: Counter::default(),
+            log_archive_write_failures: Counter::default(),
+            log_archive_lost_lines: Counter::default(),
+            log_archive_buffered_bytes: Gauge::default(),
+            log_follows: Gauge::default(),
+            log_follow_resumes: Counter::default(),
             template_availability: Arc::new(std::sync::RwLock::new(None)),
             registry: std::sync::Mutex::new(Registry::with_prefix("jobgate")),
         };
@@ -568,6 +587,36 @@ fn register_all(m: &Metrics) -> Registry {
         "webhook_lag_seconds",
         "Per webhook endpoint this process delivers: age of the oldest event waiting for delivery, 0 when caught up",
         m.webhook_lag_seconds.clone(),
+    );
+    registry.register(
+        "log_archive_lines",
+        "Lines of jobs' output committed to the archive in the store",
+        m.log_archive_lines.clone(),
+    );
+    registry.register(
+        "log_archive_write_failures",
+        "Failed writes of jobs' output to the archive (retried; lines wait in a bounded buffer meanwhile)",
+        m.log_archive_write_failures.clone(),
+    );
+    registry.register(
+        "log_archive_lost_lines",
+        "Lines of output dropped because the archive's buffer was full while the store refused writes (the job's archive ends truncated)",
+        m.log_archive_lost_lines.clone(),
+    );
+    registry.register(
+        "log_archive_buffered_bytes",
+        "Bytes of jobs' output waiting in memory to be written to the archive",
+        m.log_archive_buffered_bytes.clone(),
+    );
+    registry.register(
+        "log_follows",
+        "Pod log streams this process follows now, to archive them",
+        m.log_follows.clone(),
+    );
+    registry.register(
+        "log_follow_resumes",
+        "Pod log streams opened again after one ended before its pod did (cut, API server away)",
+        m.log_follow_resumes.clone(),
     );
     registry.register(
         "graphql_request_duration_seconds",

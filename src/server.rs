@@ -38,8 +38,9 @@ use crate::graphql::http::{self as gql_http, HttpOptions, ResponseType};
 use crate::graphql::schema::{self, JobgateSchema};
 use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
 use crate::hosts::AllowedHosts;
+use crate::jobs::logs::LogArchiver;
 use crate::jobs::retention::Retention;
-use crate::jobs::service::JobService;
+use crate::jobs::service::{JobService, ServiceConfig};
 use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
 use crate::store::{PostgresStore, SqliteStore, Store};
@@ -391,21 +392,32 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let delivery = delivery::Delivery::start(&config.delivery())?;
     let store = open_store(&config).await?;
     let (observations_tx, observations_rx) = mpsc::channel(1024);
+    // The archive of jobs' output: the executor feeds it, the service reads it.
+    let logs = LogArchiver::start(store.clone(), config.log_archive(), metrics.clone());
     let executor: Arc<dyn Executor> = match config.executor {
-        ExecutorKind::Local => Arc::new(
-            LocalExecutor::new(config.local()?, observations_tx).context("preparing the local executor")?,
-        ),
-        ExecutorKind::Kubernetes => Arc::new(
-            KubeExecutor::connect(config.kube(workloads.clone(), metrics.clone()), observations_tx)
-                .await
-                .context("connecting to Kubernetes")?,
-        ),
+        ExecutorKind::Local => {
+            let local = LocalExecutor::new(config.local()?, observations_tx)
+                .context("preparing the local executor")?;
+            local.archive_to(logs.clone());
+            Arc::new(local)
+        }
+        ExecutorKind::Kubernetes => {
+            let kube =
+                KubeExecutor::connect(config.kube(workloads.clone(), metrics.clone()), observations_tx)
+                    .await
+                    .context("connecting to Kubernetes")?;
+            kube.archive_to(logs.clone());
+            Arc::new(kube)
+        }
     };
     let service = JobService::start(
         store.clone(),
         executor.clone(),
         observations_rx,
-        config.service(workloads, metrics.clone()),
+        ServiceConfig {
+            logs: Some(logs),
+            ..config.service(workloads, metrics.clone())
+        },
     )
     .await
     .context("starting the job service")?;

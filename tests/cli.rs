@@ -659,6 +659,38 @@ async fn watch_of_one_job_resumes_and_stops_after_its_end() {
     assert_eq!(printed_events(&seen), recorded_events(&server, &id).await);
 }
 
+/// `logs --follow` cut off from the server while the job writes resumes after the last line
+/// it printed: every line once, in order, then it exits 0 with the job.
+#[tokio::test]
+async fn logs_follow_resumes_after_a_dropped_connection() {
+    let server = Server::start(&[]).await;
+    let proxy = Proxy::start(server.addr).await;
+    let gate = tempfile::tempdir().unwrap();
+    let go = gate.path().join("go");
+    let script = format!(
+        "i=1; while [ $i -le 200 ]; do echo line $i; i=$((i+1)); done; \
+         while [ ! -e {} ]; do sleep 0.05; done; \
+         while [ $i -le 400 ]; do echo line $i; i=$((i+1)); done",
+        go.display()
+    );
+    let id = server.submit(json!({"command": ["sh", "-c", script]})).await;
+    let mut follow = Streaming::start(&proxy.url(), &["logs", &id, "--follow", "--tail", "1000"]);
+    let mut printed = Vec::new();
+    while printed.len() < 200 {
+        printed.push(follow.line().await.expect("a line"));
+    }
+    proxy.down();
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(server.terminal_phase(&id).await, "SUCCEEDED");
+    proxy.up(server.addr);
+    while let Some(line) = follow.line().await {
+        printed.push(line);
+    }
+    assert_eq!(follow.exit_code().await, 0);
+    let expected: Vec<String> = (1..=400).map(|i| format!("line {i}")).collect();
+    assert_eq!(printed, expected);
+}
+
 /// A TLS front for `backend`, as an ingress would be, with a certificate for `localhost`
 /// made in `dir`: the certificates and the port.
 async fn tls_front(backend: SocketAddr, dir: &std::path::Path) -> (common::tls::Certificates, u16) {

@@ -130,6 +130,11 @@ fn webhooks_are_created_followed_and_deleted_from_their_page() {
     run_e2e("webhooks.test.mjs");
 }
 
+#[test]
+fn the_log_view_pages_its_history_and_resumes_after_a_reconnect() {
+    run_e2e("logs.test.mjs");
+}
+
 /// queue.test.mjs, against the emulator with Kueue: a ClusterQueue admitting one pod at a time
 /// behind LocalQueue `team-a`. The file asks for `open-gate-<name>` to let the emulated pods
 /// started with `EMULATOR_GATE=<name>` finish (the way tests/kueue.rs ends a job).

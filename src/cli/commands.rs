@@ -8,7 +8,7 @@
 use serde_json::{Map, Value, json};
 
 use super::client::{CliError, Connection};
-use super::follow::{Flow, Follower, Resume, follow};
+use super::follow::{Flow, Follower, follow};
 use super::{
     ClientArgs, ClientCommand, EXIT_JOB_CANCELLED, EXIT_JOB_FAILED, EXIT_OK, JobArgs, ListArgs, LogsArgs,
     Output, SubmitArgs, WatchArgs, output,
@@ -108,7 +108,7 @@ async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
         last_phase: None,
         job,
     };
-    follow(&conn, &mut waiter, Resume::AfterDrops).await?;
+    follow(&conn, &mut waiter).await?;
     let phase = waiter.job["phase"].as_str().unwrap_or_default().to_owned();
     if !is_terminal(&phase) {
         return Err(CliError::Protocol(format!(
@@ -275,27 +275,37 @@ async fn cancel(args: JobArgs) -> Result<i32, CliError> {
 
 async fn logs(args: LogsArgs) -> Result<i32, CliError> {
     let conn = connect(&args.client)?;
-    let mut printer = LogPrinter { args };
-    // A log stream has no cursor to resume from: a dropped connection ends the command
-    // rather than print lines twice.
-    follow(&conn, &mut printer, Resume::Never).await?;
+    let mut printer = LogPrinter { args, after: None };
+    // Each line carries its cursor: a dropped connection resumes right after the last line
+    // printed, none twice, none skipped.
+    follow(&conn, &mut printer).await?;
     Ok(EXIT_OK)
 }
 
 struct LogPrinter {
     args: LogsArgs,
+    /// The cursor of the last line printed.
+    after: Option<String>,
 }
 
 impl Follower for LogPrinter {
     fn subscription(&self) -> (String, Value) {
-        let query = "subscription Logs($id: ID!, $follow: Boolean!, $tail: Int!) { \
-                     jobLogs(id: $id, follow: $follow, tailLines: $tail) { text source } }";
-        let variables = json!({ "id": self.args.id, "follow": self.args.follow, "tail": self.args.tail });
+        let query = "subscription Logs($id: ID!, $follow: Boolean!, $tail: Int!, $after: String) { \
+                     jobLogs(id: $id, follow: $follow, tailLines: $tail, after: $after) { text source cursor } }";
+        let variables = json!({
+            "id": self.args.id,
+            "follow": self.args.follow,
+            "tail": self.args.tail,
+            "after": self.after,
+        });
         (query.to_owned(), variables)
     }
 
     fn on_data(&mut self, data: Value) -> Result<Flow, CliError> {
         let line = &data["jobLogs"];
+        if let Some(cursor) = line["cursor"].as_str() {
+            self.after = Some(cursor.to_owned());
+        }
         match self.args.client.output {
             Output::Json => output::json(line)?,
             Output::Table => match line["source"].as_str() {
@@ -352,7 +362,7 @@ async fn watch(args: WatchArgs) -> Result<i32, CliError> {
             }
         }
     };
-    follow(&conn, &mut watcher, Resume::AfterDrops).await?;
+    follow(&conn, &mut watcher).await?;
     Ok(EXIT_OK)
 }
 

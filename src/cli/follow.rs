@@ -35,19 +35,11 @@ pub trait Follower {
     }
 }
 
-/// Whether a dropped connection is followed by a new one.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Resume {
-    /// Reconnect, without end, once a first connection has been acknowledged (a server that
-    /// cannot be reached at all is reported at once).
-    AfterDrops,
-    /// Report the first failure.
-    Never,
-}
-
 /// Runs the follower's subscription until it stops it, the server completes it, or a failure
-/// that reconnecting cannot mend.
-pub async fn follow(conn: &Connection, follower: &mut impl Follower, resume: Resume) -> Result<(), CliError> {
+/// that reconnecting cannot mend. A dropped connection is followed by a new one, without
+/// end, once a first connection has been acknowledged (a server that cannot be reached at
+/// all is reported at once).
+pub async fn follow(conn: &Connection, follower: &mut impl Follower) -> Result<(), CliError> {
     let mut backoff: Option<Box<dyn Iterator<Item = Duration> + Send>> = None;
     let mut ever_acked = false;
     loop {
@@ -60,7 +52,7 @@ pub async fn follow(conn: &Connection, follower: &mut impl Follower, resume: Res
         }
         match outcome {
             Ok(()) => return Ok(()),
-            Err(e) if resume == Resume::AfterDrops && ever_acked && e.retriable() => {
+            Err(e) if ever_acked && e.retriable() => {
                 let delays = backoff.get_or_insert_with(|| {
                     Box::new(
                         ExponentialBuilder::default()

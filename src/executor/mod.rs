@@ -19,6 +19,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
+pub use crate::model::LogLine;
 use crate::model::{Job, ShardSet, WorkloadStatus};
 
 /// What an executor saw of one job's workload.
@@ -68,12 +69,41 @@ pub(crate) fn lines_once(
         .boxed()
 }
 
-/// One line of a job's output.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LogLine {
-    /// Which run wrote it (a pod name on Kubernetes), when the executor knows.
-    pub source: Option<String>,
-    pub text: String,
+/// Where executors hand the output they read, to be archived in the store (by the job
+/// service's archive: executors never write the store themselves). Appending never waits for
+/// the store; lines are batched and written beside the job writer's transactions.
+#[async_trait]
+pub trait LogSink: Send + Sync + 'static {
+    /// Where `source`'s archived output of the job ends (the position its last committed
+    /// lines stored), to resume following it without repeating or skipping a line.
+    async fn position(&self, job_id: &str, source: &str) -> Result<Option<String>, ExecutorError>;
+
+    /// Queues `lines` of `source` for the job's archive. `position` is `(resumed_from, now)`:
+    /// the lines land only if the source's stored position is still `resumed_from`, and
+    /// then it becomes `now` (`None`: no position is kept, as for a local job's pipe).
+    fn append(
+        &self,
+        job_id: &str,
+        source: &str,
+        position: Option<(Option<String>, String)>,
+        lines: Vec<LogLine>,
+    ) -> SinkState;
+
+    /// Resolves once every line queued for the job so far has been committed (or can never
+    /// be: the archive closed, the sink stopped).
+    async fn synced(&self, job_id: &str);
+}
+
+/// What a [`LogSink`] knows of a source after an append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SinkState {
+    /// Keep following.
+    Open,
+    /// The job's archive takes no more lines (its cap, or lines were lost): stop following.
+    Closed,
+    /// Someone else moved this source's position on (another replica, an older follower):
+    /// read it again with [`LogSink::position`] and resume from there.
+    Stale,
 }
 
 /// One run of a job as its executor sees it: a pod, on Kubernetes.
@@ -141,6 +171,14 @@ pub trait Executor: Send + Sync + 'static {
     /// From now on follows exactly the jobs of `shards`: called with each new set of
     /// [`Executor::shards`], once the unfinished jobs of the shards gained have been adopted.
     async fn follow_shards(&self, _shards: ShardSet) {}
+
+    /// Whether output of the job may still reach the archive: a run still writing, or a pod
+    /// whose log is still being read (on Kubernetes, seen by every replica: the pod keeps
+    /// jobgate's finalizer until its log is archived). A log stream ends once the job has
+    /// finished and this is false.
+    fn output_pending(&self, _job_id: &str) -> bool {
+        false
+    }
 
     /// Whether the job's workload has already finished by the executor's own observation,
     /// even if the job service has not recorded it yet (a cancel must not override it).

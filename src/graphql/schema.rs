@@ -431,34 +431,38 @@ impl SubscriptionRoot {
         Ok(delivered(delivery, keyed, true))
     }
 
-    /// The job's output, a line at a time: its last `tailLines` lines, then with `follow`
-    /// every new line as it is written, until the job has finished and its output is
-    /// drained; then the subscription completes.
+    /// The job's output, a line at a time: its last `tailLines` lines (or, with `after`, every
+    /// line after that cursor), then with `follow` every new line as it is archived, until
+    /// the job has finished and its output is all archived; then the subscription completes.
+    /// Each line carries its cursor: after a dropped connection, subscribe again with
+    /// `after` the last one received to get every later line, none twice.
     async fn job_logs(
         &self,
         ctx: &Context<'_>,
         id: ID,
         #[graphql(default = true)] follow: bool,
         #[graphql(default = 100, validator(minimum = 0, maximum = 10000))] tail_lines: i32,
+        after: Option<String>,
     ) -> async_graphql::Result<std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<LogLine>> + Send>>>
     {
         rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
+        let after = after.as_deref().map(|c| parse_cursor("after", c)).transpose()?;
         let Some(lines) = service
-            .log_stream(&id, &caller(ctx)?.scope, tail_lines.max(0) as usize, follow)
+            .log_stream(
+                &id,
+                &caller(ctx)?.scope,
+                tail_lines.max(0) as usize,
+                follow,
+                after,
+            )
             .await
             .api()?
         else {
             return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
         };
         Ok(lines
-            .map(|r| {
-                r.map(|l| LogLine {
-                    text: l.text,
-                    source: l.source,
-                })
-                .api()
-            })
+            .map(|r| r.map(|(cursor, line)| LogLine::of(cursor, line)).api())
             .boxed())
     }
 }

@@ -465,7 +465,8 @@ impl JobObject {
     async fn result(&self) -> Option<&str> {
         self.0.result.as_deref()
     }
-    /// The last `tailLines` lines of the job's output (stdout and stderr of every run).
+    /// The last `tailLines` lines of the job's output (stdout and stderr of every run), at
+    /// most 8 MiB of them. For the whole output, page with `logLines`.
     async fn logs(
         &self,
         ctx: &Context<'_>,
@@ -481,6 +482,65 @@ impl JobObject {
             .await
             .api()?;
         Ok(lines.join("\n"))
+    }
+    /// The job's output from jobgate's archive, a page at a time, oldest line first: up to
+    /// `first` lines after the cursor `after` (a line's `cursor`; from the first line when
+    /// omitted), and no more than 1 MiB of text (one line at least). The whole output, also
+    /// after the job's pods are gone and across restarts; empty while nothing is archived.
+    async fn log_lines(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 100, validator(minimum = 1, maximum = 1000))] first: i32,
+        after: Option<String>,
+    ) -> async_graphql::Result<LogLineConnection> {
+        let service = ctx.data::<JobService>()?;
+        let after = after
+            .as_deref()
+            .map(|c| {
+                c.parse::<i64>().ok().filter(|c| *c >= 0).ok_or_else(|| {
+                    crate::graphql::error::bad_input(
+                        "after",
+                        format!("{c:?} is not a cursor this server issued"),
+                    )
+                })
+            })
+            .transpose()?;
+        let page = service
+            .log_page(
+                &self.0.id,
+                &caller(ctx)?.scope,
+                first.clamp(1, 1000) as usize,
+                after,
+            )
+            .await
+            .api()?;
+        let edges: Vec<LogLineEdge> = page
+            .lines
+            .into_iter()
+            .map(|(at, line)| LogLineEdge {
+                cursor: at.to_string(),
+                node: LogLine::of(Some(at), line),
+            })
+            .collect();
+        Ok(LogLineConnection {
+            page_info: PageInfo {
+                has_next_page: page.has_next_page,
+                has_previous_page: after.is_some_and(|a| a >= 0),
+                start_cursor: edges.first().map(|e| e.cursor.clone()),
+                end_cursor: edges.last().map(|e| e.cursor.clone()),
+            },
+            edges,
+        })
+    }
+    /// What jobgate's archive holds of the job's output (lines, bytes, whether it was
+    /// truncated); null while nothing is archived.
+    async fn log_archive(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<LogArchiveView>> {
+        let service = ctx.data::<JobService>()?;
+        Ok(service
+            .log_archive(&self.0.id, &caller(ctx)?.scope)
+            .await
+            .api()?
+            .map(LogArchiveView::from))
     }
     /// The job's recorded status events, oldest first: the newest `last` of them (its whole
     /// history when it has fewer). Each phase change and progress update, as `jobEvents`
@@ -537,6 +597,57 @@ pub struct LogLine {
     pub text: String,
     /// Which run wrote it: the pod's name on Kubernetes; null on the local executor.
     pub source: Option<String>,
+    /// Where the line is in the job's archived output (its offset, from 0): `jobLogs(after:)`
+    /// and `Job.logLines(after:)` resume right after it. Null only for output of a job
+    /// that finished before jobgate archived output, read from its executor.
+    pub cursor: Option<String>,
+}
+
+impl LogLine {
+    pub fn of(cursor: Option<i64>, line: model::LogLine) -> Self {
+        Self {
+            text: line.text,
+            source: line.source,
+            cursor: cursor.map(|c| c.to_string()),
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct LogLineEdge {
+    pub cursor: String,
+    pub node: LogLine,
+}
+
+/// A page of a job's archived output, oldest line first.
+#[derive(SimpleObject)]
+pub struct LogLineConnection {
+    pub edges: Vec<LogLineEdge>,
+    pub page_info: PageInfo,
+}
+
+/// What jobgate's archive holds of a job's output.
+#[derive(SimpleObject)]
+#[graphql(name = "LogArchive")]
+pub struct LogArchiveView {
+    /// Lines archived (a truncation marker included): the next line's cursor.
+    pub lines: i64,
+    /// Bytes of those lines, uncompressed (each line and its newline).
+    pub bytes: i64,
+    /// The archive stopped before the output ended: at the per-job cap
+    /// (`--log-archive-max-bytes`), or after lines were lost while the store could not be
+    /// written. Its last line says which.
+    pub truncated: bool,
+}
+
+impl From<model::LogArchive> for LogArchiveView {
+    fn from(a: model::LogArchive) -> Self {
+        Self {
+            lines: a.lines,
+            bytes: a.bytes,
+            truncated: a.truncated,
+        }
+    }
 }
 
 /// One recorded status change of a job.

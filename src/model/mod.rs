@@ -11,6 +11,7 @@
 mod events;
 mod filter;
 mod job;
+mod logs;
 mod phase;
 mod scope;
 mod shard;
@@ -22,6 +23,7 @@ pub use filter::JobFilter;
 pub use job::{
     DEPENDENCIES_SUCCEEDED, DEPENDENCY_FAILED, Job, Transition, WAITING_FOR_DEPENDENCIES, WORKLOAD_CREATED,
 };
+pub use logs::{LogArchive, LogLine, MAX_LOG_LINE, clip_log_line};
 pub use phase::{
     Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, QueueState, QueueStatus,
     WorkloadStatus, clip,

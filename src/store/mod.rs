@@ -25,6 +25,7 @@
 //! The service holds an `Arc<dyn Store>` and does not know which backend it has; what differs
 //! for replicas (other processes commit too) it learns from [`Store::commit_wakeups`].
 
+pub mod logs;
 pub mod postgres;
 pub mod sqlite;
 
@@ -33,7 +34,9 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, ShardSet, Transition};
+use crate::model::{Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, Scope, ShardSet, Transition};
+
+pub use logs::{LogAppend, LogAppended};
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
@@ -373,7 +376,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes, in one write transaction, up to `limit` finished jobs that `rule` expires
     /// among the next `limit` finished jobs after `from` in (finish time, cursor) order,
-    /// with their events, dependency edges and pending cancellations, and raises each of
+    /// with their events, archived output, dependency edges and pending cancellations, and
+    /// raises each of
     /// their namespaces' retention horizon to the newest cursor deleted there. Unfinished
     /// jobs are never deleted.
     async fn expire_jobs(
@@ -446,6 +450,31 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         revision: i64,
         failure: &WebhookFailure,
     ) -> Result<bool>;
+
+    /// Appends each of `appends` at the end of its job's archive of output, in one
+    /// transaction of its own (beside the job writer's, never inside one): each gets the next
+    /// line cursors of its job, its source's position moves with it, and an archive that
+    /// reaches `cap_bytes` (uncompressed) is closed with a marker line (see [`logs`]). One
+    /// outcome per append, in order. Writes only log tables.
+    async fn append_logs(&self, appends: &[LogAppend], cap_bytes: i64) -> Result<Vec<LogAppended>>;
+
+    /// What the archive holds of the job's output; `None` when nothing was ever archived.
+    /// Callers check the job's scope first.
+    async fn log_archive(&self, job_id: &str) -> Result<Option<LogArchive>>;
+
+    /// Where `source`'s archived lines of the job end: the position its last append stored.
+    async fn log_position(&self, job_id: &str, source: &str) -> Result<Option<String>>;
+
+    /// The job's archived lines from the cursor `from` (a line's offset, from 0) on, oldest
+    /// first: at most `max_lines`, and no more than `max_bytes` of text unless the first
+    /// line alone is longer. Callers check the job's scope first.
+    async fn log_lines(
+        &self,
+        job_id: &str,
+        from: i64,
+        max_lines: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(i64, LogLine)>>;
 }
 
 /// One write transaction. Dropping it without a successful [`StoreTx::commit`] rolls

@@ -35,12 +35,15 @@ use futures::stream::BoxStream;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
+use super::logs::{self, LogAppend, LogAppended};
 use super::{
     ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store,
     StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key,
     webhook_json,
 };
-use crate::model::{Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, Transition};
+use crate::model::{
+    Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
+};
 
 /// The advisory lock every write transaction holds: one writer at a time across replicas.
 const WRITE_LOCK: i64 = 0x6a6f_6267_6174_6501;
@@ -504,6 +507,15 @@ impl Store for PostgresStore {
                 .bind(&expired)
                 .execute(&mut *tx.tx)
                 .await?;
+            // The archived output goes with its job.
+            for table in ["log_chunks", "log_sources", "log_archives"] {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM {table} WHERE job_id = ANY($1)"
+                )))
+                .bind(&expired)
+                .execute(&mut *tx.tx)
+                .await?;
+            }
             batch.jobs = sqlx::query("DELETE FROM jobs WHERE id = ANY($1)")
                 .bind(&expired)
                 .execute(&mut *tx.tx)
@@ -718,6 +730,71 @@ impl Store for PostgresStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// One transaction of its own, outside the write lock (log tables are not the event
+    /// log): each append locks its job's archive row, so appends to one job apply one after
+    /// another, across replicas too.
+    async fn append_logs(&self, appends: &[LogAppend], cap_bytes: i64) -> Result<Vec<LogAppended>> {
+        let mut tx = bounded(async { Ok(self.pool.begin().await?) }).await?;
+        let mut outcomes = Vec::with_capacity(appends.len());
+        for append in appends {
+            outcomes.push(bounded(append_log(&mut tx, append, cap_bytes)).await?);
+        }
+        bounded(async { Ok(tx.commit().await?) }).await?;
+        Ok(outcomes)
+    }
+
+    async fn log_archive(&self, job_id: &str) -> Result<Option<LogArchive>> {
+        let row = sqlx::query("SELECT lines, bytes, truncated FROM log_archives WHERE job_id = $1")
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| LogArchive {
+            lines: r.get("lines"),
+            bytes: r.get("bytes"),
+            truncated: r.get::<i64, _>("truncated") != 0,
+        }))
+    }
+
+    async fn log_position(&self, job_id: &str, source: &str) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT position FROM log_sources WHERE job_id = $1 AND source = $2")
+                .bind(job_id)
+                .bind(source)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn log_lines(
+        &self,
+        job_id: &str,
+        from: i64,
+        max_lines: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(i64, LogLine)>> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let mut next = from;
+        loop {
+            let chunks: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+                "SELECT first_line, data FROM log_chunks WHERE job_id = $1 AND first_line >= \
+                 (SELECT coalesce(max(first_line), 0) FROM log_chunks WHERE job_id = $1 AND first_line <= $2) \
+                 ORDER BY first_line LIMIT 4",
+            )
+            .bind(job_id)
+            .bind(next)
+            .fetch_all(&self.pool)
+            .await?;
+            if chunks.is_empty() || logs::select(chunks, next, max_lines, max_bytes, &mut out, &mut bytes)? {
+                return Ok(out);
+            }
+            match out.last() {
+                Some((at, _)) if *at >= next => next = at + 1,
+                _ => return Ok(out),
+            }
+        }
     }
 }
 
@@ -1004,4 +1081,73 @@ fn decode_event(r: PgRow) -> Result<JobEvent> {
         message: r.get("message"),
         job: std::sync::Arc::new(decode_job(r.get("job"))?),
     })
+}
+
+/// One append of [`Store::append_logs`], inside its transaction (see `logs::plan`). The
+/// archive's row is created if need be, then locked, before anything is read.
+async fn append_log(
+    tx: &mut Transaction<'static, Postgres>,
+    append: &LogAppend,
+    cap_bytes: i64,
+) -> Result<LogAppended> {
+    sqlx::query("INSERT INTO log_archives (job_id) VALUES ($1) ON CONFLICT (job_id) DO NOTHING")
+        .bind(&append.job_id)
+        .execute(&mut **tx)
+        .await?;
+    let row = sqlx::query("SELECT lines, bytes, truncated FROM log_archives WHERE job_id = $1 FOR UPDATE")
+        .bind(&append.job_id)
+        .fetch_one(&mut **tx)
+        .await?;
+    let archive = LogArchive {
+        lines: row.get("lines"),
+        bytes: row.get("bytes"),
+        truncated: row.get::<i64, _>("truncated") != 0,
+    };
+    if let Some((expected, _)) = &append.position {
+        let stored: Option<String> =
+            sqlx::query_scalar("SELECT position FROM log_sources WHERE job_id = $1 AND source = $2")
+                .bind(&append.job_id)
+                .bind(&append.source)
+                .fetch_optional(&mut **tx)
+                .await?;
+        if stored != *expected {
+            return Ok(LogAppended::Stale);
+        }
+    }
+    let (lines, outcome) = logs::plan(archive, append, cap_bytes);
+    if outcome == LogAppended::Closed {
+        return Ok(outcome);
+    }
+    if !lines.is_empty() {
+        let bytes: i64 = lines.iter().map(logs::line_bytes).sum();
+        sqlx::query(
+            "INSERT INTO log_chunks (job_id, first_line, line_count, bytes, data) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&append.job_id)
+        .bind(archive.lines)
+        .bind(lines.len() as i64)
+        .bind(bytes)
+        .bind(logs::encode(&lines)?)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query("UPDATE log_archives SET lines = $2, bytes = $3, truncated = $4 WHERE job_id = $1")
+            .bind(&append.job_id)
+            .bind(archive.lines + lines.len() as i64)
+            .bind(archive.bytes + bytes)
+            .bind(i64::from(outcome == LogAppended::Truncated))
+            .execute(&mut **tx)
+            .await?;
+    }
+    if let Some((_, position)) = &append.position {
+        sqlx::query(
+            "INSERT INTO log_sources (job_id, source, position) VALUES ($1, $2, $3) \
+             ON CONFLICT (job_id, source) DO UPDATE SET position = excluded.position",
+        )
+        .bind(&append.job_id)
+        .bind(&append.source)
+        .bind(position)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(outcome)
 }

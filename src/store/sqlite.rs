@@ -30,12 +30,15 @@ use tokio::sync::OwnedMutexGuard;
 
 use async_trait::async_trait;
 
+use super::logs::{self, LogAppend, LogAppended};
 use super::{
     Durability, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, Recoverable, Result,
     StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow,
     decode_job, scoped_key, webhook_json,
 };
-use crate::model::{Job, JobEvent, JobFilter, JobPhase, SHARD_COUNT, Scope, ShardSet, Transition};
+use crate::model::{
+    Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
+};
 
 /// A job's shard in SQL, as [`crate::model::shard_of`] computes it for the ids jobgate makes
 /// (UUIDs: the last two hexadecimal digits, modulo the shard count).
@@ -500,6 +503,15 @@ impl Store for SqliteStore {
             .bind(&ids)
             .execute(&mut tx.conn)
             .await?;
+            // The archived output goes with its job.
+            for table in ["log_chunks", "log_sources", "log_archives"] {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM {table} WHERE job_id IN (SELECT value FROM json_each(?1))"
+                )))
+                .bind(&ids)
+                .execute(&mut tx.conn)
+                .await?;
+            }
             batch.jobs = sqlx::query("DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?1))")
                 .bind(&ids)
                 .execute(&mut tx.conn)
@@ -712,6 +724,71 @@ impl Store for SqliteStore {
         .await?;
         Box::new(tx).commit().await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// One transaction on the write connection, beside the job writer's batches.
+    async fn append_logs(&self, appends: &[LogAppend], cap_bytes: i64) -> Result<Vec<LogAppended>> {
+        let mut tx = self.webhook_tx().await?;
+        let mut outcomes = Vec::with_capacity(appends.len());
+        for append in appends {
+            outcomes.push(append_log(&mut tx.conn, append, cap_bytes).await?);
+        }
+        Box::new(tx).commit().await?;
+        Ok(outcomes)
+    }
+
+    async fn log_archive(&self, job_id: &str) -> Result<Option<LogArchive>> {
+        let row = sqlx::query("SELECT lines, bytes, truncated FROM log_archives WHERE job_id = ?")
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| LogArchive {
+            lines: r.get("lines"),
+            bytes: r.get("bytes"),
+            truncated: r.get::<i64, _>("truncated") != 0,
+        }))
+    }
+
+    async fn log_position(&self, job_id: &str, source: &str) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT position FROM log_sources WHERE job_id = ? AND source = ?")
+                .bind(job_id)
+                .bind(source)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Reads from the chunk holding `from` on, a few chunks at a time, by the primary key.
+    async fn log_lines(
+        &self,
+        job_id: &str,
+        from: i64,
+        max_lines: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(i64, LogLine)>> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let mut next = from;
+        loop {
+            let chunks: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+                "SELECT first_line, data FROM log_chunks WHERE job_id = ?1 AND first_line >= \
+                 (SELECT coalesce(max(first_line), 0) FROM log_chunks WHERE job_id = ?1 AND first_line <= ?2) \
+                 ORDER BY first_line LIMIT 4",
+            )
+            .bind(job_id)
+            .bind(next)
+            .fetch_all(&self.pool)
+            .await?;
+            if chunks.is_empty() || logs::select(chunks, next, max_lines, max_bytes, &mut out, &mut bytes)? {
+                return Ok(out);
+            }
+            match out.last() {
+                Some((at, _)) if *at >= next => next = at + 1,
+                // The chunks read held nothing at or after `next`: there is nothing more.
+                _ => return Ok(out),
+            }
+        }
     }
 }
 
@@ -961,6 +1038,72 @@ fn decode_event(r: sqlx::sqlite::SqliteRow) -> Result<JobEvent> {
         message: r.get("message"),
         job: Arc::new(decode_job(r.get("job"))?),
     })
+}
+
+/// One append of [`Store::append_logs`], inside its transaction (see `logs::plan`).
+async fn append_log(conn: &mut SqliteConnection, append: &LogAppend, cap_bytes: i64) -> Result<LogAppended> {
+    let row = sqlx::query("SELECT lines, bytes, truncated FROM log_archives WHERE job_id = ?")
+        .bind(&append.job_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let archive = row
+        .map(|r| LogArchive {
+            lines: r.get("lines"),
+            bytes: r.get("bytes"),
+            truncated: r.get::<i64, _>("truncated") != 0,
+        })
+        .unwrap_or_default();
+    if let Some((expected, _)) = &append.position {
+        let stored: Option<String> =
+            sqlx::query_scalar("SELECT position FROM log_sources WHERE job_id = ? AND source = ?")
+                .bind(&append.job_id)
+                .bind(&append.source)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if stored != *expected {
+            return Ok(LogAppended::Stale);
+        }
+    }
+    let (lines, outcome) = logs::plan(archive, append, cap_bytes);
+    if outcome == LogAppended::Closed {
+        return Ok(outcome);
+    }
+    if !lines.is_empty() {
+        let bytes: i64 = lines.iter().map(logs::line_bytes).sum();
+        sqlx::query(
+            "INSERT INTO log_chunks (job_id, first_line, line_count, bytes, data) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(&append.job_id)
+        .bind(archive.lines)
+        .bind(lines.len() as i64)
+        .bind(bytes)
+        .bind(logs::encode(&lines)?)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(
+            "INSERT INTO log_archives (job_id, lines, bytes, truncated) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (job_id) DO UPDATE SET lines = excluded.lines, bytes = excluded.bytes, \
+             truncated = excluded.truncated",
+        )
+        .bind(&append.job_id)
+        .bind(archive.lines + lines.len() as i64)
+        .bind(archive.bytes + bytes)
+        .bind(i64::from(outcome == LogAppended::Truncated))
+        .execute(&mut *conn)
+        .await?;
+    }
+    if let Some((_, position)) = &append.position {
+        sqlx::query(
+            "INSERT INTO log_sources (job_id, source, position) VALUES (?, ?, ?) \
+             ON CONFLICT (job_id, source) DO UPDATE SET position = excluded.position",
+        )
+        .bind(&append.job_id)
+        .bind(&append.source)
+        .bind(position)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(outcome)
 }
 
 #[cfg(test)]

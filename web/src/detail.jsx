@@ -11,7 +11,7 @@ import { ApiError } from './api.js';
 import { TERMINAL, duration, fullTime, jobTitle, phaseWord, runTime, when } from './format.js';
 import { PhaseBadge, ProgressBar, useNow } from './jobs.jsx';
 import { navigate } from './nav.js';
-import { CANCEL_MUTATION, JOB_QUERY, LOGS_SUBSCRIPTION, JOB_REREAD_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
+import { CANCEL_MUTATION, JOB_QUERY, LOG_LINES_QUERY, LOGS_SUBSCRIPTION, JOB_REREAD_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
 
 const MAX_TIMELINE = 500;
 // A queued job's state in Kueue, in words (the Job's `queue.state`).
@@ -393,11 +393,17 @@ function Pods({ pods }) {
   );
 }
 
-const MAX_LOG_LINES = 5000;
+// Lines the view holds at most; older ones are dropped as new ones stream in (and paged
+// back in with "Show earlier lines").
+const MAX_LOG_LINES = 20000;
+// Lines the stream starts with, and each page of earlier lines.
+const LOG_PAGE = 1000;
 
 function Logs({ api, id }) {
   const [lines, setLines] = useState([]);
   const [state, setState] = useState('streaming');
+  const [archive, setArchive] = useState(null);
+  const [loadingEarlier, setLoadingEarlier] = useState(false);
   const buffer = useRef([]);
   const frame = useRef(0);
   const box = useRef(null);
@@ -405,6 +411,9 @@ function Logs({ api, id }) {
 
   useEffect(() => {
     buffer.current = [];
+    setLines([]);
+    setState('streaming');
+    setArchive(null);
     const flush = () => {
       frame.current = 0;
       setLines(buffer.current.slice());
@@ -412,24 +421,29 @@ function Logs({ api, id }) {
     const schedule = () => {
       if (!frame.current) frame.current = requestAnimationFrame(flush);
     };
-    // After a reconnect the subscription starts again from the tail: start the view afresh.
-    const stopReconnect = api.onReconnect(() => {
-      buffer.current = [];
-      setState('streaming');
-      schedule();
-    });
-    const stop = api.subscribe(LOGS_SUBSCRIPTION, { id, tailLines: 1000 }, {
+    // Every line carries its cursor. graphql-ws sends these same variables again after a
+    // reconnect, so moving `after` to each line's cursor resumes the stream right after the
+    // last line shown: nothing twice, nothing missed.
+    const variables = { id, tailLines: LOG_PAGE, after: null };
+    const stop = api.subscribe(LOGS_SUBSCRIPTION, variables, {
       onNext: (data) => {
-        buffer.current.push(data.jobLogs);
+        const line = data.jobLogs;
+        if (line.cursor != null) variables.after = line.cursor;
+        buffer.current.push(line);
         if (buffer.current.length > MAX_LOG_LINES) buffer.current.splice(0, buffer.current.length - MAX_LOG_LINES);
         schedule();
       },
       onError: (e) => setState(`error: ${e.message}`),
-      onComplete: () => setState('complete'),
+      onComplete: () => {
+        setState('complete');
+        api
+          .request(LOG_LINES_QUERY, { id, first: 1, after: null })
+          .then((data) => setArchive(data.job?.logArchive ?? null))
+          .catch(() => {});
+      },
     });
     return () => {
       stop();
-      stopReconnect();
       cancelAnimationFrame(frame.current);
     };
   }, [id]);
@@ -438,6 +452,28 @@ function Logs({ api, id }) {
     if (stick.current && box.current) box.current.scrollTop = box.current.scrollHeight;
   }, [lines]);
 
+  // The cursor of the first line shown: earlier lines are in the archive.
+  const first = lines.length > 0 && lines[0].cursor != null ? Number(lines[0].cursor) : 0;
+  const loadEarlier = async () => {
+    setLoadingEarlier(true);
+    try {
+      const start = Math.max(0, first - LOG_PAGE);
+      const data = await api.request(LOG_LINES_QUERY, {
+        id,
+        first: first - start,
+        after: start > 0 ? String(start - 1) : null,
+      });
+      const earlier = (data.job?.logLines.edges ?? []).map((e) => e.node).filter((l) => Number(l.cursor) < first);
+      stick.current = false;
+      buffer.current = [...earlier, ...buffer.current];
+      setLines(buffer.current.slice());
+    } catch (e) {
+      setState(`error: ${e.message}`);
+    } finally {
+      setLoadingEarlier(false);
+    }
+  };
+
   const sources = new Set(lines.map((l) => l.source).filter(Boolean));
   // Pod names share the Job's long name; show what tells them apart (the full name on hover).
   const prefix = commonPrefix([...sources]);
@@ -445,10 +481,15 @@ function Logs({ api, id }) {
     <section class="card logs-card" aria-labelledby="logs-heading">
       <div class="view-head">
         <h2 id="logs-heading">Logs</h2>
-        <span class="muted small">
+        <span class="muted small" data-testid="logs-state">
           {state === 'streaming' ? 'streaming live' : state === 'complete' ? 'the job has finished; this is all its output' : state}
-          {lines.length >= MAX_LOG_LINES && ` · last ${MAX_LOG_LINES} lines`}
+          {archive?.truncated && ' · truncated: the archive keeps the start of the output only'}
         </span>
+        {first > 0 && (
+          <button type="button" disabled={loadingEarlier} onClick={loadEarlier}>
+            {loadingEarlier ? 'Loading…' : 'Show earlier lines'}
+          </button>
+        )}
       </div>
       <div
         class="logs"
@@ -466,7 +507,7 @@ function Logs({ api, id }) {
           <span class="muted">No output yet.</span>
         ) : (
           lines.map((l, i) => (
-            <div class="log-line" key={i}>
+            <div class="log-line" key={l.cursor ?? i} data-cursor={l.cursor ?? undefined}>
               {sources.size > 0 && (
                 <span class="log-source" title={l.source || ''}>
                   {(l.source || '').slice(prefix.length)}

@@ -53,8 +53,15 @@ export const JOB_REREAD_QUERY = `query JobReread($id: ID!) { job(id: $id) { ${JO
 export const STATUS_SUBSCRIPTION = `subscription Status($id: ID!) {
   jobStatus(id: $id) { cursor phase previousPhase at reason message job { ${JOB_FIELDS} } }
 }`;
-export const LOGS_SUBSCRIPTION = `subscription Logs($id: ID!, $tailLines: Int!) {
-  jobLogs(id: $id, follow: true, tailLines: $tailLines) { text source }
+export const LOGS_SUBSCRIPTION = `subscription Logs($id: ID!, $tailLines: Int!, $after: String) {
+  jobLogs(id: $id, follow: true, tailLines: $tailLines, after: $after) { text source cursor }
+}`;
+// A page of a job's archived output, for the lines before those the log view shows.
+export const LOG_LINES_QUERY = `query LogLines($id: ID!, $first: Int!, $after: String) {
+  job(id: $id) {
+    logArchive { lines truncated }
+    logLines(first: $first, after: $after) { edges { node { text source cursor } } }
+  }
 }`;
 export const CANCEL_MUTATION = `mutation Cancel($id: ID!) { cancelJob(id: $id) { job { ${JOB_FIELDS} } } }`;
 export const TEMPLATES_QUERY = `query Templates {

@@ -41,7 +41,13 @@ pub fn workload_name(job_id: &str) -> String {
 pub struct ManifestDefaults {
     /// `ttlSecondsAfterFinished` for jobs that set none.
     pub ttl_seconds_after_finished: Option<i32>,
+    /// Pods carry [`LOG_FINALIZER`]: jobgate archives their log, and lets them go once it
+    /// has (a Job's TTL would otherwise take the pods, and their logs, with it).
+    pub archive_logs: bool,
 }
+
+/// The finalizer that keeps a pod until jobgate has archived its whole log.
+pub const LOG_FINALIZER: &str = "jobgate.io/log-archive";
 
 /// The batch/v1 Job for `job`.
 pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
@@ -139,6 +145,7 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels),
+                    finalizers: defaults.archive_logs.then(|| vec![LOG_FINALIZER.to_owned()]),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -216,7 +223,18 @@ mod tests {
             &j,
             &ManifestDefaults {
                 ttl_seconds_after_finished: Some(3600),
+                archive_logs: true,
             },
+        );
+        let finalizers = k
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.finalizers.clone());
+        assert_eq!(
+            finalizers,
+            Some(vec![LOG_FINALIZER.to_owned()]),
+            "pods are held until their log is archived"
         );
         let meta = &k.metadata;
         assert_eq!(
@@ -293,6 +311,7 @@ mod tests {
             &j,
             &ManifestDefaults {
                 ttl_seconds_after_finished: Some(3600),
+                ..ManifestDefaults::default()
             },
         );
         let spec = k.spec.unwrap();

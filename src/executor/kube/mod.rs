@@ -28,6 +28,8 @@
 //! - `pods.rs`: what the pod watcher saw of each job's pods: runs, captured log tails, and
 //!   waiting for them to end;
 //! - `logs.rs`: reading pods' logs: tails, following, and the tail kept when a job finishes;
+//! - `archive.rs`: following every running pod's log into the archive (the [`LogSink`]),
+//!   resuming cut streams, and letting the pods go once their logs are archived;
 //! - `kinds.rs`: the workload kinds templates create, and what a job of one keeps to decode
 //!   its object;
 //! - `workloads.rs`: jobs of workload templates, all of the above for other kinds: discovery,
@@ -46,6 +48,7 @@
 //! All of them add methods to one shared `Inner`, the executor's state; every watcher and
 //! spawned task holds an `Arc` of it, is tracked by its `tasks`, and ends at its `shutdown`.
 
+mod archive;
 mod fence;
 mod kinds;
 mod kueue;
@@ -85,7 +88,7 @@ use self::membership::{Membership, MembershipConfig};
 use self::pods::JobPods;
 use self::tracking::Tracked;
 use self::watch::WatcherHealth;
-use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender, RunInfo};
+use super::{Executor, ExecutorError, LogLine, LogSink, Observation, ObservationSender, RunInfo};
 use crate::model::{Job, ShardSet, WorkloadStatus};
 use crate::templates::TemplateSet;
 
@@ -114,6 +117,8 @@ pub struct KubeConfig {
     pub membership: Option<MembershipConfig>,
     /// Jobs may be queued in Kueue: Kueue's Workloads are watched (see `kueue.rs`).
     pub kueue: bool,
+    /// Most pod logs followed at once to archive them (others wait for a slot).
+    pub log_follow_concurrency: usize,
 }
 
 impl KubeConfig {
@@ -131,6 +136,7 @@ impl KubeConfig {
             metrics,
             membership: None,
             kueue: false,
+            log_follow_concurrency: 256,
         }
     }
 }
@@ -194,6 +200,12 @@ struct Inner {
     shutdown: CancellationToken,
     /// Every task the executor spawns, awaited at shutdown.
     tasks: TaskTracker,
+    /// Where pods' logs are archived (see `archive.rs`), once set.
+    log_sink: std::sync::OnceLock<Arc<dyn LogSink>>,
+    /// The pods whose log this process follows or has archived.
+    follows: archive::Follows,
+    /// Slots for pod log streams (`--log-follow-concurrency`).
+    follow_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl KubeExecutor {
@@ -249,7 +261,6 @@ impl KubeExecutor {
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
-                config,
                 observations,
                 tracked: DashMap::new(),
                 cancelled_while_creating: DashMap::new(),
@@ -268,8 +279,18 @@ impl KubeExecutor {
                 started: AtomicBool::new(false),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                log_sink: std::sync::OnceLock::new(),
+                follows: archive::Follows::default(),
+                follow_slots: Arc::new(tokio::sync::Semaphore::new(config.log_follow_concurrency.max(1))),
+                config,
             }),
         })
+    }
+
+    /// From now on, pods' logs are archived through `sink` (set once, before
+    /// [`Executor::start`]; a second call changes nothing).
+    pub fn archive_to(&self, sink: Arc<dyn LogSink>) {
+        let _ = self.inner.log_sink.set(sink);
     }
 }
 
@@ -416,6 +437,10 @@ impl Executor for KubeExecutor {
             Some((_, kind)) => kind.availability(),
             None => Err(format!("no template named {template}")),
         }
+    }
+
+    fn output_pending(&self, job_id: &str) -> bool {
+        self.inner.output_pending(job_id)
     }
 
     fn has_finished(&self, job_id: &str) -> bool {

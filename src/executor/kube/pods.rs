@@ -92,6 +92,9 @@ impl JobPods {
 impl Inner {
     pub(super) fn on_pod_deleted(self: &Arc<Self>, pod: &Pod) {
         self.on_pod(pod);
+        if let (Some(namespace), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) {
+            self.forget_follow(namespace, name);
+        }
         let (Some(id), Some(name)) = (label(&pod.metadata, JOB_ID_LABEL), pod.metadata.name.as_deref())
         else {
             return;
@@ -137,12 +140,14 @@ impl Inner {
             && pod.metadata.namespace.is_some();
         let name = info.name.clone();
         let container = info.container.clone();
+        let considered = info.clone();
         job.insert(info);
         if ended {
             job.capturing += 1;
         }
         drop(job);
         self.pods_version.send_modify(|v| *v += 1);
+        self.consider_follow(&considered, id);
         if let (true, Some(namespace)) = (ended, pod.metadata.namespace.clone()) {
             let inner = self.clone();
             let id = id.to_owned();

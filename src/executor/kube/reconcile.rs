@@ -65,7 +65,7 @@ impl Inner {
                 return; // shutting down: the next start re-lists and finishes it
             };
             let counted = status.succeeded + status.failed;
-            if !inner.wait_for_pods(&id, Some(counted)).await {
+            if !inner.wait_for_pods(&id, Some(counted)).await || !inner.wait_for_archive(&id).await {
                 return;
             }
             let Some(namespace) = inner.tracked.get(&id).map(|t| t.namespace.clone()) else {

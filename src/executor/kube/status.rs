@@ -102,6 +102,11 @@ pub fn parse_indexes(s: &str) -> BTreeSet<i32> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodInfo {
     pub name: String,
+    pub namespace: Option<String>,
+    /// It holds jobgate's log finalizer: its log is still to be archived.
+    pub archiving: bool,
+    /// It has a deletionTimestamp.
+    pub deleting: bool,
     /// The container whose state and log are the run's: the job's own, else the first.
     pub container: Option<String>,
     pub index: Option<i32>,
@@ -157,6 +162,13 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
     let started = state.is_some_and(|s| s.running.is_some() || s.terminated.is_some());
     Some(PodInfo {
         name,
+        namespace: pod.metadata.namespace.clone(),
+        archiving: pod
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == super::manifest::LOG_FINALIZER)),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
         container: container.map(|c| c.name.clone()),
         index,
         phase,
@@ -359,6 +371,9 @@ mod tests {
     ) -> PodInfo {
         PodInfo {
             name: name.into(),
+            namespace: Some("default".into()),
+            archiving: false,
+            deleting: false,
             container: Some("job".into()),
             index,
             phase,

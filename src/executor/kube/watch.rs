@@ -317,6 +317,20 @@ impl Inner {
                 self.spawn_kind_watchers_in(kind, &mut sharded);
             }
         }
+        drop(sharded);
+        // The pods of the shards gained are this replica's to archive now; the pod watch
+        // will not show them again until they change.
+        let held: Vec<(String, Vec<super::status::PodInfo>)> = self
+            .pods
+            .iter()
+            .filter(|job| shards.holds(job.key()))
+            .map(|job| (job.key().clone(), job.infos()))
+            .collect();
+        for (id, pods) in held {
+            for pod in &pods {
+                self.consider_follow(pod, &id);
+            }
+        }
     }
 
     /// Starts the watchers of a workload kind just discovered, in the current generation.

@@ -369,7 +369,9 @@ impl Inner {
         self.tasks.spawn(async move {
             // Pods the watch has seen may still be ending; a kind whose pods jobgate does not
             // see (unlabelled, or none yet) has nothing to wait for.
-            if inner.pods.contains_key(&id) && !inner.wait_for_pods(&id, None).await {
+            if inner.pods.contains_key(&id)
+                && (!inner.wait_for_pods(&id, None).await || !inner.wait_for_archive(&id).await)
+            {
                 return; // shutting down: the next start re-lists and finishes it
             }
             let Some(namespace) = inner.tracked.get(&id).map(|t| t.namespace.clone()) else {

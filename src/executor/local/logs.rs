@@ -1,6 +1,7 @@
 //! A local job's log: one bounded file under the data directory (`logs/<id>.log`, rotated
 //! once to `<id>.log.1`), written only by jobgate from the run's output pipe, and followed
-//! live by subscribers.
+//! live by subscribers. Every line also goes to the archive (the [`LogSink`], in the
+//! order written), which keeps the whole output beyond rotation and restarts.
 //!
 //! The files live where jobs cannot reach them (the data directory is mode 0700 and the logs
 //! directory too; each file is created 0600): a job only ever writes to its pipe. This module
@@ -9,6 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::executor::{LogLine, LogSink};
+use crate::model::clip_log_line;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufReader};
 
 /// The last `n` lines of a job's log, reaching into the rotated file when needed; nothing
@@ -82,14 +85,21 @@ pub(super) struct LogWriter {
     file: tokio::sync::Mutex<Option<(tokio::fs::File, u64)>>,
     /// Each line as written, for followers.
     lines: tokio::sync::broadcast::Sender<Arc<str>>,
+    /// The archive, and the job's id there.
+    archive: Option<(Arc<dyn LogSink>, String)>,
 }
 
 /// Lines a follower may fall behind by before it is told some were skipped.
 const FOLLOW_BUFFER: usize = 1024;
 
 impl LogWriter {
-    pub(super) fn new(path: PathBuf, max_bytes: u64) -> Arc<Self> {
+    pub(super) fn new(
+        path: PathBuf,
+        max_bytes: u64,
+        archive: Option<(Arc<dyn LogSink>, String)>,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            archive,
             path,
             max_bytes,
             file: tokio::sync::Mutex::new(None),
@@ -112,6 +122,12 @@ impl LogWriter {
 
     pub(super) async fn append(&self, line: &[u8]) {
         let mut guard = self.file.lock().await;
+        // Under the lock, so that the archive has the lines in the file's order; whatever
+        // becomes of the file.
+        if let Some((sink, job)) = &self.archive {
+            let text = clip_log_line(&String::from_utf8_lossy(line));
+            sink.append(job, "", None, vec![LogLine { source: None, text }]);
+        }
         if guard.is_none() {
             let file = tokio::fs::OpenOptions::new()
                 .create(true)

@@ -47,7 +47,7 @@ use futures::stream::BoxStream;
 
 use self::logs::{LogWriter, copy_lines, read_log_tail};
 use self::sandbox::RunAs;
-use super::{Executor, ExecutorError, LogLine, Observation, ObservationSender};
+use super::{Executor, ExecutorError, LogLine, LogSink, Observation, ObservationSender};
 use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
 
 /// Settings of the local executor.
@@ -100,6 +100,9 @@ struct RunRecord {
     proc_start: Option<u64>,
 }
 
+/// How long a finished job's report waits for the archive to commit its output.
+const ARCHIVE_GRACE: Duration = Duration::from_secs(5);
+
 #[derive(Clone)]
 pub struct LocalExecutor {
     inner: Arc<Inner>,
@@ -119,6 +122,8 @@ struct Inner {
     /// The log of each job that runs or is followed; shared by the job's runs so that
     /// followers see every line once.
     logs: Mutex<HashMap<String, Arc<LogWriter>>>,
+    /// Where every line is archived too, once set.
+    log_sink: std::sync::OnceLock<Arc<dyn LogSink>>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -130,7 +135,12 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .entry(job_id.to_owned())
             .or_insert_with(|| {
-                LogWriter::new(log_path(&self.config.data_dir, job_id), self.config.max_log_bytes)
+                let archive = self.log_sink.get().map(|sink| (sink.clone(), job_id.to_owned()));
+                LogWriter::new(
+                    log_path(&self.config.data_dir, job_id),
+                    self.config.max_log_bytes,
+                    archive,
+                )
             })
             .clone()
     }
@@ -155,10 +165,17 @@ impl LocalExecutor {
                 runners: Mutex::new(HashMap::new()),
                 cancelled_early: Mutex::new(HashSet::new()),
                 logs: Mutex::new(HashMap::new()),
+                log_sink: std::sync::OnceLock::new(),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
             }),
         })
+    }
+
+    /// From now on, every line of output is archived through `sink` too (set once, before
+    /// any job runs; a second call changes nothing).
+    pub fn archive_to(&self, sink: Arc<dyn LogSink>) {
+        let _ = self.inner.log_sink.set(sink);
     }
 
     fn start(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
@@ -439,6 +456,15 @@ impl Executor for LocalExecutor {
         .boxed()
     }
 
+    /// A runner is still at work on the job (its output is copied before it lets go).
+    fn output_pending(&self, job_id: &str) -> bool {
+        self.inner
+            .runners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(job_id)
+    }
+
     fn is_ready(&self) -> bool {
         !self.inner.shutdown.is_cancelled()
     }
@@ -530,6 +556,12 @@ impl Runner {
         self.status.active = 0;
         self.set_state(&RunnerState::default());
         sandbox::remove_work_dir(self.work_dir.clone()).await;
+        // Whoever learns the job finished finds its whole output archived: its runs have
+        // ended and their output was copied; wait (a little, the store may be away) for the
+        // archive to commit it.
+        if let Some(sink) = self.inner.log_sink.get() {
+            let _ = tokio::time::timeout(ARCHIVE_GRACE, sink.synced(&self.job.id)).await;
+        }
         self.report().await;
     }
 

@@ -13,11 +13,12 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use futures::{FutureExt, Stream, StreamExt, stream};
+use futures::{Stream, StreamExt, stream};
 
 use super::{ActivityBucket, JobService, ServiceError, Stats};
 use crate::executor::{LogLine, RunInfo};
 use crate::jobs::catalog::Template;
+use crate::model::LogArchive;
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope};
 use crate::store::{JobPage, StoreError};
 
@@ -149,8 +150,10 @@ impl JobService {
         Ok(self.inner.store.job_history(id, scope, last as i64).await?)
     }
 
-    /// The last `tail_lines` lines of the job's output; `NotFound` for a job `scope` may not
-    /// see, as for one that does not exist.
+    /// The last `tail_lines` lines of the job's output (at most [`MAX_TAIL_BYTES`] of them,
+    /// the newest kept); `NotFound` for a job `scope` may not see, as for one that does not
+    /// exist. From the archive; a job with none (run before jobgate archived output, or
+    /// whose first lines are not written yet) is read from its executor.
     pub async fn logs(
         &self,
         id: &str,
@@ -160,50 +163,132 @@ impl JobService {
         let Some(job) = self.job(id, scope).await? else {
             return Err(ServiceError::NotFound { id: id.to_owned() });
         };
+        if let Some(archive) = self.inner.store.log_archive(id).await? {
+            let mut next = (archive.lines - tail_lines as i64).max(0);
+            let mut lines: std::collections::VecDeque<String> = Default::default();
+            let mut bytes = 0;
+            loop {
+                let page = self
+                    .inner
+                    .store
+                    .log_lines(id, next, MAX_LOG_PAGE_LINES, MAX_LOG_PAGE_BYTES)
+                    .await?;
+                let Some((last, _)) = page.last() else { break };
+                next = last + 1;
+                for (_, line) in page {
+                    bytes += line.text.len() + 1;
+                    lines.push_back(line.text);
+                }
+                while bytes > MAX_TAIL_BYTES {
+                    let Some(first) = lines.pop_front() else { break };
+                    bytes -= first.len() + 1;
+                }
+            }
+            return Ok(lines.into());
+        }
         self.inner.executor.logs(&job, tail_lines).await.map_err(|e| {
             tracing::error!(job = %job.id, error = %e, "reading logs failed");
             ServiceError::FailedPrecondition("logs are not available right now".into())
         })
     }
 
-    /// The job's output: the last `tail_lines` lines, then with `follow` every new line until
-    /// the job has finished; ends after an error. `None` for a job `scope` may not see, as
-    /// for one that does not exist.
+    /// What the archive holds of the job's output (`None`: nothing archived); `NotFound` for
+    /// a job `scope` may not see, as for one that does not exist.
+    pub async fn log_archive(&self, id: &str, scope: &Scope) -> Result<Option<LogArchive>, ServiceError> {
+        if self.job(id, scope).await?.is_none() {
+            return Err(ServiceError::NotFound { id: id.to_owned() });
+        }
+        Ok(self.inner.store.log_archive(id).await?)
+    }
+
+    /// Up to `first` archived lines of the job after the cursor `after` (from the first line
+    /// when `None`), and no more than [`MAX_LOG_PAGE_BYTES`] of them (one line at least);
+    /// `NotFound` for a job `scope` may not see, as for one that does not exist.
+    pub async fn log_page(
+        &self,
+        id: &str,
+        scope: &Scope,
+        first: usize,
+        after: Option<i64>,
+    ) -> Result<LogPage, ServiceError> {
+        if self.job(id, scope).await?.is_none() {
+            return Err(ServiceError::NotFound { id: id.to_owned() });
+        }
+        let archive = self.inner.store.log_archive(id).await?;
+        let from = after.map_or(0, |a| a.saturating_add(1)).max(0);
+        let lines = match archive {
+            Some(a) if from < a.lines && first > 0 => {
+                self.inner
+                    .store
+                    .log_lines(id, from, first.min(MAX_LOG_PAGE_LINES), MAX_LOG_PAGE_BYTES)
+                    .await?
+            }
+            _ => Vec::new(),
+        };
+        let end = lines.last().map_or(from, |(at, _)| at + 1);
+        Ok(LogPage {
+            has_next_page: archive.is_some_and(|a| end < a.lines),
+            lines,
+            archive,
+        })
+    }
+
+    /// The job's output as `(cursor, line)`: the lines after the cursor `after`, or the last
+    /// `tail_lines` when `None`, then with `follow` every line archived later, until the job
+    /// has finished and its output is all archived; ends after an error. `None` for a job
+    /// `scope` may not see, as for one that does not exist. A job with no archive that has
+    /// finished (run before jobgate archived output) is read from its executor, without
+    /// cursors.
     pub async fn log_stream(
         &self,
         id: &str,
         scope: &Scope,
         tail_lines: usize,
         follow: bool,
-    ) -> Result<Option<impl Stream<Item = Result<LogLine, ServiceError>> + Send + 'static>, ServiceError>
-    {
+        after: Option<i64>,
+    ) -> Result<
+        Option<impl Stream<Item = Result<(Option<i64>, LogLine), ServiceError>> + Send + 'static>,
+        ServiceError,
+    > {
+        // Before anything is read, so that no commit falls between a read and the wait.
+        let grown = self.inner.logs.grown();
         let Some((job, events)) = self.watch_job(id, scope).await? else {
             return Ok(None);
         };
-        let until = (follow && !job.phase.is_terminal()).then(|| {
-            async move {
-                let mut events = std::pin::pin!(events);
-                // Ends at the terminal event, or when the service stops.
-                while let Some(Ok(event)) = events.next().await {
-                    if event.phase.is_terminal() {
-                        break;
-                    }
-                }
-            }
-            .boxed()
+        let archive = self.inner.store.log_archive(id).await?;
+        if archive.is_none() && job.phase.is_terminal() {
+            let id = job.id.clone();
+            let lines = self
+                .inner
+                .executor
+                .log_stream(job, tail_lines, None)
+                .map(move |r| {
+                    r.map(|line| (None, line)).map_err(|e| {
+                        tracing::warn!(job = %id, error = %e, "reading logs failed");
+                        ServiceError::FailedPrecondition("logs are not available right now".into())
+                    })
+                });
+            return Ok(Some(until_inclusive(lines.boxed(), |r| r.is_err()).boxed()));
+        }
+        let next = match after {
+            Some(after) => after.saturating_add(1).max(0),
+            None => (archive.map_or(0, |a| a.lines) - tail_lines as i64).max(0),
+        };
+        let follower = LogFollower {
+            service: self.clone(),
+            id: job.id.clone(),
+            next,
+            follow,
+            finished: job.phase.is_terminal(),
+            events: events.boxed(),
+            grown,
+            buffered: std::collections::VecDeque::new(),
+        };
+        let lines = stream::unfold(follower, |mut f| async move {
+            let item = f.next().await?;
+            Some((item, f))
         });
-        let id = job.id.clone();
-        let lines = self
-            .inner
-            .executor
-            .log_stream(job, tail_lines, until)
-            .map(move |r| {
-                r.map_err(|e| {
-                    tracing::warn!(job = %id, error = %e, "streaming logs failed");
-                    ServiceError::FailedPrecondition("logs are not available right now".into())
-                })
-            });
-        Ok(Some(until_inclusive(lines.boxed(), |r| r.is_err())))
+        Ok(Some(until_inclusive(lines.boxed(), |r| r.is_err()).boxed()))
     }
 
     /// Whether a replay of `scope`'s events after `after` would be whole: the store's
@@ -336,4 +421,93 @@ where
         let done = last(&item);
         Some((item, (inner, last, done)))
     })
+}
+
+/// Most lines one read of the archive returns (a `logLines` page, a step of a stream).
+pub const MAX_LOG_PAGE_LINES: usize = 1000;
+/// Most bytes of text one read of the archive returns (one line at least, however long).
+pub const MAX_LOG_PAGE_BYTES: usize = 1 << 20;
+/// Most bytes of text `logs(tailLines)` returns: the newest lines that fit.
+pub const MAX_TAIL_BYTES: usize = 8 << 20;
+
+/// A page of a job's archived output.
+#[derive(Debug)]
+pub struct LogPage {
+    /// `(cursor, line)`, oldest first.
+    pub lines: Vec<(i64, LogLine)>,
+    pub has_next_page: bool,
+    /// What the archive holds; `None` when nothing was archived.
+    pub archive: Option<LogArchive>,
+}
+
+/// One `log_stream` reader: pages of the archive after its cursor, then waits for it to grow
+/// until the job has finished and nothing more can come.
+struct LogFollower {
+    service: JobService,
+    id: String,
+    /// The cursor of the next line to read.
+    next: i64,
+    follow: bool,
+    /// The job's terminal event was seen.
+    finished: bool,
+    events: futures::stream::BoxStream<'static, Result<Arc<JobEvent>, ServiceError>>,
+    grown: tokio::sync::broadcast::Receiver<Arc<str>>,
+    buffered: std::collections::VecDeque<(i64, LogLine)>,
+}
+
+impl LogFollower {
+    async fn next(&mut self) -> Option<Result<(Option<i64>, LogLine), ServiceError>> {
+        loop {
+            if let Some((at, line)) = self.buffered.pop_front() {
+                return Some(Ok((Some(at), line)));
+            }
+            // Asked before reading: when nothing can come any more, the read below has
+            // everything there is.
+            let inner = &self.service.inner;
+            let settled =
+                self.finished && !inner.executor.output_pending(&self.id) && !inner.logs.pending(&self.id);
+            let page = inner
+                .store
+                .log_lines(&self.id, self.next, MAX_LOG_PAGE_LINES, MAX_LOG_PAGE_BYTES)
+                .await;
+            match page {
+                Ok(page) if !page.is_empty() => {
+                    self.next = page.last().map_or(self.next, |(at, _)| at + 1);
+                    self.buffered.extend(page);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(job = %self.id, error = %e, "reading the log archive failed");
+                    return Some(Err(ServiceError::FailedPrecondition(
+                        "logs are not available right now".into(),
+                    )));
+                }
+            }
+            if !self.follow || settled {
+                return None;
+            }
+            // Another replica may archive this job's output: its commits are not announced
+            // here, so look again each second. Once the job has finished, its last output
+            // is awaited the same way.
+            let look_again = if inner.shared || self.finished {
+                std::time::Duration::from_millis(if self.finished { 250 } else { 1000 })
+            } else {
+                std::time::Duration::from_secs(3600)
+            };
+            tokio::select! {
+                grown = self.grown.recv() => match grown {
+                    Ok(id) if *id != *self.id => {}
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                },
+                event = self.events.next(), if !self.finished => match event {
+                    Some(Ok(event)) => self.finished = event.phase.is_terminal(),
+                    Some(Err(e)) => return Some(Err(e)),
+                    None => return None,
+                },
+                _ = tokio::time::sleep(look_again) => {}
+            }
+        }
+    }
 }

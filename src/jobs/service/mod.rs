@@ -42,6 +42,7 @@ use tokio_util::task::TaskTracker;
 use crate::executor::{Executor, Observation};
 use crate::jobs::bus::EventBus;
 use crate::jobs::catalog::{self, Runtime, Template};
+use crate::jobs::logs::{LogArchiveSettings, LogArchiver};
 use crate::metrics::{Metrics, TemplateAvailability};
 use crate::model::{Job, JobPhase, JobSpec, Scope, SubmitRequest, ValidationError, ValidationLimits};
 use crate::store::{Store, StoreError};
@@ -129,6 +130,10 @@ pub struct ServiceConfig {
     pub templates: Vec<Template>,
     /// The workload templates (all but `container`).
     pub workload_templates: Arc<TemplateSet>,
+    /// The archive of jobs' output, which the executor feeds (made by whoever made the
+    /// executor); `None`: one of the service's own, which no executor feeds (reads then fall
+    /// back to the executor's own view of a job's output).
+    pub logs: Option<Arc<LogArchiver>>,
 }
 
 impl ServiceConfig {
@@ -147,6 +152,7 @@ impl ServiceConfig {
                 &TemplateSet::default(),
             ),
             workload_templates: Arc::new(TemplateSet::default()),
+            logs: None,
         }
     }
 }
@@ -220,6 +226,8 @@ pub struct JobService {
 
 struct Inner {
     store: Arc<dyn Store>,
+    /// The archive of jobs' output: `logs`, `log_lines` and `log_stream` read it.
+    logs: Arc<LogArchiver>,
     /// Why the store cannot take writes now, `None` while it can. Set by the writer (after
     /// a failed write or a failed storage check, cleared by a successful write or probe), read
     /// by readiness and metrics.
@@ -308,7 +316,15 @@ impl JobService {
             }
             active.insert(job.id.clone(), job);
         }
+        let logs = config.logs.unwrap_or_else(|| {
+            LogArchiver::start(
+                store.clone(),
+                LogArchiveSettings::default(),
+                config.metrics.clone(),
+            )
+        });
         let inner = Arc::new(Inner {
+            logs,
             store,
             store_problem: std::sync::Mutex::new(None),
             bus,
@@ -512,6 +528,8 @@ impl JobService {
         // Stop the work first, so that every observation it made is queued before the
         // writer drains the queue and ends.
         inner.executor.shutdown().await;
+        // The output the executor handed over is written before the store closes.
+        inner.logs.shutdown().await;
         inner.writer_stop.cancel();
         inner.tasks.close();
         inner.tasks.wait().await;

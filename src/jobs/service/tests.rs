@@ -66,6 +66,9 @@ impl Executor for WithRuns {
     async fn start(&self) {
         self.0.start().await;
     }
+    fn output_pending(&self, job_id: &str) -> bool {
+        self.0.output_pending(job_id)
+    }
     fn has_finished(&self, job_id: &str) -> bool {
         self.0.has_finished(job_id)
     }
@@ -130,13 +133,18 @@ impl Fixture {
             .expect("the store opens");
         let (observations_tx, observations_rx) = mpsc::channel(1024);
         let executor = LocalExecutor::new(config, observations_tx).expect("the local executor starts");
+        let store: Arc<dyn crate::store::Store> = Arc::new(store);
+        let metrics = crate::metrics::Metrics::new();
+        let logs = crate::jobs::logs::LogArchiver::start(store.clone(), Default::default(), metrics.clone());
+        executor.archive_to(logs.clone());
         let service = JobService::start(
-            Arc::new(store),
+            store,
             Arc::new(WithRuns(executor)),
             observations_rx,
             ServiceConfig {
                 limits,
-                ..ServiceConfig::new(crate::metrics::Metrics::new())
+                logs: Some(logs),
+                ..ServiceConfig::new(metrics)
             },
         )
         .await
@@ -327,7 +335,7 @@ async fn logs_of_another_tenants_job_are_not_found() {
     let s = &f.service;
     // The owner's stream shows the job's first line: the job has output to hide.
     let mut own = s
-        .log_stream(&b.id, &team_b(), 10, true)
+        .log_stream(&b.id, &team_b(), 10, true, None)
         .await
         .unwrap()
         .expect("the owner sees the job")
@@ -337,8 +345,14 @@ async fn logs_of_another_tenants_job_are_not_found() {
         .expect("a line comes")
         .expect("the stream goes on")
         .expect("no error");
-    assert_eq!(line.text, "secret of team-b");
+    assert_eq!(line.1.text, "secret of team-b");
     assert_eq!(s.logs(&b.id, &team_b(), 10).await.unwrap(), ["secret of team-b"]);
+    for theirs in [
+        s.log_page(&b.id, &team_a(), 10, None).await.map(|_| ()),
+        s.log_archive(&b.id, &team_a()).await.map(|_| ()),
+    ] {
+        assert!(matches!(theirs, Err(ServiceError::NotFound { .. })));
+    }
 
     let theirs = s.logs(&b.id, &team_a(), 10).await;
     let unknown = s.logs(UNKNOWN, &team_a(), 10).await;
@@ -346,13 +360,13 @@ async fn logs_of_another_tenants_job_are_not_found() {
     assert!(matches!(theirs, Err(ServiceError::NotFound { .. })));
     for follow in [false, true] {
         assert!(
-            s.log_stream(&b.id, &team_a(), 10, follow)
+            s.log_stream(&b.id, &team_a(), 10, follow, None)
                 .await
                 .unwrap()
                 .is_none()
         );
         assert!(
-            s.log_stream(UNKNOWN, &team_a(), 10, follow)
+            s.log_stream(UNKNOWN, &team_a(), 10, follow, None)
                 .await
                 .unwrap()
                 .is_none()

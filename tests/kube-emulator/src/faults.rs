@@ -65,6 +65,10 @@ pub struct Faults {
     throttled: Mutex<Option<(String, String, u64)>>,
     /// Bumped to end every open watch; each watch holds a receiver.
     drop_watches: watch::Sender<u64>,
+    /// Bumped to end every open pod log stream.
+    drop_logs: watch::Sender<u64>,
+    /// `(answers, lines)`: the next `answers` pod log answers each end after `lines` lines.
+    log_cuts: Mutex<(usize, usize)>,
     counters: Mutex<Counters>,
     open_watches: AtomicU64,
 }
@@ -75,6 +79,8 @@ impl Default for Faults {
             fail_next: Mutex::new((0, 500)),
             throttled: Mutex::new(None),
             drop_watches: watch::Sender::new(0),
+            drop_logs: watch::Sender::new(0),
+            log_cuts: Mutex::new((0, 0)),
             counters: Mutex::new(Counters::default()),
             open_watches: AtomicU64::new(0),
         }
@@ -134,6 +140,32 @@ impl Faults {
     /// Ends every watch stream open now (they finish cleanly, as when a server drops them).
     pub fn drop_watches(&self) {
         self.drop_watches.send_modify(|g| *g += 1);
+    }
+
+    /// Ends every pod log stream open now (a clean end of body, as when a connection is cut).
+    pub fn drop_log_streams(&self) {
+        self.drop_logs.send_modify(|g| *g += 1);
+    }
+
+    /// A receiver that changes when [`Faults::drop_log_streams`] is called.
+    pub fn log_dropper(&self) -> watch::Receiver<u64> {
+        self.drop_logs.subscribe()
+    }
+
+    /// The next `answers` pod log answers, followed or not, each end after `lines` lines, as
+    /// a connection cut mid-stream would (a clean end of body). Replaces any cuts left.
+    pub fn cut_log_answers(&self, answers: usize, lines: usize) {
+        *self.log_cuts.lock().unwrap_or_else(|p| p.into_inner()) = (answers, lines);
+    }
+
+    /// Takes one cut, if any is left: the lines this answer ends after.
+    pub fn take_log_cut(&self) -> Option<usize> {
+        let mut cuts = self.log_cuts.lock().unwrap_or_else(|p| p.into_inner());
+        if cuts.0 == 0 {
+            return None;
+        }
+        cuts.0 -= 1;
+        Some(cuts.1)
     }
 
     /// A receiver that changes when [`Faults::drop_watches`] is called.

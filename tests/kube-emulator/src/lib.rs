@@ -285,6 +285,18 @@ impl Emulator {
         self.api.faults.drop_watches();
     }
 
+    /// Ends every open pod log stream now (`follow=true` included): a clean end of body
+    /// before the container stopped, as a cut connection looks to a client.
+    pub fn drop_log_streams(&self) {
+        self.api.faults.drop_log_streams();
+    }
+
+    /// The next `answers` pod log answers each end after `lines` lines (a clean end of body,
+    /// as a connection cut mid-stream looks to a client), whether or not they follow.
+    pub fn cut_log_answers(&self, answers: usize, lines: usize) {
+        self.api.faults.cut_log_answers(answers, lines);
+    }
+
     /// The next `n` API requests (discovery excluded) are answered with a `status` Status (500,
     /// 429 with `Retry-After: 1`, 503, …).
     pub fn fail_next(&self, n: usize, status: u16) {

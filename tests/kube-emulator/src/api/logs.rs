@@ -3,6 +3,9 @@
 //! `timestamps`, `limitBytes`, `previous` and `follow` (stream until the container terminates or
 //! the pod goes away).
 //!
+//! Faults: [`crate::faults::Faults::drop_log_streams`] ends every open stream at once, and
+//! [`crate::faults::Faults::cut_log_answers`] ends the next answers after so many lines.
+//!
 //! The store keeps one log per pod (not per container instance), so `container` only selects
 //! and validates, and `previous=true` answers the real 400 when the container never restarted
 //! and the pod's log otherwise. Must not write anything.
@@ -149,10 +152,13 @@ pub fn get(api: &Arc<ApiState>, t: &Target, q: &Query) -> Result<Response, ApiEr
         .filter(|(at, _)| options.since.is_none_or(|s| *at >= s))
         .collect();
     let skip = options.tail.map_or(0, |n| selected.len().saturating_sub(n));
-    let mut text: String = selected[skip..]
+    let cut = api.faults.take_log_cut();
+    let shown = cut.map_or(selected.len() - skip, |c| c.min(selected.len() - skip));
+    let mut text: String = selected[skip..skip + shown]
         .iter()
         .map(|(at, line)| format_line(at, line, options.timestamps))
         .collect();
+    let cut_short = cut.is_some_and(|c| shown >= c);
     let limit = options.limit_bytes;
     if let Some(limit) = limit
         && text.len() > limit
@@ -163,8 +169,16 @@ pub fn get(api: &Arc<ApiState>, t: &Target, q: &Query) -> Result<Response, ApiEr
         }
         text.truncate(cut);
     }
-    let mut response = if q.flag("follow") && !finished(&pod, &options.container) {
-        follow(api.clone(), ns, name, options, entries.len(), text)
+    let mut response = if q.flag("follow") && !finished(&pod, &options.container) && !cut_short {
+        follow(
+            api.clone(),
+            ns,
+            name,
+            options,
+            entries.len(),
+            text,
+            cut.map(|c| c - shown),
+        )
     } else {
         Response::new(Body::from(text))
     };
@@ -183,8 +197,12 @@ fn follow(
     options: Options,
     sent: usize,
     first: String,
+    cut_after: Option<usize>,
 ) -> Response {
     struct State {
+        /// Lines still to send before the answer is cut, when it is.
+        cut_after: Option<usize>,
+        dropped: tokio::sync::watch::Receiver<u64>,
         api: Arc<ApiState>,
         ns: String,
         pod: String,
@@ -194,7 +212,11 @@ fn follow(
         first: Option<String>,
         done: bool,
     }
+    let mut dropped = api.faults.log_dropper();
+    dropped.mark_unchanged();
     let state = State {
+        cut_after,
+        dropped,
         api,
         ns,
         pod,
@@ -220,11 +242,17 @@ fn follow(
             let entries = s.api.store.log_entries(&s.ns, &s.pod).unwrap_or_default();
             let stopped = pod.as_ref().is_none_or(|p| finished(p, &s.options.container));
             if entries.len() > s.sent {
-                let mut text: String = entries[s.sent..]
+                let mut end = entries.len();
+                if let Some(left) = s.cut_after {
+                    end = end.min(s.sent + left);
+                    s.cut_after = Some(left - (end - s.sent));
+                    s.done |= s.cut_after == Some(0);
+                }
+                let mut text: String = entries[s.sent..end]
                     .iter()
                     .map(|(at, line)| format_line(at, line, s.options.timestamps))
                     .collect();
-                s.sent = entries.len();
+                s.sent = end;
                 if let Some(limit) = s.options.limit_bytes {
                     let room = limit.saturating_sub(s.bytes);
                     if text.len() >= room {
@@ -243,7 +271,10 @@ fn follow(
             if stopped {
                 return None;
             }
-            changed.await;
+            tokio::select! {
+                _ = changed => {}
+                _ = s.dropped.changed() => return None,
+            }
         }
     });
     Response::new(Body::from_stream(stream))

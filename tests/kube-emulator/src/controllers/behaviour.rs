@@ -13,6 +13,7 @@
 //! | `EMULATOR_FAIL_INDEXES` | completion indexes that always fail, e.g. `1,3-5` (Indexed Jobs) | none |
 //! | `EMULATOR_FAIL_ATTEMPTS` | the first N runs of the Job fail, later ones exit normally; counted per completion index for Indexed Jobs, per container; with `restartPolicy: OnFailure` each in-place restart is a run | `0` |
 //! | `EMULATOR_LOG` | log lines, separated by newlines (a literal two-character `\n` also separates) | what `echo` would print for the container's command and args: the words joined by spaces, without a leading `echo` |
+//! | `EMULATOR_LOG_LINES` | N more log lines after those, `line 1` … `line N` (a big output without a big variable) | `0` |
 //! | `EMULATOR_TERMINATION_MESSAGE` | written to `terminated.message` at every exit; `{index}` and `{pod}` are replaced by the completion index and the pod name | none |
 //! | `EMULATOR_GATE` | gate name: the container keeps running (after its run time) until the test calls `Simulation::open_gate(name)`; a gate opened earlier lets it pass | none |
 //! | `EMULATOR_IMAGE_PULL_ERROR` | `1`/`true`: the pod stays Pending with `ErrImagePull` | off |
@@ -36,6 +37,7 @@ pub const FAIL_EXIT_CODE: &str = "EMULATOR_FAIL_EXIT_CODE";
 pub const FAIL_INDEXES: &str = "EMULATOR_FAIL_INDEXES";
 pub const FAIL_ATTEMPTS: &str = "EMULATOR_FAIL_ATTEMPTS";
 pub const LOG: &str = "EMULATOR_LOG";
+pub const LOG_LINES: &str = "EMULATOR_LOG_LINES";
 pub const TERMINATION_MESSAGE: &str = "EMULATOR_TERMINATION_MESSAGE";
 pub const GATE: &str = "EMULATOR_GATE";
 pub const IMAGE_PULL_ERROR: &str = "EMULATOR_IMAGE_PULL_ERROR";
@@ -122,10 +124,17 @@ impl Behaviour {
             Some("1" | "true") => true,
             Some(v) => return Err(invalid(IMAGE_PULL_ERROR, v, "expected 1 or 0")),
         };
-        let log = match env(LOG) {
+        let mut log = match env(LOG) {
             Some(v) => split_lines(v),
             None => echo_output(container),
         };
+        if let Some(v) = env(LOG_LINES) {
+            let n = v
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| invalid(LOG_LINES, v, "expected a count"))?;
+            log.extend((1..=n).map(|i| format!("line {i}")));
+        }
         Ok(Behaviour {
             pending: millis(PENDING_MS, config.pending)?,
             run: millis(RUN_MS, config.run)?,

@@ -1,0 +1,564 @@
+//! Archiving pods' logs: one follow stream per running pod of the jobs this replica acts for,
+//! its lines handed to the [`LogSink`], resumed without repeating or skipping a line when the
+//! stream is cut, and the pod let go (its [`LOG_FINALIZER`] removed) once its whole log is
+//! committed.
+//!
+//! - **Which pods.** The pod watch shows every pod of every job; a pod is followed once its
+//!   container has started, by the replica that acts for its job's shard (every pod, without
+//!   replicas), at most `--log-follow-concurrency` at a time (others wait for a slot). A pod
+//!   that never started and is ending has nothing to read: it is let go at once.
+//! - **Resuming.** Streams ask for `timestamps=true`; each line's kubelet timestamp and how
+//!   many lines carried that exact timestamp make the source's position, committed with the
+//!   lines (`"<RFC 3339 nanos> <count>"`). A stream that ends before its pod did (cut, API
+//!   server away), a follow taken over from another replica, or a restarted jobgate opens the
+//!   log again with `sinceTime` (whole seconds, floored) and drops what the position already
+//!   covers: older lines, and as many lines of the position's timestamp as it counts.
+//!   Appends are conditional on the stored position, so two followers of one pod (a shard
+//!   moving between replicas) never archive a line twice: the one behind re-reads the
+//!   position and resumes from it.
+//! - **Ending.** A stream that ends after the pod was seen terminal has everything: the
+//!   position becomes `done`, and once the sink has committed it, the finalizer goes (a
+//!   merge patch conditional on the pod's resourceVersion, retried). A TTL deletion of the
+//!   Job waits for that; nothing is lost with `ttlSecondsAfterFinished: 0`.
+//!
+//! It must not decide what a job's output is for the job (the service reads the archive),
+//! nor write the store (the sink does).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use dashmap::DashMap;
+use futures::AsyncBufReadExt;
+use kube::api::{LogParams, Patch, PatchParams};
+
+use super::manifest::{CONTAINER_NAME, LOG_FINALIZER};
+use super::status::PodInfo;
+use super::{Inner, retry_delays};
+use crate::executor::{LogLine, LogSink, SinkState};
+use crate::model::{MAX_LOG_LINE, clip_log_line};
+
+/// The pods this process follows or has finished with, by `namespace/name`.
+#[derive(Default)]
+pub(super) struct Follows {
+    /// `true` once the pod's log is archived (and the pod let go).
+    pods: DashMap<String, bool>,
+    /// Follows not yet done, per job.
+    per_job: DashMap<String, usize>,
+}
+
+/// Lines handed to the sink at once, at most.
+const BATCH_LINES: usize = 256;
+/// How long a partial batch waits for more lines before it is handed over.
+const BATCH_WAIT: Duration = Duration::from_millis(50);
+/// The position of a source whose log is wholly archived.
+const DONE: &str = "done";
+
+impl Inner {
+    fn log_sink(&self) -> Option<Arc<dyn LogSink>> {
+        self.log_sink.get().cloned()
+    }
+
+    /// Whether output of the job may still reach the archive: a pod of it still holds
+    /// jobgate's finalizer (whichever replica follows it), or this process follows one.
+    pub(super) fn output_pending(&self, job_id: &str) -> bool {
+        self.follows.per_job.get(job_id).is_some_and(|n| *n > 0)
+            || self
+                .pods
+                .get(job_id)
+                .is_some_and(|job| job.infos().iter().any(|p| p.archiving))
+    }
+
+    /// Waits until the job's output is archived (see [`Inner::output_pending`]) or the finish
+    /// grace passes, so that a finished job's report comes with its output. False when
+    /// shutting down.
+    pub(super) async fn wait_for_archive(&self, job_id: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + self.config.finish_grace;
+        let mut changes = self.pods_version.subscribe();
+        while self.output_pending(job_id) {
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => return true,
+                _ = self.shutdown.cancelled() => return false,
+            }
+        }
+        true
+    }
+
+    /// Called with every pod event: starts following the pod's log if it is this replica's
+    /// to archive, or lets go of a pod that never ran and is ending.
+    pub(super) fn consider_follow(self: &Arc<Self>, info: &PodInfo, job_id: &str) {
+        if self.log_sink.get().is_none() || !self.acts_for(job_id) {
+            return;
+        }
+        let Some(namespace) = info.namespace.clone() else {
+            return;
+        };
+        let key = format!("{namespace}/{}", info.name);
+        let deleting = info.deleting;
+        if !info.started {
+            // Nothing to read, and nothing ever will be: let it go.
+            if info.archiving
+                && (info.phase.is_terminal() || deleting)
+                && !self.follows.pods.contains_key(&key)
+            {
+                self.follows.pods.insert(key.clone(), true);
+                let inner = self.clone();
+                let name = info.name.clone();
+                self.tasks
+                    .spawn(async move { inner.let_go(&namespace, &name).await });
+            }
+            return;
+        }
+        // A pod that is done and let go is followed no more (after a restart: its position).
+        if !info.archiving && info.phase.is_terminal() && self.follows.pods.contains_key(&key) {
+            return;
+        }
+        if self.follows.pods.contains_key(&key) {
+            return;
+        }
+        self.follows.pods.insert(key, false);
+        *self.follows.per_job.entry(job_id.to_owned()).or_default() += 1;
+        let inner = self.clone();
+        let job_id = job_id.to_owned();
+        let name = info.name.clone();
+        let container = info.container.clone();
+        let holds = info.archiving;
+        self.tasks.spawn(async move {
+            inner
+                .follow_pod(&namespace, &name, container, &job_id, holds)
+                .await;
+            if let Some(mut n) = inner.follows.per_job.get_mut(&job_id) {
+                *n = n.saturating_sub(1);
+            }
+            inner.follows.per_job.remove_if(&job_id, |_, n| *n == 0);
+            // Whoever waits for the job's output to be archived looks again.
+            inner.pods_version.send_modify(|v| *v += 1);
+        });
+    }
+
+    /// Forgets a deleted pod.
+    pub(super) fn forget_follow(&self, namespace: &str, name: &str) {
+        self.follows
+            .pods
+            .remove_if(&format!("{namespace}/{name}"), |_, done| *done);
+    }
+
+    /// Follows one pod's log into the sink until it is all archived, then lets the pod go.
+    async fn follow_pod(
+        self: &Arc<Self>,
+        namespace: &str,
+        pod: &str,
+        container: Option<String>,
+        job_id: &str,
+        holds: bool,
+    ) {
+        let key = format!("{namespace}/{pod}");
+        let Some(sink) = self.log_sink() else { return };
+        let _slot = tokio::select! {
+            slot = self.follow_slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+            _ = self.shutdown.cancelled() => return,
+        };
+        self.config.metrics.log_follows.inc();
+        let _open = scopeguard(self.config.metrics.clone());
+        let api = self.pods_api(namespace);
+        let mut delays = retry_delays();
+        'resume: loop {
+            // Where the archive of this pod ends.
+            let stored = loop {
+                match sink.position(job_id, pod).await {
+                    Ok(stored) => break stored,
+                    Err(e) => {
+                        tracing::warn!(%pod, error = %e, "cannot read where the pod's archived log ends; retrying");
+                        if !self.pause(&mut delays).await {
+                            self.follows.pods.remove(&key);
+                            return;
+                        }
+                    }
+                }
+            };
+            let mut cursor = Cursor::parse(stored.as_deref());
+            cursor.stored = stored;
+            if !cursor.done {
+                loop {
+                    if self.shutdown.is_cancelled() || !self.acts_for(job_id) {
+                        // Another replica (or the next start) takes it from the stored position.
+                        self.follows.pods.remove(&key);
+                        return;
+                    }
+                    let ended_before = self.pod_ended(job_id, pod);
+                    let params = LogParams {
+                        container: container.clone().or_else(|| Some(CONTAINER_NAME.into())),
+                        follow: true,
+                        timestamps: true,
+                        since_time: cursor.since(),
+                        ..LogParams::default()
+                    };
+                    cursor.taken = 0;
+                    let outcome = match api.log_stream(pod, &params).await {
+                        Ok(reader) => self.read_stream(reader, &*sink, job_id, pod, &mut cursor).await,
+                        Err(kube::Error::Api(s)) if s.code == 404 => Read::Gone,
+                        Err(e) => {
+                            tracing::debug!(%pod, error = %e, "cannot follow the pod's log; retrying");
+                            Read::Cut
+                        }
+                    };
+                    match outcome {
+                        // The run was over before this read began, and the read found nothing
+                        // new: that is all. (A read that found lines may have been cut short
+                        // with a clean end of body: read once more.)
+                        Read::Ended if ended_before && cursor.taken == 0 => break,
+                        Read::Ended | Read::Cut => {
+                            if cursor.taken > 0 {
+                                // Progress: open it again at once, and back off afresh later.
+                                delays = retry_delays();
+                                if !ended_before {
+                                    self.config.metrics.log_follow_resumes.inc();
+                                }
+                            } else if !self.pause(&mut delays).await {
+                                self.follows.pods.remove(&key);
+                                return;
+                            }
+                        }
+                        Read::Stale => continue 'resume,
+                        Read::Closed => break,
+                        // Gone: its log went with it; what was read is archived.
+                        Read::Gone => {
+                            self.follows.pods.insert(key, true);
+                            return;
+                        }
+                        Read::Shutdown => {
+                            self.follows.pods.remove(&key);
+                            return;
+                        }
+                    }
+                }
+                if sink.append(
+                    job_id,
+                    pod,
+                    Some((cursor.stored.clone(), DONE.to_owned())),
+                    Vec::new(),
+                ) == SinkState::Stale
+                {
+                    continue 'resume;
+                }
+            }
+            break;
+        }
+        // Let go only of what is committed: the finalizer is what keeps the log readable.
+        sink.synced(job_id).await;
+        if holds && !self.shutdown.is_cancelled() {
+            self.let_go(namespace, pod).await;
+        }
+        self.follows.pods.insert(key, true);
+    }
+
+    /// Reads one log stream into the sink, until it ends or fails.
+    async fn read_stream(
+        &self,
+        reader: impl futures::AsyncBufRead + Send,
+        sink: &dyn LogSink,
+        job_id: &str,
+        pod: &str,
+        cursor: &mut Cursor,
+    ) -> Read {
+        let mut reader = std::pin::pin!(reader);
+        let mut raw = Vec::new();
+        let mut batch = Vec::new();
+        cursor.seen = 0;
+        loop {
+            let next = tokio::select! {
+                next = next_line(&mut reader, &mut raw) => Some(next),
+                _ = tokio::time::sleep(BATCH_WAIT), if !batch.is_empty() => None,
+                _ = self.shutdown.cancelled() => return Read::Shutdown,
+            };
+            let ended = match next {
+                // Quiet for a moment: hand over what was read.
+                None => false,
+                Some(Ok(true)) => {
+                    let text = String::from_utf8_lossy(&raw).into_owned();
+                    raw.clear();
+                    if let Some(text) = cursor.accept(&text) {
+                        cursor.taken += 1;
+                        batch.push(LogLine {
+                            source: Some(pod.to_owned()),
+                            text: clip_log_line(text),
+                        });
+                    }
+                    if batch.len() < BATCH_LINES {
+                        continue;
+                    }
+                    false
+                }
+                Some(Ok(false)) => true,
+                Some(Err(e)) => {
+                    tracing::debug!(%pod, error = %e, "the pod's log stream failed");
+                    if !batch.is_empty() {
+                        match self.hand_over(sink, job_id, pod, cursor, &mut batch) {
+                            SinkState::Open => {}
+                            SinkState::Closed => return Read::Closed,
+                            SinkState::Stale => return Read::Stale,
+                        }
+                    }
+                    return Read::Cut;
+                }
+            };
+            if !batch.is_empty() {
+                match self.hand_over(sink, job_id, pod, cursor, &mut batch) {
+                    SinkState::Open => {}
+                    SinkState::Closed => return Read::Closed,
+                    SinkState::Stale => return Read::Stale,
+                }
+            }
+            if ended {
+                return Read::Ended;
+            }
+        }
+    }
+
+    fn hand_over(
+        &self,
+        sink: &dyn LogSink,
+        job_id: &str,
+        pod: &str,
+        cursor: &mut Cursor,
+        batch: &mut Vec<LogLine>,
+    ) -> SinkState {
+        let now = cursor.position();
+        let state = sink.append(
+            job_id,
+            pod,
+            Some((cursor.stored.clone(), now.clone())),
+            std::mem::take(batch),
+        );
+        if state == SinkState::Open {
+            cursor.stored = Some(now);
+        }
+        state
+    }
+
+    /// Whether the pod watch shows the pod's run over (its log will not grow).
+    fn pod_ended(&self, job_id: &str, pod: &str) -> bool {
+        self.pods
+            .get(job_id)
+            .is_some_and(|job| job.infos().iter().any(|p| p.name == pod && p.phase.is_terminal()))
+    }
+
+    /// Waits the next retry delay; false when shutting down.
+    async fn pause(&self, delays: &mut impl Iterator<Item = Duration>) -> bool {
+        let delay = delays
+            .next()
+            .unwrap_or(Duration::from_secs(30))
+            .min(Duration::from_secs(5));
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            _ = self.shutdown.cancelled() => false,
+        }
+    }
+
+    /// Removes [`LOG_FINALIZER`] from the pod (conditional on its resourceVersion, so that
+    /// no other finalizer change is undone), retried until done, the pod gone, or shutdown.
+    async fn let_go(&self, namespace: &str, pod: &str) {
+        let api = self.pods_api(namespace);
+        let mut delays = retry_delays();
+        loop {
+            let result = async {
+                let current = api.get(pod).await?;
+                let finalizers = current.metadata.finalizers.unwrap_or_default();
+                if !finalizers.iter().any(|f| f == LOG_FINALIZER) {
+                    return Ok(());
+                }
+                let rest: Vec<&String> = finalizers.iter().filter(|f| *f != LOG_FINALIZER).collect();
+                let patch = serde_json::json!({
+                    "metadata": {"finalizers": rest, "resourceVersion": current.metadata.resource_version}
+                });
+                api.patch(pod, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map(|_| ())
+            }
+            .await;
+            match result {
+                Ok(()) => return,
+                Err(kube::Error::Api(s)) if s.code == 404 => return,
+                Err(e) => {
+                    tracing::debug!(%pod, error = %e, "cannot remove the log finalizer yet; retrying");
+                    if !self.pause(&mut delays).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How one log stream ended.
+enum Read {
+    /// The stream ended (the API server closes a followed log when the container stops,
+    /// or when it cuts the connection: the caller tells which).
+    Ended,
+    /// It failed, or could not be opened.
+    Cut,
+    /// The sink no longer takes the pod's lines from this follower's position.
+    Stale,
+    /// The job's archive is closed.
+    Closed,
+    /// The pod is gone.
+    Gone,
+    Shutdown,
+}
+
+/// Decrements the open-follows gauge when a follow ends, however it ends.
+struct OpenFollow(Arc<crate::metrics::Metrics>);
+
+fn scopeguard(metrics: Arc<crate::metrics::Metrics>) -> OpenFollow {
+    OpenFollow(metrics)
+}
+
+impl Drop for OpenFollow {
+    fn drop(&mut self) {
+        self.0.log_follows.dec();
+    }
+}
+
+/// Where a pod's archived log ends: the last line's kubelet timestamp, and how many lines
+/// with exactly that timestamp are archived.
+#[derive(Debug, Default, PartialEq)]
+struct Cursor {
+    last: Option<DateTime<Utc>>,
+    count: u64,
+    done: bool,
+    /// Lines with the timestamp `last` seen in the current stream.
+    seen: u64,
+    /// The position stored (or queued to be) for this source: the next append's expected one.
+    stored: Option<String>,
+    /// Lines the current stream added.
+    taken: usize,
+}
+
+impl Cursor {
+    fn parse(position: Option<&str>) -> Self {
+        match position {
+            Some(DONE) => Self {
+                done: true,
+                ..Self::default()
+            },
+            Some(p) => {
+                let (at, count) = p.split_once(' ').unwrap_or((p, "0"));
+                Self {
+                    last: DateTime::parse_from_rfc3339(at)
+                        .ok()
+                        .map(|t| t.with_timezone(&Utc)),
+                    count: count.parse().unwrap_or(0),
+                    ..Self::default()
+                }
+            }
+            None => Self::default(),
+        }
+    }
+
+    fn position(&self) -> String {
+        match self.last {
+            Some(at) => format!(
+                "{} {}",
+                at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+                self.count
+            ),
+            None => "0 0".to_owned(),
+        }
+    }
+
+    /// Where to open the log again: the position's second, floored (the API takes whole
+    /// seconds, and kube-rs rounds), so that nothing after the position is left out.
+    fn since(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        self.last
+            .and_then(|at| k8s_openapi::jiff::Timestamp::from_second(at.timestamp()).ok())
+    }
+
+    /// The text of a `timestamps=true` line, if it is past the position (which moves).
+    fn accept<'a>(&mut self, line: &'a str) -> Option<&'a str> {
+        let Some((at, text)) = line
+            .split_once(' ')
+            .and_then(|(at, text)| Some((DateTime::parse_from_rfc3339(at).ok()?.with_timezone(&Utc), text)))
+        else {
+            // No timestamp (never, with timestamps=true): keep it, the position stays.
+            return Some(line);
+        };
+        match self.last {
+            Some(last) if at < last => None,
+            Some(last) if at == last => {
+                self.seen += 1;
+                if self.seen <= self.count {
+                    None
+                } else {
+                    self.count += 1;
+                    Some(text)
+                }
+            }
+            _ => {
+                self.last = Some(at);
+                self.count = 1;
+                self.seen = 1;
+                Some(text)
+            }
+        }
+    }
+}
+
+/// Reads one line into `raw` (without its newline), keeping at most [`MAX_LOG_LINE`] bytes
+/// of it and the timestamp; `false` at the end of the stream with nothing read. Safe to
+/// cancel between reads: what was read stays in `raw`.
+async fn next_line<R: futures::AsyncBufRead + ?Sized>(
+    reader: &mut std::pin::Pin<&mut R>,
+    raw: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    const MAX_RAW: usize = MAX_LOG_LINE + 64;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(!raw.is_empty());
+        }
+        let (take, end) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        let room = MAX_RAW.saturating_sub(raw.len());
+        let keep = if end { take - 1 } else { take };
+        raw.extend_from_slice(&buf[..keep.min(room)]);
+        reader.consume_unpin(take);
+        if end {
+            return Ok(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_stream_drops_exactly_what_the_position_covers() {
+        let mut first = Cursor::default();
+        let lines = [
+            "2025-01-01T00:00:05.000000001Z a",
+            "2025-01-01T00:00:05.000000001Z b",
+            "2025-01-01T00:00:05.000000002Z c",
+            "2025-01-01T00:00:05.000000002Z d",
+        ];
+        assert_eq!(first.accept(lines[0]), Some("a"));
+        assert_eq!(first.accept(lines[1]), Some("b"));
+        assert_eq!(first.accept(lines[2]), Some("c"));
+        // Cut here: the stream resumes from the stored position, from the whole second.
+        let mut resumed = Cursor::parse(Some(&first.position()));
+        assert_eq!(resumed.since().unwrap().as_second(), 1_735_689_605);
+        let kept: Vec<&str> = lines.iter().filter_map(|l| resumed.accept(l)).collect();
+        assert_eq!(kept, ["d"]);
+        // Lines sharing a timestamp are counted, not lost.
+        let mut again = Cursor::parse(Some("2025-01-01T00:00:05.000000001Z 1"));
+        let kept: Vec<&str> = lines.iter().filter_map(|l| again.accept(l)).collect();
+        assert_eq!(kept, ["b", "c", "d"]);
+        assert!(Cursor::parse(Some(DONE)).done);
+    }
+}
