@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::{Command, Inner, ServiceError, Submitted};
 use crate::executor::Observation;
-use crate::model::{Job, JobEvent, JobPhase, Transition, ValidationError};
+use crate::model::{Job, JobEvent, JobPhase, Scope, Transition, ValidationError};
 use crate::store::{StoreError, StoreTx};
 
 /// How often the writer checks that the store can write (and, after a failure, probes it).
@@ -32,6 +32,25 @@ pub(super) struct Writer {
 /// A change made in the current batch, to publish once it is committed.
 struct Recorded {
     event: Arc<JobEvent>,
+}
+
+impl Recorded {
+    /// The event recorded for `transition` at `at` as `seq`, `job` being as it was right
+    /// after it.
+    fn of(job: &Job, transition: &Transition, seq: i64, at: chrono::DateTime<Utc>) -> Self {
+        Self {
+            event: Arc::new(JobEvent {
+                seq,
+                job_id: job.id.clone(),
+                phase: transition.phase,
+                previous_phase: transition.previous_phase,
+                at,
+                reason: transition.reason.clone(),
+                message: transition.message.clone(),
+                job: Arc::new(job.clone()),
+            }),
+        }
+    }
 }
 
 impl Writer {
@@ -80,16 +99,25 @@ impl Writer {
                 }
                 return;
             };
+            // A bulk submission weighs as many commands as it holds jobs, so a batch stays
+            // within `max_batch` jobs plus at most one bulk's.
+            let mut weight = first.weight();
             batch.push(first);
-            while batch.len() < self.max_batch {
+            while weight < self.max_batch {
                 match commands.try_recv() {
-                    Ok(c) => batch.push(c),
+                    Ok(c) => {
+                        weight += c.weight();
+                        batch.push(c);
+                    }
                     Err(_) => break,
                 }
             }
-            while batch.len() < self.max_batch {
+            while weight < self.max_batch {
                 match observations.try_recv() {
-                    Ok(o) => batch.push(Command::Observe(o)),
+                    Ok(o) => {
+                        weight += 1;
+                        batch.push(Command::Observe(o));
+                    }
                     Err(_) => break,
                 }
             }
@@ -166,6 +194,9 @@ impl Writer {
                 Command::Cancel { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
+                Command::SubmitMany { reply, .. } => {
+                    let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
+                }
                 Command::Observe(o) => {
                     deferred.retain(|d| d.job_id != o.job_id);
                     deferred.push(o);
@@ -205,18 +236,7 @@ impl Writer {
         let seq = tx.append_event(job, transition, now).await?;
         job.last_event_seq = seq;
         tx.save_job(job).await?;
-        recorded.push(Recorded {
-            event: Arc::new(JobEvent {
-                seq,
-                job_id: job.id.clone(),
-                phase: transition.phase,
-                previous_phase: transition.previous_phase,
-                at: now,
-                reason: transition.reason.clone(),
-                message: transition.message.clone(),
-                job: Arc::new(job.clone()),
-            }),
-        });
+        recorded.push(Recorded::of(job, transition, seq, now));
         Ok(())
     }
 
@@ -308,6 +328,89 @@ impl Writer {
         Ok(released)
     }
 
+    /// One submission in the batch's transaction: an earlier job with the same idempotency
+    /// key (in the store, or earlier in this batch), or a refusal (an unknown dependency, the
+    /// namespace's quota), or the job accepted with its first event.
+    #[allow(clippy::too_many_arguments)]
+    async fn submit_in(
+        &self,
+        tx: &mut dyn StoreTx,
+        touched: &mut HashMap<String, Job>,
+        keys: &mut HashMap<String, (String, String)>,
+        recorded: &mut Vec<Recorded>,
+        job: &Job,
+        fingerprint: &String,
+        scope: &Scope,
+    ) -> Result<Answer, StoreError> {
+        let scoped_key = job
+            .idempotency_key
+            .as_deref()
+            .map(|k| crate::store::scoped_key(job.key_scope(), k));
+        if let (Some(key), Some(scoped)) = (&job.idempotency_key, &scoped_key) {
+            let existing = match keys.get(scoped) {
+                Some((fp, id)) => Some((fp.clone(), id.clone())),
+                None => tx
+                    .find_by_idempotency_key(job.key_scope(), key)
+                    .await?
+                    .map(|k| (k.fingerprint, k.job.id)),
+            };
+            if let Some((fp, id)) = existing {
+                if fp != *fingerprint {
+                    return Ok(Answer::Error(ServiceError::IdempotencyConflict {
+                        key: key.clone(),
+                    }));
+                }
+                return Ok(match self.current(tx, touched, &id).await? {
+                    Some(job) => Answer::Existing(Arc::new(job)),
+                    None => Answer::Error(ServiceError::NotFound { id }),
+                });
+            }
+        }
+        // Every dependency must exist (committed, or accepted earlier in this batch).
+        let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
+        for (i, id) in job.spec.depends_on.iter().enumerate() {
+            match self.current(tx, touched, id).await? {
+                // Another tenant's job is as unknown as a job that never was.
+                Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
+                _ => {
+                    return Ok(Answer::Error(ServiceError::Invalid(ValidationError {
+                        field: format!("input.dependsOn[{i}]"),
+                        message: format!("no job with id {id:?}"),
+                    })));
+                }
+            }
+        }
+        // The quota counts in this transaction, so jobs accepted earlier in the same batch
+        // count too.
+        let limit = self.inner.max_active_per_namespace;
+        if limit > 0 && tx.active_in_namespace(&job.spec.namespace).await? >= limit as i64 {
+            return Ok(Answer::Error(ServiceError::QuotaExceeded {
+                namespace: job.spec.namespace.clone(),
+                limit,
+            }));
+        }
+        if let Some(scoped) = scoped_key {
+            keys.insert(scoped, (fingerprint.clone(), job.id.clone()));
+        }
+        let mut job = job.clone();
+        let transition = Transition {
+            previous_phase: None,
+            phase: job.phase,
+            reason: Some("Submitted".into()),
+            message: Some("accepted by jobgate".into()),
+        };
+        let at = Utc::now();
+        let seq = tx.accept_job(&job, fingerprint, &transition, at).await?;
+        job.last_event_seq = seq;
+        recorded.push(Recorded::of(&job, &transition, seq, at));
+        if !dependencies.is_empty() {
+            Self::await_dependencies(tx, &mut job, &dependencies, recorded).await?;
+        }
+        let answer = Answer::Created(Arc::new(job.clone()));
+        touched.insert(job.id.clone(), job);
+        Ok(answer)
+    }
+
     /// Everything a committed batch must still do.
     async fn try_apply(&self, batch: &[Command]) -> Result<Outcome, StoreError> {
         let mut tx = self.inner.store.begin().await?;
@@ -326,81 +429,38 @@ impl Writer {
                     scope,
                     ..
                 } => {
-                    let scoped_key = job
-                        .idempotency_key
-                        .as_deref()
-                        .map(|k| crate::store::scoped_key(job.key_scope(), k));
-                    if let (Some(key), Some(scoped)) = (&job.idempotency_key, &scoped_key) {
-                        let existing = match keys.get(scoped) {
-                            Some((fp, id)) => Some((fp.clone(), id.clone())),
-                            None => tx
-                                .find_by_idempotency_key(job.key_scope(), key)
-                                .await?
-                                .map(|k| (k.fingerprint, k.job.id)),
-                        };
-                        if let Some((fp, id)) = existing {
-                            if fp == *fingerprint {
-                                let job = self.current(&mut *tx, &touched, &id).await?;
-                                answers.push(match job {
-                                    Some(job) => Answer::Existing(Arc::new(job)),
-                                    None => Answer::Error(ServiceError::NotFound { id }),
-                                });
-                            } else {
-                                answers.push(Answer::Error(ServiceError::IdempotencyConflict {
-                                    key: key.clone(),
-                                }));
-                            }
-                            continue;
-                        }
+                    let answer = self
+                        .submit_in(
+                            &mut *tx,
+                            &mut touched,
+                            &mut keys,
+                            &mut recorded,
+                            job,
+                            fingerprint,
+                            scope,
+                        )
+                        .await?;
+                    launch |= matches!(answer, Answer::Created(_));
+                    answers.push(answer);
+                }
+                Command::SubmitMany { jobs, scope, .. } => {
+                    let mut each = Vec::with_capacity(jobs.len());
+                    for (job, fingerprint) in jobs {
+                        let answer = self
+                            .submit_in(
+                                &mut *tx,
+                                &mut touched,
+                                &mut keys,
+                                &mut recorded,
+                                job,
+                                fingerprint,
+                                scope,
+                            )
+                            .await?;
+                        launch |= matches!(answer, Answer::Created(_));
+                        each.push(answer);
                     }
-                    // Every dependency must exist (committed, or accepted earlier in this batch).
-                    let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
-                    let mut unknown = None;
-                    for (i, id) in job.spec.depends_on.iter().enumerate() {
-                        match self.current(&mut *tx, &touched, id).await? {
-                            // Another tenant's job is as unknown as a job that never was.
-                            Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
-                            _ => {
-                                unknown = Some(ValidationError {
-                                    field: format!("input.dependsOn[{i}]"),
-                                    message: format!("no job with id {id:?}"),
-                                });
-                                break;
-                            }
-                        }
-                    }
-                    if let Some(e) = unknown {
-                        answers.push(Answer::Error(ServiceError::Invalid(e)));
-                        continue;
-                    }
-                    // The quota counts in this transaction, so jobs accepted earlier in the
-                    // same batch count too.
-                    let limit = self.inner.max_active_per_namespace;
-                    if limit > 0 && tx.active_in_namespace(&job.spec.namespace).await? >= limit as i64 {
-                        answers.push(Answer::Error(ServiceError::QuotaExceeded {
-                            namespace: job.spec.namespace.clone(),
-                            limit,
-                        }));
-                        continue;
-                    }
-                    if let Some(scoped) = scoped_key {
-                        keys.insert(scoped, (fingerprint.clone(), job.id.clone()));
-                    }
-                    let mut job = (**job).clone();
-                    tx.insert_job(&job, fingerprint).await?;
-                    let transition = Transition {
-                        previous_phase: None,
-                        phase: job.phase,
-                        reason: Some("Submitted".into()),
-                        message: Some("accepted by jobgate".into()),
-                    };
-                    Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
-                    if !dependencies.is_empty() {
-                        Self::await_dependencies(&mut *tx, &mut job, &dependencies, &mut recorded).await?;
-                    }
-                    answers.push(Answer::Created(Arc::new(job.clone())));
-                    touched.insert(job.id.clone(), job);
-                    launch = true;
+                    answers.push(Answer::Many(each));
                 }
                 Command::Cancel { id, scope, .. } => {
                     let Some(mut job) = self
@@ -545,6 +605,17 @@ impl Writer {
                 (Command::Submit { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
                 }
+                (Command::SubmitMany { reply, .. }, Answer::Many(each)) => {
+                    let _ = reply.send(Ok(each
+                        .into_iter()
+                        .map(|answer| match answer {
+                            Answer::Created(job) => Ok(Submitted { job, created: true }),
+                            Answer::Existing(job) => Ok(Submitted { job, created: false }),
+                            Answer::Error(e) => Err(e),
+                            Answer::None | Answer::Many(_) => Err(ServiceError::ShuttingDown),
+                        })
+                        .collect()));
+                }
                 (Command::Cancel { reply, .. }, Answer::Created(job) | Answer::Existing(job)) => {
                     let _ = reply.send(Ok(job));
                 }
@@ -571,6 +642,18 @@ enum Answer {
     Created(Arc<Job>),
     Existing(Arc<Job>),
     Error(ServiceError),
+    /// A bulk submission's answers, one per job.
+    Many(Vec<Answer>),
+}
+
+impl Command {
+    /// How many commands this one counts for in a batch: a bulk submission, its jobs.
+    fn weight(&self) -> usize {
+        match self {
+            Command::SubmitMany { jobs, .. } => jobs.len().max(1),
+            _ => 1,
+        }
+    }
 }
 
 struct Outcome {
