@@ -42,6 +42,9 @@ async fn page_through(server: &Server, filter: &Value, first: i64) -> (Vec<Strin
     }
 }
 
+/// Which of the submitted jobs a filter must find.
+type Matches = Box<dyn Fn(&Submitted) -> bool>;
+
 struct Submitted {
     id: String,
     name: String,
@@ -92,7 +95,7 @@ async fn every_filter_pages_newest_first_and_counts_what_it_pages() {
     }
     server.wait_phase(&gate, "RUNNING").await;
 
-    let cases: Vec<(Value, Box<dyn Fn(&Submitted) -> bool>)> = vec![
+    let cases: Vec<(Value, Matches)> = vec![
         (json!({}), Box::new(|_| true)),
         (
             json!({"phases": ["CANCELLED"]}),

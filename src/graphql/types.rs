@@ -594,7 +594,7 @@ pub struct JobConnection {
     /// How many jobs match the filter, across all pages. Exact without `nameContains` (read
     /// from counts jobgate keeps per namespace and phase, so asking costs nothing however many
     /// jobs there are). With `nameContains` it is a lower bound: matches are counted among at
-    /// most the 10,000 newest candidates, so it is exact below that and may be lower above
+    /// most the 5,000 newest candidates, so it is exact below that and may be lower above
     /// it. The pages themselves (`edges`, `hasNextPage`) are always exact.
     pub total_count: i32,
 }

@@ -103,7 +103,7 @@ impl JobPage {
 /// With a name filter, `total_count` counts matches among at most this many candidate jobs
 /// (the newest ones): exact below it, a lower bound above it. Counting every match of a
 /// substring would read every job that has it, which a page must not do.
-pub const COUNT_CANDIDATES: i64 = 10_000;
+pub const COUNT_CANDIDATES: i64 = 5_000;
 
 /// Text this long or longer is searched for through the stores' trigram indexes; shorter
 /// text has no trigram and is matched while reading the jobs the other filters select.
@@ -262,7 +262,7 @@ pub enum PlannedRead<'a> {
 /// is dropped anyway.
 pub fn merge_newest<T>(arms: Vec<Vec<(i64, T)>>, limit: i64) -> Vec<(i64, T)> {
     let mut rows: Vec<(i64, T)> = arms.into_iter().flatten().collect();
-    rows.sort_by(|a, b| b.0.cmp(&a.0));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     rows.dedup_by_key(|r| r.0);
     rows.truncate(limit.max(0) as usize);
     rows
@@ -553,6 +553,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<bool>;
 }
 
+/// A newly accepted job for [`StoreTx::accept_jobs`], with its first event.
+pub struct Accepted<'a> {
+    pub job: &'a Job,
+    pub fingerprint: &'a str,
+    pub transition: &'a Transition,
+    pub at: DateTime<Utc>,
+}
+
 /// One write transaction. Dropping it without a successful [`StoreTx::commit`] rolls
 /// everything back.
 #[async_trait]
@@ -569,6 +577,31 @@ pub trait StoreTx: Send {
 
     /// Stores a newly accepted job, in the launch outbox.
     async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()>;
+
+    /// The stored jobs of several idempotency keys (each with its submitter), by stored key
+    /// ([`scoped_key`]): [`StoreTx::find_by_idempotency_key`] for many keys at once.
+    async fn find_by_idempotency_keys(
+        &mut self,
+        keys: &[(Option<&str>, &str)],
+    ) -> Result<std::collections::HashMap<String, KeyedJob>> {
+        let mut found = std::collections::HashMap::new();
+        for (submitter, key) in keys {
+            if let Some(job) = self.find_by_idempotency_key(*submitter, key).await? {
+                found.insert(scoped_key(*submitter, key), job);
+            }
+        }
+        Ok(found)
+    }
+
+    /// [`StoreTx::accept_job`] for several jobs, in order; returns their cursors. A backend
+    /// writes them in as few statements as it can.
+    async fn accept_jobs(&mut self, accepted: &[Accepted<'_>]) -> Result<Vec<i64>> {
+        let mut seqs = Vec::with_capacity(accepted.len());
+        for a in accepted {
+            seqs.push(self.accept_job(a.job, a.fingerprint, a.transition, a.at).await?);
+        }
+        Ok(seqs)
+    }
 
     /// Stores a newly accepted job, in the launch outbox, with its first event (`transition`,
     /// at `at`), and returns that event's cursor, which the stored job and its snapshot carry

@@ -31,7 +31,7 @@ use tokio::sync::OwnedMutexGuard;
 use async_trait::async_trait;
 
 use super::{
-    COUNT_CANDIDATES, Durability, JobPage, KeyedJob, ListPlan, PlannedRead, Recoverable, Result,
+    Accepted, COUNT_CANDIDATES, Durability, JobPage, KeyedJob, ListPlan, PlannedRead, Recoverable, Result,
     StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow,
     decode_job, merge_newest, scoped_key, webhook_json,
 };
@@ -793,6 +793,97 @@ impl StoreTx for SqliteTx {
             .await
     }
 
+    /// One statement for every key: each statement is a round trip to the connection's
+    /// thread, which costs more than the lookup.
+    async fn find_by_idempotency_keys(
+        &mut self,
+        keys: &[(Option<&str>, &str)],
+    ) -> Result<std::collections::HashMap<String, KeyedJob>> {
+        let scoped: Vec<String> = keys.iter().map(|(s, k)| scoped_key(*s, k)).collect();
+        let rows = sqlx::query(
+            "SELECT idempotency_key, body, fingerprint FROM jobs \
+             WHERE idempotency_key IN (SELECT value FROM json_each(?))",
+        )
+        .bind(serde_json::to_string(&scoped)?)
+        .fetch_all(&mut self.conn)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok((
+                    r.get("idempotency_key"),
+                    KeyedJob {
+                        job: decode_job(r.get("body"))?,
+                        fingerprint: r.get("fingerprint"),
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Multi-row INSERTs of up to [`ACCEPT_CHUNK`] jobs, then as many events: a bulk costs a
+    /// few statements, not two a job.
+    async fn accept_jobs(&mut self, accepted: &[Accepted<'_>]) -> Result<Vec<i64>> {
+        let mut seqs = Vec::with_capacity(accepted.len());
+        let mut bodies = Vec::with_capacity(accepted.len());
+        for a in accepted {
+            let seq = self.take_seq().await?;
+            let mut snapshot = a.job.clone();
+            snapshot.last_event_seq = seq;
+            bodies.push(serde_json::to_string(&snapshot)?);
+            seqs.push(seq);
+        }
+        for (chunk, chunk_bodies) in accepted.chunks(ACCEPT_CHUNK).zip(bodies.chunks(ACCEPT_CHUNK)) {
+            let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!(
+                "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
+                 VALUES {rows}"
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for (a, body) in chunk.iter().zip(chunk_bodies) {
+                let job = a.job;
+                query = query
+                    .bind(&job.id)
+                    .bind(&job.spec.name)
+                    .bind(&job.spec.namespace)
+                    .bind(&job.spec.template)
+                    .bind(job.phase.as_str())
+                    .bind(job.submitted_at.to_rfc3339())
+                    .bind(
+                        job.idempotency_key
+                            .as_deref()
+                            .map(|k| scoped_key(job.key_scope(), k)),
+                    )
+                    .bind(a.fingerprint)
+                    .bind(body.as_str());
+            }
+            query.execute(&mut self.conn).await?;
+        }
+        let chunks = accepted
+            .chunks(ACCEPT_CHUNK)
+            .zip(bodies.chunks(ACCEPT_CHUNK))
+            .zip(seqs.chunks(ACCEPT_CHUNK));
+        for ((chunk, chunk_bodies), chunk_seqs) in chunks {
+            let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!(
+                "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) VALUES {rows}"
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for ((a, body), seq) in chunk.iter().zip(chunk_bodies).zip(chunk_seqs) {
+                query = query
+                    .bind(*seq)
+                    .bind(&a.job.id)
+                    .bind(a.transition.phase.as_str())
+                    .bind(a.transition.previous_phase.map(JobPhase::as_str))
+                    .bind(a.at.to_rfc3339())
+                    .bind(&a.transition.reason)
+                    .bind(&a.transition.message)
+                    .bind(body.as_str());
+            }
+            query.execute(&mut self.conn).await?;
+        }
+        Ok(seqs)
+    }
+
     /// The row and the event carry the same JSON: the job with its first event's cursor.
     async fn accept_job(
         &mut self,
@@ -901,6 +992,10 @@ impl StoreTx for SqliteTx {
         Ok(())
     }
 }
+
+/// Rows of one multi-row INSERT of [`StoreTx::accept_jobs`]: 9 parameters each, well within
+/// SQLite's 32,766.
+const ACCEPT_CHUNK: usize = 500;
 
 /// A value bound to a statement.
 #[derive(Clone, Debug)]
