@@ -20,6 +20,11 @@
 //!
 //! The service holds an `Arc<dyn Store>` and does not know which backend it has; what differs
 //! for replicas (other processes commit too) it learns from [`Store::commit_wakeups`].
+//!
+//! No read a page, a count or a restart makes may grow with the number of jobs stored: pages
+//! are keyset pages over indexes in `seq` order ([`ListPlan`]), counts are kept per namespace
+//! and phase as jobs change, and [`Store::query_plans`] shows each read's plan, which the
+//! store's tests check.
 
 pub mod postgres;
 pub mod sqlite;
