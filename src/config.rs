@@ -311,7 +311,8 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_MAX_CONNECTIONS", default_value_t = 0)]
     pub max_connections: usize,
 
-    /// Mutations (submitJob, cancelJob) one identity may make per minute; 0 for no limit.
+    /// Mutations (submitJob, cancelJob, …; each job of a submitJobs call counts one) one
+    /// identity may make per minute; 0 for no limit.
     #[arg(long, env = "JOBGATE_MUTATIONS_PER_MINUTE", default_value_t = 0)]
     pub mutations_per_minute: u32,
 

@@ -76,24 +76,52 @@ impl RateLimits {
         }
     }
 
-    /// Takes one from `identity`'s bucket for `what`, or says how long until one is there.
-    pub fn check(&self, what: Limited, identity: &str) -> Result<(), Duration> {
+    fn limiter(&self, what: Limited) -> Option<&Limiter> {
         let limiter = match what {
             Limited::Mutations => &self.mutations,
             Limited::Connections => &self.connections,
             Limited::Subscriptions => &self.subscriptions,
         };
-        let Some(limiter) = limiter else {
-            return Ok(());
-        };
+        let limiter = limiter.as_ref()?;
         if limiter.len() > PRUNE_ABOVE {
             limiter.retain_recent();
         }
+        Some(limiter)
+    }
+
+    /// Takes one from `identity`'s bucket for `what`, or says how long until one is there.
+    pub fn check(&self, what: Limited, identity: &str) -> Result<(), Duration> {
+        let Some(limiter) = self.limiter(what) else {
+            return Ok(());
+        };
         // Allocates only for a key it has not seen; identity names are short.
         limiter
             .check_key(&identity.to_owned())
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
+
+    /// Takes `n` from `identity`'s bucket for `what` at once (a bulk submission counts as
+    /// many mutations as it holds jobs), or takes nothing and says how long until they are
+    /// there, or that they never will be: `n` is more than the bucket holds.
+    pub fn check_n(&self, what: Limited, identity: &str, n: u32) -> Result<(), Refused> {
+        let (Some(limiter), Some(n)) = (self.limiter(what), NonZeroU32::new(n)) else {
+            return Ok(());
+        };
+        match limiter.check_key_n(&identity.to_owned(), n) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(not_until)) => Err(Refused::Wait(not_until.wait_time_from(self.clock.now()))),
+            Err(governor::InsufficientCapacity(most)) => Err(Refused::TooMany { most }),
+        }
+    }
+}
+
+/// Why [`RateLimits::check_n`] took nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Try again after this long.
+    Wait(Duration),
+    /// More than the bucket ever holds: no more than `most` at once.
+    TooMany { most: u32 },
 }
 
 #[cfg(test)]
@@ -117,5 +145,32 @@ mod tests {
         for _ in 0..100 {
             assert!(limits.check(Limited::Subscriptions, "a").is_ok());
         }
+    }
+
+    #[test]
+    fn a_bulk_takes_as_many_as_it_holds_or_nothing() {
+        let limits = RateLimits::new(RateLimitSettings {
+            mutations_per_minute: 10,
+            ..RateLimitSettings::default()
+        });
+        assert_eq!(
+            limits.check_n(Limited::Mutations, "a", 11),
+            Err(Refused::TooMany { most: 10 }),
+            "more than the bucket holds"
+        );
+        assert!(limits.check_n(Limited::Mutations, "a", 7).is_ok());
+        assert!(matches!(
+            limits.check_n(Limited::Mutations, "a", 4),
+            Err(Refused::Wait(_))
+        ));
+        // The refused bulk took nothing: three are left.
+        assert!(limits.check_n(Limited::Mutations, "a", 3).is_ok());
+        assert!(limits.check(Limited::Mutations, "a").is_err());
+        assert!(limits.check_n(Limited::Mutations, "b", 10).is_ok());
+        assert!(
+            RateLimits::new(RateLimitSettings::default())
+                .check_n(Limited::Mutations, "a", 1_000)
+                .is_ok()
+        );
     }
 }

@@ -25,8 +25,8 @@ use jobgate::model::{
     ValidationLimits, shard_of,
 };
 use jobgate::store::{
-    Durability, ExpiryRule, LogAppend, LogAppended, PostgresStore, RuleNamespaces, SqliteStore, Store,
-    StoreError, StoreTx, Webhook, WebhookFailure,
+    Durability, ExpiryRule, LogAppend, LogAppended, PlannedRead, PostgresStore, RuleNamespaces, SqliteStore,
+    Store, StoreError, StoreTx, Webhook, WebhookFailure,
 };
 
 /// A fresh store, and what must live as long as it does (its directory, its server).
@@ -56,6 +56,10 @@ macro_rules! backend_tests {
             list_jobs_matches_a_name_fragment_literally,
             list_jobs_never_shows_jobs_outside_the_scope,
             list_jobs_pages_with_cursors,
+            list_jobs_pages_every_filter_combination_newest_first,
+            an_accepted_job_carries_its_first_events_cursor,
+            jobs_accepted_together_keep_their_order_and_keys,
+            counts_follow_every_insert_and_phase_change,
             events_after_filters_by_job_and_scope,
             job_history_is_the_newest_events_oldest_first,
             namespaces_are_distinct_sorted_scoped_and_limited,
@@ -1274,6 +1278,574 @@ async fn active_in_namespace_counts_the_transactions_own_inserts(store: Arc<dyn 
         "a dropped transaction's jobs count"
     );
     tx.commit().await.unwrap();
+}
+
+/// Jobs in three namespaces, with names long and short, in every phase: what
+/// [`list_jobs_pages_every_filter_combination_newest_first`] pages through.
+async fn varied_jobs(store: &Arc<dyn Store>) -> Vec<Job> {
+    let names = ["alpha-1", "alpha-2", "beta", "al", "gamma-alpha", "delta"];
+    let mut jobs = Vec::new();
+    for round in 0..3 {
+        let batch = ["team-a", "team-b", "team-c"]
+            .iter()
+            .flat_map(|ns| names.iter().map(move |name| job(ns, &format!("{name}-{round}"))))
+            .collect();
+        jobs.extend(submit(store, batch).await);
+    }
+    let phases = [
+        JobPhase::Pending,
+        JobPhase::Running,
+        JobPhase::Succeeded,
+        JobPhase::Failed,
+        JobPhase::Cancelled,
+    ];
+    for (i, job) in jobs.iter_mut().enumerate() {
+        match phases[(i * 7) % phases.len()] {
+            JobPhase::Pending => {}
+            JobPhase::Running => {
+                move_to(store, job, JobPhase::Running).await;
+            }
+            terminal => {
+                if terminal != JobPhase::Cancelled {
+                    move_to(store, job, JobPhase::Running).await;
+                }
+                move_to(store, job, terminal).await;
+            }
+        }
+    }
+    jobs
+}
+
+async fn list_jobs_pages_every_filter_combination_newest_first(store: Arc<dyn Store>) {
+    let jobs = varied_jobs(&store).await;
+    let phase_sets: Vec<Option<Vec<JobPhase>>> = vec![
+        None,
+        Some(vec![JobPhase::Pending]),
+        Some(vec![JobPhase::Running, JobPhase::Pending]),
+        Some(vec![JobPhase::Succeeded, JobPhase::Failed, JobPhase::Cancelled]),
+        Some(vec![]),
+    ];
+    let namespaces = [None, Some("team-a"), Some("team-c"), Some("team-z")];
+    // Short text (no trigram), long text, text in the middle of a name, text matching none.
+    let names = [
+        None,
+        Some("al"),
+        Some("alpha"),
+        Some("pha-2"),
+        Some("zzz"),
+        Some("a"),
+    ];
+    let scopes = [
+        Scope::All,
+        team("team-a"),
+        Scope::namespaces(["team-a", "team-b"]),
+        Scope::namespaces(Vec::<String>::new()),
+    ];
+    let mut combinations = 0;
+    for phases in &phase_sets {
+        for namespace in namespaces {
+            for name in names {
+                for scope in &scopes {
+                    let filter = JobFilter {
+                        phases: phases.clone(),
+                        namespace: namespace.map(str::to_owned),
+                        name_contains: name.map(str::to_owned),
+                    };
+                    let expected: Vec<&str> = jobs
+                        .iter()
+                        .rev()
+                        .filter(|j| filter.matches(j) && scope.sees(j))
+                        .map(|j| j.id.as_str())
+                        .collect();
+                    let mut seen = Vec::new();
+                    let mut cursors = Vec::new();
+                    let mut after = None;
+                    loop {
+                        let page = store.list_jobs(&filter, scope, 4, after).await.unwrap();
+                        assert_eq!(
+                            page.total_count,
+                            expected.len() as i64,
+                            "total_count of {filter:?} in {scope:?}"
+                        );
+                        assert!(page.jobs.len() <= 4);
+                        for (seq, job) in &page.jobs {
+                            cursors.push(*seq);
+                            assert_eq!(
+                                Some(job),
+                                jobs.iter().find(|j| j.id == job.id),
+                                "read back as saved"
+                            );
+                        }
+                        seen.extend(page.jobs.iter().map(|(_, j)| j.id.clone()));
+                        if !page.has_next_page {
+                            break;
+                        }
+                        after = Some(page.jobs.last().expect("a page before another is full").0);
+                    }
+                    assert_eq!(seen, expected, "{filter:?} in {scope:?}");
+                    assert!(
+                        cursors.windows(2).all(|w| w[0] > w[1]),
+                        "cursors fall page after page: {cursors:?}"
+                    );
+                    combinations += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(combinations, 5 * 4 * 6 * 4);
+}
+
+async fn an_accepted_job_carries_its_first_events_cursor(store: Arc<dyn Store>) {
+    let before = submit_one(&store, job("team-a", "before")).await;
+    let mut tx = store.begin().await.unwrap();
+    let mut accepted = Vec::new();
+    for name in ["one", "two"] {
+        let mut job = keyed_job("team-a", name, "token:alice", name);
+        let transition = Transition {
+            previous_phase: None,
+            phase: job.phase,
+            reason: Some("Submitted".into()),
+            message: Some("accepted by jobgate".into()),
+        };
+        let seq = tx
+            .accept_job(&job, &fingerprint(&job), &transition, now())
+            .await
+            .expect("accepting a job");
+        job.last_event_seq = seq;
+        accepted.push(job);
+    }
+    let found = tx
+        .find_by_idempotency_key(Some("token:alice"), "two")
+        .await
+        .unwrap()
+        .expect("the transaction finds its own key");
+    assert_eq!(found.job, accepted[1]);
+    tx.commit().await.unwrap();
+    assert!(accepted[0].last_event_seq > before.last_event_seq);
+    assert_eq!(accepted[1].last_event_seq, accepted[0].last_event_seq + 1);
+    for job in &accepted {
+        assert_eq!(
+            stored(&store, &job.id).await.as_ref(),
+            Some(job),
+            "stored with its cursor"
+        );
+    }
+    let events = all_events(&store).await;
+    let last_two: Vec<(i64, &Job)> = events[events.len() - 2..]
+        .iter()
+        .map(|e| (e.seq, e.job.as_ref()))
+        .collect();
+    assert_eq!(
+        last_two,
+        [
+            (accepted[0].last_event_seq, &accepted[0]),
+            (accepted[1].last_event_seq, &accepted[1])
+        ],
+        "each event's snapshot is the job as stored"
+    );
+    assert_eq!(events[events.len() - 1].reason.as_deref(), Some("Submitted"));
+    assert_eq!(
+        ids(&store.unlaunched_jobs(10, None).await.unwrap()),
+        [
+            before.id.as_str(),
+            accepted[0].id.as_str(),
+            accepted[1].id.as_str()
+        ],
+        "in the launch outbox"
+    );
+    let page = list(&store, &JobFilter::default(), &Scope::All).await;
+    assert_eq!(page.total_count, 3);
+    assert_eq!(page.jobs[0].1, accepted[1]);
+}
+
+async fn jobs_accepted_together_keep_their_order_and_keys(store: Arc<dyn Store>) {
+    let before = submit_one(&store, keyed_job("team-a", "before", "token:alice", "old")).await;
+    let mut jobs = [
+        keyed_job("team-a", "one", "token:alice", "one"),
+        job("team-b", "two"),
+        keyed_job("team-a", "three", "token:bob", "old"),
+    ];
+    let transitions: Vec<Transition> = jobs
+        .iter()
+        .map(|j| Transition {
+            previous_phase: None,
+            phase: j.phase,
+            reason: Some("Submitted".into()),
+            message: Some("accepted by jobgate".into()),
+        })
+        .collect();
+    let fingerprints: Vec<String> = jobs.iter().map(fingerprint).collect();
+    let at = now();
+    let mut tx = store.begin().await.unwrap();
+    let accepted: Vec<jobgate::store::Accepted<'_>> = jobs
+        .iter()
+        .zip(&transitions)
+        .zip(&fingerprints)
+        .map(|((job, transition), fingerprint)| jobgate::store::Accepted {
+            job,
+            fingerprint,
+            transition,
+            at,
+        })
+        .collect();
+    let seqs = tx.accept_jobs(&accepted).await.expect("accepting jobs together");
+    drop(accepted);
+    assert_eq!(seqs.len(), 3);
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "consecutive cursors: {seqs:?}"
+    );
+    assert!(seqs[0] > before.last_event_seq);
+    let found = tx
+        .find_by_idempotency_keys(&[
+            (Some("token:alice"), "one"),
+            (Some("token:alice"), "old"),
+            (Some("token:bob"), "old"),
+            (Some("token:carol"), "old"),
+        ])
+        .await
+        .unwrap();
+    let mut found_ids: Vec<(String, String)> = found.into_iter().map(|(key, k)| (key, k.job.id)).collect();
+    found_ids.sort();
+    let mut expected = vec![
+        (
+            jobgate::store::scoped_key(Some("token:alice"), "one"),
+            jobs[0].id.clone(),
+        ),
+        (
+            jobgate::store::scoped_key(Some("token:alice"), "old"),
+            before.id.clone(),
+        ),
+        (
+            jobgate::store::scoped_key(Some("token:bob"), "old"),
+            jobs[2].id.clone(),
+        ),
+    ];
+    expected.sort();
+    assert_eq!(found_ids, expected, "each key finds its submitter's job only");
+    tx.commit().await.unwrap();
+    for (job, seq) in jobs.iter_mut().zip(&seqs) {
+        job.last_event_seq = *seq;
+        assert_eq!(stored(&store, &job.id).await.as_ref(), Some(&*job));
+    }
+    let events = all_events(&store).await;
+    let last: Vec<(i64, &str)> = events[events.len() - 3..]
+        .iter()
+        .map(|e| (e.seq, e.job_id.as_str()))
+        .collect();
+    assert_eq!(
+        last,
+        jobs.iter()
+            .map(|j| (j.last_event_seq, j.id.as_str()))
+            .collect::<Vec<_>>()
+    );
+    let page = list(&store, &JobFilter::default(), &Scope::All).await;
+    assert_eq!(page.total_count, 4);
+    assert_eq!(
+        page_ids(&page)[..3],
+        [jobs[2].id.as_str(), jobs[1].id.as_str(), jobs[0].id.as_str()]
+    );
+}
+
+async fn counts_follow_every_insert_and_phase_change(store: Arc<dyn Store>) {
+    let mut jobs = varied_jobs(&store).await;
+    let check = |jobs: Vec<Job>, store: Arc<dyn Store>| async move {
+        for scope in [
+            Scope::All,
+            team("team-b"),
+            Scope::namespaces(["team-a", "team-c"]),
+        ] {
+            let stats = store.stats(1, 60, &scope).await.unwrap();
+            for phase in JobPhase::ALL {
+                let expected = jobs.iter().filter(|j| j.phase == phase && scope.sees(j)).count() as i64;
+                assert_eq!(
+                    stats.counts.get(&phase).copied().unwrap_or(0),
+                    expected,
+                    "{phase:?} in {scope:?}"
+                );
+                let page = store
+                    .list_jobs(
+                        &JobFilter {
+                            phases: Some(vec![phase]),
+                            ..JobFilter::default()
+                        },
+                        &scope,
+                        1,
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    page.total_count, expected,
+                    "total_count of {phase:?} in {scope:?}"
+                );
+            }
+        }
+        let mut tx = store.begin().await.unwrap();
+        for ns in ["team-a", "team-b", "team-c"] {
+            let active = jobs
+                .iter()
+                .filter(|j| j.spec.namespace == ns && !j.phase.is_terminal())
+                .count() as i64;
+            assert_eq!(tx.active_in_namespace(ns).await.unwrap(), active, "{ns}");
+        }
+    };
+    check(jobs.clone(), store.clone()).await;
+    // A dropped transaction's changes are not counted.
+    let mut tx = store.begin().await.unwrap();
+    insert(&mut *tx, &mut job("team-a", "dropped")).await;
+    let mut moved = jobs[0].clone();
+    move_in(&mut *tx, &mut moved, JobPhase::Cancelled).await;
+    drop(tx);
+    check(jobs.clone(), store.clone()).await;
+    // Committed ones are.
+    move_to(&store, &mut jobs[0], JobPhase::Cancelled).await;
+    jobs.push(submit_one(&store, job("team-d", "new")).await);
+    check(jobs.clone(), store.clone()).await;
+    assert_eq!(
+        store.namespaces(10, &Scope::All).await.unwrap(),
+        ["team-a", "team-b", "team-c", "team-d"]
+    );
+}
+
+// ---- Query plans: no read a page, a count or a restart makes grows with the jobs stored ----
+
+/// Every combination of the filters the API offers (phases, namespace, name, scope) that
+/// reads jobs, with the first page and a deep one.
+fn planned_filters() -> Vec<(JobFilter, Scope)> {
+    let mut cases = Vec::new();
+    for phases in [
+        None,
+        Some(vec![JobPhase::Succeeded]),
+        Some(vec![JobPhase::Pending, JobPhase::Running]),
+    ] {
+        for namespace in [None, Some("ns-3".to_owned())] {
+            for name in [None, Some("ab".to_owned()), Some("etl-0004".to_owned())] {
+                for scope in [Scope::All, Scope::namespaces(["ns-1", "ns-3"])] {
+                    cases.push((
+                        JobFilter {
+                            phases: phases.clone(),
+                            namespace: namespace.clone(),
+                            name_contains: name.clone(),
+                        },
+                        scope,
+                    ));
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// Every statement the reads of a page (first and deep), recovery, `jobStats` and
+/// `namespaces` run, each with its plan.
+async fn every_plan(store: &Arc<dyn Store>) -> Vec<(String, String)> {
+    let mut plans = Vec::new();
+    for (filter, scope) in planned_filters() {
+        for after in [None, Some(20_000)] {
+            let read = PlannedRead::ListJobs {
+                filter: &filter,
+                scope: &scope,
+                first: 25,
+                after,
+            };
+            for plan in store.query_plans(read).await.unwrap() {
+                plans.push((format!("page of {filter:?} in {scope:?} after {after:?}"), plan));
+            }
+        }
+    }
+    let reads = [
+        ("recovery", PlannedRead::UnfinishedJobs),
+        ("jobStats", PlannedRead::Stats { scope: &Scope::All }),
+        (
+            "jobStats of two namespaces",
+            PlannedRead::Stats {
+                scope: &Scope::namespaces(["ns-1", "ns-3"]),
+            },
+        ),
+        ("namespaces", PlannedRead::Namespaces { scope: &Scope::All }),
+    ];
+    for (what, read) in reads {
+        for plan in store.query_plans(read).await.unwrap() {
+            plans.push((what.to_owned(), plan));
+        }
+    }
+    plans
+}
+
+/// How many jobs the plan tests write straight into the database (with one event each), as
+/// the benchmark makes its million: names `etl-NNNNNN`, mostly finished, one every 50 s until
+/// now, with bodies of a real job's size (the planners weigh reading rows against sorting them
+/// by their width), in the namespaces `ns-0`, `ns-2`, … `ns-8` but for a rare `ns-3` (one in
+/// 500: where reading the whole order and skipping would cost most) and no `ns-1`.
+const FILL_ROWS: i64 = 50_000;
+
+#[tokio::test]
+async fn sqlite_reads_use_an_index_in_order_and_never_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path(), Durability::Normal).await.unwrap());
+    {
+        use sqlx::Connection as _;
+        let mut db =
+            sqlx::SqliteConnection::connect(&format!("sqlite://{}", dir.path().join("jobgate.db").display()))
+                .await
+                .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {FILL_ROWS}) \
+             INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, fingerprint, launched, body) \
+             SELECT 'job-' || i, printf('etl-%06d', i), \
+                    CASE WHEN i % 500 = 7 THEN 'ns-3' ELSE 'ns-' || ((i % 5) * 2) END, 'container', \
+                    CASE WHEN i % 5 = 1 THEN 'RUNNING' WHEN i % 51 = 0 THEN 'PENDING' \
+                         WHEN i % 7 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END, \
+                    strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || (({FILL_ROWS} - i) * 50) || ' seconds'), \
+                    'f', 1, hex(zeroblob(400)) FROM n"
+        )))
+        .execute(&mut db)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO events (seq, job_id, phase, at, job) \
+             SELECT seq, id, phase, submitted_at, body FROM jobs",
+        )
+        .execute(&mut db)
+        .await
+        .unwrap();
+        sqlx::query("ANALYZE").execute(&mut db).await.unwrap();
+    }
+    let plans = every_plan(&store).await;
+    assert!(plans.len() > 100, "{} plans", plans.len());
+    for (what, plan) in &plans {
+        let steps: Vec<&str> = plan.lines().skip(1).map(str::trim).collect();
+        // jobStats groups the rows of its window (read from an index range) and the counts;
+        // nothing else sorts anything.
+        let grouping = what.starts_with("jobStats");
+        assert!(
+            !steps
+                .iter()
+                .any(|s| s.contains("TEMP B-TREE") && !(grouping && s.contains("GROUP BY"))),
+            "{what} sorts:\n{plan}"
+        );
+        // Scanning the table of counts (a row per namespace and phase), a JSON list or the
+        // name index is fine; scanning jobs or events is not, but for the partial index of
+        // unfinished jobs, which holds only them.
+        for step in &steps {
+            let scans_jobs = step.starts_with("SCAN jobs")
+                || step.starts_with("SCAN j ")
+                || step.starts_with("SCAN events");
+            assert!(
+                !scans_jobs || *step == "SCAN jobs USING INDEX jobs_unfinished",
+                "{what} scans: {step}\n{plan}"
+            );
+        }
+        if what.starts_with("page of") && plan.starts_with("SELECT seq, body")
+            || plan.starts_with("SELECT j.seq")
+        {
+            assert!(
+                steps
+                    .iter()
+                    .any(|s| s.starts_with("SEARCH jobs USING")
+                        || s.starts_with("SCAN job_names VIRTUAL TABLE")),
+                "{what} reads no index:\n{plan}"
+            );
+        }
+    }
+    // Every arm's index is used somewhere, and the name index for long text.
+    let all = plans
+        .iter()
+        .map(|(_, p)| p.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for index in [
+        "USING INTEGER PRIMARY KEY (rowid<?)",
+        "USING INDEX jobs_by_namespace (namespace=? AND seq<?)",
+        "USING INDEX jobs_by_phase (phase=? AND seq<?)",
+        "USING INDEX jobs_by_namespace_phase (namespace=? AND phase=? AND rowid<?)",
+        "SCAN job_names VIRTUAL TABLE",
+        "SCAN jobs USING INDEX jobs_unfinished",
+        "jobs_by_submitted_at",
+        "events_finished_at",
+    ] {
+        assert!(all.contains(index), "no plan uses {index}:\n{all}");
+    }
+}
+
+#[tokio::test]
+async fn postgres_reads_use_an_index_in_order_and_never_sort() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&pg.url()).await.unwrap());
+    {
+        use sqlx::Connection as _;
+        let mut db = sqlx::PgConnection::connect(&pg.url()).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, fingerprint, launched, body) \
+             SELECT 'job-' || i, 'etl-' || lpad(i::text, 6, '0'), \
+                    CASE WHEN i % 500 = 7 THEN 'ns-3' ELSE 'ns-' || ((i % 5) * 2) END, 'container', \
+                    CASE WHEN i % 5 = 1 THEN 'RUNNING' WHEN i % 51 = 0 THEN 'PENDING' \
+                         WHEN i % 7 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END, \
+                    now() - (({FILL_ROWS} - i) * interval '50 seconds'), 'f', 1, repeat('x', 800) \
+             FROM generate_series(1, {FILL_ROWS}) AS i"
+        )))
+        .execute(&mut db)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO events (seq, job_id, phase, at, job) SELECT seq, id, phase, submitted_at, body FROM jobs",
+        )
+        .execute(&mut db)
+        .await
+        .unwrap();
+        sqlx::query("ANALYZE").execute(&mut db).await.unwrap();
+    }
+    let plans = every_plan(&store).await;
+    for (what, plan) in &plans {
+        let steps: Vec<&str> = plan.lines().skip(1).map(str::trim).collect();
+        for (i, step) in steps.iter().enumerate() {
+            // A count of name matches among at most 5,000 candidates takes them in any order:
+            // read straight from the table, it stops at its limit.
+            let bounded = plan.starts_with("SELECT count(*)") && i > 0 && steps[i - 1].contains("Limit");
+            assert!(
+                !(step.contains("Seq Scan on jobs") || step.contains("Seq Scan on events")) || bounded,
+                "{what} scans: {step}\n{plan}"
+            );
+            // PostgreSQL's planner sorts rows only where it expects few of them: a small
+            // namespace's jobs, a rare name's matches (from the trigram index, in no order).
+            // Anything it sorts is so bounded, never by the jobs stored. jobStats groups the
+            // rows of its window, read from an index range.
+            let sorted: i64 = step
+                .split("rows=")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(i64::MAX);
+            let node = step.trim_start_matches("->").trim_start();
+            let sorts =
+                (node.starts_with("Sort") || node.starts_with("Incremental Sort")) && node.contains("(cost=");
+            assert!(
+                !sorts || sorted <= 1_000 || what.starts_with("jobStats"),
+                "{what} sorts {sorted} rows: {step}\n{plan}"
+            );
+        }
+    }
+    // The indexes it chose here (unfinished phases come from the partial index of unfinished
+    // jobs, also in `seq` order; a common phase from the whole order, filtered).
+    let all = plans
+        .iter()
+        .map(|(_, p)| p.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for index in [
+        "Index Scan Backward using jobs_pkey",
+        "using jobs_by_namespace on jobs",
+        "using jobs_by_namespace_phase_seq on jobs",
+        "jobs_by_name_trgm",
+        "jobs_unfinished",
+        "jobs_by_submitted_at",
+        "events_finished_at",
+    ] {
+        assert!(all.contains(index), "no plan uses {index}:\n{all}");
+    }
 }
 
 /// A PostgreSQL that takes TLS only (as managed services do): jobgate connects over TLS,

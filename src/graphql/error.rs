@@ -164,6 +164,25 @@ impl From<WebhookError> for ApiError {
     }
 }
 
+/// The code, message and (for bad input) field that `e` would carry as the error of a
+/// `submitJob` call, for the input at `index` of a bulk call: fields and messages name
+/// `inputs[index]` where the single call names `input`.
+pub fn for_item(e: ServiceError, index: usize) -> (String, String, Option<String>) {
+    let error = ApiError::from(e).0;
+    let value = |key: &str| match error.extensions.as_ref().and_then(|x| x.get(key)) {
+        Some(async_graphql::Value::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let code = value("code").unwrap_or_else(|| Code::BadUserInput.as_str().to_owned());
+    let item = format!("inputs[{index}]");
+    let rename = |text: &str| match text.strip_prefix("input") {
+        Some(rest) if rest.is_empty() || rest.starts_with('.') => format!("{item}{rest}"),
+        _ => text.to_owned(),
+    };
+    let field = value("field").map(|f| rename(&f));
+    (code, rename(&error.message), field)
+}
+
 /// Wrapper so resolvers can use `?` on service results.
 pub struct ApiError(pub async_graphql::Error);
 

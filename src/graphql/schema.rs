@@ -12,18 +12,18 @@ use async_graphql::{Context, ID, Object, Schema, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::graphql::caller::caller;
-use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, rate_limited};
+use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, for_item, rate_limited};
 use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
     CancelJobPayload, CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, JobConnection, JobEdge,
     JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine, PageInfo, ReplayWebhookPayload,
-    SubmitJobInput, SubmitJobPayload, TemplateObject, WebhookObject,
+    SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload, TemplateObject, WebhookObject,
 };
 use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
-use crate::jobs::service::{JobService, ServiceError, Submitter};
+use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError, Submitter};
 use crate::model;
-use crate::rate_limits::{Limited, RateLimits};
+use crate::rate_limits::{Limited, RateLimits, Refused};
 use crate::webhooks::{EndpointStatus, Webhooks};
 
 pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
@@ -260,6 +260,87 @@ impl Mutation {
             job: JobObject(submitted.job),
             created: submitted.created,
         })
+    }
+
+    /// Accepts up to 1,000 jobs in one call, each on its own as `submitJob` would (its
+    /// validation, idempotencyKey, dependencies, the namespace's quota), and answers once every
+    /// accepted one is committed, all in one transaction: one entry per input, in input order,
+    /// and the refused inputs in `errors`. More than 1,000 inputs is BAD_USER_INPUT on
+    /// `inputs`, nothing submitted. If the call fails as a whole (UNAVAILABLE: the store cannot
+    /// write), no job of it was accepted; retrying with the same idempotency keys is safe
+    /// either way. Each input counts as one mutation against the caller's rate limit. Over a
+    /// WebSocket a call must fit in one message (`--ws-max-message-bytes`); large batches go
+    /// over HTTP (`--max-body-bytes`).
+    async fn submit_jobs(
+        &self,
+        ctx: &Context<'_>,
+        inputs: Vec<SubmitJobInput>,
+    ) -> async_graphql::Result<SubmitJobsPayload> {
+        let service = ctx.data::<JobService>()?;
+        if inputs.len() > MAX_SUBMIT_BATCH {
+            return Err(bad_input(
+                "inputs",
+                format!(
+                    "at most {MAX_SUBMIT_BATCH} jobs per call, got {}; split them into several calls",
+                    inputs.len()
+                ),
+            ));
+        }
+        let identity = caller(ctx)?;
+        if let Some(limits) = ctx.data_opt::<Arc<RateLimits>>() {
+            let n = u32::try_from(inputs.len()).unwrap_or(u32::MAX);
+            if let Err(refused) = limits.check_n(Limited::Mutations, &identity.principal, n) {
+                service.count_rate_limited(Limited::Mutations.as_str());
+                for _ in 0..inputs.len() {
+                    service.count_submission_rate_limited();
+                }
+                return Err(match refused {
+                    Refused::Wait(wait) => rate_limited(Limited::Mutations.as_str(), wait),
+                    Refused::TooMany { most } => bad_input(
+                        "inputs",
+                        format!(
+                            "{n} jobs are more than this server's rate limit lets one caller submit at once ({most} a minute); send at most {most} per call"
+                        ),
+                    ),
+                });
+            }
+        }
+        let results = service
+            .submit_many(
+                inputs.into_iter().map(Into::into).collect(),
+                Some(Submitter {
+                    name: identity.name.clone(),
+                    principal: identity.principal.clone(),
+                }),
+                &identity.scope,
+            )
+            .await
+            .api()?;
+        let mut payload = SubmitJobsPayload {
+            jobs: Vec::with_capacity(results.len()),
+            created: Vec::with_capacity(results.len()),
+            errors: Vec::new(),
+        };
+        for (index, result) in results.into_iter().enumerate() {
+            match result {
+                Ok(submitted) => {
+                    payload.jobs.push(Some(JobObject(submitted.job)));
+                    payload.created.push(Some(submitted.created));
+                }
+                Err(e) => {
+                    let (code, message, field) = for_item(e, index);
+                    payload.jobs.push(None);
+                    payload.created.push(None);
+                    payload.errors.push(SubmitJobsError {
+                        index: i32::try_from(index).unwrap_or(i32::MAX),
+                        code,
+                        message,
+                        field,
+                    });
+                }
+            }
+        }
+        Ok(payload)
     }
 
     /// Cancels a PENDING or RUNNING job and stops its work.

@@ -702,7 +702,11 @@ pub struct PageInfo {
 pub struct JobConnection {
     pub edges: Vec<JobEdge>,
     pub page_info: PageInfo,
-    /// How many jobs match the filter, across all pages.
+    /// How many jobs match the filter, across all pages. Exact without `nameContains` (read
+    /// from counts jobgate keeps per namespace and phase, so asking costs nothing however many
+    /// jobs there are). With `nameContains` it is a lower bound: matches are counted among at
+    /// most the 5,000 newest candidates, so it is exact below that and may be lower above
+    /// it. The pages themselves (`edges`, `hasNextPage`) are always exact.
     pub total_count: i32,
 }
 
@@ -711,6 +715,33 @@ pub struct SubmitJobPayload {
     pub job: JobObject,
     /// False when an earlier submission with the same idempotencyKey was returned.
     pub created: bool,
+}
+
+/// The answer to `submitJobs`: one entry per input, in input order, in `jobs` and `created`;
+/// the refused inputs in `errors`, by index.
+#[derive(SimpleObject)]
+pub struct SubmitJobsPayload {
+    /// The job accepted for each input (or the earlier job its idempotencyKey returned), in
+    /// input order; null where the input was refused (its reason is in `errors`).
+    pub jobs: Vec<Option<JobObject>>,
+    /// For each input, in input order: true when this call created its job, false when an
+    /// earlier submission with the same idempotencyKey was returned, null when refused.
+    pub created: Vec<Option<bool>>,
+    /// The inputs that were refused, in input order.
+    pub errors: Vec<SubmitJobsError>,
+}
+
+/// Why one input of `submitJobs` was refused: the code and message `submitJob` would have
+/// answered for it alone.
+#[derive(SimpleObject)]
+pub struct SubmitJobsError {
+    /// Its position in `inputs`, from 0.
+    pub index: i32,
+    /// `BAD_USER_INPUT`, `FORBIDDEN`, `QUOTA_EXCEEDED`, `UNAVAILABLE`, ... as for `submitJob`.
+    pub code: String,
+    pub message: String,
+    /// For `BAD_USER_INPUT`, the input field at fault, e.g. `inputs[3].command`.
+    pub field: Option<String>,
 }
 
 #[derive(SimpleObject)]

@@ -24,6 +24,11 @@
 //!
 //! The service holds an `Arc<dyn Store>` and does not know which backend it has; what differs
 //! for replicas (other processes commit too) it learns from [`Store::commit_wakeups`].
+//!
+//! No read a page, a count or a restart makes may grow with the number of jobs stored: pages
+//! are keyset pages over indexes in `seq` order ([`ListPlan`]), counts are kept per namespace
+//! and phase as jobs change, and [`Store::query_plans`] shows each read's plan, which the
+//! store's tests check.
 
 pub mod logs;
 pub mod postgres;
@@ -89,6 +94,9 @@ pub struct JobPage {
     /// Each job with its cursor (its row's sequence number).
     pub jobs: Vec<(i64, Job)>,
     pub has_next_page: bool,
+    /// How many jobs match: exact without a name filter (read from the counts the store
+    /// keeps by namespace and phase, never by counting rows); with one, a lower bound (see
+    /// [`COUNT_CANDIDATES`]).
     pub total_count: i64,
 }
 
@@ -104,6 +112,178 @@ impl JobPage {
             total_count,
         }
     }
+
+    fn empty() -> Self {
+        Self::of(Vec::new(), 0, 0)
+    }
+}
+
+/// With a name filter, `total_count` counts matches among at most this many candidate jobs
+/// (the newest ones): exact below it, a lower bound above it. Counting every match of a
+/// substring would read every job that has it, which a page must not do.
+pub const COUNT_CANDIDATES: i64 = 5_000;
+
+/// Text this long or longer is searched for through the stores' trigram indexes; shorter
+/// text has no trigram and is matched while reading the jobs the other filters select.
+pub const INDEXED_NAME_CHARS: usize = 3;
+
+/// The most index ranges one page merges (see [`ListPlan`]): beyond it, the namespaces of a
+/// wide scope are checked per row instead of each getting ranges of their own.
+const MAX_ARMS: usize = 64;
+
+/// One index range a page of jobs is read from, newest first: jobs with this namespace
+/// and/or phase (each `None`: any), by `seq` (the order of every index the stores keep for
+/// it), so that reading a page stops after `first + 1` rows of each range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arm {
+    pub namespace: Option<String>,
+    pub phase: Option<JobPhase>,
+}
+
+/// How a backend reads one page of `list_jobs` without reading anything in proportion to
+/// the number of jobs stored: keyset pagination (`seq < after`) over indexes ordered by `seq`.
+///
+/// The filter and the scope become equalities on namespace and phase; each combination of
+/// them is one [`Arm`], read with `ORDER BY seq DESC LIMIT first + 1` from the index whose
+/// leading columns are those equalities, and the arms' rows are merged newest first
+/// ([`merge_newest`]). A name of [`INDEXED_NAME_CHARS`] or more is searched in the name
+/// index instead ([`ListPlan::search`]), which also returns jobs newest first; the other
+/// filters are then checked per match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListPlan {
+    pub arms: Vec<Arm>,
+    /// Namespaces checked per row (a scope too wide for arms of its own); `None`: any.
+    pub namespaces: Option<Vec<String>>,
+    /// Phases checked per row (a search); `None`: any.
+    pub phases: Option<Vec<JobPhase>>,
+    /// Text the name must contain, checked per row (shorter than [`INDEXED_NAME_CHARS`]).
+    pub name_contains: Option<String>,
+    /// Text to search the name index for; the arms are then unused, `namespaces` and
+    /// `phases` hold every namespace and phase allowed.
+    pub search: Option<String>,
+}
+
+impl ListPlan {
+    /// The plan for `filter` in `scope`, or `None` when nothing can match (a namespace
+    /// outside the scope, an empty scope or phase list).
+    pub fn new(filter: &JobFilter, scope: &Scope) -> Option<Self> {
+        let namespaces: Option<Vec<String>> = match (&filter.namespace, scope.list()) {
+            (Some(ns), _) if !scope.allows(ns) => return None,
+            (Some(ns), _) => Some(vec![ns.clone()]),
+            (None, Some(set)) => Some(set.iter().cloned().collect()),
+            (None, None) => None,
+        };
+        let phases: Option<Vec<JobPhase>> = filter.phases.as_ref().map(|p| {
+            JobPhase::ALL
+                .into_iter()
+                .filter(|phase| p.contains(phase))
+                .collect()
+        });
+        if namespaces.as_ref().is_some_and(Vec::is_empty) || phases.as_ref().is_some_and(Vec::is_empty) {
+            return None;
+        }
+        let name = filter.name_contains.clone();
+        if let Some(text) = name.as_ref().filter(|t| t.chars().count() >= INDEXED_NAME_CHARS) {
+            return Some(Self {
+                arms: Vec::new(),
+                namespaces,
+                phases,
+                name_contains: None,
+                search: Some(text.clone()),
+            });
+        }
+        let ns_arms: Vec<Option<String>> = match &namespaces {
+            Some(list) => list.iter().cloned().map(Some).collect(),
+            None => vec![None],
+        };
+        let phase_arms: Vec<Option<JobPhase>> = match &phases {
+            Some(list) => list.iter().copied().map(Some).collect(),
+            None => vec![None],
+        };
+        let (ns_arms, checked) = if ns_arms.len() * phase_arms.len() > MAX_ARMS {
+            // A scope of many namespaces: one range per phase (or the whole order), each
+            // row's namespace checked.
+            (vec![None], namespaces)
+        } else {
+            (ns_arms, None)
+        };
+        let arms = ns_arms
+            .iter()
+            .flat_map(|namespace| {
+                phase_arms.iter().map(move |phase| Arm {
+                    namespace: namespace.clone(),
+                    phase: *phase,
+                })
+            })
+            .collect();
+        Some(Self {
+            arms,
+            namespaces: checked,
+            phases: None,
+            name_contains: name,
+            search: None,
+        })
+    }
+
+    /// The page when the plan is `None`.
+    pub fn nothing() -> JobPage {
+        JobPage::empty()
+    }
+
+    /// The namespaces and phases (each `None`: any) whose kept counts add up to the jobs
+    /// matching, when no name is checked.
+    pub fn counted(&self) -> (Option<Vec<String>>, Option<Vec<JobPhase>>) {
+        let phases = self.arms.iter().map(|a| a.phase).collect::<Option<Vec<_>>>();
+        let namespaces = match &self.namespaces {
+            Some(list) => Some(list.clone()),
+            None => self
+                .arms
+                .iter()
+                .map(|a| a.namespace.clone())
+                .collect::<Option<std::collections::BTreeSet<_>>>()
+                .map(|set| set.into_iter().collect()),
+        };
+        let phases = phases.map(|all| {
+            let mut unique = Vec::with_capacity(all.len());
+            for phase in all {
+                if !unique.contains(&phase) {
+                    unique.push(phase);
+                }
+            }
+            unique
+        });
+        (namespaces, phases)
+    }
+}
+
+/// A read whose statements [`Store::query_plans`] explains.
+#[derive(Clone, Copy, Debug)]
+pub enum PlannedRead<'a> {
+    /// One page of [`Store::list_jobs`].
+    ListJobs {
+        filter: &'a JobFilter,
+        scope: &'a Scope,
+        first: i64,
+        after: Option<i64>,
+    },
+    /// [`Store::unfinished_jobs`], at start.
+    UnfinishedJobs,
+    /// [`Store::stats`].
+    Stats { scope: &'a Scope },
+    /// [`Store::namespaces`].
+    Namespaces { scope: &'a Scope },
+}
+
+/// The newest `limit` rows of several arms' pages (each newest first), newest first. Arms
+/// are disjoint (different namespace or phase), but a job whose phase changed between two
+/// reads could be read twice; backends read every arm in one snapshot, and a duplicate `seq`
+/// is dropped anyway.
+pub fn merge_newest<T>(arms: Vec<Vec<(i64, T)>>, limit: i64) -> Vec<(i64, T)> {
+    let mut rows: Vec<(i64, T)> = arms.into_iter().flatten().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    rows.dedup_by_key(|r| r.0);
+    rows.truncate(limit.max(0) as usize);
+    rows
 }
 
 /// A job as every backend stores it: its JSON text.
@@ -335,7 +515,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn get_job(&self, id: &str) -> Result<Option<Job>>;
 
     /// Jobs in `scope` matching `filter`, newest first, after the cursor `after` (a job's
-    /// sequence); `total_count` counts only those too.
+    /// sequence); `total_count` counts only those too (see [`JobPage::total_count`]). A page
+    /// reads in proportion to its size, not to the jobs stored ([`ListPlan`]), all in one
+    /// snapshot.
     async fn list_jobs(
         &self,
         filter: &JobFilter,
@@ -343,6 +525,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         first: i64,
         after: Option<i64>,
     ) -> Result<JobPage>;
+
+    /// The database's plan for each statement `read` runs, as text, each after its SQL:
+    /// what tests check (an index read in the order asked; no scan of every job, no sort), and
+    /// what an operator may look at. Runs nothing but `EXPLAIN`.
+    async fn query_plans(&self, read: PlannedRead<'_>) -> Result<Vec<String>>;
 
     /// Up to `limit` events of jobs in `scope` after the cursor `after`, oldest first; only
     /// `job_id`'s if given. Events of other namespaces are never read, so a page is full
@@ -358,13 +545,15 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         scope: &Scope,
     ) -> Result<Vec<JobEvent>>;
 
-    /// Distinct namespaces of jobs in `scope`, sorted, at most `limit`.
+    /// Distinct namespaces of jobs in `scope`, sorted, at most `limit` (read from the counts
+    /// by namespace and phase, not from the jobs).
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>>;
 
     /// Counts by phase, and submissions and completions in the last `buckets` buckets of
     /// `bucket_seconds` (aligned to the Unix epoch, the last one holding now), with the newest
     /// event's cursor, as one snapshot: it holds each job's events up to the cursor and none
-    /// after.
+    /// after. The counts come from the counts kept by namespace and phase; the activity reads
+    /// the jobs submitted and finished in the window only.
     async fn stats(&self, buckets: i64, bucket_seconds: i64, scope: &Scope) -> Result<StatsSnapshot>;
 
     /// The newest `limit` events of one job, oldest first; none when the job is outside
@@ -477,6 +666,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<(i64, LogLine)>>;
 }
 
+/// A newly accepted job for [`StoreTx::accept_jobs`], with its first event.
+pub struct Accepted<'a> {
+    pub job: &'a Job,
+    pub fingerprint: &'a str,
+    pub transition: &'a Transition,
+    pub at: DateTime<Utc>,
+}
+
 /// One write transaction. Dropping it without a successful [`StoreTx::commit`] rolls
 /// everything back.
 #[async_trait]
@@ -493,6 +690,43 @@ pub trait StoreTx: Send {
 
     /// Stores a newly accepted job, in the launch outbox.
     async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()>;
+
+    /// The stored jobs of several idempotency keys (each with its submitter), by stored key
+    /// ([`scoped_key`]): [`StoreTx::find_by_idempotency_key`] for many keys at once.
+    async fn find_by_idempotency_keys(
+        &mut self,
+        keys: &[(Option<&str>, &str)],
+    ) -> Result<std::collections::HashMap<String, KeyedJob>> {
+        let mut found = std::collections::HashMap::new();
+        for (submitter, key) in keys {
+            if let Some(job) = self.find_by_idempotency_key(*submitter, key).await? {
+                found.insert(scoped_key(*submitter, key), job);
+            }
+        }
+        Ok(found)
+    }
+
+    /// [`StoreTx::accept_job`] for several jobs, in order; returns their cursors. A backend
+    /// writes them in as few statements as it can.
+    async fn accept_jobs(&mut self, accepted: &[Accepted<'_>]) -> Result<Vec<i64>> {
+        let mut seqs = Vec::with_capacity(accepted.len());
+        for a in accepted {
+            seqs.push(self.accept_job(a.job, a.fingerprint, a.transition, a.at).await?);
+        }
+        Ok(seqs)
+    }
+
+    /// Stores a newly accepted job, in the launch outbox, with its first event (`transition`,
+    /// at `at`), and returns that event's cursor, which the stored job and its snapshot carry
+    /// as `last_event_seq`: what [`StoreTx::insert_job`], [`StoreTx::append_event`] and
+    /// [`StoreTx::save_job`] do together, in fewer statements (every submission takes it).
+    async fn accept_job(
+        &mut self,
+        job: &Job,
+        fingerprint: &str,
+        transition: &Transition,
+        at: DateTime<Utc>,
+    ) -> Result<i64>;
 
     /// Appends the event for `transition` and returns its cursor. The job's
     /// `last_event_seq` must then be set and the job saved with [`StoreTx::save_job`].

@@ -37,9 +37,9 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use super::logs::{self, LogAppend, LogAppended};
 use super::{
-    ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, Recoverable, Result, StatsSnapshot, Store,
-    StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, scoped_key,
-    webhook_json,
+    Arm, COUNT_CANDIDATES, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, ListPlan,
+    PlannedRead, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook,
+    WebhookFailure, WebhookRow, decode_job, merge_newest, scoped_key, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -60,6 +60,22 @@ macro_rules! shard_of_id {
     };
 }
 const _: () = assert!(SHARD_COUNT == 32, "shard_of_id! divides by 32");
+
+/// Binds a [`Statement`]'s parameters to a query made from its SQL.
+macro_rules! bind_all {
+    ($query:expr, $binds:expr) => {{
+        let mut query = $query;
+        for bind in $binds {
+            query = match bind {
+                Bind::Int(v) => query.bind(*v),
+                Bind::Text(t) => query.bind(t.clone()),
+                Bind::Texts(t) => query.bind(t.clone()),
+                Bind::Time(t) => query.bind(*t),
+            };
+        }
+        query
+    }};
+}
 
 /// The channel a commit that appended events notifies.
 const EVENTS_CHANNEL: &str = "jobgate_events";
@@ -258,6 +274,7 @@ impl Store for PostgresStore {
         row.map(|r| decode_job(r.get("body"))).transpose()
     }
 
+    /// Every arm and the count are read in one REPEATABLE READ transaction: one snapshot.
     async fn list_jobs(
         &self,
         filter: &JobFilter,
@@ -265,40 +282,77 @@ impl Store for PostgresStore {
         first: i64,
         after: Option<i64>,
     ) -> Result<JobPage> {
-        let phases = filter
-            .phases
-            .as_ref()
-            .map(|p| p.iter().map(|p| p.as_str().to_owned()).collect::<Vec<_>>());
-        let scope = scope_list(scope);
-        const WHERE: &str = "($1::text IS NULL OR namespace = $1) \
-             AND ($2::text IS NULL OR strpos(name, $2) > 0) \
-             AND ($3::text[] IS NULL OR phase = ANY($3)) \
-             AND ($4::text[] IS NULL OR namespace = ANY($4))";
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT seq, body FROM jobs WHERE {WHERE} AND seq < $5 ORDER BY seq DESC LIMIT $6"
-        )))
-        .bind(&filter.namespace)
-        .bind(&filter.name_contains)
-        .bind(&phases)
-        .bind(&scope)
-        .bind(after.unwrap_or(i64::MAX))
-        .bind(first + 1)
-        .fetch_all(&self.pool)
-        .await?;
-        let total_count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM jobs WHERE {WHERE}"
-        )))
-        .bind(&filter.namespace)
-        .bind(&filter.name_contains)
-        .bind(&phases)
-        .bind(&scope)
-        .fetch_one(&self.pool)
-        .await?;
-        let jobs = rows
+        let Some(plan) = ListPlan::new(filter, scope) else {
+            return Ok(ListPlan::nothing());
+        };
+        let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first);
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let mut pages = Vec::with_capacity(reads.pages.len());
+        for statement in &reads.pages {
+            let query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(statement.sql.as_str()));
+            pages.push(bind_all!(query, &statement.binds).fetch_all(&mut *tx).await?);
+        }
+        let mut total_count = 0;
+        for statement in &reads.counts {
+            let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(statement.sql.as_str()));
+            total_count += bind_all!(query, &statement.binds).fetch_one(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        let jobs = merge_newest(pages, first + 1)
             .into_iter()
-            .map(|r| Ok((r.get::<i64, _>("seq"), decode_job(r.get("body"))?)))
+            .map(|(seq, body)| Ok((seq, decode_job(body)?)))
             .collect::<Result<_>>()?;
         Ok(JobPage::of(jobs, first, total_count))
+    }
+
+    async fn query_plans(&self, read: PlannedRead<'_>) -> Result<Vec<String>> {
+        let statements = match read {
+            PlannedRead::ListJobs {
+                filter,
+                scope,
+                first,
+                after,
+            } => match ListPlan::new(filter, scope) {
+                None => Vec::new(),
+                Some(plan) => {
+                    let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first);
+                    reads.pages.into_iter().chain(reads.counts).collect()
+                }
+            },
+            PlannedRead::UnfinishedJobs => vec![Statement::new(UNFINISHED, vec![])],
+            PlannedRead::Stats { scope } => {
+                // The dashboard's window: the last hour in minutes.
+                let scope = Bind::Texts(scope_list(scope));
+                let since = Utc::now().timestamp() - 3600;
+                let since_at = Bind::Time(DateTime::from_timestamp(since, 0).unwrap_or(DateTime::UNIX_EPOCH));
+                vec![
+                    Statement::new(STATS_COUNTS, vec![scope.clone()]),
+                    Statement::new(
+                        STATS_SUBMITTED,
+                        vec![Bind::Int(since), Bind::Int(60), since_at.clone(), scope.clone()],
+                    ),
+                    Statement::new(
+                        STATS_FINISHED,
+                        vec![Bind::Int(since), Bind::Int(60), since_at, scope],
+                    ),
+                ]
+            }
+            PlannedRead::Namespaces { scope } => vec![Statement::new(
+                NAMESPACES,
+                vec![Bind::Int(1_000), Bind::Texts(scope_list(scope))],
+            )],
+        };
+        let mut plans = Vec::with_capacity(statements.len());
+        for statement in statements {
+            let explain = format!("EXPLAIN {}", statement.sql);
+            let query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(explain));
+            let steps = bind_all!(query, &statement.binds).fetch_all(&self.pool).await?;
+            plans.push(format!("{}\n  {}", statement.sql, steps.join("\n  ")));
+        }
+        Ok(plans)
     }
 
     async fn events_after(
@@ -341,15 +395,11 @@ impl Store for PostgresStore {
     }
 
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT DISTINCT namespace FROM jobs \
-             WHERE ($2::text[] IS NULL OR namespace = ANY($2)) \
-             ORDER BY namespace LIMIT $1",
-        )
-        .bind(limit)
-        .bind(scope_list(scope))
-        .fetch_all(&self.pool)
-        .await?)
+        Ok(sqlx::query_scalar(NAMESPACES)
+            .bind(limit)
+            .bind(scope_list(scope))
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// Read in one REPEATABLE READ transaction, so the figures are one snapshot.
@@ -365,49 +415,33 @@ impl Store for PostgresStore {
         let last = Utc::now().timestamp().div_euclid(bucket_seconds) * bucket_seconds;
         let since = last - (buckets - 1) * bucket_seconds;
         let since_at = DateTime::from_timestamp(since, 0).unwrap_or(DateTime::UNIX_EPOCH);
-        let counts = sqlx::query(
-            "SELECT phase, count(*) AS n FROM jobs \
-             WHERE ($1::text[] IS NULL OR namespace = ANY($1)) GROUP BY phase",
-        )
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
-        .collect();
-        let submitted = sqlx::query(
-            "SELECT ((floor(extract(epoch FROM submitted_at))::bigint - $1) / $2) AS bucket, \
-             count(*) AS n FROM jobs \
-             WHERE submitted_at >= $3 AND ($4::text[] IS NULL OR namespace = ANY($4)) \
-             GROUP BY bucket",
-        )
-        .bind(since)
-        .bind(bucket_seconds)
-        .bind(since_at)
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|r| (r.get("bucket"), r.get("n")))
-        .collect();
-        // The event that entered a terminal phase; the WHERE repeats the partial index's.
-        let finished = sqlx::query(
-            "SELECT ((floor(extract(epoch FROM at))::bigint - $1) / $2) AS bucket, phase, \
-             count(*) AS n FROM events \
-             WHERE phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND at >= $3 \
-             AND (previous_phase IS NULL OR previous_phase <> phase) \
-             AND ($4::text[] IS NULL OR job_id IN (SELECT id FROM jobs WHERE namespace = ANY($4))) \
-             GROUP BY bucket, phase",
-        )
-        .bind(since)
-        .bind(bucket_seconds)
-        .bind(since_at)
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .filter_map(|r| Some((r.get("bucket"), JobPhase::parse(r.get("phase"))?, r.get("n"))))
-        .collect();
+        let counts = sqlx::query(STATS_COUNTS)
+            .bind(&scope)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
+            .collect();
+        let submitted = sqlx::query(STATS_SUBMITTED)
+            .bind(since)
+            .bind(bucket_seconds)
+            .bind(since_at)
+            .bind(&scope)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .map(|r| (r.get("bucket"), r.get("n")))
+            .collect();
+        let finished = sqlx::query(STATS_FINISHED)
+            .bind(since)
+            .bind(bucket_seconds)
+            .bind(since_at)
+            .bind(&scope)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .filter_map(|r| Some((r.get("bucket"), JobPhase::parse(r.get("phase"))?, r.get("n"))))
+            .collect();
         tx.commit().await?;
         Ok(StatsSnapshot {
             since,
@@ -535,9 +569,7 @@ impl Store for PostgresStore {
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
         // Row by row: all the rows' bodies at once would double the memory a restart with
         // many unfinished jobs needs, and the allocator keeps most of that peak afterwards.
-        let mut rows =
-            sqlx::query("SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq")
-                .fetch(&self.pool);
+        let mut rows = sqlx::query(UNFINISHED).fetch(&self.pool);
         let mut jobs = Vec::new();
         while let Some(r) = futures::TryStreamExt::try_next(&mut rows).await? {
             jobs.push(Recoverable {
@@ -812,7 +844,8 @@ impl StoreTx for PostgresTx {
     async fn active_in_namespace(&mut self, namespace: &str) -> Result<i64> {
         bounded(async move {
             Ok(sqlx::query_scalar(
-                "SELECT count(*) FROM jobs WHERE namespace = $1 AND phase IN ('PENDING', 'RUNNING')",
+                "SELECT coalesce(sum(n), 0)::bigint FROM job_counts \
+                 WHERE namespace = $1 AND phase IN ('PENDING', 'RUNNING')",
             )
             .bind(namespace)
             .fetch_one(&mut *self.tx)
@@ -875,6 +908,62 @@ impl StoreTx for PostgresTx {
             .execute(&mut *self.tx)
             .await?;
             Ok(())
+        })
+        .await
+    }
+
+    /// The cursor comes from `event_cursor`, as for [`StoreTx::append_event`]; the row and
+    /// the event carry the same JSON.
+    async fn accept_job(
+        &mut self,
+        job: &Job,
+        fingerprint: &str,
+        transition: &Transition,
+        at: DateTime<Utc>,
+    ) -> Result<i64> {
+        bounded(async move {
+            let seq: i64 =
+                sqlx::query_scalar("UPDATE event_cursor SET last = last + 1 WHERE id = 1 RETURNING last")
+                    .fetch_one(&mut *self.tx)
+                    .await?;
+            let mut snapshot = job.clone();
+            snapshot.last_event_seq = seq;
+            let body = serde_json::to_string(&snapshot)?;
+            sqlx::query(
+                "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(&job.id)
+            .bind(&job.spec.name)
+            .bind(&job.spec.namespace)
+            .bind(&job.spec.template)
+            .bind(job.phase.as_str())
+            .bind(job.submitted_at)
+            .bind(
+                job.idempotency_key
+                    .as_deref()
+                    .map(|k| scoped_key(job.key_scope(), k)),
+            )
+            .bind(fingerprint)
+            .bind(&body)
+            .execute(&mut *self.tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(seq)
+            .bind(&job.id)
+            .bind(transition.phase.as_str())
+            .bind(transition.previous_phase.map(JobPhase::as_str))
+            .bind(at)
+            .bind(&transition.reason)
+            .bind(&transition.message)
+            .bind(&body)
+            .execute(&mut *self.tx)
+            .await?;
+            self.notify = true;
+            Ok(seq)
         })
         .await
     }
@@ -1061,6 +1150,202 @@ async fn horizon_of(conn: &mut sqlx::PgConnection, scope: Option<&[String]>) -> 
     .bind(scope)
     .fetch_one(conn)
     .await?)
+}
+
+/// A value bound to a statement.
+#[derive(Clone, Debug)]
+enum Bind {
+    Int(i64),
+    Text(Option<String>),
+    Texts(Option<Vec<String>>),
+    Time(DateTime<Utc>),
+}
+
+/// One statement and its parameters (`$1`, `$2`, … in order).
+struct Statement {
+    sql: String,
+    binds: Vec<Bind>,
+}
+
+impl Statement {
+    fn new(sql: &str, binds: Vec<Bind>) -> Self {
+        Self {
+            sql: sql.to_owned(),
+            binds,
+        }
+    }
+}
+
+/// The statements one page of `list_jobs` runs, as in SQLite: `pages` read `(seq, body)`
+/// rows newest first, to be merged; `counts` one number each, summed into `total_count`.
+struct PageReads {
+    pages: Vec<Statement>,
+    counts: Vec<Statement>,
+}
+
+impl PageReads {
+    fn new(plan: &ListPlan, before: i64, first: i64) -> Self {
+        let phase_names = |phases: &Option<Vec<JobPhase>>| {
+            phases
+                .as_ref()
+                .map(|p| p.iter().map(|p| p.as_str().to_owned()).collect())
+        };
+        if let Some(text) = &plan.search {
+            // The planner weighs the trigram index (rare text) against reading the jobs
+            // newest first and checking each name (common text).
+            let pattern = Bind::Text(Some(like_pattern(text)));
+            let namespaces = Bind::Texts(plan.namespaces.clone());
+            let phases = Bind::Texts(phase_names(&plan.phases));
+            return Self {
+                pages: vec![Statement::new(
+                    "SELECT seq, body FROM jobs WHERE name LIKE $1 AND seq < $2 \
+                     AND ($4::text[] IS NULL OR namespace = ANY($4)) \
+                     AND ($5::text[] IS NULL OR phase = ANY($5)) \
+                     ORDER BY seq DESC LIMIT $3",
+                    vec![
+                        pattern.clone(),
+                        Bind::Int(before),
+                        Bind::Int(first + 1),
+                        namespaces.clone(),
+                        phases.clone(),
+                    ],
+                )],
+                counts: vec![Statement::new(
+                    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE name LIKE $1 \
+                     AND ($3::text[] IS NULL OR namespace = ANY($3)) \
+                     AND ($4::text[] IS NULL OR phase = ANY($4)) LIMIT $2) AS matches",
+                    vec![pattern, Bind::Int(COUNT_CANDIDATES), namespaces, phases],
+                )],
+            };
+        }
+        // With a name checked per row, counted among each arm's newest candidates.
+        let per_arm = (COUNT_CANDIDATES / plan.arms.len().max(1) as i64).max(1);
+        let mut pages = Vec::with_capacity(plan.arms.len());
+        let mut counts = Vec::new();
+        for arm in &plan.arms {
+            pages.push(arm_statement(arm, plan, ArmRead::Page, before, first + 1));
+            if plan.name_contains.is_some() {
+                counts.push(arm_statement(arm, plan, ArmRead::Count, i64::MAX, per_arm));
+            }
+        }
+        if plan.name_contains.is_none() {
+            // Otherwise from the counts kept by namespace and phase.
+            let (namespaces, phases) = plan.counted();
+            counts.push(Statement::new(
+                "SELECT coalesce(sum(n), 0)::bigint FROM job_counts \
+                 WHERE ($1::text[] IS NULL OR namespace = ANY($1)) \
+                 AND ($2::text[] IS NULL OR phase = ANY($2))",
+                vec![Bind::Texts(namespaces), Bind::Texts(phase_names(&phases))],
+            ));
+        }
+        Self { pages, counts }
+    }
+}
+
+/// What [`arm_statement`] reads: a page of rows, or the count of the name's matches among
+/// the arm's newest candidates.
+#[derive(Clone, Copy)]
+enum ArmRead {
+    Page,
+    Count,
+}
+
+/// One arm of a page (see [`ListPlan`]): `seq < before`, the arm's equalities (served by the
+/// index whose leading columns they are, then `seq`: `jobs_by_namespace`, `jobs_by_phase`,
+/// `jobs_by_namespace_phase_seq`, or the primary key), the per-row checks the plan has, newest
+/// first, at most `limit`; a page reads `(seq, body)`, a count one number. Only the
+/// parameters the statement uses are bound (PostgreSQL must know every parameter's type, and
+/// a `$n IS NULL OR …` folded away for one call's values would not survive a generic plan).
+fn arm_statement(arm: &Arm, plan: &ListPlan, read: ArmRead, before: i64, limit: i64) -> Statement {
+    let mut binds = vec![Bind::Int(before), Bind::Int(limit)];
+    let mut conditions = String::from("seq < $1");
+    let mut param = |bind: Bind| {
+        binds.push(bind);
+        format!("${}", binds.len())
+    };
+    if let Some(namespace) = &arm.namespace {
+        conditions += &format!(" AND namespace = {}", param(Bind::Text(Some(namespace.clone()))));
+    }
+    if let Some(phase) = arm.phase {
+        conditions += &format!(
+            " AND phase = {}",
+            param(Bind::Text(Some(phase.as_str().to_owned())))
+        );
+    }
+    if let Some(namespaces) = &plan.namespaces {
+        conditions += &format!(
+            " AND namespace = ANY({})",
+            param(Bind::Texts(Some(namespaces.clone())))
+        );
+    }
+    let name = plan
+        .name_contains
+        .as_ref()
+        .map(|text| format!("strpos(name, {}) > 0", param(Bind::Text(Some(text.clone())))));
+    let sql = match (read, name) {
+        (ArmRead::Page, None) => {
+            format!("SELECT seq, body FROM jobs WHERE {conditions} ORDER BY seq DESC LIMIT $2")
+        }
+        (ArmRead::Page, Some(name)) => {
+            format!("SELECT seq, body FROM jobs WHERE {conditions} AND {name} ORDER BY seq DESC LIMIT $2")
+        }
+        // Any `limit` of the arm's jobs are candidates, not necessarily the newest: with no
+        // order asked, PostgreSQL stops after `limit` rows however it reads them (asked for
+        // the newest, it may sort every row of the arm when they are few).
+        (ArmRead::Count, name) => format!(
+            "SELECT count(*) FROM (SELECT name FROM jobs WHERE {conditions} LIMIT $2) AS candidates \
+             WHERE {}",
+            name.unwrap_or_else(|| "true".into())
+        ),
+    };
+    Statement { sql, binds }
+}
+
+/// The unfinished jobs, oldest first (from the partial index `jobs_unfinished`).
+const UNFINISHED: &str = "SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq";
+
+/// `jobStats`' counts by phase in the scope `$1` (or NULL): the counts kept by namespace
+/// and phase, one row per pair, however many jobs.
+const STATS_COUNTS: &str = "SELECT phase, sum(n)::bigint AS n FROM job_counts \
+     WHERE ($1::text[] IS NULL OR namespace = ANY($1)) GROUP BY phase";
+
+/// Submissions per bucket since `$3` (`$1` its Unix seconds, `$2` the bucket width) in the
+/// scope `$4`.
+const STATS_SUBMITTED: &str = "SELECT ((floor(extract(epoch FROM submitted_at))::bigint - $1) / $2) AS bucket, \
+     count(*) AS n FROM jobs \
+     WHERE submitted_at >= $3 AND ($4::text[] IS NULL OR namespace = ANY($4)) \
+     GROUP BY bucket";
+
+/// Completions per bucket and phase, as [`STATS_SUBMITTED`]: the event that entered a
+/// terminal phase; the WHERE repeats the partial index's. The scope is checked per event, by
+/// its job's key.
+const STATS_FINISHED: &str = "SELECT ((floor(extract(epoch FROM at))::bigint - $1) / $2) AS bucket, phase, \
+     count(*) AS n FROM events \
+     WHERE phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND at >= $3 \
+     AND (previous_phase IS NULL OR previous_phase <> phase) \
+     AND ($4::text[] IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id \
+          AND jobs.namespace = ANY($4))) \
+     GROUP BY bucket, phase";
+
+/// Up to `$1` namespaces that have jobs, in the scope `$2`, sorted.
+const NAMESPACES: &str = "SELECT DISTINCT namespace FROM job_counts WHERE n > 0 \
+     AND ($2::text[] IS NULL OR namespace = ANY($2)) \
+     ORDER BY namespace LIMIT $1";
+
+/// `text` as a LIKE pattern matching names that contain it literally: `\`, `%` and `_`
+/// escaped (LIKE's default escape character is the backslash). With `pg_trgm`, the trigram
+/// index `jobs_by_name_trgm` serves it.
+fn like_pattern(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 2);
+    pattern.push('%');
+    for c in text.chars() {
+        if matches!(c, '\\' | '%' | '_') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
 }
 
 /// A scope as a list of namespaces for `= ANY(…)`, or NULL for every namespace.

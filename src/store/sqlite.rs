@@ -32,9 +32,9 @@ use async_trait::async_trait;
 
 use super::logs::{self, LogAppend, LogAppended};
 use super::{
-    Durability, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, Recoverable, Result,
-    StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow,
-    decode_job, scoped_key, webhook_json,
+    Accepted, COUNT_CANDIDATES, Durability, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob,
+    ListPlan, PlannedRead, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS,
+    Webhook, WebhookFailure, WebhookRow, decode_job, merge_newest, scoped_key, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -49,6 +49,20 @@ macro_rules! shard_of_id {
     };
 }
 const _: () = assert!(SHARD_COUNT == 32, "shard_of_id! divides by 32");
+
+/// Binds a [`Statement`]'s parameters to a query made from its SQL.
+macro_rules! bind_all {
+    ($query:expr, $binds:expr) => {{
+        let mut query = $query;
+        for bind in $binds {
+            query = match bind {
+                Bind::Int(v) => query.bind(*v),
+                Bind::Text(t) => query.bind(t.clone()),
+            };
+        }
+        query
+    }};
+}
 
 /// The SQLite store; cloning it is cheap.
 #[derive(Clone, Debug)]
@@ -80,7 +94,7 @@ impl SqliteStore {
         // never fails half-way with SQLITE_BUSY on lock upgrade. On failure the connection
         // is dropped, which closes it (SQLite rolls back whatever it had open).
         sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await?;
-        Ok(SqliteTx { conn, slot })
+        Ok(SqliteTx::new(conn, slot))
     }
 
     /// Opens (creating if needed) `jobgate.db` in `data_dir` and brings its schema up to date.
@@ -249,6 +263,7 @@ impl Store for SqliteStore {
         row.map(|r| decode_job(r.get("body"))).transpose()
     }
 
+    /// Every arm and the count are read in one read transaction: one WAL snapshot.
     async fn list_jobs(
         &self,
         filter: &JobFilter,
@@ -256,41 +271,75 @@ impl Store for SqliteStore {
         first: i64,
         after: Option<i64>,
     ) -> Result<JobPage> {
-        let phases = filter
-            .phases
-            .as_ref()
-            .map(|p| serde_json::to_string(&p.iter().map(|p| p.as_str()).collect::<Vec<_>>()))
-            .transpose()?;
-        let scope = scope_json(scope)?;
-        const WHERE: &str = "(?1 IS NULL OR namespace = ?1) \
-             AND (?2 IS NULL OR instr(name, ?2) > 0) \
-             AND (?3 IS NULL OR phase IN (SELECT value FROM json_each(?3))) \
-             AND (?4 IS NULL OR namespace IN (SELECT value FROM json_each(?4)))";
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT seq, body FROM jobs WHERE {WHERE} AND seq < ?5 ORDER BY seq DESC LIMIT ?6"
-        )))
-        .bind(&filter.namespace)
-        .bind(&filter.name_contains)
-        .bind(&phases)
-        .bind(&scope)
-        .bind(after.unwrap_or(i64::MAX))
-        .bind(first + 1)
-        .fetch_all(&self.pool)
-        .await?;
-        let total_count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM jobs WHERE {WHERE}"
-        )))
-        .bind(&filter.namespace)
-        .bind(&filter.name_contains)
-        .bind(&phases)
-        .bind(&scope)
-        .fetch_one(&self.pool)
-        .await?;
-        let jobs = rows
+        let Some(plan) = ListPlan::new(filter, scope) else {
+            return Ok(ListPlan::nothing());
+        };
+        let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first)?;
+        let mut tx = self.pool.begin().await?;
+        let mut pages = Vec::with_capacity(reads.pages.len());
+        for statement in &reads.pages {
+            let query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(statement.sql.as_str()));
+            pages.push(bind_all!(query, &statement.binds).fetch_all(&mut *tx).await?);
+        }
+        let mut total_count = 0;
+        for statement in &reads.counts {
+            let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(statement.sql.as_str()));
+            total_count += bind_all!(query, &statement.binds).fetch_one(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        let jobs = merge_newest(pages, first + 1)
             .into_iter()
-            .map(|r| Ok((r.get::<i64, _>("seq"), decode_job(r.get("body"))?)))
+            .map(|(seq, body)| Ok((seq, decode_job(body)?)))
             .collect::<Result<_>>()?;
         Ok(JobPage::of(jobs, first, total_count))
+    }
+
+    async fn query_plans(&self, read: PlannedRead<'_>) -> Result<Vec<String>> {
+        let statements = match read {
+            PlannedRead::ListJobs {
+                filter,
+                scope,
+                first,
+                after,
+            } => match ListPlan::new(filter, scope) {
+                None => Vec::new(),
+                Some(plan) => {
+                    let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first)?;
+                    reads.pages.into_iter().chain(reads.counts).collect()
+                }
+            },
+            PlannedRead::UnfinishedJobs => vec![Statement::new(UNFINISHED, vec![])],
+            PlannedRead::Stats { scope } => {
+                // The dashboard's window: the last hour in minutes.
+                let scope = Bind::Text(scope_json(scope)?);
+                let since = Utc::now().timestamp() - 3600;
+                let since_text = Bind::Text(DateTime::from_timestamp(since, 0).map(|t| t.to_rfc3339()));
+                vec![
+                    Statement::new(STATS_COUNTS, vec![scope.clone()]),
+                    Statement::new(
+                        STATS_SUBMITTED,
+                        vec![Bind::Int(since), Bind::Int(60), since_text.clone(), scope.clone()],
+                    ),
+                    Statement::new(
+                        STATS_FINISHED,
+                        vec![Bind::Int(since), Bind::Int(60), since_text, scope],
+                    ),
+                ]
+            }
+            PlannedRead::Namespaces { scope } => vec![Statement::new(
+                NAMESPACES,
+                vec![Bind::Int(1_000), Bind::Text(scope_json(scope)?)],
+            )],
+        };
+        let mut plans = Vec::with_capacity(statements.len());
+        for statement in statements {
+            let explain = format!("EXPLAIN QUERY PLAN {}", statement.sql);
+            let query = sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(explain));
+            let rows = bind_all!(query, &statement.binds).fetch_all(&self.pool).await?;
+            let steps: Vec<String> = rows.into_iter().map(|r| r.3).collect();
+            plans.push(format!("{}\n  {}", statement.sql, steps.join("\n  ")));
+        }
+        Ok(plans)
     }
 
     /// Up to `limit` events of jobs in `scope` after the cursor `after`, oldest first; only
@@ -334,15 +383,11 @@ impl Store for SqliteStore {
     }
 
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT DISTINCT namespace FROM jobs \
-             WHERE (?2 IS NULL OR namespace IN (SELECT value FROM json_each(?2))) \
-             ORDER BY namespace LIMIT ?1",
-        )
-        .bind(limit)
-        .bind(scope_json(scope)?)
-        .fetch_all(&self.pool)
-        .await?)
+        Ok(sqlx::query_scalar(NAMESPACES)
+            .bind(limit)
+            .bind(scope_json(scope)?)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// Counts by phase, and submissions and completions in the last `buckets` buckets of
@@ -361,49 +406,33 @@ impl Store for SqliteStore {
         let since_text = DateTime::from_timestamp(since, 0)
             .unwrap_or(DateTime::UNIX_EPOCH)
             .to_rfc3339();
-        let counts = sqlx::query(
-            "SELECT phase, count(*) AS n FROM jobs \
-             WHERE (?1 IS NULL OR namespace IN (SELECT value FROM json_each(?1))) GROUP BY phase",
-        )
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
-        .collect();
-        // unixepoch() reads the stored RFC 3339 text (fraction and offset included).
-        let submitted = sqlx::query(
-            "SELECT (unixepoch(submitted_at) - ?1) / ?2 AS bucket, count(*) AS n FROM jobs \
-             WHERE submitted_at >= ?3 \
-             AND (?4 IS NULL OR namespace IN (SELECT value FROM json_each(?4))) GROUP BY bucket",
-        )
-        .bind(since)
-        .bind(bucket_seconds)
-        .bind(&since_text)
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|r| (r.get("bucket"), r.get("n")))
-        .collect();
-        // The event that entered a terminal phase; the WHERE repeats the partial index's.
-        let finished = sqlx::query(
-            "SELECT (unixepoch(at) - ?1) / ?2 AS bucket, phase, count(*) AS n FROM events \
-             WHERE phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND at >= ?3 \
-             AND (previous_phase IS NULL OR previous_phase <> phase) \
-             AND (?4 IS NULL OR job_id IN (SELECT id FROM jobs \
-                  WHERE namespace IN (SELECT value FROM json_each(?4)))) \
-             GROUP BY bucket, phase",
-        )
-        .bind(since)
-        .bind(bucket_seconds)
-        .bind(&since_text)
-        .bind(&scope)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .filter_map(|r| Some((r.get("bucket"), JobPhase::parse(r.get("phase"))?, r.get("n"))))
-        .collect();
+        let counts = sqlx::query(STATS_COUNTS)
+            .bind(&scope)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .filter_map(|r| Some((JobPhase::parse(r.get("phase"))?, r.get::<i64, _>("n"))))
+            .collect();
+        let submitted = sqlx::query(STATS_SUBMITTED)
+            .bind(since)
+            .bind(bucket_seconds)
+            .bind(&since_text)
+            .bind(&scope)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .map(|r| (r.get("bucket"), r.get("n")))
+            .collect();
+        let finished = sqlx::query(STATS_FINISHED)
+            .bind(since)
+            .bind(bucket_seconds)
+            .bind(&since_text)
+            .bind(&scope)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .filter_map(|r| Some((r.get("bucket"), JobPhase::parse(r.get("phase"))?, r.get("n"))))
+            .collect();
         tx.commit().await?;
         Ok(StatsSnapshot {
             since,
@@ -531,9 +560,7 @@ impl Store for SqliteStore {
     async fn unfinished_jobs(&self) -> Result<Vec<Recoverable>> {
         // Row by row: all the rows' bodies at once would double the memory a restart with
         // many unfinished jobs needs, and the allocator keeps most of that peak afterwards.
-        let mut rows =
-            sqlx::query("SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq")
-                .fetch(&self.pool);
+        let mut rows = sqlx::query(UNFINISHED).fetch(&self.pool);
         let mut jobs = Vec::new();
         while let Some(r) = futures::TryStreamExt::try_next(&mut rows).await? {
             jobs.push(Recoverable {
@@ -808,16 +835,90 @@ pub struct SqliteTx {
     conn: SqliteConnection,
     /// Where the connection goes back after a successful commit.
     slot: OwnedMutexGuard<Option<SqliteConnection>>,
+    /// The cursor the next event gets, once this transaction has read it: it holds the
+    /// database's only write lock, so no one else appends meanwhile.
+    next_seq: Option<i64>,
 }
 
 impl SqliteTx {
-    /// The smallest sequence number an AUTOINCREMENT table may still hand out, so that a
-    /// cursor is never reused even after rows are deleted.
-    async fn sequence_floor(&mut self) -> Result<i64> {
-        let used: Option<i64> = sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-            .fetch_optional(&mut self.conn)
-            .await?;
-        Ok(used.unwrap_or(0) + 1)
+    fn new(conn: SqliteConnection, slot: OwnedMutexGuard<Option<SqliteConnection>>) -> Self {
+        Self {
+            conn,
+            slot,
+            next_seq: None,
+        }
+    }
+
+    /// The cursor of the event about to be appended. SQLite would assign an AUTOINCREMENT
+    /// key as max(seq)+1, or past the highest ever used (`sqlite_sequence`), so that a cursor
+    /// is never reused even after rows are deleted; inserting an explicit key above it moves
+    /// `sqlite_sequence` on, so later ones follow from it.
+    async fn take_seq(&mut self) -> Result<i64> {
+        let seq = match self.next_seq {
+            Some(seq) => seq,
+            None => {
+                let max: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) + 1 FROM events")
+                    .fetch_one(&mut self.conn)
+                    .await?;
+                let used: Option<i64> =
+                    sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+                        .fetch_optional(&mut self.conn)
+                        .await?;
+                max.max(used.unwrap_or(0) + 1)
+            }
+        };
+        self.next_seq = Some(seq + 1);
+        Ok(seq)
+    }
+
+    /// Inserts an event whose snapshot of the job is `snapshot` (JSON, with `seq` as its
+    /// `last_event_seq`).
+    async fn insert_event(
+        &mut self,
+        seq: i64,
+        job_id: &str,
+        transition: &Transition,
+        at: DateTime<Utc>,
+        snapshot: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(seq)
+        .bind(job_id)
+        .bind(transition.phase.as_str())
+        .bind(transition.previous_phase.map(JobPhase::as_str))
+        .bind(at.to_rfc3339())
+        .bind(&transition.reason)
+        .bind(&transition.message)
+        .bind(snapshot)
+        .execute(&mut self.conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_row(&mut self, job: &Job, fingerprint: &str, body: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&job.id)
+        .bind(&job.spec.name)
+        .bind(&job.spec.namespace)
+        .bind(&job.spec.template)
+        .bind(job.phase.as_str())
+        .bind(job.submitted_at.to_rfc3339())
+        .bind(
+            job.idempotency_key
+                .as_deref()
+                .map(|k| scoped_key(job.key_scope(), k)),
+        )
+        .bind(fingerprint)
+        .bind(body)
+        .execute(&mut self.conn)
+        .await?;
+        Ok(())
     }
 }
 
@@ -826,7 +927,7 @@ impl SqliteTx {
 impl StoreTx for SqliteTx {
     async fn active_in_namespace(&mut self, namespace: &str) -> Result<i64> {
         Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM jobs WHERE namespace = ? AND phase IN ('PENDING', 'RUNNING')",
+            "SELECT coalesce(sum(n), 0) FROM job_counts WHERE namespace = ? AND phase IN ('PENDING', 'RUNNING')",
         )
         .bind(namespace)
         .fetch_one(&mut self.conn)
@@ -860,51 +961,124 @@ impl StoreTx for SqliteTx {
     }
 
     async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self.insert_row(job, fingerprint, &serde_json::to_string(job)?)
+            .await
+    }
+
+    /// One statement for every key: each statement is a round trip to the connection's
+    /// thread, which costs more than the lookup.
+    async fn find_by_idempotency_keys(
+        &mut self,
+        keys: &[(Option<&str>, &str)],
+    ) -> Result<std::collections::HashMap<String, KeyedJob>> {
+        let scoped: Vec<String> = keys.iter().map(|(s, k)| scoped_key(*s, k)).collect();
+        let rows = sqlx::query(
+            "SELECT idempotency_key, body, fingerprint FROM jobs \
+             WHERE idempotency_key IN (SELECT value FROM json_each(?))",
         )
-        .bind(&job.id)
-        .bind(&job.spec.name)
-        .bind(&job.spec.namespace)
-        .bind(&job.spec.template)
-        .bind(job.phase.as_str())
-        .bind(job.submitted_at.to_rfc3339())
-        .bind(
-            job.idempotency_key
-                .as_deref()
-                .map(|k| scoped_key(job.key_scope(), k)),
-        )
-        .bind(fingerprint)
-        .bind(serde_json::to_string(job)?)
-        .execute(&mut self.conn)
+        .bind(serde_json::to_string(&scoped)?)
+        .fetch_all(&mut self.conn)
         .await?;
-        Ok(())
+        rows.into_iter()
+            .map(|r| {
+                Ok((
+                    r.get("idempotency_key"),
+                    KeyedJob {
+                        job: decode_job(r.get("body"))?,
+                        fingerprint: r.get("fingerprint"),
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Multi-row INSERTs of up to [`ACCEPT_CHUNK`] jobs, then as many events: a bulk costs a
+    /// few statements, not two a job.
+    async fn accept_jobs(&mut self, accepted: &[Accepted<'_>]) -> Result<Vec<i64>> {
+        let mut seqs = Vec::with_capacity(accepted.len());
+        let mut bodies = Vec::with_capacity(accepted.len());
+        for a in accepted {
+            let seq = self.take_seq().await?;
+            let mut snapshot = a.job.clone();
+            snapshot.last_event_seq = seq;
+            bodies.push(serde_json::to_string(&snapshot)?);
+            seqs.push(seq);
+        }
+        for (chunk, chunk_bodies) in accepted.chunks(ACCEPT_CHUNK).zip(bodies.chunks(ACCEPT_CHUNK)) {
+            let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!(
+                "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
+                 VALUES {rows}"
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for (a, body) in chunk.iter().zip(chunk_bodies) {
+                let job = a.job;
+                query = query
+                    .bind(&job.id)
+                    .bind(&job.spec.name)
+                    .bind(&job.spec.namespace)
+                    .bind(&job.spec.template)
+                    .bind(job.phase.as_str())
+                    .bind(job.submitted_at.to_rfc3339())
+                    .bind(
+                        job.idempotency_key
+                            .as_deref()
+                            .map(|k| scoped_key(job.key_scope(), k)),
+                    )
+                    .bind(a.fingerprint)
+                    .bind(body.as_str());
+            }
+            query.execute(&mut self.conn).await?;
+        }
+        let chunks = accepted
+            .chunks(ACCEPT_CHUNK)
+            .zip(bodies.chunks(ACCEPT_CHUNK))
+            .zip(seqs.chunks(ACCEPT_CHUNK));
+        for ((chunk, chunk_bodies), chunk_seqs) in chunks {
+            let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!(
+                "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) VALUES {rows}"
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for ((a, body), seq) in chunk.iter().zip(chunk_bodies).zip(chunk_seqs) {
+                query = query
+                    .bind(*seq)
+                    .bind(&a.job.id)
+                    .bind(a.transition.phase.as_str())
+                    .bind(a.transition.previous_phase.map(JobPhase::as_str))
+                    .bind(a.at.to_rfc3339())
+                    .bind(&a.transition.reason)
+                    .bind(&a.transition.message)
+                    .bind(body.as_str());
+            }
+            query.execute(&mut self.conn).await?;
+        }
+        Ok(seqs)
+    }
+
+    /// The row and the event carry the same JSON: the job with its first event's cursor.
+    async fn accept_job(
+        &mut self,
+        job: &Job,
+        fingerprint: &str,
+        transition: &Transition,
+        at: DateTime<Utc>,
+    ) -> Result<i64> {
+        let seq = self.take_seq().await?;
+        let mut snapshot = job.clone();
+        snapshot.last_event_seq = seq;
+        let body = serde_json::to_string(&snapshot)?;
+        self.insert_row(job, fingerprint, &body).await?;
+        self.insert_event(seq, &job.id, transition, at, &body).await?;
+        Ok(seq)
     }
 
     async fn append_event(&mut self, job: &Job, transition: &Transition, at: DateTime<Utc>) -> Result<i64> {
-        // The snapshot is written with the seq it is about to get; SQLite assigns
-        // AUTOINCREMENT keys as max(seq)+1 within this exclusive transaction.
-        let seq: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) + 1 FROM events")
-            .fetch_one(&mut self.conn)
-            .await?;
-        let seq = seq.max(self.sequence_floor().await?);
+        let seq = self.take_seq().await?;
         let mut snapshot = job.clone();
         snapshot.last_event_seq = seq;
-        sqlx::query(
-            "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(seq)
-        .bind(&job.id)
-        .bind(transition.phase.as_str())
-        .bind(transition.previous_phase.map(JobPhase::as_str))
-        .bind(at.to_rfc3339())
-        .bind(&transition.reason)
-        .bind(&transition.message)
-        .bind(serde_json::to_string(&snapshot)?)
-        .execute(&mut self.conn)
-        .await?;
+        self.insert_event(seq, &job.id, transition, at, &serde_json::to_string(&snapshot)?)
+            .await?;
         Ok(seq)
     }
 
@@ -982,12 +1156,228 @@ impl StoreTx for SqliteTx {
     /// Commits. `Ok` means durable; on any error nothing was committed and the connection
     /// is closed rather than reused.
     async fn commit(self: Box<Self>) -> Result<()> {
-        let SqliteTx { mut conn, mut slot } = *self;
+        let SqliteTx {
+            mut conn, mut slot, ..
+        } = *self;
         sqlx::query("COMMIT").execute(&mut conn).await?;
         *slot = Some(conn);
         Ok(())
     }
 }
+
+/// Rows of one multi-row INSERT of [`StoreTx::accept_jobs`]: 9 parameters each, well within
+/// SQLite's 32,766.
+const ACCEPT_CHUNK: usize = 500;
+
+/// A value bound to a statement.
+#[derive(Clone, Debug)]
+enum Bind {
+    Int(i64),
+    Text(Option<String>),
+}
+
+/// One statement and its parameters (`?1`, `?2`, … in order).
+struct Statement {
+    sql: String,
+    binds: Vec<Bind>,
+}
+
+impl Statement {
+    fn new(sql: &str, binds: Vec<Bind>) -> Self {
+        Self {
+            sql: sql.to_owned(),
+            binds,
+        }
+    }
+}
+
+/// The statements one page of `list_jobs` runs: `pages` read `(seq, body)` rows newest
+/// first, to be merged; `counts` read one number each, summed into `total_count`. Built once,
+/// so that `query_plans` explains exactly what `list_jobs` runs.
+struct PageReads {
+    pages: Vec<Statement>,
+    counts: Vec<Statement>,
+}
+
+impl PageReads {
+    fn new(plan: &ListPlan, before: i64, first: i64) -> Result<Self> {
+        let namespaces = Bind::Text(plan.namespaces.as_ref().map(serde_json::to_string).transpose()?);
+        if let Some(text) = &plan.search {
+            let phrase = Bind::Text(Some(fts_phrase(text)));
+            let phases = Bind::Text(
+                plan.phases
+                    .as_ref()
+                    .map(|p| serde_json::to_string(&p.iter().map(|p| p.as_str()).collect::<Vec<_>>()))
+                    .transpose()?,
+            );
+            return Ok(Self {
+                pages: vec![Statement::new(
+                    SEARCH_PAGE,
+                    vec![
+                        phrase.clone(),
+                        Bind::Int(before),
+                        Bind::Int(first + 1),
+                        namespaces.clone(),
+                        phases.clone(),
+                    ],
+                )],
+                counts: vec![Statement::new(
+                    SEARCH_COUNT,
+                    vec![phrase, Bind::Int(COUNT_CANDIDATES), namespaces, phases],
+                )],
+            });
+        }
+        let name = Bind::Text(plan.name_contains.clone());
+        // With a name checked per row, counted among each arm's newest candidates.
+        let per_arm = (COUNT_CANDIDATES / plan.arms.len().max(1) as i64).max(1);
+        let mut pages = Vec::with_capacity(plan.arms.len());
+        let mut counts = Vec::new();
+        for arm in &plan.arms {
+            let shape = (arm.namespace.is_some(), arm.phase.is_some());
+            let binds = |before: i64, limit: i64| {
+                vec![
+                    Bind::Int(before),
+                    Bind::Int(limit),
+                    Bind::Text(arm.namespace.clone()),
+                    Bind::Text(arm.phase.map(|p| p.as_str().to_owned())),
+                    namespaces.clone(),
+                    name.clone(),
+                ]
+            };
+            pages.push(Statement {
+                sql: arm_sql(shape, ArmRead::Page),
+                binds: binds(before, first + 1),
+            });
+            if plan.name_contains.is_some() {
+                counts.push(Statement {
+                    sql: arm_sql(shape, ArmRead::Count),
+                    binds: binds(i64::MAX, per_arm),
+                });
+            }
+        }
+        if plan.name_contains.is_none() {
+            // Otherwise from the counts kept by namespace and phase.
+            let (counted_namespaces, counted_phases) = plan.counted();
+            counts.push(Statement::new(
+                COUNTED,
+                vec![
+                    Bind::Text(
+                        counted_namespaces
+                            .map(|n| serde_json::to_string(&n))
+                            .transpose()?,
+                    ),
+                    Bind::Text(
+                        counted_phases
+                            .map(|p| serde_json::to_string(&p.iter().map(|p| p.as_str()).collect::<Vec<_>>()))
+                            .transpose()?,
+                    ),
+                ],
+            ));
+        }
+        Ok(Self { pages, counts })
+    }
+}
+
+/// Jobs in `?1` namespaces and `?2` phases (JSON arrays, or NULL for any), from the counts
+/// kept by namespace and phase.
+const COUNTED: &str = "SELECT coalesce(sum(n), 0) FROM job_counts \
+     WHERE (?1 IS NULL OR namespace IN (SELECT value FROM json_each(?1))) \
+     AND (?2 IS NULL OR phase IN (SELECT value FROM json_each(?2)))";
+
+/// What [`arm_sql`] reads: a page of rows, or the count of the name's matches among the
+/// arm's newest candidates.
+#[derive(Clone, Copy)]
+enum ArmRead {
+    Page,
+    Count,
+}
+
+/// One arm of a page (see [`ListPlan`]), its shape being which equalities it has
+/// (namespace, phase): `?1` the cursor, `?2` the limit, `?3` the namespace, `?4` the phase,
+/// `?5` namespaces checked per row (JSON, or NULL), `?6` text the name must contain (or
+/// NULL). Each shape names the index it reads, ordered by `seq` after its equalities, so that
+/// the plan never falls back to sorting or scanning whatever the planner estimates
+/// (tests/store.rs checks every shape's plan); the whole order (no equality) is the table.
+fn arm_sql(shape: (bool, bool), read: ArmRead) -> String {
+    let (index, equalities) = match shape {
+        (false, false) => ("NOT INDEXED", ""),
+        (true, false) => ("INDEXED BY jobs_by_namespace", " AND namespace = ?3"),
+        (false, true) => ("INDEXED BY jobs_by_phase", " AND phase = ?4"),
+        (true, true) => (
+            "INDEXED BY jobs_by_namespace_phase",
+            " AND namespace = ?3 AND phase = ?4",
+        ),
+    };
+    let range = format!(
+        "FROM jobs {index} WHERE seq < ?1{equalities} \
+         AND (?5 IS NULL OR namespace IN (SELECT value FROM json_each(?5))) "
+    );
+    match read {
+        ArmRead::Page => format!(
+            "SELECT seq, body {range}AND (?6 IS NULL OR instr(name, ?6) > 0) ORDER BY seq DESC LIMIT ?2"
+        ),
+        ArmRead::Count => format!(
+            "SELECT count(*) FROM (SELECT name {range}ORDER BY seq DESC LIMIT ?2) WHERE instr(name, ?6) > 0"
+        ),
+    }
+}
+
+/// A page of a name search: `?1` the FTS5 phrase, `?2` the cursor, `?3` the limit, `?4`
+/// namespaces and `?5` phases (JSON, or NULL for any). The name index is read newest first
+/// (FTS5 returns rowids, which are `seq`, in order; CROSS JOIN keeps it the outer loop) and
+/// each match's job is looked up by its key.
+const SEARCH_PAGE: &str = "SELECT j.seq, j.body FROM job_names CROSS JOIN jobs j ON j.seq = job_names.rowid \
+     WHERE job_names MATCH ?1 AND job_names.rowid < ?2 \
+     AND (?4 IS NULL OR j.namespace IN (SELECT value FROM json_each(?4))) \
+     AND (?5 IS NULL OR j.phase IN (SELECT value FROM json_each(?5))) \
+     ORDER BY job_names.rowid DESC LIMIT ?3";
+
+/// How many of the newest `?2` name matches of the phrase `?1` pass the other filters
+/// (`?3` namespaces, `?4` phases).
+const SEARCH_COUNT: &str = "SELECT count(*) FROM \
+     (SELECT rowid FROM job_names WHERE job_names MATCH ?1 ORDER BY rowid DESC LIMIT ?2) AS c \
+     CROSS JOIN jobs j ON j.seq = c.rowid \
+     WHERE (?3 IS NULL OR j.namespace IN (SELECT value FROM json_each(?3))) \
+     AND (?4 IS NULL OR j.phase IN (SELECT value FROM json_each(?4)))";
+
+/// `text` as an FTS5 phrase (a string in double quotes, each inner quote doubled): with the
+/// trigram tokenizer, the phrase of its trigrams matches exactly the names containing it.
+fn fts_phrase(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "\"\""))
+}
+
+/// The unfinished jobs, oldest first. INDEXED BY: the partial index of unfinished jobs is in
+/// `seq` order, so nothing is sorted (the planner preferred `jobs_by_phase` and a temporary
+/// b-tree of every unfinished row: 114 MiB at 100,000 of them).
+const UNFINISHED: &str = "SELECT body, launched FROM jobs INDEXED BY jobs_unfinished \
+     WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq";
+
+/// `jobStats`' counts by phase in the scope `?1` (JSON, or NULL): the counts kept by
+/// namespace and phase, one row per pair, however many jobs.
+const STATS_COUNTS: &str = "SELECT phase, sum(n) AS n FROM job_counts \
+     WHERE (?1 IS NULL OR namespace IN (SELECT value FROM json_each(?1))) GROUP BY phase";
+
+/// Submissions per bucket since `?3` (RFC 3339; `?1` its Unix seconds, `?2` the bucket
+/// width) in the scope `?4`. unixepoch() reads the stored RFC 3339 text (fraction and offset
+/// included).
+const STATS_SUBMITTED: &str = "SELECT (unixepoch(submitted_at) - ?1) / ?2 AS bucket, count(*) AS n FROM jobs \
+     WHERE submitted_at >= ?3 \
+     AND (?4 IS NULL OR namespace IN (SELECT value FROM json_each(?4))) GROUP BY bucket";
+
+/// Completions per bucket and phase, as [`STATS_SUBMITTED`]: the event that entered a
+/// terminal phase; the WHERE repeats the partial index's. The scope is checked per event, by
+/// its job's key (a list of every job id in the scope would grow with the jobs).
+const STATS_FINISHED: &str = "SELECT (unixepoch(at) - ?1) / ?2 AS bucket, phase, count(*) AS n FROM events \
+     WHERE phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND at >= ?3 \
+     AND (previous_phase IS NULL OR previous_phase <> phase) \
+     AND (?4 IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id \
+          AND jobs.namespace IN (SELECT value FROM json_each(?4)))) \
+     GROUP BY bucket, phase";
+
+/// Up to `?1` namespaces that have jobs, in the scope `?2`, sorted.
+const NAMESPACES: &str = "SELECT DISTINCT namespace FROM job_counts WHERE n > 0 \
+     AND (?2 IS NULL OR namespace IN (SELECT value FROM json_each(?2))) \
+     ORDER BY namespace LIMIT ?1";
 
 /// A scope as a JSON array of namespaces for `json_each`, or NULL for every namespace.
 /// The newest cursor handed out. Not only the newest event's: retention may have deleted the

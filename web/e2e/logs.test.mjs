@@ -58,8 +58,10 @@ test('the log view pages its history and resumes after a reconnect with no line 
   // Earlier lines, a page at a time, until the first.
   const earlier = page.getByRole('button', { name: 'Show earlier lines' });
   while ((await earlier.count()) > 0) {
+    const before = (await texts()).length;
     await earlier.click();
-    await waitFor(async () => !(await earlier.count()) || !(await earlier.isDisabled()), 'a page of earlier lines');
+    // Done when the page's lines are in (the button may not have turned disabled yet).
+    await waitFor(async () => (await texts()).length > before, 'a page of earlier lines');
   }
   const shown = await texts();
   const expected = await archived(jobgate, id);

@@ -404,6 +404,7 @@ function Logs({ api, id }) {
   const [state, setState] = useState('streaming');
   const [archive, setArchive] = useState(null);
   const [loadingEarlier, setLoadingEarlier] = useState(false);
+  const loadingRef = useRef(false);
   const buffer = useRef([]);
   const frame = useRef(0);
   const box = useRef(null);
@@ -455,6 +456,10 @@ function Logs({ api, id }) {
   // The cursor of the first line shown: earlier lines are in the archive.
   const first = lines.length > 0 && lines[0].cursor != null ? Number(lines[0].cursor) : 0;
   const loadEarlier = async () => {
+    // One page at a time: a second click before the button shows it is busy would load the
+    // same page again.
+    if (loadingRef.current) return;
+    loadingRef.current = true;
     setLoadingEarlier(true);
     try {
       const start = Math.max(0, first - LOG_PAGE);
@@ -470,6 +475,7 @@ function Logs({ api, id }) {
     } catch (e) {
       setState(`error: ${e.message}`);
     } finally {
+      loadingRef.current = false;
       setLoadingEarlier(false);
     }
   };

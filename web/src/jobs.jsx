@@ -11,6 +11,9 @@ import { navigate } from './nav.js';
 import { JOBS_QUERY, NAMESPACES_QUERY } from './documents.js';
 
 const PAGE_SIZE = 25;
+// With a name filter the server counts matches among at most this many candidates
+// (`totalCount` is then a lower bound): the count shows as "5000+".
+const NAME_COUNT_CAP = 5000;
 
 function filterFrom(params) {
   return {
@@ -366,7 +369,7 @@ export function JobsView({ api, live, params }) {
 
       <nav class="pager" aria-label="Pages">
         <span id="jobs-count" class="muted">
-          {state.total === 0 ? 'No jobs' : `${first}–${last} of ${state.total}`}
+          {state.total === 0 ? 'No jobs' : `${first}–${last} of ${state.total}${filter.name && state.total >= NAME_COUNT_CAP ? '+' : ''}`}
         </span>
         <button type="button" disabled={pages.length === 0} onClick={() => setPages([])}>
           Newest

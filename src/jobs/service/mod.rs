@@ -192,6 +192,12 @@ pub struct Submitted {
     pub created: bool,
 }
 
+/// The most jobs one [`JobService::submit_many`] call may hold.
+pub const MAX_SUBMIT_BATCH: usize = 1_000;
+
+/// Each submission's own answer, in the order they were given.
+pub type SubmittedEach = Vec<Result<Submitted, ServiceError>>;
+
 enum Command {
     Submit {
         job: Box<Job>,
@@ -199,6 +205,13 @@ enum Command {
         /// The submitter's namespaces: dependencies outside them do not exist for it.
         scope: Scope,
         reply: oneshot::Sender<Result<Submitted, ServiceError>>,
+    },
+    /// Several submissions of one caller, applied in the same transaction (one command, so
+    /// one batch): each is answered on its own, and all that are accepted commit together.
+    SubmitMany {
+        jobs: Vec<(Job, String)>,
+        scope: Scope,
+        reply: oneshot::Sender<Result<SubmittedEach, ServiceError>>,
     },
     Cancel {
         id: String,
@@ -410,12 +423,119 @@ impl JobService {
         result
     }
 
+    /// Validates and durably accepts up to [`MAX_SUBMIT_BATCH`] jobs of one caller, each on
+    /// its own (its validation, idempotency key, dependencies and the namespace's quota), and
+    /// commits every one accepted in one transaction before answering. The answers are in the
+    /// order of `requests`. An error for the whole call (the store cannot write, shutting
+    /// down) means that none was accepted.
+    #[tracing::instrument(skip_all, fields(jobs = requests.len()))]
+    pub async fn submit_many(
+        &self,
+        requests: Vec<SubmitRequest>,
+        submitter: Option<Submitter>,
+        scope: &Scope,
+    ) -> Result<SubmittedEach, ServiceError> {
+        let metrics = &self.inner.metrics;
+        metrics.jobs_submitted.inc_by(requests.len() as u64);
+        if requests.len() > MAX_SUBMIT_BATCH {
+            let e = ServiceError::Invalid(ValidationError {
+                field: "inputs".into(),
+                message: format!(
+                    "at most {MAX_SUBMIT_BATCH} jobs per call, got {}; split them into several calls",
+                    requests.len()
+                ),
+            });
+            for _ in 0..requests.len() {
+                metrics.rejected(e.reason());
+            }
+            return Err(e);
+        }
+        let mut answers: Vec<Option<Result<Submitted, ServiceError>>> = Vec::with_capacity(requests.len());
+        let mut valid = Vec::new();
+        let mut places = Vec::new();
+        for (i, request) in requests.into_iter().enumerate() {
+            match self.prepare(request, submitter.clone(), scope) {
+                Ok(prepared) => {
+                    answers.push(None);
+                    valid.push(prepared);
+                    places.push(i);
+                }
+                Err(e) => answers.push(Some(Err(e))),
+            }
+        }
+        if !valid.is_empty() {
+            let accepted = valid.len();
+            let (reply, answer) = oneshot::channel();
+            let committed = match self
+                .command(Command::SubmitMany {
+                    jobs: valid,
+                    scope: scope.clone(),
+                    reply,
+                })
+                .await
+            {
+                Ok(()) => answer.await.unwrap_or(Err(ServiceError::ShuttingDown)),
+                Err(e) => Err(e),
+            };
+            match committed {
+                Ok(each) => {
+                    for (place, result) in places.into_iter().zip(each) {
+                        answers[place] = Some(result);
+                    }
+                }
+                Err(e) => {
+                    for _ in 0..answers.len() {
+                        metrics.rejected(e.reason());
+                    }
+                    tracing::debug!(jobs = accepted, error = %e, "a bulk submission changed nothing");
+                    return Err(e);
+                }
+            }
+        }
+        let answers: SubmittedEach = answers
+            .into_iter()
+            .map(|a| a.unwrap_or(Err(ServiceError::ShuttingDown)))
+            .collect();
+        for answer in &answers {
+            match answer {
+                Ok(s) if s.created => {
+                    metrics.jobs_accepted.inc();
+                }
+                Ok(_) => {}
+                Err(e) => metrics.rejected(e.reason()),
+            }
+        }
+        Ok(answers)
+    }
+
     async fn try_submit(
         &self,
         request: SubmitRequest,
         submitter: Option<Submitter>,
         scope: &Scope,
     ) -> Result<Submitted, ServiceError> {
+        let (job, fingerprint) = self.prepare(request, submitter, scope)?;
+        tracing::Span::current().record("job", job.id.as_str());
+        let (reply, answer) = oneshot::channel();
+        self.command(Command::Submit {
+            job: Box::new(job),
+            fingerprint,
+            scope: scope.clone(),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| ServiceError::ShuttingDown)?
+    }
+
+    /// Everything a submission is checked for before the writer: the input, the caller's
+    /// scope, the template's parameters and availability. Returns the job to accept, with a
+    /// new id, and its spec's fingerprint.
+    fn prepare(
+        &self,
+        request: SubmitRequest,
+        submitter: Option<Submitter>,
+        scope: &Scope,
+    ) -> Result<(Job, String), ServiceError> {
         let spec: JobSpec = request.validate(&self.inner.limits)?;
         if !scope.allows(&spec.namespace) {
             return Err(ServiceError::Forbidden(format!(
@@ -435,21 +555,12 @@ impl JobService {
             })?;
         let fingerprint = spec.fingerprint();
         let id = uuid::Uuid::now_v7().to_string();
-        tracing::Span::current().record("job", id.as_str());
         let mut job = Job::accepted(id, spec, request.idempotency_key, Utc::now());
         if let Some(submitter) = submitter {
             job.submitter = Some(submitter.name);
             job.submitter_key = Some(submitter.principal);
         }
-        let (reply, answer) = oneshot::channel();
-        self.command(Command::Submit {
-            job: Box::new(job),
-            fingerprint,
-            scope: scope.clone(),
-            reply,
-        })
-        .await?;
-        answer.await.map_err(|_| ServiceError::ShuttingDown)?
+        Ok((job, fingerprint))
     }
 
     /// Cancels a PENDING or RUNNING job: records CANCELLED, then stops its workload.

@@ -490,3 +490,58 @@ async fn submit_may_neither_use_nor_depend_on_another_tenants_namespace() {
     );
     f.stop().await;
 }
+
+#[tokio::test]
+async fn submit_many_may_neither_use_nor_depend_on_another_tenants_namespace() {
+    let f = Fixture::start().await;
+    let b = f.submit(&team_b(), "team-b").await;
+    let request = |namespace: &str, depends_on: Option<&str>| SubmitRequest {
+        namespace: Some(namespace.to_owned()),
+        command: Some(vec!["sleep".into(), "60".into()]),
+        depends_on: depends_on.map(|id| vec![id.to_owned()]),
+        ..SubmitRequest::default()
+    };
+    let answers = f
+        .service
+        .submit_many(
+            vec![
+                request("team-a", None),
+                request("team-b", None),
+                request("team-a", Some(&b.id)),
+                request("team-a", Some(UNKNOWN)),
+            ],
+            None,
+            &team_a(),
+        )
+        .await
+        .expect("the call is answered");
+    assert!(matches!(&answers[0], Ok(s) if s.created && s.job.spec.namespace == "team-a"));
+    assert!(
+        matches!(answers[1], Err(ServiceError::Forbidden(_))),
+        "{:?}",
+        answers[1]
+    );
+    // Another tenant's job is as unknown as one that never was.
+    assert_eq!(
+        about(&b.id, &answers[2].as_ref().map(|_| ())),
+        about(UNKNOWN, &answers[3].as_ref().map(|_| ()))
+    );
+    assert!(
+        matches!(answers[2], Err(ServiceError::Invalid(_))),
+        "{:?}",
+        answers[2]
+    );
+    let count = |scope: Scope| {
+        let service = f.service.clone();
+        async move {
+            service
+                .jobs(&JobFilter::default(), &scope, 10, None)
+                .await
+                .unwrap()
+                .total_count
+        }
+    };
+    assert_eq!(count(team_a()).await, 1);
+    assert_eq!(count(team_b()).await, 1, "nothing was submitted to team-b");
+    f.stop().await;
+}

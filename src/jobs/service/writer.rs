@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 
 use super::{Command, Inner, ServiceError, Submitted};
 use crate::executor::Observation;
-use crate::model::{Job, JobEvent, JobPhase, Transition, ValidationError};
-use crate::store::{StoreError, StoreTx};
+use crate::model::{Job, JobEvent, JobPhase, Scope, Transition, ValidationError};
+use crate::store::{Accepted, StoreError, StoreTx};
 
 /// How often the writer checks that the store can write (and, after a failure, probes it).
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -32,6 +32,25 @@ pub(super) struct Writer {
 /// A change made in the current batch, to publish once it is committed.
 struct Recorded {
     event: Arc<JobEvent>,
+}
+
+impl Recorded {
+    /// The event recorded for `transition` at `at` as `seq`, `job` being as it was right
+    /// after it.
+    fn of(job: &Job, transition: &Transition, seq: i64, at: chrono::DateTime<Utc>) -> Self {
+        Self {
+            event: Arc::new(JobEvent {
+                seq,
+                job_id: job.id.clone(),
+                phase: transition.phase,
+                previous_phase: transition.previous_phase,
+                at,
+                reason: transition.reason.clone(),
+                message: transition.message.clone(),
+                job: Arc::new(job.clone()),
+            }),
+        }
+    }
 }
 
 impl Writer {
@@ -80,16 +99,25 @@ impl Writer {
                 }
                 return;
             };
+            // A bulk submission weighs as many commands as it holds jobs, so a batch stays
+            // within `max_batch` jobs plus at most one bulk's.
+            let mut weight = first.weight();
             batch.push(first);
-            while batch.len() < self.max_batch {
+            while weight < self.max_batch {
                 match commands.try_recv() {
-                    Ok(c) => batch.push(c),
+                    Ok(c) => {
+                        weight += c.weight();
+                        batch.push(c);
+                    }
                     Err(_) => break,
                 }
             }
-            while batch.len() < self.max_batch {
+            while weight < self.max_batch {
                 match observations.try_recv() {
-                    Ok(o) => batch.push(Command::Observe(o)),
+                    Ok(o) => {
+                        weight += 1;
+                        batch.push(Command::Observe(o));
+                    }
                     Err(_) => break,
                 }
             }
@@ -166,6 +194,9 @@ impl Writer {
                 Command::Cancel { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
+                Command::SubmitMany { reply, .. } => {
+                    let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
+                }
                 Command::Observe(o) => {
                     deferred.retain(|d| d.job_id != o.job_id);
                     deferred.push(o);
@@ -205,18 +236,7 @@ impl Writer {
         let seq = tx.append_event(job, transition, now).await?;
         job.last_event_seq = seq;
         tx.save_job(job).await?;
-        recorded.push(Recorded {
-            event: Arc::new(JobEvent {
-                seq,
-                job_id: job.id.clone(),
-                phase: transition.phase,
-                previous_phase: transition.previous_phase,
-                at: now,
-                reason: transition.reason.clone(),
-                message: transition.message.clone(),
-                job: Arc::new(job.clone()),
-            }),
-        });
+        recorded.push(Recorded::of(job, transition, seq, now));
         Ok(())
     }
 
@@ -247,7 +267,8 @@ impl Writer {
             .map(|(id, _)| id.clone())
             .collect();
         if !waiting.is_empty() {
-            tx.hold(&job.id, &job.spec.depends_on).await?;
+            // The edges are recorded above.
+            tx.hold(&job.id, &[]).await?;
             let transition = job.wait_for_dependencies(&waiting, now);
             Self::record(tx, job, &transition, recorded).await?;
         }
@@ -308,6 +329,243 @@ impl Writer {
         Ok(released)
     }
 
+    /// A submission's checks in the batch's transaction: an earlier job with the same
+    /// idempotency key (in the store, or earlier in this batch) or a refusal (an unknown
+    /// dependency, the namespace's quota) is the answer; otherwise the job is to be accepted,
+    /// with its dependencies' phases.
+    #[allow(clippy::too_many_arguments)]
+    async fn check_submission(
+        &self,
+        tx: &mut dyn StoreTx,
+        touched: &HashMap<String, Job>,
+        keys: &HashMap<String, (String, String)>,
+        context: &mut SubmitContext,
+        job: &Job,
+        fingerprint: &String,
+        scope: &Scope,
+    ) -> Result<Checked, StoreError> {
+        if let Some(key) = &job.idempotency_key {
+            let scoped = crate::store::scoped_key(job.key_scope(), key);
+            let existing = match (keys.get(&scoped), &context.stored_keys) {
+                (Some(found), _) => Some(found.clone()),
+                (None, Some(stored)) => stored.get(&scoped).cloned(),
+                (None, None) => tx
+                    .find_by_idempotency_key(job.key_scope(), key)
+                    .await?
+                    .map(|k| (k.fingerprint, k.job.id)),
+            };
+            if let Some((fp, id)) = existing {
+                if fp != *fingerprint {
+                    return Ok(Checked::Answer(Answer::Error(
+                        ServiceError::IdempotencyConflict { key: key.clone() },
+                    )));
+                }
+                return Ok(Checked::Answer(match self.current(tx, touched, &id).await? {
+                    Some(job) => Answer::Existing(Arc::new(job)),
+                    None => Answer::Error(ServiceError::NotFound { id }),
+                }));
+            }
+        }
+        // Every dependency must exist (committed, or accepted earlier in this batch).
+        let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
+        for (i, id) in job.spec.depends_on.iter().enumerate() {
+            match self.current(tx, touched, id).await? {
+                // Another tenant's job is as unknown as a job that never was.
+                Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
+                _ => {
+                    return Ok(Checked::Answer(Answer::Error(ServiceError::Invalid(
+                        ValidationError {
+                            field: format!("input.dependsOn[{i}]"),
+                            message: format!("no job with id {id:?}"),
+                        },
+                    ))));
+                }
+            }
+        }
+        // The quota counts in this transaction, so jobs accepted earlier in the same batch
+        // count too (and, within one command, those it accepted but has not written yet).
+        let limit = self.inner.max_active_per_namespace;
+        if limit > 0 {
+            let namespace = &job.spec.namespace;
+            let active = match context.active.get(namespace) {
+                Some(n) => *n,
+                None => {
+                    let n = tx.active_in_namespace(namespace).await?;
+                    context.active.insert(namespace.clone(), n);
+                    n
+                }
+            };
+            if active >= limit as i64 {
+                return Ok(Checked::Answer(Answer::Error(ServiceError::QuotaExceeded {
+                    namespace: namespace.clone(),
+                    limit,
+                })));
+            }
+        }
+        Ok(Checked::Accept(dependencies))
+    }
+
+    /// Counts a job about to be accepted: its key (for later submissions of the batch) and its
+    /// namespace's active jobs (for later ones of the command).
+    fn count_accepted(
+        keys: &mut HashMap<String, (String, String)>,
+        context: &mut SubmitContext,
+        job: &Job,
+        fingerprint: &str,
+    ) {
+        if let Some(key) = &job.idempotency_key {
+            keys.insert(
+                crate::store::scoped_key(job.key_scope(), key),
+                (fingerprint.to_owned(), job.id.clone()),
+            );
+        }
+        if let Some(n) = context.active.get_mut(&job.spec.namespace) {
+            *n += 1;
+        }
+    }
+
+    /// The transition every accepted job's first event records.
+    fn submitted(job: &Job) -> Transition {
+        Transition {
+            previous_phase: None,
+            phase: job.phase,
+            reason: Some("Submitted".into()),
+            message: Some("accepted by jobgate".into()),
+        }
+    }
+
+    /// One submission in the batch's transaction: its checks, then the job accepted with its
+    /// first event (and held, or failed, for its dependencies).
+    #[allow(clippy::too_many_arguments)]
+    async fn submit_in(
+        &self,
+        tx: &mut dyn StoreTx,
+        touched: &mut HashMap<String, Job>,
+        keys: &mut HashMap<String, (String, String)>,
+        recorded: &mut Vec<Recorded>,
+        context: &mut SubmitContext,
+        job: &Job,
+        fingerprint: &String,
+        scope: &Scope,
+    ) -> Result<Answer, StoreError> {
+        let dependencies = match self
+            .check_submission(tx, touched, keys, context, job, fingerprint, scope)
+            .await?
+        {
+            Checked::Answer(answer) => return Ok(answer),
+            Checked::Accept(dependencies) => dependencies,
+        };
+        Self::count_accepted(keys, context, job, fingerprint);
+        let mut job = job.clone();
+        let transition = Self::submitted(&job);
+        let at = Utc::now();
+        let seq = tx.accept_job(&job, fingerprint, &transition, at).await?;
+        job.last_event_seq = seq;
+        recorded.push(Recorded::of(&job, &transition, seq, at));
+        if !dependencies.is_empty() {
+            Self::await_dependencies(tx, &mut job, &dependencies, recorded).await?;
+        }
+        let answer = Answer::Created(Arc::new(job.clone()));
+        touched.insert(job.id.clone(), job);
+        Ok(answer)
+    }
+
+    /// A bulk submission's jobs, each checked and answered on its own, in order. Their keys
+    /// are read in one statement, and the jobs without dependencies are written together
+    /// ([`StoreTx::accept_jobs`]: a few statements for hundreds of jobs, where one each would
+    /// cost a round trip to the database's thread each), in input order (a job with
+    /// dependencies writes those before it first).
+    #[allow(clippy::too_many_arguments)]
+    async fn submit_many_in(
+        &self,
+        tx: &mut dyn StoreTx,
+        touched: &mut HashMap<String, Job>,
+        keys: &mut HashMap<String, (String, String)>,
+        recorded: &mut Vec<Recorded>,
+        jobs: &[(Job, String)],
+        scope: &Scope,
+    ) -> Result<Vec<Answer>, StoreError> {
+        let wanted: Vec<(Option<&str>, &str)> = jobs
+            .iter()
+            .filter_map(|(job, _)| Some((job.key_scope(), job.idempotency_key.as_deref()?)))
+            .collect();
+        let stored_keys = if wanted.is_empty() {
+            HashMap::new()
+        } else {
+            tx.find_by_idempotency_keys(&wanted)
+                .await?
+                .into_iter()
+                .map(|(scoped, k)| (scoped, (k.fingerprint, k.job.id)))
+                .collect()
+        };
+        let mut context = SubmitContext {
+            stored_keys: Some(stored_keys),
+            active: HashMap::new(),
+        };
+        let mut answers: Vec<Option<Answer>> = (0..jobs.len()).map(|_| None).collect();
+        let mut pending: Vec<(usize, Job)> = Vec::new();
+        for (i, (job, fingerprint)) in jobs.iter().enumerate() {
+            match self
+                .check_submission(tx, touched, keys, &mut context, job, fingerprint, scope)
+                .await?
+            {
+                Checked::Answer(answer) => answers[i] = Some(answer),
+                Checked::Accept(dependencies) if dependencies.is_empty() => {
+                    Self::count_accepted(keys, &mut context, job, fingerprint);
+                    pending.push((i, job.clone()));
+                }
+                Checked::Accept(_) => {
+                    Self::accept_pending(tx, touched, recorded, &mut answers, &mut pending, jobs).await?;
+                    // Checked again, on the path of a single submission (nothing changed).
+                    let answer = self
+                        .submit_in(tx, touched, keys, recorded, &mut context, job, fingerprint, scope)
+                        .await?;
+                    answers[i] = Some(answer);
+                }
+            }
+        }
+        Self::accept_pending(tx, touched, recorded, &mut answers, &mut pending, jobs).await?;
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or(Answer::Error(ServiceError::ShuttingDown)))
+            .collect())
+    }
+
+    /// Writes the jobs a bulk accepted so far, with their first events, in one go.
+    async fn accept_pending(
+        tx: &mut dyn StoreTx,
+        touched: &mut HashMap<String, Job>,
+        recorded: &mut Vec<Recorded>,
+        answers: &mut [Option<Answer>],
+        pending: &mut Vec<(usize, Job)>,
+        jobs: &[(Job, String)],
+    ) -> Result<(), StoreError> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let at = Utc::now();
+        let transitions: Vec<Transition> = pending.iter().map(|(_, job)| Self::submitted(job)).collect();
+        let accepted: Vec<Accepted<'_>> = pending
+            .iter()
+            .zip(&transitions)
+            .map(|((i, job), transition)| Accepted {
+                job,
+                fingerprint: &jobs[*i].1,
+                transition,
+                at,
+            })
+            .collect();
+        let seqs = tx.accept_jobs(&accepted).await?;
+        drop(accepted);
+        for (((i, mut job), transition), seq) in pending.drain(..).zip(&transitions).zip(seqs) {
+            job.last_event_seq = seq;
+            recorded.push(Recorded::of(&job, transition, seq, at));
+            answers[i] = Some(Answer::Created(Arc::new(job.clone())));
+            touched.insert(job.id.clone(), job);
+        }
+        Ok(())
+    }
+
     /// Everything a committed batch must still do.
     async fn try_apply(&self, batch: &[Command]) -> Result<Outcome, StoreError> {
         let mut tx = self.inner.store.begin().await?;
@@ -326,81 +584,27 @@ impl Writer {
                     scope,
                     ..
                 } => {
-                    let scoped_key = job
-                        .idempotency_key
-                        .as_deref()
-                        .map(|k| crate::store::scoped_key(job.key_scope(), k));
-                    if let (Some(key), Some(scoped)) = (&job.idempotency_key, &scoped_key) {
-                        let existing = match keys.get(scoped) {
-                            Some((fp, id)) => Some((fp.clone(), id.clone())),
-                            None => tx
-                                .find_by_idempotency_key(job.key_scope(), key)
-                                .await?
-                                .map(|k| (k.fingerprint, k.job.id)),
-                        };
-                        if let Some((fp, id)) = existing {
-                            if fp == *fingerprint {
-                                let job = self.current(&mut *tx, &touched, &id).await?;
-                                answers.push(match job {
-                                    Some(job) => Answer::Existing(Arc::new(job)),
-                                    None => Answer::Error(ServiceError::NotFound { id }),
-                                });
-                            } else {
-                                answers.push(Answer::Error(ServiceError::IdempotencyConflict {
-                                    key: key.clone(),
-                                }));
-                            }
-                            continue;
-                        }
-                    }
-                    // Every dependency must exist (committed, or accepted earlier in this batch).
-                    let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
-                    let mut unknown = None;
-                    for (i, id) in job.spec.depends_on.iter().enumerate() {
-                        match self.current(&mut *tx, &touched, id).await? {
-                            // Another tenant's job is as unknown as a job that never was.
-                            Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
-                            _ => {
-                                unknown = Some(ValidationError {
-                                    field: format!("input.dependsOn[{i}]"),
-                                    message: format!("no job with id {id:?}"),
-                                });
-                                break;
-                            }
-                        }
-                    }
-                    if let Some(e) = unknown {
-                        answers.push(Answer::Error(ServiceError::Invalid(e)));
-                        continue;
-                    }
-                    // The quota counts in this transaction, so jobs accepted earlier in the
-                    // same batch count too.
-                    let limit = self.inner.max_active_per_namespace;
-                    if limit > 0 && tx.active_in_namespace(&job.spec.namespace).await? >= limit as i64 {
-                        answers.push(Answer::Error(ServiceError::QuotaExceeded {
-                            namespace: job.spec.namespace.clone(),
-                            limit,
-                        }));
-                        continue;
-                    }
-                    if let Some(scoped) = scoped_key {
-                        keys.insert(scoped, (fingerprint.clone(), job.id.clone()));
-                    }
-                    let mut job = (**job).clone();
-                    tx.insert_job(&job, fingerprint).await?;
-                    let transition = Transition {
-                        previous_phase: None,
-                        phase: job.phase,
-                        reason: Some("Submitted".into()),
-                        message: Some("accepted by jobgate".into()),
-                    };
-                    Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
-                    if !dependencies.is_empty() {
-                        Self::await_dependencies(&mut *tx, &mut job, &dependencies, &mut recorded).await?;
-                    }
-                    answers.push(Answer::Created(Arc::new(job.clone())));
-                    touched.insert(job.id.clone(), job);
-                    launch = true;
+                    let answer = self
+                        .submit_in(
+                            &mut *tx,
+                            &mut touched,
+                            &mut keys,
+                            &mut recorded,
+                            &mut SubmitContext::default(),
+                            job,
+                            fingerprint,
+                            scope,
+                        )
+                        .await?;
+                    launch |= matches!(answer, Answer::Created(_));
+                    answers.push(answer);
+                }
+                Command::SubmitMany { jobs, scope, .. } => {
+                    let each = self
+                        .submit_many_in(&mut *tx, &mut touched, &mut keys, &mut recorded, jobs, scope)
+                        .await?;
+                    launch |= each.iter().any(|a| matches!(a, Answer::Created(_)));
+                    answers.push(Answer::Many(each));
                 }
                 Command::Cancel { id, scope, .. } => {
                     let Some(mut job) = self
@@ -545,6 +749,17 @@ impl Writer {
                 (Command::Submit { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
                 }
+                (Command::SubmitMany { reply, .. }, Answer::Many(each)) => {
+                    let _ = reply.send(Ok(each
+                        .into_iter()
+                        .map(|answer| match answer {
+                            Answer::Created(job) => Ok(Submitted { job, created: true }),
+                            Answer::Existing(job) => Ok(Submitted { job, created: false }),
+                            Answer::Error(e) => Err(e),
+                            Answer::None | Answer::Many(_) => Err(ServiceError::ShuttingDown),
+                        })
+                        .collect()));
+                }
                 (Command::Cancel { reply, .. }, Answer::Created(job) | Answer::Existing(job)) => {
                     let _ = reply.send(Ok(job));
                 }
@@ -566,11 +781,40 @@ impl Writer {
     }
 }
 
+/// What a submission's checks decided (see [`Writer::check_submission`]).
+enum Checked {
+    Answer(Answer),
+    /// To be accepted; its dependencies and their phases.
+    Accept(Vec<(String, JobPhase)>),
+}
+
+/// What the submissions of one command share as they are checked.
+#[derive(Default)]
+struct SubmitContext {
+    /// The stored jobs of the command's idempotency keys, read ahead (scoped key →
+    /// (fingerprint, id)); `None`: each key is looked up when checked.
+    stored_keys: Option<HashMap<String, (String, String)>>,
+    /// Each namespace's active jobs, read once, with those the command accepted since.
+    active: HashMap<String, i64>,
+}
+
 enum Answer {
     None,
     Created(Arc<Job>),
     Existing(Arc<Job>),
     Error(ServiceError),
+    /// A bulk submission's answers, one per job.
+    Many(Vec<Answer>),
+}
+
+impl Command {
+    /// How many commands this one counts for in a batch: a bulk submission, its jobs.
+    fn weight(&self) -> usize {
+        match self {
+            Command::SubmitMany { jobs, .. } => jobs.len().max(1),
+            _ => 1,
+        }
+    }
 }
 
 struct Outcome {
