@@ -992,7 +992,7 @@ impl StoreTx for SqliteTx {
             .collect()
     }
 
-    /// Multi-row INSERTs of up to [`ACCEPT_CHUNK`] jobs, then as many events: a bulk costs a
+    /// Multi-row INSERTs of up to `ACCEPT_CHUNK` jobs, then as many events: a bulk costs a
     /// few statements, not two a job.
     async fn accept_jobs(&mut self, accepted: &[Accepted<'_>]) -> Result<Vec<i64>> {
         let mut seqs = Vec::with_capacity(accepted.len());

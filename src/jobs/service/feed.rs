@@ -150,7 +150,7 @@ impl JobService {
         Ok(self.inner.store.job_history(id, scope, last as i64).await?)
     }
 
-    /// The last `tail_lines` lines of the job's output (at most [`MAX_TAIL_BYTES`] of them,
+    /// The last `tail_lines` lines of the job's output (at most `MAX_TAIL_BYTES` of them,
     /// the newest kept); `NotFound` for a job `scope` may not see, as for one that does not
     /// exist. From the archive; a job with none (run before jobgate archived output, or
     /// whose first lines are not written yet) is read from its executor.
@@ -202,7 +202,7 @@ impl JobService {
     }
 
     /// Up to `first` archived lines of the job after the cursor `after` (from the first line
-    /// when `None`), and no more than [`MAX_LOG_PAGE_BYTES`] of them (one line at least);
+    /// when `None`), and no more than `MAX_LOG_PAGE_BYTES` of them (one line at least);
     /// `NotFound` for a job `scope` may not see, as for one that does not exist.
     pub async fn log_page(
         &self,
