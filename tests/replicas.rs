@@ -517,8 +517,11 @@ async fn job_status_and_job_logs_follow_on_a_replica_that_did_not_accept_the_job
     }
     assert_eq!(lines, ["alpha", "beta"]);
     assert_eq!(phases.last().map(String::as_str), Some("SUCCEEDED"), "{phases:?}");
-    // Finished: no pods shown, whichever replica is asked.
+    // Finished: no pods shown, whichever replica is asked, once it knows the job finished
+    // (another replica learns it from the shared event log, a moment later; meanwhile the
+    // pods, which keep the log-archive finalizer until their log is stored, are still listed).
     for server in &servers {
+        server.wait_terminal(&id).await;
         assert_eq!(server.job_with(&id, "pods { name }").await["pods"], json!([]));
     }
 }
