@@ -28,12 +28,20 @@
 //!    name, combined) and as a caller scoped to two namespaces; `jobStats`; `namespaces`; the
 //!    dashboard's three initial queries together. Also the start-up time of jobgate on that
 //!    store (which loads its unfinished jobs).
+//! 3. **retention** (only when asked: `BENCH_PARTS=retention`; see [`retention`]): a copy of
+//!    that store, where 29 in 30 finished jobs are older than `BENCH_RETENTION_DAYS` [1],
+//!    with `submitJob` paced at `BENCH_RETENTION_RATE` [50] per second over HTTP, first for
+//!    `BENCH_RETENTION_IDLE_SECS` [30] on jobgate with retention off, then on jobgate with
+//!    `--retention-days` for as long as its first sweep runs, then as long again on that
+//!    server once the sweep is over. Printed: the p50/p99/max of `submitJob` in each phase,
+//!    the jobs the sweep deleted, how long it took and the jobs deleted per second.
 //!
 //! Knobs (environment variables; defaults in brackets): `BENCH_PARTS` [bulk,million],
 //! `BENCH_BULK_CALLS` [40], `BENCH_BULK_SIZE` [1000], `BENCH_BULK_CLIENTS` [2],
 //! `BENCH_BULK_KINDS` [run,held], `BENCH_JOBS` [1000000], `BENCH_REPEAT` [200],
 //! `BENCH_KEEP` [unset: a directory to keep the generated store in, and to reuse it from if
-//! it is there].
+//! it is there; the retention part sweeps a copy of it], `BENCH_RETENTION_DAYS`,
+//! `BENCH_RETENTION_RATE`, `BENCH_RETENTION_IDLE_SECS`.
 //!
 //! Every wait has a time limit. Without `--bench` (as under `cargo test --benches`) the
 //! program does nothing. BENCHMARKS.md has the figures.
@@ -46,7 +54,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::jobgate::{self, Process};
-use common::{Table, WAIT, pct, print_table};
+use common::{Table, WAIT, pct, print_table, submissions};
 use serde_json::{Value, json};
 use sqlx::Connection as _;
 
@@ -59,6 +67,9 @@ struct Opts {
     jobs: i64,
     repeat: usize,
     keep: Option<PathBuf>,
+    retention_days: f64,
+    retention_rate: f64,
+    retention_idle: Duration,
 }
 
 impl Opts {
@@ -86,6 +97,11 @@ impl Opts {
             jobs: number("BENCH_JOBS", "1000000"),
             repeat: number("BENCH_REPEAT", "200") as usize,
             keep: std::env::var_os("BENCH_KEEP").map(PathBuf::from),
+            retention_days: var("BENCH_RETENTION_DAYS", "1")
+                .parse()
+                .expect("BENCH_RETENTION_DAYS must be a number"),
+            retention_rate: number("BENCH_RETENTION_RATE", "50") as f64,
+            retention_idle: Duration::from_secs(number("BENCH_RETENTION_IDLE_SECS", "30") as u64),
         }
     }
 }
@@ -103,6 +119,9 @@ async fn run(opts: Opts) {
     }
     if opts.parts.iter().any(|p| p == "million") {
         million(&opts, &mut table).await;
+    }
+    if opts.parts.iter().any(|p| p == "retention") {
+        retention(&opts, &mut table).await;
     }
     print_table(&table, ["measured", "figure", "value"], [58, 22, 14]);
 }
@@ -354,6 +373,17 @@ async fn generate(data_dir: &Path, jobs: i64) {
     );
 }
 
+/// Generates the store of `jobs` jobs in `data_dir` unless it holds one already.
+async fn ensure_generated(data_dir: &Path, jobs: i64) {
+    if !data_dir.join("jobgate.db").exists() {
+        // jobgate migrates the empty database; the jobs are then written beside it.
+        let mut command = jobgate::command("full", data_dir, "warn,jobgate::server=info");
+        let mut empty = Process::start(&mut command, Duration::from_secs(600), |_| false);
+        empty.stop().await;
+        generate(data_dir, jobs).await;
+    }
+}
+
 /// The dashboard's documents (web/src/documents.js), as it sends them.
 const JOB_ROW_FIELDS: &str = "id name namespace template phase submittedAt startedAt finishedAt message lastEventCursor progress { succeeded failed active ready total }";
 const STATS_QUERY: &str = "query Stats($windowMinutes: Int!, $bucketSeconds: Int!) {
@@ -433,12 +463,7 @@ async fn million(opts: &Opts, table: &mut Table) {
         command.arg("--api-tokens-file").arg(&tokens);
         Process::start(&mut command, Duration::from_secs(600), |_| false)
     };
-    if !data_dir.join("jobgate.db").exists() {
-        // jobgate migrates the empty database; the jobs are then written beside it.
-        let mut empty = start(&data_dir);
-        empty.stop().await;
-        generate(&data_dir, opts.jobs).await;
-    }
+    ensure_generated(&data_dir, opts.jobs).await;
     let mut server = start(&data_dir);
     let startup = server.listening_after;
     println!(
@@ -596,4 +621,239 @@ async fn million(opts: &Opts, table: &mut Table) {
     if !problems.is_empty() {
         println!("jobgate warned: {:?}", &problems[..problems.len().min(5)]);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Part 3: retention under write load
+
+/// One `submitJob` as the writers of the retention part send it: when it was sent, how long
+/// its answer took, and whether it was accepted.
+type Sample = (Instant, Duration, bool);
+
+/// The retention sweep of a large store, against `submitJob` latency (issue 17: retention
+/// runs "without stalling writers").
+///
+/// The store is the [`generate`]d one (a copy of `BENCH_KEEP`'s, which the sweep would
+/// empty): finished jobs finished one every 2.6 s over 30 days, so with retention of one day
+/// the first sweep deletes 29 in 30 of them, about 940,000 jobs with their events. Writers are
+/// `submitJob`s of plain `["true"]` jobs paced at a fixed rate (each sent on time, whatever
+/// the answers before it), which the local executor runs as they come:
+///
+/// 1. jobgate on the store with retention off: the idle latency;
+/// 2. jobgate on the same store with `--retention-days` (its first sweep starts with it; the
+///    next one an hour later): the latency while the sweep runs, which is over once
+///    `jobgate_retention_deleted_jobs_total` has reached the jobs past retention and stayed
+///    still for two seconds (submissions sent after its last change are not counted);
+/// 3. the same server after the sweep, idle again.
+async fn retention(opts: &Opts, table: &mut Table) {
+    let temp = tempfile::tempdir().expect("a temporary directory");
+    let data_dir = temp.path().join("data");
+    match &opts.keep {
+        Some(keep) => {
+            ensure_generated(keep, opts.jobs).await;
+            std::fs::create_dir_all(&data_dir).expect("creating the data directory");
+            let copied = Instant::now();
+            // jobgate leaves the store checkpointed when it stops; a WAL, if any, goes along.
+            for file in ["jobgate.db", "jobgate.db-wal"] {
+                if keep.join(file).exists() {
+                    std::fs::copy(keep.join(file), data_dir.join(file)).expect("copying the store");
+                }
+            }
+            println!("copied the kept store in {:.1} s", copied.elapsed().as_secs_f64());
+        }
+        None => ensure_generated(&data_dir, opts.jobs).await,
+    }
+    let expired = past_retention(&data_dir, opts.retention_days).await;
+    assert!(
+        expired > 0,
+        "no finished job is older than {} days",
+        opts.retention_days
+    );
+    let what = format!(
+        "retention of {} days on {} jobs (SQLite), submitJob at {}/s",
+        opts.retention_days, opts.jobs, opts.retention_rate
+    );
+    let body = submissions::body(&json!({"name": "writer", "command": ["true"]}));
+    let log = "warn,jobgate::server=info";
+    let start = |retention: bool| {
+        let mut command = jobgate::command("full", &data_dir, log);
+        if retention {
+            command
+                .arg("--retention-days")
+                .arg(opts.retention_days.to_string())
+                .args(["--retention-interval-ms", "3600000"]);
+        }
+        Process::start(&mut command, Duration::from_secs(600), |_| false)
+    };
+    // 1. Retention off.
+    let mut server = start(false);
+    submissions::many(&server.http, &server.url(), body.clone(), 100, 1)
+        .await
+        .assert_all_accepted("the warm-up");
+    let idle = paced_for(&server, body.clone(), opts.retention_rate, opts.retention_idle).await;
+    report_samples(table, &what, "idle, retention off", &idle);
+    let problems = server.problems();
+    server.stop().await;
+
+    // 2. The sweep, from the start of the server that runs it.
+    let mut server = start(true);
+    let sweep_started = server.spawned + server.listening_after;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = tokio::spawn(watch_sweep(
+        server.http.clone(),
+        format!("http://{}/metrics", server.addr),
+        expired,
+        done.clone(),
+    ));
+    let during = paced_until(&server, body.clone(), opts.retention_rate, done).await;
+    let (deleted, last_change) = watcher.await.expect("the sweep's watcher");
+    let swept = last_change - sweep_started;
+    let during: Vec<Sample> = during.into_iter().filter(|s| s.0 < last_change).collect();
+    report_samples(table, &what, "during the sweep", &during);
+    let rate = deleted as f64 / swept.as_secs_f64();
+    println!(
+        "the sweep deleted {deleted} jobs ({expired} were past retention) in {:.1} s = {rate:.0} jobs/s",
+        swept.as_secs_f64()
+    );
+    table.push((what.clone(), "jobs deleted".into(), deleted.to_string()));
+    table.push((
+        what.clone(),
+        "sweep took".into(),
+        format!("{:.1} s", swept.as_secs_f64()),
+    ));
+    table.push((what.clone(), "deleted jobs/s".into(), format!("{rate:.0}")));
+
+    // 3. The same server, the sweep over.
+    let after = paced_for(&server, body, opts.retention_rate, opts.retention_idle).await;
+    report_samples(table, &what, "idle, after the sweep", &after);
+    let problems = [problems, server.problems()].concat();
+    server.stop().await;
+    if !problems.is_empty() {
+        println!("jobgate warned: {:?}", &problems[..problems.len().min(5)]);
+    }
+}
+
+/// Prints and tables the `submitJob` times of one phase of the retention part.
+fn report_samples(table: &mut Table, what: &str, phase: &str, samples: &[Sample]) {
+    let mut times: Vec<Duration> = samples.iter().map(|s| s.1).collect();
+    times.sort();
+    let failed = samples.iter().filter(|s| !s.2).count();
+    println!(
+        "submitJob {phase}: {} sent, p50 {} p99 {} max {}, {failed} failed",
+        times.len(),
+        ms(pct(&times, 50.0)),
+        ms(pct(&times, 99.0)),
+        ms(*times.last().unwrap())
+    );
+    table.push((what.into(), format!("{phase}: p50"), ms(pct(&times, 50.0))));
+    table.push((what.into(), format!("{phase}: p99"), ms(pct(&times, 99.0))));
+    table.push((what.into(), format!("{phase}: max"), ms(*times.last().unwrap())));
+    assert_eq!(failed, 0, "submissions failed {phase}");
+}
+
+/// How many finished jobs of the store in `data_dir` finished more than `days` days ago (by
+/// their finishing event, as retention reads them).
+async fn past_retention(data_dir: &Path, days: f64) -> u64 {
+    let mut db =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", data_dir.join("jobgate.db").display()))
+            .await
+            .expect("opening the database");
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM events e JOIN jobs j ON j.id = e.job_id \
+         WHERE e.phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') \
+         AND j.phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') \
+         AND e.at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?1)",
+    )
+    .bind(format!("-{} seconds", days * 86_400.0))
+    .fetch_one(&mut db)
+    .await
+    .expect("counting the jobs past retention");
+    db.close().await.expect("closing the database");
+    n as u64
+}
+
+/// Polls `jobgate_retention_deleted_jobs_total` until it has reached `expected` and not
+/// moved for two seconds; then sets `done`. Returns the jobs deleted and when the count last
+/// changed.
+async fn watch_sweep(
+    http: reqwest::Client,
+    metrics: String,
+    expected: u64,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> (u64, Instant) {
+    let limit = Instant::now() + Duration::from_secs(3600);
+    let (mut deleted, mut last_change) = (0, Instant::now());
+    loop {
+        let text = http
+            .get(&metrics)
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the metrics");
+        let now: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("jobgate_retention_deleted_jobs_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("jobgate_retention_deleted_jobs_total") as u64;
+        if now != deleted {
+            (deleted, last_change) = (now, Instant::now());
+        } else if deleted >= expected && last_change.elapsed() >= Duration::from_secs(2) {
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            return (deleted, last_change);
+        }
+        assert!(
+            Instant::now() < limit,
+            "the sweep deleted {deleted} of {expected} jobs in an hour"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `submitJob`s paced at `rate` per second for `secs`.
+async fn paced_for(server: &Process, body: Arc<String>, rate: f64, secs: Duration) -> Vec<Sample> {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let timer = {
+        let done = done.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(secs).await;
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+    };
+    let samples = paced_until(server, body, rate, done).await;
+    timer.await.expect("the timer");
+    samples
+}
+
+/// `submitJob`s paced at `rate` per second until `done`, each sent on its tick whatever the
+/// answers before it (at most 256 in flight); every answer waited for.
+async fn paced_until(
+    server: &Process,
+    body: Arc<String>,
+    rate: f64,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<Sample> {
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(256));
+    let mut tasks = tokio::task::JoinSet::new();
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        ticks.tick().await;
+        let permit = in_flight.clone().acquire_owned().await.expect("semaphore");
+        let (http, url, body) = (server.http.clone(), server.url(), body.clone());
+        tasks.spawn(async move {
+            let sent = Instant::now();
+            let accepted = submissions::submit(&http, &url, &body).await;
+            drop(permit);
+            if let Err(e) = &accepted {
+                println!("submitJob failed: {e}");
+            }
+            (sent, sent.elapsed(), accepted.is_ok())
+        });
+    }
+    let mut samples = Vec::new();
+    while let Some(sample) = tasks.join_next().await {
+        samples.push(sample.expect("a submission"));
+    }
+    samples
 }

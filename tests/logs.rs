@@ -8,6 +8,8 @@ mod common;
 
 use common::cluster::Cluster;
 use common::{GqlWs, Polling, Server, tenants_server, token_entry};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
 /// Every archived line of the job, read a page at a time with `logLines`: `(cursor, text)`.
@@ -275,6 +277,73 @@ async fn a_kubernetes_job_with_ttl_zero_keeps_all_5000_lines() {
         &stream_log_lines(&server, &id, 10_000, None, None).await,
         &expected,
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_templates_pod_is_held_until_its_whole_log_is_archived() {
+    let cluster = Cluster::start().await;
+    cluster.emu.register_workload_crds(&["PyTorchJob"]).unwrap();
+    // No log can be read until the pod has been deleted: whatever the archive gets, it gets
+    // from a pod its deletion would have taken at once but for jobgate's finalizer.
+    cluster.emu.throttle("pods/log", "log", 1);
+    let server = cluster.jobgate(&[]).await;
+    let id = server
+        .submit(json!({
+            "template": "pytorchjob",
+            "image": "example/work:1",
+            "command": ["python3", "main.py"],
+            "parameters": {"workers": 0, "restartPolicy": "Never"},
+            "env": [
+                {"name": "EMULATOR_LOG", "value": "line 0"},
+                {"name": "EMULATOR_LOG_LINES", "value": "4999"},
+            ],
+        }))
+        .await;
+    // The operator made the pod without jobgate's finalizer; jobgate adds it.
+    let held = |pod: &Pod| {
+        pod.metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == "jobgate.io/log-archive"))
+    };
+    let pod = {
+        let polling = Polling::start();
+        loop {
+            let pods = cluster.pods_of(&id).await;
+            let done = pods
+                .iter()
+                .find(|p| held(p) && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"));
+            if let Some(p) = done {
+                break p.metadata.name.clone().unwrap();
+            }
+            polling
+                .pause(|| format!("the pod never ended holding the finalizer: {pods:?}"))
+                .await;
+        }
+    };
+    // Deleted, as an operator's clean-up or a TTL would: the finalizer keeps it, and its log.
+    // (The job finishes only once its log can be read: its final report reads the tail.)
+    cluster
+        .pods()
+        .delete(&pod, &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleting = cluster.pods().get_opt(&pod).await.unwrap();
+    assert!(
+        deleting
+            .as_ref()
+            .is_some_and(|p| held(p) && p.metadata.deletion_timestamp.is_some()),
+        "the deleted pod waits for its log to be archived: {deleting:?}"
+    );
+    cluster.emu.unthrottle();
+    // Once its whole log is archived, jobgate removes the finalizer and the deletion ends.
+    cluster
+        .until("the pod goes once its log is archived", || async {
+            cluster.pods().get_opt(&pod).await.unwrap().is_none()
+        })
+        .await;
+    wait_archived(&server, &id, 5000).await;
+    assert_whole(&all_log_lines(&server, &id, 1000).await, &numbered(0, 4999));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,10 +16,22 @@
 //!   Appends are conditional on the stored position, so two followers of one pod (a shard
 //!   moving between replicas) never archive a line twice: the one behind re-reads the
 //!   position and resumes from it.
+//! - **Holding.** A batch Job's pods are created with the finalizer (its pod template has it).
+//!   Pods that a workload template's operator creates (Kubeflow, Argo, Tekton, Ray, Spark)
+//!   come without: when this process first sees such a pod of a job it tracks and acts for,
+//!   it adds the finalizer itself (a merge patch conditional on the pod's resourceVersion, so
+//!   no other finalizer change is undone and a pod deleted meanwhile is read again). It adds
+//!   none to a pod being deleted (the API server refuses new finalizers then: what the log
+//!   holds until the pod goes is read as before), to a pod that ended without starting, to a
+//!   pod whose log the archive already has whole (a restart), nor to pods of jobs it does not
+//!   track (finished before it started, or another replica's): those are followed as before,
+//!   unheld. The hold is tried once per pod and process; the follow waits for its outcome
+//!   before letting go, so that a hold landing after the log was archived is removed too.
 //! - **Ending.** A stream that ends after the pod was seen terminal has everything: the
 //!   position becomes `done`, and once the sink has committed it, the finalizer goes (a
 //!   merge patch conditional on the pod's resourceVersion, retried). A TTL deletion of the
-//!   Job waits for that; nothing is lost with `ttlSecondsAfterFinished: 0`.
+//!   Job (or an operator's clean-up of its pods) waits for that; nothing is lost with
+//!   `ttlSecondsAfterFinished: 0`.
 //!
 //! It must not decide what a job's output is for the job (the service reads the archive),
 //! nor write the store (the sink does).
@@ -41,10 +53,13 @@ use crate::model::{MAX_LOG_LINE, clip_log_line};
 /// The pods this process follows or has finished with, by `namespace/name`.
 #[derive(Default)]
 pub(super) struct Follows {
-    /// `true` once the pod's log is archived (and the pod let go).
+    /// `true` once the pod's log is archived (the pod is let go next).
     pods: DashMap<String, bool>,
     /// Follows not yet done, per job.
     per_job: DashMap<String, usize>,
+    /// Pods this process put (or tried to put) [`LOG_FINALIZER`] on, by `namespace/name`:
+    /// `Some(true)` once it holds, `Some(false)` if it was not added, `None` until known.
+    holds: DashMap<String, tokio::sync::watch::Receiver<Option<bool>>>,
 }
 
 /// Lines handed to the sink at once, at most.
@@ -95,6 +110,7 @@ impl Inner {
             return;
         };
         let key = format!("{namespace}/{}", info.name);
+        self.hold_if_needed(info, job_id, &namespace, &key);
         let deleting = info.deleting;
         if !info.started {
             // Nothing to read, and nothing ever will be: let it go.
@@ -139,9 +155,94 @@ impl Inner {
 
     /// Forgets a deleted pod.
     pub(super) fn forget_follow(&self, namespace: &str, name: &str) {
-        self.follows
-            .pods
-            .remove_if(&format!("{namespace}/{name}"), |_, done| *done);
+        let key = format!("{namespace}/{name}");
+        self.follows.pods.remove_if(&key, |_, done| *done);
+        self.follows.holds.remove(&key);
+    }
+
+    /// Starts holding a pod that should carry [`LOG_FINALIZER`] and does not (see the module
+    /// docs, "Holding"), once per pod.
+    fn hold_if_needed(self: &Arc<Self>, info: &PodInfo, job_id: &str, namespace: &str, key: &str) {
+        if info.archiving
+            || info.deleting
+            || (info.phase.is_terminal() && !info.started)
+            || !self.config.manifest.archive_logs
+            || self.follows.holds.contains_key(key)
+            || !self.tracked.contains_key(job_id)
+        {
+            return;
+        }
+        let outcome = match self.follows.holds.entry(key.to_owned()) {
+            dashmap::mapref::entry::Entry::Occupied(_) => return,
+            dashmap::mapref::entry::Entry::Vacant(slot) => {
+                // Checked under the entry's lock: a follow marks its pod done before it looks
+                // for a hold to wait for (`follow_pod`), so a hold is either found there or
+                // never started.
+                if self.follows.pods.get(key).is_some_and(|done| *done) {
+                    return;
+                }
+                let (outcome, hold) = tokio::sync::watch::channel(None);
+                slot.insert(hold);
+                outcome
+            }
+        };
+        let inner = self.clone();
+        let (namespace, pod, job_id) = (namespace.to_owned(), info.name.clone(), job_id.to_owned());
+        self.tasks.spawn(async move {
+            let held = inner.hold(&namespace, &pod, &job_id).await;
+            outcome.send_replace(Some(held));
+        });
+    }
+
+    /// Adds [`LOG_FINALIZER`] to the pod, conditional on its resourceVersion, retried until
+    /// it holds, the pod is gone or being deleted, the job's shard is no longer this
+    /// replica's, or shutdown. True if the pod holds it.
+    async fn hold(&self, namespace: &str, pod: &str, job_id: &str) -> bool {
+        let Some(sink) = self.log_sink() else {
+            return false;
+        };
+        let api = self.pods_api(namespace);
+        let mut delays = retry_delays();
+        loop {
+            if !self.acts_for(job_id) {
+                return false;
+            }
+            let result = async {
+                // A log archived whole already (before a restart) needs no holding.
+                if sink.position(job_id, pod).await.ok().flatten().as_deref() == Some(DONE) {
+                    return Ok(false);
+                }
+                let current = api.get(pod).await?;
+                if current.metadata.deletion_timestamp.is_some() {
+                    return Ok(false);
+                }
+                let mut finalizers = current.metadata.finalizers.unwrap_or_default();
+                if finalizers.iter().any(|f| f == LOG_FINALIZER) {
+                    return Ok(true);
+                }
+                finalizers.push(LOG_FINALIZER.to_owned());
+                let patch = serde_json::json!({
+                    "metadata": {"finalizers": finalizers, "resourceVersion": current.metadata.resource_version}
+                });
+                self.acting_for(
+                    job_id,
+                    api.patch(pod, &PatchParams::default(), &Patch::Merge(patch)),
+                )
+                .await
+                .map(|_| true)
+            }
+            .await;
+            match result {
+                Ok(held) => return held,
+                Err(kube::Error::Api(s)) if s.code == 404 => return false,
+                Err(e) => {
+                    tracing::debug!(%pod, error = %e, "cannot add the log finalizer yet; retrying");
+                    if !self.pause(&mut delays).await {
+                        return false;
+                    }
+                }
+            }
+        }
     }
 
     /// Follows one pod's log into the sink until it is all archived, then lets the pod go.
@@ -250,10 +351,19 @@ impl Inner {
         }
         // Let go only of what is committed: the finalizer is what keeps the log readable.
         sink.synced(job_id).await;
-        if holds && !self.shutdown.is_cancelled() {
+        self.follows.pods.insert(key.clone(), true);
+        // A hold this process is adding may land after the log was all read: wait for it.
+        let hold = self.follows.holds.get(&key).map(|hold| hold.clone());
+        let held = match hold {
+            Some(mut hold) => tokio::select! {
+                outcome = hold.wait_for(Option::is_some) => outcome.is_ok_and(|o| *o == Some(true)),
+                _ = self.shutdown.cancelled() => false,
+            },
+            None => false,
+        };
+        if (holds || held) && !self.shutdown.is_cancelled() {
             self.let_go(namespace, pod).await;
         }
-        self.follows.pods.insert(key, true);
     }
 
     /// Reads one log stream into the sink, until it ends or fails.

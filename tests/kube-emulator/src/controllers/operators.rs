@@ -241,6 +241,9 @@ impl Ctx<'_> {
         if !spec.get("containers").is_some_and(Value::is_array) {
             spec["containers"] = json!([]);
         }
+        // Stored as the API server stores a created pod: with its spec's defaults, so that a
+        // later update through the API (a finalizer added by merge patch) changes no spec field.
+        crate::api::kinds::default_pod_spec(&mut spec);
         let pod = json!({
             "apiVersion": "v1",
             "kind": "Pod",
