@@ -324,6 +324,12 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_SUBSCRIPTIONS_PER_MINUTE", default_value_t = 0)]
     pub subscriptions_per_minute: u32,
 
+    /// The most candidate jobs one page of `jobs` looks at when its filter is checked job by
+    /// job (a name, say): a page stops there, short or empty, with `hasNextPage` and an
+    /// `endCursor` to go on from, rather than reading every job to find few matches.
+    #[arg(long, env = "JOBGATE_PAGE_SCAN_BUDGET", default_value_t = crate::store::SCAN_BUDGET as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub page_scan_budget: u64,
+
     /// Most PENDING or RUNNING jobs one namespace may hold; 0 for no limit.
     #[arg(long, env = "JOBGATE_MAX_ACTIVE_JOBS_PER_NAMESPACE", default_value_t = 0)]
     pub max_active_jobs_per_namespace: u64,
@@ -986,6 +992,7 @@ impl Config {
             limits,
             broadcast_capacity: self.broadcast_capacity as usize,
             max_active_per_namespace: self.max_active_jobs_per_namespace,
+            page_scan_budget: self.page_scan_budget as i64,
             ..ServiceConfig::new(metrics)
         }
     }

@@ -91,6 +91,11 @@ fn run_e2e(file: &str) {
 }
 
 #[test]
+fn a_search_answered_in_short_pages_asks_on_a_bounded_number_of_times() {
+    run_e2e("search.test.mjs");
+}
+
+#[test]
 fn a_job_submitted_from_the_form_reaches_succeeded_live() {
     run_e2e("submit.test.mjs");
 }

@@ -25,8 +25,8 @@ use jobgate::model::{
     ValidationLimits, shard_of,
 };
 use jobgate::store::{
-    Durability, ExpiryRule, LogAppend, LogAppended, PlannedRead, PostgresStore, RuleNamespaces, SqliteStore,
-    Store, StoreError, StoreTx, Webhook, WebhookFailure,
+    Durability, ExpiryRule, JobPage, LogAppend, LogAppended, PlannedRead, PostgresStore, RuleNamespaces,
+    SCAN_BUDGET, SqliteStore, Store, StoreError, StoreTx, Webhook, WebhookFailure,
 };
 
 /// A fresh store, and what must live as long as it does (its directory, its server).
@@ -57,6 +57,7 @@ macro_rules! backend_tests {
             list_jobs_never_shows_jobs_outside_the_scope,
             list_jobs_pages_with_cursors,
             list_jobs_pages_every_filter_combination_newest_first,
+            a_page_stops_at_its_budget_and_the_next_goes_on_from_there,
             an_accepted_job_carries_its_first_events_cursor,
             jobs_accepted_together_keep_their_order_and_keys,
             counts_follow_every_insert_and_phase_change,
@@ -237,7 +238,7 @@ fn team(namespace: &str) -> Scope {
 
 async fn list(store: &Arc<dyn Store>, filter: &JobFilter, scope: &Scope) -> jobgate::store::JobPage {
     store
-        .list_jobs(filter, scope, 100, None)
+        .list_jobs(filter, scope, 100, None, SCAN_BUDGET)
         .await
         .expect("list_jobs")
 }
@@ -622,7 +623,10 @@ async fn list_jobs_pages_with_cursors(store: Arc<dyn Store>) {
     let mut after = None;
     let mut pages = 0;
     loop {
-        let page = store.list_jobs(&filter, &scope, 2, after).await.unwrap();
+        let page = store
+            .list_jobs(&filter, &scope, 2, after, SCAN_BUDGET)
+            .await
+            .unwrap();
         pages += 1;
         assert_eq!(
             page.total_count, 5,
@@ -639,15 +643,23 @@ async fn list_jobs_pages_with_cursors(store: Arc<dyn Store>) {
     let newest_first: Vec<String> = jobs.iter().rev().map(|j| j.id.clone()).collect();
     assert_eq!(seen, newest_first);
     // A job submitted meanwhile is on the first page, never repeated on a later one.
-    let cursor_before = store.list_jobs(&filter, &scope, 2, None).await.unwrap().jobs[1].0;
+    let cursor_before = store
+        .list_jobs(&filter, &scope, 2, None, SCAN_BUDGET)
+        .await
+        .unwrap()
+        .jobs[1]
+        .0;
     let newer = submit_one(&store, job("team-a", "newer")).await;
     let next = store
-        .list_jobs(&filter, &scope, 2, Some(cursor_before))
+        .list_jobs(&filter, &scope, 2, Some(cursor_before), SCAN_BUDGET)
         .await
         .unwrap();
     assert_eq!(page_ids(&next), [jobs[2].id.as_str(), jobs[1].id.as_str()]);
     assert_eq!(next.total_count, 6);
-    let first = store.list_jobs(&filter, &scope, 1, None).await.unwrap();
+    let first = store
+        .list_jobs(&filter, &scope, 1, None, SCAN_BUDGET)
+        .await
+        .unwrap();
     assert_eq!(page_ids(&first), [newer.id.as_str()]);
     assert!(first.has_next_page);
 }
@@ -1357,42 +1369,138 @@ async fn list_jobs_pages_every_filter_combination_newest_first(store: Arc<dyn St
                         .filter(|j| filter.matches(j) && scope.sees(j))
                         .map(|j| j.id.as_str())
                         .collect();
-                    let mut seen = Vec::new();
-                    let mut cursors = Vec::new();
-                    let mut after = None;
-                    loop {
-                        let page = store.list_jobs(&filter, scope, 4, after).await.unwrap();
-                        assert_eq!(
-                            page.total_count,
-                            expected.len() as i64,
-                            "total_count of {filter:?} in {scope:?}"
-                        );
-                        assert!(page.jobs.len() <= 4);
-                        for (seq, job) in &page.jobs {
-                            cursors.push(*seq);
+                    // A budget no page reaches, and one that cuts pages short of their size.
+                    for budget in [SCAN_BUDGET, 3] {
+                        let pages = page_through(&store, &filter, scope, 4, budget).await;
+                        let mut seen = Vec::new();
+                        let mut cursors = Vec::new();
+                        for page in &pages {
                             assert_eq!(
-                                Some(job),
-                                jobs.iter().find(|j| j.id == job.id),
-                                "read back as saved"
+                                page.total_count,
+                                expected.len() as i64,
+                                "total_count of {filter:?} in {scope:?}"
+                            );
+                            for (seq, job) in &page.jobs {
+                                cursors.push(*seq);
+                                assert_eq!(
+                                    Some(job),
+                                    jobs.iter().find(|j| j.id == job.id),
+                                    "read back as saved"
+                                );
+                            }
+                            seen.extend(page.jobs.iter().map(|(_, j)| j.id.as_str()));
+                        }
+                        assert_eq!(seen, expected, "{filter:?} in {scope:?}, budget {budget}");
+                        assert!(
+                            cursors.windows(2).all(|w| w[0] > w[1]),
+                            "cursors fall page after page: {cursors:?}"
+                        );
+                        if budget == SCAN_BUDGET {
+                            assert!(
+                                pages.iter().all(|p| p.resume_after.is_none()),
+                                "{filter:?} in {scope:?}: no page reaches the budget"
                             );
                         }
-                        seen.extend(page.jobs.iter().map(|(_, j)| j.id.clone()));
-                        if !page.has_next_page {
-                            break;
-                        }
-                        after = Some(page.jobs.last().expect("a page before another is full").0);
                     }
-                    assert_eq!(seen, expected, "{filter:?} in {scope:?}");
-                    assert!(
-                        cursors.windows(2).all(|w| w[0] > w[1]),
-                        "cursors fall page after page: {cursors:?}"
-                    );
                     combinations += 1;
                 }
             }
         }
     }
     assert_eq!(combinations, 5 * 4 * 6 * 4);
+}
+
+/// Every page of `filter` in `scope`, `first` at a time, each looking at no more than
+/// `budget` candidates, from the newest until one says there is no next page. Checks what
+/// holds of every page: at most `first` jobs, and fewer only when the page stopped at its
+/// budget (then it says where to go on, below its last job) or was the last.
+async fn page_through(
+    store: &Arc<dyn Store>,
+    filter: &JobFilter,
+    scope: &Scope,
+    first: i64,
+    budget: i64,
+) -> Vec<JobPage> {
+    let mut pages: Vec<JobPage> = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .list_jobs(filter, scope, first, after, budget)
+            .await
+            .unwrap();
+        assert!(page.jobs.len() as i64 <= first);
+        if let Some(resume) = page.resume_after {
+            assert!(page.has_next_page, "a page that stopped early has a next page");
+            assert!(page.jobs.len() as i64 <= first);
+            assert!(
+                page.jobs.last().is_none_or(|(seq, _)| *seq >= resume),
+                "it goes on below its last job"
+            );
+            assert!(after.is_none_or(|a| resume < a), "each page gets further");
+        } else if page.has_next_page {
+            assert_eq!(
+                page.jobs.len() as i64,
+                first,
+                "a page before another is full unless it stopped early"
+            );
+        }
+        assert!(pages.len() < 10_000, "paging {filter:?} never ends");
+        let (more, next) = (page.has_next_page, page.end_cursor());
+        pages.push(page);
+        if !more {
+            return pages;
+        }
+        after = Some(next.expect("a page before another says where it ends"));
+    }
+}
+
+/// Many jobs have the name, none of them in the namespace asked (or many are in the
+/// namespace, none with the name: what a backend without a name index reads): each page looks
+/// at its budget of candidates, returns what it found, possibly nothing, and says where to go
+/// on; paging through finds exactly the jobs that match, scattered among the others or none,
+/// and reads nothing twice.
+async fn a_page_stops_at_its_budget_and_the_next_goes_on_from_there(store: Arc<dyn Store>) {
+    let mut batch: Vec<Job> = (0..60).map(|i| job("team-a", &format!("nightly-{i}"))).collect();
+    for at in [3, 31, 32, 58] {
+        batch[at] = job("team-b", &format!("nightly-{at}"));
+    }
+    batch.push(job("team-c", "other"));
+    let jobs = submit(&store, batch).await;
+    let mut stopped_early = 0;
+    for (namespace, phases, name) in [
+        ("team-c", None, "nightly"),
+        ("team-b", None, "nightly"),
+        ("team-a", Some(vec![JobPhase::Running]), "nightly"),
+        ("team-b", Some(vec![JobPhase::Pending]), "nightly"),
+        ("team-a", None, "other"),
+        ("team-a", None, "ni"),
+    ] {
+        let filter = JobFilter {
+            phases: phases.clone(),
+            namespace: Some(namespace.into()),
+            name_contains: Some(name.into()),
+        };
+        let expected: Vec<&str> = jobs
+            .iter()
+            .rev()
+            .filter(|j| filter.matches(j))
+            .map(|j| j.id.as_str())
+            .collect();
+        let pages = page_through(&store, &filter, &Scope::All, 3, 10).await;
+        let found: Vec<&str> = pages.iter().flat_map(page_ids).collect();
+        assert_eq!(found, expected, "{filter:?}");
+        stopped_early += pages.iter().filter(|p| p.resume_after.is_some()).count();
+        // Without a budget to speak of, the same jobs in full pages.
+        let whole = page_through(&store, &filter, &Scope::All, 3, SCAN_BUDGET).await;
+        let found: Vec<&str> = whole.iter().flat_map(page_ids).collect();
+        assert_eq!(found, expected, "{filter:?}");
+        assert!(whole.iter().all(|p| p.resume_after.is_none()));
+    }
+    // However a backend reads these, some of them look at far more than 10 candidates.
+    assert!(
+        stopped_early >= 5,
+        "{stopped_early} pages stopped at their budget"
+    );
 }
 
 async fn an_accepted_job_carries_its_first_events_cursor(store: Arc<dyn Store>) {
@@ -1572,6 +1680,7 @@ async fn counts_follow_every_insert_and_phase_change(store: Arc<dyn Store>) {
                         &scope,
                         1,
                         None,
+                        SCAN_BUDGET,
                     )
                     .await
                     .unwrap();
@@ -1648,6 +1757,7 @@ async fn every_plan(store: &Arc<dyn Store>) -> Vec<(String, String)> {
                 scope: &scope,
                 first: 25,
                 after,
+                budget: SCAN_BUDGET,
             };
             for plan in store.query_plans(read).await.unwrap() {
                 plans.push((format!("page of {filter:?} in {scope:?} after {after:?}"), plan));
@@ -1761,6 +1871,8 @@ async fn sqlite_reads_use_an_index_in_order_and_never_sort() {
         "USING INDEX jobs_by_phase (phase=? AND seq<?)",
         "USING INDEX jobs_by_namespace_phase (namespace=? AND phase=? AND rowid<?)",
         "SCAN job_names VIRTUAL TABLE",
+        // A budgeted page's lowest candidate, read once before the page.
+        "SCALAR SUBQUERY",
         "SCAN jobs USING INDEX jobs_unfinished",
         "jobs_by_submitted_at",
         "events_finished_at",
@@ -1810,8 +1922,7 @@ async fn postgres_reads_use_an_index_in_order_and_never_sort() {
                 "{what} scans: {step}\n{plan}"
             );
             // PostgreSQL's planner sorts rows only where it expects few of them: a small
-            // namespace's jobs, a rare name's matches (from the trigram index, in no order).
-            // Anything it sorts is so bounded, never by the jobs stored. jobStats groups the
+            // namespace's jobs. Anything it sorts is so bounded, never by the jobs stored. jobStats groups the
             // rows of its window, read from an index range.
             let sorted: i64 = step
                 .split("rows=")
@@ -1839,13 +1950,19 @@ async fn postgres_reads_use_an_index_in_order_and_never_sort() {
         "Index Scan Backward using jobs_pkey",
         "using jobs_by_namespace on jobs",
         "using jobs_by_namespace_phase_seq on jobs",
-        "jobs_by_name_trgm",
+        // A budgeted page's lowest candidate, read once before the page.
+        "InitPlan",
         "jobs_unfinished",
         "jobs_by_submitted_at",
         "events_finished_at",
     ] {
         assert!(all.contains(index), "no plan uses {index}:\n{all}");
     }
+    // The trigram index answers in no order: a page reading it would read every match.
+    assert!(
+        !all.contains("jobs_by_name_trgm"),
+        "a page reads the trigram index:\n{all}"
+    );
 }
 
 /// A PostgreSQL that takes TLS only (as managed services do): jobgate connects over TLS,

@@ -221,6 +221,11 @@ async fn list(args: ListArgs) -> Result<i32, CliError> {
                 .flatten()
                 .map(|edge| edge["node"].clone()),
         );
+        // A page may be short, or empty, and still have a next one (it stopped at the
+        // server's budget of candidates, see `Query.jobs`): go on from its endCursor, which is
+        // where it stopped, until the server says there is no more or the limit is reached.
+        // Each page is bounded work for the server, and there are at most as many as the
+        // jobs the filter reads divided by that budget.
         let more = page["pageInfo"]["hasNextPage"].as_bool() == Some(true);
         if !more || jobs.len() >= limit {
             break page["totalCount"].clone();

@@ -130,6 +130,15 @@ impl Query {
     }
 
     /// Jobs, newest first, as a Relay connection.
+    ///
+    /// A page does a bounded amount of work whatever the filter: where jobs are checked one
+    /// by one (`nameContains`, alone or with a namespace or phases), it looks at a few
+    /// thousand candidates at most. When that budget runs out before `first` jobs match, the
+    /// page holds those found so far, possibly none, with `partial` true,
+    /// `pageInfo.hasNextPage` true and `pageInfo.endCursor` where the search stopped (which
+    /// may be no edge's cursor): the next page goes on from there, skipping and repeating
+    /// nothing. Clients page on until `hasNextPage` is false or they have enough, and should
+    /// not treat a short or empty page as the end.
     async fn jobs(
         &self,
         ctx: &Context<'_>,
@@ -151,6 +160,7 @@ impl Query {
             .jobs(&filter, &caller(ctx)?.scope, first.into(), after)
             .await
             .api()?;
+        let end_cursor = page.end_cursor().map(|c| c.to_string());
         let edges: Vec<JobEdge> = page
             .jobs
             .into_iter()
@@ -164,9 +174,10 @@ impl Query {
                 has_next_page: page.has_next_page,
                 has_previous_page: after.is_some(),
                 start_cursor: edges.first().map(|e| e.cursor.clone()),
-                end_cursor: edges.last().map(|e| e.cursor.clone()),
+                end_cursor,
             },
             edges,
+            partial: page.resume_after.is_some(),
             total_count: page.total_count.try_into().unwrap_or(i32::MAX),
         })
     }

@@ -708,6 +708,10 @@ pub struct JobConnection {
     /// most the 5,000 newest candidates, so it is exact below that and may be lower above
     /// it. The pages themselves (`edges`, `hasNextPage`) are always exact.
     pub total_count: i32,
+    /// True when this page stopped at its budget of candidates (see `Query.jobs`) before
+    /// finding `first` jobs: it may hold fewer, or none, yet `hasNextPage` is true and the
+    /// next page, after `pageInfo.endCursor`, goes on where this one stopped.
+    pub partial: bool,
 }
 
 #[derive(SimpleObject)]

@@ -26,9 +26,10 @@
 //! for replicas (other processes commit too) it learns from [`Store::commit_wakeups`].
 //!
 //! No read a page, a count or a restart makes may grow with the number of jobs stored: pages
-//! are keyset pages over indexes in `seq` order ([`ListPlan`]), counts are kept per namespace
-//! and phase as jobs change, and [`Store::query_plans`] shows each read's plan, which the
-//! store's tests check.
+//! are keyset pages over indexes in `seq` order ([`ListPlan`]) that look at a bounded number
+//! of candidate rows whatever the filter (a page may then be short, and says where the next
+//! goes on: [`JobPage::resume_after`]), counts are kept per namespace and phase as jobs
+//! change, and [`Store::query_plans`] shows each read's plan, which the store's tests check.
 
 pub mod logs;
 pub mod postgres;
@@ -94,6 +95,11 @@ pub struct JobPage {
     /// Each job with its cursor (its row's sequence number).
     pub jobs: Vec<(i64, Job)>,
     pub has_next_page: bool,
+    /// Where the next page starts (its `after`) when the page stopped at its scan budget
+    /// before finding `first` jobs: every job at or above it was looked at. `None`: the next
+    /// page starts after the page's last job. Such a page may hold fewer jobs than asked, or
+    /// none, and `has_next_page` is then true.
+    pub resume_after: Option<i64>,
     /// How many jobs match: exact without a name filter (read from the counts the store
     /// keeps by namespace and phase, never by counting rows); with one, a lower bound (see
     /// [`COUNT_CANDIDATES`]).
@@ -109,8 +115,15 @@ impl JobPage {
         Self {
             jobs: rows,
             has_next_page,
+            resume_after: None,
             total_count,
         }
+    }
+
+    /// The cursor the next page starts after: where the scan stopped, or the last job's.
+    pub fn end_cursor(&self) -> Option<i64> {
+        self.resume_after
+            .or_else(|| self.jobs.last().map(|(seq, _)| *seq))
     }
 
     fn empty() -> Self {
@@ -122,6 +135,12 @@ impl JobPage {
 /// (the newest ones): exact below it, a lower bound above it. Counting every match of a
 /// substring would read every job that has it, which a page must not do.
 pub const COUNT_CANDIDATES: i64 = 5_000;
+
+/// The most candidate rows one page of [`Store::list_jobs`] looks at by default (see
+/// [`ListPlan`]): a filter that few of the rows read match (a name with a namespace none of
+/// its jobs are in, say) stops there with a short page, or an empty one, that says where to go
+/// on, instead of reading every row the other filters select.
+pub const SCAN_BUDGET: i64 = 5_000;
 
 /// Text this long or longer is searched for through the stores' trigram indexes; shorter
 /// text has no trigram and is matched while reading the jobs the other filters select.
@@ -141,26 +160,47 @@ pub struct Arm {
 }
 
 /// How a backend reads one page of `list_jobs` without reading anything in proportion to
-/// the number of jobs stored: keyset pagination (`seq < after`) over indexes ordered by `seq`.
+/// the number of jobs stored: keyset pagination (`seq < after`) over indexes ordered by `seq`,
+/// and a budget of candidate rows per page.
 ///
 /// The filter and the scope become equalities on namespace and phase; each combination of
 /// them is one [`Arm`], read with `ORDER BY seq DESC LIMIT first + 1` from the index whose
 /// leading columns are those equalities, and the arms' rows are merged newest first
-/// ([`merge_newest`]). A name of [`INDEXED_NAME_CHARS`] or more is searched in the name
-/// index instead ([`ListPlan::search`]), which also returns jobs newest first; the other
-/// filters are then checked per match.
+/// ([`merge_arms`]). What no index of an arm serves is checked per row: a name, the
+/// namespaces of a scope too wide for arms of their own. A backend with a name index may read
+/// a name of [`INDEXED_NAME_CHARS`] or more from it instead ([`ListPlan::search`]), which also
+/// returns jobs newest first; namespace and phase are then checked per match.
+///
+/// **The budget.** Where rows are checked, a read looks at no more than its share of the
+/// page's budget of candidates (the newest below the cursor), however few of them match:
+/// otherwise a filter that matches nothing would read every candidate (every job with the
+/// name, say). A read that ran out of budget before finding `first + 1` rows says where it
+/// stopped, and the page ends there ([`JobPage::resume_after`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListPlan {
     pub arms: Vec<Arm>,
     /// Namespaces checked per row (a scope too wide for arms of its own); `None`: any.
     pub namespaces: Option<Vec<String>>,
-    /// Phases checked per row (a search); `None`: any.
-    pub phases: Option<Vec<JobPhase>>,
-    /// Text the name must contain, checked per row (shorter than [`INDEXED_NAME_CHARS`]).
+    /// Text the name must contain, checked per row of the arms.
     pub name_contains: Option<String>,
-    /// Text to search the name index for; the arms are then unused, `namespaces` and
-    /// `phases` hold every namespace and phase allowed.
-    pub search: Option<String>,
+    /// A name to read from a name index instead of the arms, for a backend that has one.
+    pub search: Option<Search>,
+}
+
+/// A page of a name search (see [`ListPlan::search`]): the name index's matches of `text`,
+/// newest first, each checked for the namespaces and phases allowed (`None`: any).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Search {
+    pub text: String,
+    pub namespaces: Option<Vec<String>>,
+    pub phases: Option<Vec<JobPhase>>,
+}
+
+impl Search {
+    /// Whether matches are checked per row, so that the read needs a budget.
+    pub fn checks(&self) -> bool {
+        self.namespaces.is_some() || self.phases.is_some()
+    }
 }
 
 impl ListPlan {
@@ -183,15 +223,14 @@ impl ListPlan {
             return None;
         }
         let name = filter.name_contains.clone();
-        if let Some(text) = name.as_ref().filter(|t| t.chars().count() >= INDEXED_NAME_CHARS) {
-            return Some(Self {
-                arms: Vec::new(),
-                namespaces,
-                phases,
-                name_contains: None,
-                search: Some(text.clone()),
+        let search = name
+            .as_ref()
+            .filter(|t| t.chars().count() >= INDEXED_NAME_CHARS)
+            .map(|text| Search {
+                text: text.clone(),
+                namespaces: namespaces.clone(),
+                phases: phases.clone(),
             });
-        }
         let ns_arms: Vec<Option<String>> = match &namespaces {
             Some(list) => list.iter().cloned().map(Some).collect(),
             None => vec![None],
@@ -219,10 +258,20 @@ impl ListPlan {
         Some(Self {
             arms,
             namespaces: checked,
-            phases: None,
             name_contains: name,
-            search: None,
+            search,
         })
+    }
+
+    /// Whether the arms' rows are checked (a name, the namespaces of a wide scope), so that
+    /// each arm's read needs a budget.
+    pub fn checks(&self) -> bool {
+        self.namespaces.is_some() || self.name_contains.is_some()
+    }
+
+    /// Each arm's share of a page's `budget` of candidates (at least one).
+    pub fn arm_budget(&self, budget: i64) -> i64 {
+        (budget / self.arms.len().max(1) as i64).max(1)
     }
 
     /// The page when the plan is `None`.
@@ -265,6 +314,7 @@ pub enum PlannedRead<'a> {
         scope: &'a Scope,
         first: i64,
         after: Option<i64>,
+        budget: i64,
     },
     /// [`Store::unfinished_jobs`], at start.
     UnfinishedJobs,
@@ -274,16 +324,60 @@ pub enum PlannedRead<'a> {
     Namespaces { scope: &'a Scope },
 }
 
-/// The newest `limit` rows of several arms' pages (each newest first), newest first. Arms
-/// are disjoint (different namespace or phase), but a job whose phase changed between two
-/// reads could be read twice; backends read every arm in one snapshot, and a duplicate `seq`
-/// is dropped anyway.
-pub fn merge_newest<T>(arms: Vec<Vec<(i64, T)>>, limit: i64) -> Vec<(i64, T)> {
-    let mut rows: Vec<(i64, T)> = arms.into_iter().flatten().collect();
+/// What one arm of a page read (see [`ListPlan`]): up to `first + 1` rows newest first,
+/// and, when it ran out of budget before finding them, the lowest cursor it looked at (every
+/// candidate at or above it was looked at, none below).
+#[derive(Debug)]
+pub struct ArmRows<T> {
+    pub rows: Vec<(i64, T)>,
+    pub stopped_at: Option<i64>,
+}
+
+/// A page of `first` from several arms' reads (see [`ArmRows`]): the newest rows, and where
+/// the next page starts when a read stopped at its budget.
+///
+/// Each arm has seen everything down to a cursor: its last row when it found `first + 1`,
+/// where it stopped when its budget ran out, everything when it read all it had. Only rows at
+/// or above the highest of those are certain to be the newest, so the page holds those; if
+/// they are fewer than `first + 1`, an arm stopped at that cursor, and the next page starts
+/// after it: nothing is skipped and nothing repeated. Arms are disjoint (different namespace
+/// or phase), but a job whose phase changed between two reads could be read twice; backends
+/// read every arm in one snapshot, and a duplicate `seq` is dropped anyway.
+pub fn merge_arms<T>(
+    arms: Vec<ArmRows<T>>,
+    first: i64,
+    total_count: i64,
+    decode: impl Fn(T) -> Result<Job>,
+) -> Result<JobPage> {
+    let want = (first + 1).max(0) as usize;
+    let seen_down_to = arms
+        .iter()
+        .filter_map(|arm| {
+            if arm.rows.len() >= want {
+                arm.rows.get(want.saturating_sub(1)).map(|r| r.0)
+            } else {
+                arm.stopped_at
+            }
+        })
+        .max();
+    let mut rows: Vec<(i64, T)> = arms.into_iter().flat_map(|arm| arm.rows).collect();
     rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     rows.dedup_by_key(|r| r.0);
-    rows.truncate(limit.max(0) as usize);
-    rows
+    if let Some(floor) = seen_down_to {
+        rows.retain(|r| r.0 >= floor);
+    }
+    rows.truncate(want);
+    let full = rows.len() >= want;
+    let jobs = rows
+        .into_iter()
+        .map(|(seq, body)| Ok((seq, decode(body)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut page = JobPage::of(jobs, first, total_count);
+    if !full && let Some(floor) = seen_down_to {
+        page.has_next_page = true;
+        page.resume_after = Some(floor);
+    }
+    Ok(page)
 }
 
 /// A job as every backend stores it: its JSON text.
@@ -517,13 +611,16 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Jobs in `scope` matching `filter`, newest first, after the cursor `after` (a job's
     /// sequence); `total_count` counts only those too (see [`JobPage::total_count`]). A page
     /// reads in proportion to its size, not to the jobs stored ([`ListPlan`]), all in one
-    /// snapshot.
+    /// snapshot, and looks at no more than about `budget` candidate rows: it may then hold
+    /// fewer than `first` jobs, or none, and say where the next one starts
+    /// ([`JobPage::resume_after`]).
     async fn list_jobs(
         &self,
         filter: &JobFilter,
         scope: &Scope,
         first: i64,
         after: Option<i64>,
+        budget: i64,
     ) -> Result<JobPage>;
 
     /// The database's plan for each statement `read` runs, as text, each after its SQL:

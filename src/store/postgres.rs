@@ -37,9 +37,9 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use super::logs::{self, LogAppend, LogAppended};
 use super::{
-    Arm, COUNT_CANDIDATES, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, ListPlan,
+    Arm, ArmRows, COUNT_CANDIDATES, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, ListPlan,
     PlannedRead, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook,
-    WebhookFailure, WebhookRow, decode_job, merge_newest, scoped_key, webhook_json,
+    WebhookFailure, WebhookRow, decode_job, merge_arms, scoped_key, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -281,19 +281,30 @@ impl Store for PostgresStore {
         scope: &Scope,
         first: i64,
         after: Option<i64>,
+        budget: i64,
     ) -> Result<JobPage> {
         let Some(plan) = ListPlan::new(filter, scope) else {
             return Ok(ListPlan::nothing());
         };
-        let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first);
+        let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first, budget);
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
             .await?;
-        let mut pages = Vec::with_capacity(reads.pages.len());
-        for statement in &reads.pages {
-            let query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(statement.sql.as_str()));
-            pages.push(bind_all!(query, &statement.binds).fetch_all(&mut *tx).await?);
+        let mut arms = Vec::with_capacity(reads.pages.len());
+        for (page, stop) in &reads.pages {
+            let query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(page.sql.as_str()));
+            let rows = bind_all!(query, &page.binds).fetch_all(&mut *tx).await?;
+            // Fewer rows than asked: the read either ran out of candidates or of budget; the
+            // budget-th candidate, if there is one, is where it stopped.
+            let stopped_at = match stop {
+                Some(stop) if (rows.len() as i64) <= first => {
+                    let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(stop.sql.as_str()));
+                    bind_all!(query, &stop.binds).fetch_optional(&mut *tx).await?
+                }
+                _ => None,
+            };
+            arms.push(ArmRows { rows, stopped_at });
         }
         let mut total_count = 0;
         for statement in &reads.counts {
@@ -301,11 +312,7 @@ impl Store for PostgresStore {
             total_count += bind_all!(query, &statement.binds).fetch_one(&mut *tx).await?;
         }
         tx.commit().await?;
-        let jobs = merge_newest(pages, first + 1)
-            .into_iter()
-            .map(|(seq, body)| Ok((seq, decode_job(body)?)))
-            .collect::<Result<_>>()?;
-        Ok(JobPage::of(jobs, first, total_count))
+        merge_arms(arms, first, total_count, decode_job)
     }
 
     async fn query_plans(&self, read: PlannedRead<'_>) -> Result<Vec<String>> {
@@ -315,11 +322,17 @@ impl Store for PostgresStore {
                 scope,
                 first,
                 after,
+                budget,
             } => match ListPlan::new(filter, scope) {
                 None => Vec::new(),
                 Some(plan) => {
-                    let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first);
-                    reads.pages.into_iter().chain(reads.counts).collect()
+                    let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first, budget);
+                    reads
+                        .pages
+                        .into_iter()
+                        .flat_map(|(page, stop)| std::iter::once(page).chain(stop))
+                        .chain(reads.counts)
+                        .collect()
                 }
             },
             PlannedRead::UnfinishedJobs => vec![Statement::new(UNFINISHED, vec![])],
@@ -1177,53 +1190,39 @@ impl Statement {
 }
 
 /// The statements one page of `list_jobs` runs, as in SQLite: `pages` read `(seq, body)`
-/// rows newest first, to be merged; `counts` one number each, summed into `total_count`.
+/// rows newest first, to be merged, each with the statement that finds where it stops when
+/// it has a budget; `counts` one number each, summed into `total_count`.
+///
+/// A name is checked per row of the arms, never searched through the trigram index: the
+/// index returns matches in no order, so the newest of them are found only by reading every
+/// one (a common name's hundreds of thousands), which no page may do. Within its budget, an
+/// arm reads its index range newest first instead.
 struct PageReads {
-    pages: Vec<Statement>,
+    pages: Vec<(Statement, Option<Statement>)>,
     counts: Vec<Statement>,
 }
 
 impl PageReads {
-    fn new(plan: &ListPlan, before: i64, first: i64) -> Self {
+    fn new(plan: &ListPlan, before: i64, first: i64, budget: i64) -> Self {
         let phase_names = |phases: &Option<Vec<JobPhase>>| {
             phases
                 .as_ref()
                 .map(|p| p.iter().map(|p| p.as_str().to_owned()).collect())
         };
-        if let Some(text) = &plan.search {
-            // The planner weighs the trigram index (rare text) against reading the jobs
-            // newest first and checking each name (common text).
-            let pattern = Bind::Text(Some(like_pattern(text)));
-            let namespaces = Bind::Texts(plan.namespaces.clone());
-            let phases = Bind::Texts(phase_names(&plan.phases));
-            return Self {
-                pages: vec![Statement::new(
-                    "SELECT seq, body FROM jobs WHERE name LIKE $1 AND seq < $2 \
-                     AND ($4::text[] IS NULL OR namespace = ANY($4)) \
-                     AND ($5::text[] IS NULL OR phase = ANY($5)) \
-                     ORDER BY seq DESC LIMIT $3",
-                    vec![
-                        pattern.clone(),
-                        Bind::Int(before),
-                        Bind::Int(first + 1),
-                        namespaces.clone(),
-                        phases.clone(),
-                    ],
-                )],
-                counts: vec![Statement::new(
-                    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE name LIKE $1 \
-                     AND ($3::text[] IS NULL OR namespace = ANY($3)) \
-                     AND ($4::text[] IS NULL OR phase = ANY($4)) LIMIT $2) AS matches",
-                    vec![pattern, Bind::Int(COUNT_CANDIDATES), namespaces, phases],
-                )],
-            };
-        }
         // With a name checked per row, counted among each arm's newest candidates.
         let per_arm = (COUNT_CANDIDATES / plan.arms.len().max(1) as i64).max(1);
+        let skip = plan.arm_budget(budget) - 1;
         let mut pages = Vec::with_capacity(plan.arms.len());
         let mut counts = Vec::new();
         for arm in &plan.arms {
-            pages.push(arm_statement(arm, plan, ArmRead::Page, before, first + 1));
+            pages.push(if plan.checks() {
+                (
+                    arm_statement(arm, plan, ArmRead::BudgetedPage(skip), before, first + 1),
+                    Some(arm_statement(arm, plan, ArmRead::Stop(skip), before, 1)),
+                )
+            } else {
+                (arm_statement(arm, plan, ArmRead::Page, before, first + 1), None)
+            });
             if plan.name_contains.is_some() {
                 counts.push(arm_statement(arm, plan, ArmRead::Count, i64::MAX, per_arm));
             }
@@ -1242,11 +1241,14 @@ impl PageReads {
     }
 }
 
-/// What [`arm_statement`] reads: a page of rows, or the count of the name's matches among
-/// the arm's newest candidates.
+/// What [`arm_statement`] reads: a page of rows, a page that reads no lower than the
+/// candidate it may skip so many past (its budget less one), that candidate (where such a
+/// page stops), or the count of the name's matches among the arm's newest candidates.
 #[derive(Clone, Copy)]
 enum ArmRead {
     Page,
+    BudgetedPage(i64),
+    Stop(i64),
     Count,
 }
 
@@ -1258,19 +1260,36 @@ enum ArmRead {
 /// a `$n IS NULL OR …` folded away for one call's values would not survive a generic plan).
 fn arm_statement(arm: &Arm, plan: &ListPlan, read: ArmRead, before: i64, limit: i64) -> Statement {
     let mut binds = vec![Bind::Int(before), Bind::Int(limit)];
-    let mut conditions = String::from("seq < $1");
+    let mut range = String::from("seq < $1");
     let mut param = |bind: Bind| {
         binds.push(bind);
         format!("${}", binds.len())
     };
     if let Some(namespace) = &arm.namespace {
-        conditions += &format!(" AND namespace = {}", param(Bind::Text(Some(namespace.clone()))));
+        range += &format!(" AND namespace = {}", param(Bind::Text(Some(namespace.clone()))));
     }
     if let Some(phase) = arm.phase {
-        conditions += &format!(
+        range += &format!(
             " AND phase = {}",
             param(Bind::Text(Some(phase.as_str().to_owned())))
         );
+    }
+    // The budget-th candidate of the range, read from the same index (seq only).
+    let stop = |skip: String, limit: &str| {
+        format!("SELECT seq FROM jobs WHERE {range} ORDER BY seq DESC OFFSET {skip} LIMIT {limit}")
+    };
+    if let ArmRead::Stop(skip) = read {
+        // `limit` is 1 here, bound as `$2` as in every other read.
+        let skip = param(Bind::Int(skip));
+        return Statement {
+            sql: stop(skip, "$2"),
+            binds,
+        };
+    }
+    let mut conditions = range.clone();
+    if let ArmRead::BudgetedPage(skip) = read {
+        let skip = param(Bind::Int(skip));
+        conditions += &format!(" AND seq >= coalesce(({}), 0)", stop(skip, "1"));
     }
     if let Some(namespaces) = &plan.namespaces {
         conditions += &format!(
@@ -1283,12 +1302,6 @@ fn arm_statement(arm: &Arm, plan: &ListPlan, read: ArmRead, before: i64, limit: 
         .as_ref()
         .map(|text| format!("strpos(name, {}) > 0", param(Bind::Text(Some(text.clone())))));
     let sql = match (read, name) {
-        (ArmRead::Page, None) => {
-            format!("SELECT seq, body FROM jobs WHERE {conditions} ORDER BY seq DESC LIMIT $2")
-        }
-        (ArmRead::Page, Some(name)) => {
-            format!("SELECT seq, body FROM jobs WHERE {conditions} AND {name} ORDER BY seq DESC LIMIT $2")
-        }
         // Any `limit` of the arm's jobs are candidates, not necessarily the newest: with no
         // order asked, PostgreSQL stops after `limit` rows however it reads them (asked for
         // the newest, it may sort every row of the arm when they are few).
@@ -1297,6 +1310,12 @@ fn arm_statement(arm: &Arm, plan: &ListPlan, read: ArmRead, before: i64, limit: 
              WHERE {}",
             name.unwrap_or_else(|| "true".into())
         ),
+        (_, None) => {
+            format!("SELECT seq, body FROM jobs WHERE {conditions} ORDER BY seq DESC LIMIT $2")
+        }
+        (_, Some(name)) => {
+            format!("SELECT seq, body FROM jobs WHERE {conditions} AND {name} ORDER BY seq DESC LIMIT $2")
+        }
     };
     Statement { sql, binds }
 }
@@ -1331,22 +1350,6 @@ const STATS_FINISHED: &str = "SELECT ((floor(extract(epoch FROM at))::bigint - $
 const NAMESPACES: &str = "SELECT DISTINCT namespace FROM job_counts WHERE n > 0 \
      AND ($2::text[] IS NULL OR namespace = ANY($2)) \
      ORDER BY namespace LIMIT $1";
-
-/// `text` as a LIKE pattern matching names that contain it literally: `\`, `%` and `_`
-/// escaped (LIKE's default escape character is the backslash). With `pg_trgm`, the trigram
-/// index `jobs_by_name_trgm` serves it.
-fn like_pattern(text: &str) -> String {
-    let mut pattern = String::with_capacity(text.len() + 2);
-    pattern.push('%');
-    for c in text.chars() {
-        if matches!(c, '\\' | '%' | '_') {
-            pattern.push('\\');
-        }
-        pattern.push(c);
-    }
-    pattern.push('%');
-    pattern
-}
 
 /// A scope as a list of namespaces for `= ANY(…)`, or NULL for every namespace.
 fn scope_list(scope: &Scope) -> Option<Vec<String>> {

@@ -32,9 +32,9 @@ use async_trait::async_trait;
 
 use super::logs::{self, LogAppend, LogAppended};
 use super::{
-    Accepted, COUNT_CANDIDATES, Durability, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob,
-    ListPlan, PlannedRead, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS,
-    Webhook, WebhookFailure, WebhookRow, decode_job, merge_newest, scoped_key, webhook_json,
+    Accepted, ArmRows, COUNT_CANDIDATES, Durability, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage,
+    KeyedJob, ListPlan, PlannedRead, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx,
+    WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, scoped_key, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -270,16 +270,27 @@ impl Store for SqliteStore {
         scope: &Scope,
         first: i64,
         after: Option<i64>,
+        budget: i64,
     ) -> Result<JobPage> {
         let Some(plan) = ListPlan::new(filter, scope) else {
             return Ok(ListPlan::nothing());
         };
-        let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first)?;
+        let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first, budget)?;
         let mut tx = self.pool.begin().await?;
-        let mut pages = Vec::with_capacity(reads.pages.len());
-        for statement in &reads.pages {
-            let query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(statement.sql.as_str()));
-            pages.push(bind_all!(query, &statement.binds).fetch_all(&mut *tx).await?);
+        let mut arms = Vec::with_capacity(reads.pages.len());
+        for read in &reads.pages {
+            let query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(read.page.sql.as_str()));
+            let rows = bind_all!(query, &read.page.binds).fetch_all(&mut *tx).await?;
+            // Fewer rows than asked: the read either ran out of candidates or of budget; the
+            // budget-th candidate, if there is one, is where it stopped.
+            let stopped_at = match &read.stop {
+                Some(stop) if (rows.len() as i64) <= first => {
+                    let query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(stop.sql.as_str()));
+                    bind_all!(query, &stop.binds).fetch_optional(&mut *tx).await?
+                }
+                _ => None,
+            };
+            arms.push(ArmRows { rows, stopped_at });
         }
         let mut total_count = 0;
         for statement in &reads.counts {
@@ -287,11 +298,7 @@ impl Store for SqliteStore {
             total_count += bind_all!(query, &statement.binds).fetch_one(&mut *tx).await?;
         }
         tx.commit().await?;
-        let jobs = merge_newest(pages, first + 1)
-            .into_iter()
-            .map(|(seq, body)| Ok((seq, decode_job(body)?)))
-            .collect::<Result<_>>()?;
-        Ok(JobPage::of(jobs, first, total_count))
+        merge_arms(arms, first, total_count, decode_job)
     }
 
     async fn query_plans(&self, read: PlannedRead<'_>) -> Result<Vec<String>> {
@@ -301,11 +308,17 @@ impl Store for SqliteStore {
                 scope,
                 first,
                 after,
+                budget,
             } => match ListPlan::new(filter, scope) {
                 None => Vec::new(),
                 Some(plan) => {
-                    let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first)?;
-                    reads.pages.into_iter().chain(reads.counts).collect()
+                    let reads = PageReads::new(&plan, after.unwrap_or(i64::MAX), first, budget)?;
+                    reads
+                        .pages
+                        .into_iter()
+                        .flat_map(|read| std::iter::once(read.page).chain(read.stop))
+                        .chain(reads.counts)
+                        .collect()
                 }
             },
             PlannedRead::UnfinishedJobs => vec![Statement::new(UNFINISHED, vec![])],
@@ -1195,41 +1208,67 @@ impl Statement {
 /// first, to be merged; `counts` read one number each, summed into `total_count`. Built once,
 /// so that `query_plans` explains exactly what `list_jobs` runs.
 struct PageReads {
-    pages: Vec<Statement>,
+    pages: Vec<PageRead>,
     counts: Vec<Statement>,
 }
 
+/// One read of a page's rows; with a budget (rows checked one by one), `stop` finds where
+/// the read stops: the budget-th candidate, none when there are fewer.
+struct PageRead {
+    page: Statement,
+    stop: Option<Statement>,
+}
+
 impl PageReads {
-    fn new(plan: &ListPlan, before: i64, first: i64) -> Result<Self> {
-        let namespaces = Bind::Text(plan.namespaces.as_ref().map(serde_json::to_string).transpose()?);
-        if let Some(text) = &plan.search {
-            let phrase = Bind::Text(Some(fts_phrase(text)));
+    fn new(plan: &ListPlan, before: i64, first: i64, budget: i64) -> Result<Self> {
+        let json = |list: Option<&Vec<String>>| -> Result<Bind> {
+            Ok(Bind::Text(list.map(serde_json::to_string).transpose()?))
+        };
+        if let Some(search) = &plan.search {
+            let phrase = Bind::Text(Some(fts_phrase(&search.text)));
+            let namespaces = json(search.namespaces.as_ref())?;
             let phases = Bind::Text(
-                plan.phases
+                search
+                    .phases
                     .as_ref()
                     .map(|p| serde_json::to_string(&p.iter().map(|p| p.as_str()).collect::<Vec<_>>()))
                     .transpose()?,
             );
+            let mut binds = vec![
+                phrase.clone(),
+                Bind::Int(before),
+                Bind::Int(first + 1),
+                namespaces.clone(),
+                phases.clone(),
+            ];
+            // Only matches that are checked need a budget: otherwise each one read is a row.
+            let stop = search.checks().then(|| {
+                let skip = budget.max(1) - 1;
+                binds.push(Bind::Int(skip));
+                Statement::new(
+                    SEARCH_STOP,
+                    vec![phrase.clone(), Bind::Int(before), Bind::Int(skip)],
+                )
+            });
             return Ok(Self {
-                pages: vec![Statement::new(
-                    SEARCH_PAGE,
-                    vec![
-                        phrase.clone(),
-                        Bind::Int(before),
-                        Bind::Int(first + 1),
-                        namespaces.clone(),
-                        phases.clone(),
-                    ],
-                )],
+                pages: vec![PageRead {
+                    page: Statement {
+                        sql: search_page(stop.is_some()),
+                        binds,
+                    },
+                    stop,
+                }],
                 counts: vec![Statement::new(
                     SEARCH_COUNT,
                     vec![phrase, Bind::Int(COUNT_CANDIDATES), namespaces, phases],
                 )],
             });
         }
+        let namespaces = json(plan.namespaces.as_ref())?;
         let name = Bind::Text(plan.name_contains.clone());
         // With a name checked per row, counted among each arm's newest candidates.
         let per_arm = (COUNT_CANDIDATES / plan.arms.len().max(1) as i64).max(1);
+        let skip = plan.arm_budget(budget) - 1;
         let mut pages = Vec::with_capacity(plan.arms.len());
         let mut counts = Vec::new();
         for arm in &plan.arms {
@@ -1244,9 +1283,29 @@ impl PageReads {
                     name.clone(),
                 ]
             };
-            pages.push(Statement {
-                sql: arm_sql(shape, ArmRead::Page),
-                binds: binds(before, first + 1),
+            let budgeted = |mut binds: Vec<Bind>| {
+                binds.push(Bind::Int(skip));
+                binds
+            };
+            pages.push(if plan.checks() {
+                PageRead {
+                    page: Statement {
+                        sql: arm_sql(shape, ArmRead::BudgetedPage),
+                        binds: budgeted(binds(before, first + 1)),
+                    },
+                    stop: Some(Statement {
+                        sql: arm_sql(shape, ArmRead::Stop),
+                        binds: budgeted(binds(before, 1)),
+                    }),
+                }
+            } else {
+                PageRead {
+                    page: Statement {
+                        sql: arm_sql(shape, ArmRead::Page),
+                        binds: binds(before, first + 1),
+                    },
+                    stop: None,
+                }
             });
             if plan.name_contains.is_some() {
                 counts.push(Statement {
@@ -1261,11 +1320,7 @@ impl PageReads {
             counts.push(Statement::new(
                 COUNTED,
                 vec![
-                    Bind::Text(
-                        counted_namespaces
-                            .map(|n| serde_json::to_string(&n))
-                            .transpose()?,
-                    ),
+                    json(counted_namespaces.as_ref())?,
                     Bind::Text(
                         counted_phases
                             .map(|p| serde_json::to_string(&p.iter().map(|p| p.as_str()).collect::<Vec<_>>()))
@@ -1284,20 +1339,27 @@ const COUNTED: &str = "SELECT coalesce(sum(n), 0) FROM job_counts \
      WHERE (?1 IS NULL OR namespace IN (SELECT value FROM json_each(?1))) \
      AND (?2 IS NULL OR phase IN (SELECT value FROM json_each(?2)))";
 
-/// What [`arm_sql`] reads: a page of rows, or the count of the name's matches among the
-/// arm's newest candidates.
+/// What [`arm_sql`] reads: a page of rows (with or without a budget of candidates), where a
+/// budgeted page stops, or the count of the name's matches among the arm's newest candidates.
 #[derive(Clone, Copy)]
 enum ArmRead {
     Page,
+    BudgetedPage,
+    Stop,
     Count,
 }
 
 /// One arm of a page (see [`ListPlan`]), its shape being which equalities it has
 /// (namespace, phase): `?1` the cursor, `?2` the limit, `?3` the namespace, `?4` the phase,
 /// `?5` namespaces checked per row (JSON, or NULL), `?6` text the name must contain (or
-/// NULL). Each shape names the index it reads, ordered by `seq` after its equalities, so that
-/// the plan never falls back to sorting or scanning whatever the planner estimates
-/// (tests/store.rs checks every shape's plan); the whole order (no equality) is the table.
+/// NULL), `?7` the candidates a budgeted read may skip past (its budget less one). Each shape
+/// names the index it reads, ordered by `seq` after its equalities, so that the plan never
+/// falls back to sorting or scanning whatever the planner estimates (tests/store.rs checks
+/// every shape's plan); the whole order (no equality) is the table.
+///
+/// A budgeted page reads no lower than the budget-th candidate below the cursor (a scalar
+/// subquery, run once, that walks the same index range reading `seq` only), so it stops
+/// there however few rows pass the checks; `Stop` is that candidate.
 fn arm_sql(shape: (bool, bool), read: ArmRead) -> String {
     let (index, equalities) = match shape {
         (false, false) => ("NOT INDEXED", ""),
@@ -1308,6 +1370,9 @@ fn arm_sql(shape: (bool, bool), read: ArmRead) -> String {
             " AND namespace = ?3 AND phase = ?4",
         ),
     };
+    let stop = format!(
+        "SELECT seq FROM jobs {index} WHERE seq < ?1{equalities} ORDER BY seq DESC LIMIT 1 OFFSET ?7"
+    );
     let range = format!(
         "FROM jobs {index} WHERE seq < ?1{equalities} \
          AND (?5 IS NULL OR namespace IN (SELECT value FROM json_each(?5))) "
@@ -1316,6 +1381,11 @@ fn arm_sql(shape: (bool, bool), read: ArmRead) -> String {
         ArmRead::Page => format!(
             "SELECT seq, body {range}AND (?6 IS NULL OR instr(name, ?6) > 0) ORDER BY seq DESC LIMIT ?2"
         ),
+        ArmRead::BudgetedPage => format!(
+            "SELECT seq, body {range}AND seq >= coalesce(({stop}), 0) \
+             AND (?6 IS NULL OR instr(name, ?6) > 0) ORDER BY seq DESC LIMIT ?2"
+        ),
+        ArmRead::Stop => stop,
         ArmRead::Count => format!(
             "SELECT count(*) FROM (SELECT name {range}ORDER BY seq DESC LIMIT ?2) WHERE instr(name, ?6) > 0"
         ),
@@ -1323,14 +1393,31 @@ fn arm_sql(shape: (bool, bool), read: ArmRead) -> String {
 }
 
 /// A page of a name search: `?1` the FTS5 phrase, `?2` the cursor, `?3` the limit, `?4`
-/// namespaces and `?5` phases (JSON, or NULL for any). The name index is read newest first
-/// (FTS5 returns rowids, which are `seq`, in order; CROSS JOIN keeps it the outer loop) and
-/// each match's job is looked up by its key.
-const SEARCH_PAGE: &str = "SELECT j.seq, j.body FROM job_names CROSS JOIN jobs j ON j.seq = job_names.rowid \
-     WHERE job_names MATCH ?1 AND job_names.rowid < ?2 \
-     AND (?4 IS NULL OR j.namespace IN (SELECT value FROM json_each(?4))) \
-     AND (?5 IS NULL OR j.phase IN (SELECT value FROM json_each(?5))) \
-     ORDER BY job_names.rowid DESC LIMIT ?3";
+/// namespaces and `?5` phases (JSON, or NULL for any), `?6` the matches a budgeted read may
+/// skip past. The name index is read newest first (FTS5 returns rowids, which are `seq`, in
+/// order; CROSS JOIN keeps it the outer loop) and each match's job is looked up by its key.
+/// With `budget`, it reads no lower than the budget-th match below the cursor
+/// ([`SEARCH_STOP`], run once as a scalar subquery), however few pass the checks.
+fn search_page(budget: bool) -> String {
+    let floor = if budget {
+        "AND job_names.rowid >= coalesce((SELECT rowid FROM job_names WHERE job_names MATCH ?1 \
+         AND rowid < ?2 ORDER BY rowid DESC LIMIT 1 OFFSET ?6), 0) "
+    } else {
+        ""
+    };
+    format!(
+        "SELECT j.seq, j.body FROM job_names CROSS JOIN jobs j ON j.seq = job_names.rowid \
+         WHERE job_names MATCH ?1 AND job_names.rowid < ?2 {floor}\
+         AND (?4 IS NULL OR j.namespace IN (SELECT value FROM json_each(?4))) \
+         AND (?5 IS NULL OR j.phase IN (SELECT value FROM json_each(?5))) \
+         ORDER BY job_names.rowid DESC LIMIT ?3"
+    )
+}
+
+/// Where a budgeted search page stops: the match `?3` places below the cursor `?2` (the
+/// budget-th), if there is one.
+const SEARCH_STOP: &str = "SELECT rowid FROM job_names WHERE job_names MATCH ?1 AND rowid < ?2 \
+     ORDER BY rowid DESC LIMIT 1 OFFSET ?3";
 
 /// How many of the newest `?2` name matches of the phrase `?1` pass the other filters
 /// (`?3` namespaces, `?4` phases).

@@ -3,6 +3,14 @@
 // The page is loaded once per filter or page change; afterwards each `jobEvents` event updates
 // its row in place (only if it is newer than what the row shows, by cursor), adds a new job at
 // the top of the first page, or removes a job that no longer matches the filter.
+//
+// The server looks at a bounded number of jobs per request: a filter that few jobs match (a
+// name with a namespace none of its jobs are in) answers short or empty pages that still have
+// a next one. A page asks on from where the last answer stopped until it has PAGE_SIZE rows or
+// the server has no more, but at most FOLLOW_UPS times by itself; then it shows what it found
+// and offers to search further (each click, as many requests again), so that a search through
+// a million jobs never hammers the server unasked. Every page before the current one is full:
+// "Older" waits until the current page is (or the server has nothing more).
 
 import { useEffect, useRef, useState } from 'preact/hooks';
 
@@ -14,6 +22,28 @@ const PAGE_SIZE = 25;
 // With a name filter the server counts matches among at most this many candidates
 // (`totalCount` is then a lower bound): the count shows as "5000+".
 const NAME_COUNT_CAP = 5000;
+// Requests a page makes by itself after the first, when answers come back short.
+const FOLLOW_UPS = 4;
+
+/**
+ * Jobs from after `cursor` (null: the newest) until `have` rows and these make a page, the
+ * server has no more, or `requests` requests were made. `total` is the first answer's.
+ */
+async function readOn(api, filter, cursor, have, requests) {
+  const rows = [];
+  let hasNext = true;
+  let endCursor = cursor;
+  let total = null;
+  for (let i = 0; i < requests && hasNext && have + rows.length < PAGE_SIZE; i++) {
+    const data = await api.request(JOBS_QUERY, { first: PAGE_SIZE - have - rows.length, after: endCursor, filter });
+    const c = data.jobs;
+    rows.push(...c.edges.map((e) => e.node));
+    hasNext = c.pageInfo.hasNextPage;
+    endCursor = c.pageInfo.endCursor;
+    if (total === null) total = c.totalCount;
+  }
+  return { rows, hasNext, endCursor, total };
+}
 
 function filterFrom(params) {
   return {
@@ -115,7 +145,15 @@ export function JobsView({ api, live, params }) {
   const [pager, setPager] = useState({ key: filterKey, pages: [] });
   const pages = pager.key === filterKey ? pager.pages : [];
   const setPages = (next) => setPager({ key: filterKey, pages: next });
-  const [state, setState] = useState({ rows: [], total: 0, hasNext: false, endCursor: null, loading: true, error: null });
+  const [state, setState] = useState({
+    rows: [],
+    total: 0,
+    hasNext: false,
+    endCursor: null,
+    loading: true,
+    searching: false,
+    error: null,
+  });
   const [newJobs, setNewJobs] = useState(0);
   const [namespaces, setNamespaces] = useState([]);
   const rowsRef = useRef(state);
@@ -127,17 +165,16 @@ export function JobsView({ api, live, params }) {
     rowsRef.current = { ...rowsRef.current, loading: true };
     setState(rowsRef.current);
     setNewJobs(0);
-    api
-      .request(JOBS_QUERY, { first: PAGE_SIZE, after, filter: apiFilter(filter) })
-      .then((data) => {
+    readOn(api, apiFilter(filter), after, 0, 1 + FOLLOW_UPS)
+      .then((read) => {
         if (cancelled) return;
-        const c = data.jobs;
         let loaded = {
-          rows: c.edges.map((e) => e.node),
-          total: c.totalCount,
-          hasNext: c.pageInfo.hasNextPage,
-          endCursor: c.pageInfo.endCursor,
+          rows: read.rows,
+          total: read.total,
+          hasNext: read.hasNext,
+          endCursor: read.endCursor,
           loading: false,
+          searching: false,
           error: null,
         };
         for (const event of buffered.current.splice(0)) loaded = applyEvent(loaded, event);
@@ -247,6 +284,39 @@ export function JobsView({ api, live, params }) {
     window.addEventListener('keydown', onKey);
     return () => window.removeEventListener('keydown', onKey);
   }, []);
+
+  // The page stopped short of PAGE_SIZE rows where the server has more to look at.
+  const short = !state.loading && !state.error && state.hasNext && state.rows.length < PAGE_SIZE;
+  const load = useRef(0);
+  useEffect(() => {
+    load.current += 1;
+  }, [filterKey, after, live.loaded, live.generation]);
+  // On the user's request: as many requests again, from where the page stopped, appending.
+  const searchFurther = () => {
+    const mine = load.current;
+    const from = rowsRef.current;
+    rowsRef.current = { ...from, searching: true };
+    setState(rowsRef.current);
+    readOn(api, apiFilter(filter), from.endCursor, from.rows.length, 1 + FOLLOW_UPS)
+      .then((read) => {
+        if (mine !== load.current) return;
+        const current = rowsRef.current;
+        const known = new Set(current.rows.map((r) => r.id));
+        rowsRef.current = {
+          ...current,
+          rows: [...current.rows, ...read.rows.filter((r) => !known.has(r.id))],
+          hasNext: read.hasNext,
+          endCursor: read.endCursor,
+          searching: false,
+        };
+        setState(rowsRef.current);
+      })
+      .catch((error) => {
+        if (mine !== load.current) return;
+        rowsRef.current = { ...rowsRef.current, searching: false, error };
+        setState(rowsRef.current);
+      });
+  };
 
   const first = pages.length * PAGE_SIZE + (state.rows.length ? 1 : 0);
   const last = pages.length * PAGE_SIZE + state.rows.length;
@@ -359,7 +429,17 @@ export function JobsView({ api, live, params }) {
             ))}
           </tbody>
         </table>
-        {!state.loading && !state.error && state.rows.length === 0 && (
+        {short && (
+          <p class="searching" id="jobs-searching">
+            {state.rows.length === 0
+              ? 'No match among the jobs searched so far.'
+              : `${state.rows.length} found among the jobs searched so far.`}{' '}
+            <button type="button" disabled={state.searching} onClick={searchFurther}>
+              {state.searching ? 'Searching…' : 'Search further'}
+            </button>
+          </p>
+        )}
+        {!state.loading && !state.error && !short && state.rows.length === 0 && (
           <p class="empty">
             {filter.phase || filter.namespace || filter.name ? 'No job matches these filters.' : 'No jobs yet. '}
             {!(filter.phase || filter.namespace || filter.name) && <a href="#/submit">Submit the first one.</a>}
@@ -377,7 +457,7 @@ export function JobsView({ api, live, params }) {
         <button type="button" disabled={pages.length === 0} onClick={() => setPages(pages.slice(0, -1))}>
           Newer
         </button>
-        <button type="button" disabled={!state.hasNext} onClick={() => setPages([...pages, state.endCursor])}>
+        <button type="button" disabled={!state.hasNext || short} onClick={() => setPages([...pages, state.endCursor])}>
           Older
         </button>
       </nav>

@@ -39,7 +39,9 @@ impl JobService {
     }
 
     /// A page of the jobs in `scope` that match `filter`, newest first; its `total_count`
-    /// counts only those.
+    /// counts only those. It looks at no more than the configured budget of candidates
+    /// ([`ServiceConfig::page_scan_budget`](super::ServiceConfig::page_scan_budget)), so it may
+    /// hold fewer than `first` jobs and still have a next page.
     pub async fn jobs(
         &self,
         filter: &JobFilter,
@@ -48,7 +50,11 @@ impl JobService {
         after: Option<i64>,
     ) -> Result<JobPage, ServiceError> {
         let started = std::time::Instant::now();
-        let page = self.inner.store.list_jobs(filter, scope, first, after).await?;
+        let page = self
+            .inner
+            .store
+            .list_jobs(filter, scope, first, after, self.inner.page_scan_budget)
+            .await?;
         self.inner.metrics.store_op("list", started.elapsed());
         Ok(page)
     }

@@ -134,6 +134,9 @@ pub struct ServiceConfig {
     /// executor); `None`: one of the service's own, which no executor feeds (reads then fall
     /// back to the executor's own view of a job's output).
     pub logs: Option<Arc<LogArchiver>>,
+    /// The most candidate rows one page of `jobs` looks at (see
+    /// [`crate::store::ListPlan`]).
+    pub page_scan_budget: i64,
 }
 
 impl ServiceConfig {
@@ -153,6 +156,7 @@ impl ServiceConfig {
             ),
             workload_templates: Arc::new(TemplateSet::default()),
             logs: None,
+            page_scan_budget: crate::store::SCAN_BUDGET,
         }
     }
 }
@@ -249,6 +253,7 @@ struct Inner {
     executor: Arc<dyn Executor>,
     limits: ValidationLimits,
     max_active_per_namespace: u64,
+    page_scan_budget: i64,
     metrics: Arc<Metrics>,
     templates: Vec<Template>,
     workload_templates: Arc<TemplateSet>,
@@ -344,6 +349,7 @@ impl JobService {
             executor,
             limits: config.limits,
             max_active_per_namespace: config.max_active_per_namespace,
+            page_scan_budget: config.page_scan_budget.max(1),
             metrics: config.metrics,
             templates: config.templates,
             workload_templates: config.workload_templates,
