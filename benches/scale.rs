@@ -41,7 +41,8 @@
 //! `BENCH_BULK_KINDS` [run,held], `BENCH_JOBS` [1000000], `BENCH_REPEAT` [200],
 //! `BENCH_KEEP` [unset: a directory to keep the generated store in, and to reuse it from if
 //! it is there; the retention part sweeps a copy of it], `BENCH_RETENTION_DAYS`,
-//! `BENCH_RETENTION_RATE`, `BENCH_RETENTION_IDLE_SECS`.
+//! `BENCH_RETENTION_RATE`, `BENCH_RETENTION_IDLE_SECS`, `BENCH_RETENTION_BATCH` [unset: jobgate's
+//! default `--retention-batch`].
 //!
 //! Every wait has a time limit. Without `--bench` (as under `cargo test --benches`) the
 //! program does nothing. BENCHMARKS.md has the figures.
@@ -70,6 +71,7 @@ struct Opts {
     retention_days: f64,
     retention_rate: f64,
     retention_idle: Duration,
+    retention_batch: Option<String>,
 }
 
 impl Opts {
@@ -102,6 +104,7 @@ impl Opts {
                 .expect("BENCH_RETENTION_DAYS must be a number"),
             retention_rate: number("BENCH_RETENTION_RATE", "50") as f64,
             retention_idle: Duration::from_secs(number("BENCH_RETENTION_IDLE_SECS", "30") as u64),
+            retention_batch: std::env::var("BENCH_RETENTION_BATCH").ok(),
         }
     }
 }
@@ -728,8 +731,11 @@ async fn retention(opts: &Opts, table: &mut Table) {
         opts.retention_days
     );
     let what = format!(
-        "retention of {} days on {} jobs (SQLite), submitJob at {}/s",
-        opts.retention_days, opts.jobs, opts.retention_rate
+        "retention of {} days on {} jobs (SQLite, batch {}), submitJob at {}/s",
+        opts.retention_days,
+        opts.jobs,
+        opts.retention_batch.as_deref().unwrap_or("default"),
+        opts.retention_rate
     );
     let body = submissions::body(&json!({"name": "writer", "command": ["true"]}));
     let log = "warn,jobgate::server=info";
@@ -740,6 +746,9 @@ async fn retention(opts: &Opts, table: &mut Table) {
                 .arg("--retention-days")
                 .arg(opts.retention_days.to_string())
                 .args(["--retention-interval-ms", "3600000"]);
+            if let Some(batch) = &opts.retention_batch {
+                command.args(["--retention-batch", batch]);
+            }
         }
         Process::start(&mut command, Duration::from_secs(600), |_| false)
     };

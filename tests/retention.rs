@@ -9,7 +9,10 @@
 
 mod common;
 
+use std::path::Path;
+
 use serde_json::{Value, json};
+use sqlx::Connection as _;
 
 use common::{GqlWs, Polling, Server, scrape};
 
@@ -137,6 +140,12 @@ async fn finished_jobs_go_after_their_retention_and_older_cursors_expire() {
     assert_eq!(server.job(&kept).await["phase"], "SUCCEEDED");
     assert_eq!(server.job(&running).await["phase"], "RUNNING");
     assert_eq!(server.job_names().await, ["kept", "running"]);
+    // The name search forgets them too.
+    assert!(
+        names_containing(&server, "one").await.is_empty(),
+        "`gone` was deleted"
+    );
+    assert_eq!(names_containing(&server, "ept").await, ["kept"]);
     // Every one of them (a progress event may have come since, not gone).
     let now = server.gql_ok(EVENTS_OF, json!({ "id": running })).await;
     let now = now["job"]["events"].as_array().unwrap();
@@ -178,8 +187,11 @@ async fn finished_jobs_go_after_their_retention_and_older_cursors_expire() {
         }
     }
 
+    assert_eq!(names_containing(&server, "ate").await, ["later"]);
+
     // The horizon is durable: after a restart the same cursor is still refused.
     server.stop().await;
+    assert_name_index_matches_jobs(&server.data_dir).await;
     let server = server.start_again(&args()).await;
     let after_restart: i64 = expired(&server, &start).await.parse().unwrap();
     // Not lower; higher only if `later` has gone meanwhile too.
@@ -191,6 +203,38 @@ async fn finished_jobs_go_after_their_retention_and_older_cursors_expire() {
             .await["job"]
             .is_null()
     );
+}
+
+/// The names of the jobs `jobs(filter: { nameContains })` lists (served by the name index for
+/// three characters or more).
+async fn names_containing(server: &Server, text: &str) -> Vec<String> {
+    let data = server
+        .gql_ok(
+            "query($text: String!) { jobs(first: 100, filter: { nameContains: $text }) { edges { node { name } } } }",
+            json!({ "text": text }),
+        )
+        .await;
+    data["jobs"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// FTS5's own check of the name index of a stopped server's store: with rank 1 it also
+/// checks that the index holds exactly the names in `jobs`, so a deletion that left an entry
+/// behind, or removed the wrong one, fails here.
+async fn assert_name_index_matches_jobs(data_dir: &Path) {
+    let url = format!("sqlite://{}", data_dir.join("jobgate.db").display());
+    let mut db = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("the stopped server's store opens");
+    sqlx::query("INSERT INTO job_names (job_names, rank) VALUES ('integrity-check', 1)")
+        .execute(&mut db)
+        .await
+        .expect("the name index matches the jobs table");
+    db.close().await.expect("closing the store");
 }
 
 const CREATE: &str =
