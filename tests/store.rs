@@ -619,28 +619,16 @@ async fn list_jobs_pages_with_cursors(store: Arc<dyn Store>) {
     submit_one(&store, job("team-b", "other")).await;
     let scope = team("team-a");
     let filter = JobFilter::default();
-    let mut seen = Vec::new();
-    let mut after = None;
-    let mut pages = 0;
-    loop {
-        let page = store
-            .list_jobs(&filter, &scope, 2, after, SCAN_BUDGET)
-            .await
-            .unwrap();
-        pages += 1;
+    let pages = page_through(&store, &filter, &scope, 2, SCAN_BUDGET).await;
+    assert_eq!(pages.len(), 3);
+    for page in &pages {
         assert_eq!(
             page.total_count, 5,
             "total_count counts every match, not the page"
         );
-        assert!(page.jobs.len() <= 2);
-        seen.extend(page.jobs.iter().map(|(_, j)| j.id.clone()));
-        if !page.has_next_page {
-            break;
-        }
-        after = Some(page.jobs.last().expect("a page with a next one is not empty").0);
     }
-    assert_eq!(pages, 3);
-    let newest_first: Vec<String> = jobs.iter().rev().map(|j| j.id.clone()).collect();
+    let seen: Vec<&str> = pages.iter().flat_map(page_ids).collect();
+    let newest_first: Vec<&str> = jobs.iter().rev().map(|j| j.id.as_str()).collect();
     assert_eq!(seen, newest_first);
     // A job submitted meanwhile is on the first page, never repeated on a later one.
     let cursor_before = store
