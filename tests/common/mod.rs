@@ -337,6 +337,25 @@ impl Server {
         data["job"].clone()
     }
 
+    /// The webhook endpoint `id` as `webhooks` lists it, with every field it has; the caller
+    /// must see it.
+    pub async fn webhook(&self, id: &str) -> Value {
+        let data = self
+            .gql_ok(
+                "{ webhooks { id url state cursor lag attempts lastError lastAttemptAt nextAttemptAt createdAt \
+                 filter { nameContains namespace phases } } }",
+                json!({}),
+            )
+            .await;
+        data["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("webhook {id} is not listed: {data}"))
+    }
+
     /// `job(id) { <fields> }`.
     pub async fn job_with(&self, id: &str, fields: &str) -> Value {
         let query = format!("query($id: ID!) {{ job(id: $id) {{ {fields} }} }}");
