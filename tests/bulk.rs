@@ -340,12 +340,7 @@ async fn a_store_that_cannot_write_accepts_nothing_of_a_batch() {
     let server = Server::start(&[]).await;
     let id = server.try_submit("kept").await.expect("accepted");
     server.wait_phase(&id, "SUCCEEDED").await;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(server.data_dir.join("jobgate.db"))
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    server.truncate_database(0);
     let inputs: Vec<Value> = (0..5).map(|i| sleeper(&format!("lost-{i}"))).collect();
     let (_, body) = submit_jobs(&server, None, &inputs).await;
     assert!(body["data"]["submitJobs"].is_null(), "{body}");

@@ -77,12 +77,7 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
     let server = Server::start(&[]).await;
     let id = server.try_submit("kept").await.expect("accepted");
     server.wait_phase(&id, "SUCCEEDED").await;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(server.data_dir.join("jobgate.db"))
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    server.truncate_database(0);
     // The next write is refused, before the timer has looked.
     assert_eq!(server.try_submit("lost").await, Err("UNAVAILABLE".to_owned()));
     assert_eq!(server.readyz().await, 503);
@@ -92,15 +87,9 @@ async fn a_truncated_database_file_makes_jobgate_unready_and_refuse_writes() {
     let server = Server::start(&[]).await;
     let id = server.try_submit("kept").await.expect("accepted");
     server.wait_phase(&id, "SUCCEEDED").await;
-    let db = server.data_dir.join("jobgate.db");
-    let len = std::fs::metadata(&db).unwrap().len();
+    let len = std::fs::metadata(server.database_file()).unwrap().len();
     assert!(len > 4096, "a database of more than one page: {len} bytes");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&db)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    server.truncate_database(4096);
     assert_eq!(server.try_submit("lost").await, Err("UNAVAILABLE".to_owned()));
     assert_eq!(server.readyz().await, 503);
     server.wait_log("where its header counts").await;

@@ -104,6 +104,14 @@ fn assert_whole(lines: &[(i64, String)], expected: &[String]) {
     }
 }
 
+/// Reads the job's whole output both ways a user can, a page of 1,000 lines at a time with
+/// `logLines` and streamed by `jobLogs` from its first line, and checks each is `expected`,
+/// whole ([`assert_whole`]).
+async fn assert_read_whole(server: &Server, id: &str, expected: &[String]) {
+    assert_whole(&all_log_lines(server, id, 1000).await, expected);
+    assert_whole(&stream_log_lines(server, id, 10_000, None, None).await, expected);
+}
+
 async fn log_archive(server: &Server, id: &str) -> Value {
     server
         .gql_ok(
@@ -224,11 +232,7 @@ async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_r
         })
         .await;
     let expected = numbered(0, 4999);
-    assert_whole(&all_log_lines(&server, &id, 1000).await, &expected);
-    assert_whole(
-        &stream_log_lines(&server, &id, 10_000, None, None).await,
-        &expected,
-    );
+    assert_read_whole(&server, &id, &expected).await;
     let job = log_archive(&server, &id).await;
     assert_eq!(job["logArchive"]["truncated"], false);
     let bytes: usize = expected.iter().map(|l| l.len() + 1).sum();
@@ -272,11 +276,7 @@ async fn a_kubernetes_job_with_ttl_zero_keeps_all_5000_lines() {
         .await;
     // Once the pods are gone, their logs were archived whole (the finalizer held them).
     let expected = numbered(0, 4999);
-    assert_whole(&all_log_lines(&server, &id, 1000).await, &expected);
-    assert_whole(
-        &stream_log_lines(&server, &id, 10_000, None, None).await,
-        &expected,
-    );
+    assert_read_whole(&server, &id, &expected).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,11 +406,7 @@ async fn a_local_job_keeps_its_whole_output_beyond_rotation_and_restarts() {
     assert_whole(&all_log_lines(&server, &id, 1000).await, &expected);
     server.stop().await;
     let server = server.start_again(&["--local-max-log-bytes", "4096"]).await;
-    assert_whole(&all_log_lines(&server, &id, 1000).await, &expected);
-    assert_whole(
-        &stream_log_lines(&server, &id, 10_000, None, None).await,
-        &expected,
-    );
+    assert_read_whole(&server, &id, &expected).await;
 
     // A stream cut after 1,234 lines resumes after the last cursor it received.
     let first = stream_log_lines(&server, &id, 10_000, None, Some(1234)).await;

@@ -239,7 +239,6 @@ async fn assert_name_index_matches_jobs(data_dir: &Path) {
 
 const CREATE: &str =
     "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) { webhook { id } secret } }";
-const LIST: &str = "{ webhooks { id state lastError cursor } }";
 const REPLAY: &str =
     "mutation($id: ID!, $after: String!) { replayWebhook(id: $id, after: $after) { webhook { state } } }";
 
@@ -265,7 +264,7 @@ async fn a_webhook_behind_retention_is_parked_and_replays_from_the_oldest_cursor
         .as_str()
         .unwrap()
         .to_owned();
-    let created_at = webhook(&server, &id).await["cursor"].as_str().unwrap().to_owned();
+    let created_at = server.webhook(&id).await["cursor"].as_str().unwrap().to_owned();
     let job = server
         .submit(json!({ "name": "undelivered", "command": ["true"] }))
         .await;
@@ -274,7 +273,7 @@ async fn a_webhook_behind_retention_is_parked_and_replays_from_the_oldest_cursor
 
     let polling = Polling::start();
     let parked = loop {
-        let w = webhook(&server, &id).await;
+        let w = server.webhook(&id).await;
         if w["state"] == "PARKED" {
             break w;
         }
@@ -295,7 +294,7 @@ async fn a_webhook_behind_retention_is_parked_and_replays_from_the_oldest_cursor
         .unwrap()
         .to_owned();
     assert_eq!(
-        webhook(&server, &id).await["state"],
+        server.webhook(&id).await["state"],
         "PARKED",
         "a refused replay changes nothing"
     );
@@ -304,17 +303,6 @@ async fn a_webhook_behind_retention_is_parked_and_replays_from_the_oldest_cursor
         replayed["replayWebhook"]["webhook"]["state"], "PARKED",
         "{replayed}"
     );
-}
-
-async fn webhook(server: &Server, id: &str) -> Value {
-    let data = server.gql_ok(LIST, json!({})).await;
-    data["webhooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["id"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("webhook {id} not listed: {data}"))
 }
 
 /// Bad retention flags are refused at start, saying why.

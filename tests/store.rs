@@ -619,28 +619,16 @@ async fn list_jobs_pages_with_cursors(store: Arc<dyn Store>) {
     submit_one(&store, job("team-b", "other")).await;
     let scope = team("team-a");
     let filter = JobFilter::default();
-    let mut seen = Vec::new();
-    let mut after = None;
-    let mut pages = 0;
-    loop {
-        let page = store
-            .list_jobs(&filter, &scope, 2, after, SCAN_BUDGET)
-            .await
-            .unwrap();
-        pages += 1;
+    let pages = page_through(&store, &filter, &scope, 2, SCAN_BUDGET).await;
+    assert_eq!(pages.len(), 3);
+    for page in &pages {
         assert_eq!(
             page.total_count, 5,
             "total_count counts every match, not the page"
         );
-        assert!(page.jobs.len() <= 2);
-        seen.extend(page.jobs.iter().map(|(_, j)| j.id.clone()));
-        if !page.has_next_page {
-            break;
-        }
-        after = Some(page.jobs.last().expect("a page with a next one is not empty").0);
     }
-    assert_eq!(pages, 3);
-    let newest_first: Vec<String> = jobs.iter().rev().map(|j| j.id.clone()).collect();
+    let seen: Vec<&str> = pages.iter().flat_map(page_ids).collect();
+    let newest_first: Vec<&str> = jobs.iter().rev().map(|j| j.id.as_str()).collect();
     assert_eq!(seen, newest_first);
     // A job submitted meanwhile is on the first page, never repeated on a later one.
     let cursor_before = store
@@ -1783,6 +1771,23 @@ async fn every_plan(store: &Arc<dyn Store>) -> Vec<(String, String)> {
     plans
 }
 
+/// Every plan of `plans`, one after another: where the plan tests look for the indexes used.
+fn all_plans(plans: &[(String, String)]) -> String {
+    plans
+        .iter()
+        .map(|(_, p)| p.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Each of `indexes` (as the backend's plans name it) is read by some plan of `all`
+/// ([`all_plans`]).
+fn assert_plans_use(all: &str, indexes: &[&str]) {
+    for index in indexes {
+        assert!(all.contains(index), "no plan uses {index}:\n{all}");
+    }
+}
+
 /// How many jobs the plan tests write straight into the database (with one event each), as
 /// the benchmark makes its million: names `etl-NNNNNN`, mostly finished, one every 50 s until
 /// now, with bodies of a real job's size (the planners weigh reading rows against sorting them
@@ -1860,25 +1865,22 @@ async fn sqlite_reads_use_an_index_in_order_and_never_sort() {
         }
     }
     // Every arm's index is used somewhere, and the name index for long text.
-    let all = plans
-        .iter()
-        .map(|(_, p)| p.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
-    for index in [
-        "USING INTEGER PRIMARY KEY (rowid<?)",
-        "USING INDEX jobs_by_namespace (namespace=? AND seq<?)",
-        "USING INDEX jobs_by_phase (phase=? AND seq<?)",
-        "USING INDEX jobs_by_namespace_phase (namespace=? AND phase=? AND rowid<?)",
-        "SCAN job_names VIRTUAL TABLE",
-        // A budgeted page's lowest candidate, read once before the page.
-        "SCALAR SUBQUERY",
-        "SCAN jobs USING INDEX jobs_unfinished",
-        "jobs_by_submitted_at",
-        "events_finished_at",
-    ] {
-        assert!(all.contains(index), "no plan uses {index}:\n{all}");
-    }
+    let all = all_plans(&plans);
+    assert_plans_use(
+        &all,
+        &[
+            "USING INTEGER PRIMARY KEY (rowid<?)",
+            "USING INDEX jobs_by_namespace (namespace=? AND seq<?)",
+            "USING INDEX jobs_by_phase (phase=? AND seq<?)",
+            "USING INDEX jobs_by_namespace_phase (namespace=? AND phase=? AND rowid<?)",
+            "SCAN job_names VIRTUAL TABLE",
+            // A budgeted page's lowest candidate, read once before the page.
+            "SCALAR SUBQUERY",
+            "SCAN jobs USING INDEX jobs_unfinished",
+            "jobs_by_submitted_at",
+            "events_finished_at",
+        ],
+    );
 }
 
 #[tokio::test]
@@ -1941,23 +1943,20 @@ async fn postgres_reads_use_an_index_in_order_and_never_sort() {
     }
     // The indexes it chose here (unfinished phases come from the partial index of unfinished
     // jobs, also in `seq` order; a common phase from the whole order, filtered).
-    let all = plans
-        .iter()
-        .map(|(_, p)| p.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
-    for index in [
-        "Index Scan Backward using jobs_pkey",
-        "using jobs_by_namespace on jobs",
-        "using jobs_by_namespace_phase_seq on jobs",
-        // A budgeted page's lowest candidate, read once before the page.
-        "InitPlan",
-        "jobs_unfinished",
-        "jobs_by_submitted_at",
-        "events_finished_at",
-    ] {
-        assert!(all.contains(index), "no plan uses {index}:\n{all}");
-    }
+    let all = all_plans(&plans);
+    assert_plans_use(
+        &all,
+        &[
+            "Index Scan Backward using jobs_pkey",
+            "using jobs_by_namespace on jobs",
+            "using jobs_by_namespace_phase_seq on jobs",
+            // A budgeted page's lowest candidate, read once before the page.
+            "InitPlan",
+            "jobs_unfinished",
+            "jobs_by_submitted_at",
+            "events_finished_at",
+        ],
+    );
     // The trigram index answers in no order: a page reading it would read every match.
     assert!(
         !all.contains("jobs_by_name_trgm"),

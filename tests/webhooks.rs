@@ -27,7 +27,6 @@ const FAST_RETRIES: [&str; 4] = [
 ];
 
 const CREATE: &str = "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) { webhook { id url state cursor } secret } }";
-const LIST: &str = "{ webhooks { id url state cursor lag attempts lastError lastAttemptAt nextAttemptAt createdAt filter { nameContains namespace phases } } }";
 
 /// HMAC-SHA256 (RFC 2104), written out: the receiver's own check of jobgate's signatures.
 fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
@@ -231,22 +230,11 @@ async fn endpoint(server: &Server, filter: Value) -> (Receiver, String) {
     (receiver, id)
 }
 
-async fn listed(server: &Server, id: &str) -> Value {
-    let data = server.gql_ok(LIST, json!({})).await;
-    data["webhooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["id"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("webhook {id} is not listed: {data}"))
-}
-
 /// Asks `webhooks` until the endpoint `id` satisfies `check`; returns it.
 async fn listed_until(server: &Server, id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
     let polling = Polling::start();
     loop {
-        let webhook = listed(server, id).await;
+        let webhook = server.webhook(id).await;
         if check(&webhook) {
             return webhook;
         }
@@ -462,7 +450,7 @@ async fn an_endpoint_failing_for_the_whole_window_is_parked_until_replayed() {
     args.extend(FAST_RETRIES);
     let server = Server::start(&args).await;
     let (receiver, id) = endpoint(&server, json!({})).await;
-    let created_at = listed(&server, &id).await["cursor"].as_str().unwrap().to_owned();
+    let created_at = server.webhook(&id).await["cursor"].as_str().unwrap().to_owned();
     receiver.fail(true);
     let job = run_job(&server, "parked").await;
     let webhook = listed_until(&server, &id, "parked", |w| w["state"] == "PARKED").await;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_graphql::{Context, ID, Object, Schema, Subscription};
 use futures::{Stream, StreamExt};
 
-use crate::graphql::caller::caller;
+use crate::graphql::caller::{caller, submitter};
 use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, for_item, rate_limited};
 use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
@@ -21,7 +21,7 @@ use crate::graphql::types::{
     SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload, TemplateObject, WebhookObject,
 };
 use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
-use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError, Submitter};
+use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError};
 use crate::model;
 use crate::rate_limits::{Limited, RateLimits, Refused};
 use crate::webhooks::{EndpointStatus, Webhooks};
@@ -257,14 +257,7 @@ impl Mutation {
         }
         let identity = caller(ctx)?;
         let submitted = service
-            .submit(
-                input.into(),
-                Some(Submitter {
-                    name: identity.name.clone(),
-                    principal: identity.principal.clone(),
-                }),
-                &identity.scope,
-            )
+            .submit(input.into(), Some(submitter(identity)), &identity.scope)
             .await
             .api()?;
         Ok(SubmitJobPayload {
@@ -319,10 +312,7 @@ impl Mutation {
         let results = service
             .submit_many(
                 inputs.into_iter().map(Into::into).collect(),
-                Some(Submitter {
-                    name: identity.name.clone(),
-                    principal: identity.principal.clone(),
-                }),
+                Some(submitter(identity)),
                 &identity.scope,
             )
             .await

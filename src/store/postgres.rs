@@ -901,23 +901,12 @@ impl StoreTx for PostgresTx {
 
     async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()> {
         bounded(async move {
-            sqlx::query(
-                "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            bind_job_row(
+                sqlx::query(INSERT_JOB),
+                job,
+                fingerprint,
+                &serde_json::to_string(job)?,
             )
-            .bind(&job.id)
-            .bind(&job.spec.name)
-            .bind(&job.spec.namespace)
-            .bind(&job.spec.template)
-            .bind(job.phase.as_str())
-            .bind(job.submitted_at)
-            .bind(
-                job.idempotency_key
-                    .as_deref()
-                    .map(|k| scoped_key(job.key_scope(), k)),
-            )
-            .bind(fingerprint)
-            .bind(serde_json::to_string(job)?)
             .execute(&mut *self.tx)
             .await?;
             Ok(())
@@ -942,39 +931,12 @@ impl StoreTx for PostgresTx {
             let mut snapshot = job.clone();
             snapshot.last_event_seq = seq;
             let body = serde_json::to_string(&snapshot)?;
-            sqlx::query(
-                "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(&job.id)
-            .bind(&job.spec.name)
-            .bind(&job.spec.namespace)
-            .bind(&job.spec.template)
-            .bind(job.phase.as_str())
-            .bind(job.submitted_at)
-            .bind(
-                job.idempotency_key
-                    .as_deref()
-                    .map(|k| scoped_key(job.key_scope(), k)),
-            )
-            .bind(fingerprint)
-            .bind(&body)
-            .execute(&mut *self.tx)
-            .await?;
-            sqlx::query(
-                "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(seq)
-            .bind(&job.id)
-            .bind(transition.phase.as_str())
-            .bind(transition.previous_phase.map(JobPhase::as_str))
-            .bind(at)
-            .bind(&transition.reason)
-            .bind(&transition.message)
-            .bind(&body)
-            .execute(&mut *self.tx)
-            .await?;
+            bind_job_row(sqlx::query(INSERT_JOB), job, fingerprint, &body)
+                .execute(&mut *self.tx)
+                .await?;
+            bind_event_row(sqlx::query(INSERT_EVENT), seq, &job.id, transition, at, &body)
+                .execute(&mut *self.tx)
+                .await?;
             self.notify = true;
             Ok(seq)
         })
@@ -991,20 +953,10 @@ impl StoreTx for PostgresTx {
                     .await?;
             let mut snapshot = job.clone();
             snapshot.last_event_seq = seq;
-            sqlx::query(
-                "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(seq)
-            .bind(&job.id)
-            .bind(transition.phase.as_str())
-            .bind(transition.previous_phase.map(JobPhase::as_str))
-            .bind(at)
-            .bind(&transition.reason)
-            .bind(&transition.message)
-            .bind(serde_json::to_string(&snapshot)?)
-            .execute(&mut *self.tx)
-            .await?;
+            let snapshot = serde_json::to_string(&snapshot)?;
+            bind_event_row(sqlx::query(INSERT_EVENT), seq, &job.id, transition, at, &snapshot)
+                .execute(&mut *self.tx)
+                .await?;
             self.notify = true;
             Ok(seq)
         })
@@ -1148,6 +1100,60 @@ async fn bounded<T>(step: impl std::future::Future<Output = Result<T>>) -> Resul
             WRITE_STEP_TIMEOUT.as_secs()
         ))),
     }
+}
+
+/// A query whose parameters are still being bound.
+type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+
+/// Inserts one new `jobs` row, bound by [`bind_job_row`].
+const INSERT_JOB: &str = "INSERT INTO jobs \
+     (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// Inserts one new `events` row, bound by [`bind_event_row`].
+const INSERT_EVENT: &str = "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// Binds one new `jobs` row ([`INSERT_JOB`]): `body` is the JSON stored for `job`, which may
+/// differ from `job` itself by its first event's cursor. Every insert of a job binds through
+/// here, so the columns derived from the job (the scoped idempotency key) come out the same
+/// whichever way it was accepted.
+fn bind_job_row<'q>(query: PgQuery<'q>, job: &Job, fingerprint: &str, body: &str) -> PgQuery<'q> {
+    query
+        .bind(&job.id)
+        .bind(&job.spec.name)
+        .bind(&job.spec.namespace)
+        .bind(&job.spec.template)
+        .bind(job.phase.as_str())
+        .bind(job.submitted_at)
+        .bind(
+            job.idempotency_key
+                .as_deref()
+                .map(|k| scoped_key(job.key_scope(), k)),
+        )
+        .bind(fingerprint)
+        .bind(body)
+}
+
+/// Binds one new `events` row ([`INSERT_EVENT`]): `snapshot` is the job's JSON with `seq` as
+/// its `last_event_seq`.
+fn bind_event_row<'q>(
+    query: PgQuery<'q>,
+    seq: i64,
+    job_id: &str,
+    transition: &Transition,
+    at: DateTime<Utc>,
+    snapshot: &str,
+) -> PgQuery<'q> {
+    query
+        .bind(seq)
+        .bind(job_id)
+        .bind(transition.phase.as_str())
+        .bind(transition.previous_phase.map(JobPhase::as_str))
+        .bind(at)
+        .bind(&transition.reason)
+        .bind(&transition.message)
+        .bind(snapshot)
 }
 
 /// The newest cursor handed out (`event_cursor`): not the newest event's, which retention

@@ -50,6 +50,34 @@ macro_rules! shard_of_id {
 }
 const _: () = assert!(SHARD_COUNT == 32, "shard_of_id! divides by 32");
 
+/// The columns of a new `jobs` row, in the order `bind_job_row` binds them.
+macro_rules! job_columns {
+    () => {
+        "(id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body)"
+    };
+}
+
+/// The placeholders of one row of `job_columns!`.
+macro_rules! job_values {
+    () => {
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    };
+}
+
+/// The columns of a new `events` row, in the order `bind_event_row` binds them.
+macro_rules! event_columns {
+    () => {
+        "(seq, job_id, phase, previous_phase, at, reason, message, job)"
+    };
+}
+
+/// The placeholders of one row of `event_columns!`.
+macro_rules! event_values {
+    () => {
+        "(?, ?, ?, ?, ?, ?, ?, ?)"
+    };
+}
+
 /// Binds a [`Statement`]'s parameters to a query made from its SQL.
 macro_rules! bind_all {
     ($query:expr, $binds:expr) => {{
@@ -894,43 +922,28 @@ impl SqliteTx {
         at: DateTime<Utc>,
         snapshot: &str,
     ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(seq)
-        .bind(job_id)
-        .bind(transition.phase.as_str())
-        .bind(transition.previous_phase.map(JobPhase::as_str))
-        .bind(at.to_rfc3339())
-        .bind(&transition.reason)
-        .bind(&transition.message)
-        .bind(snapshot)
-        .execute(&mut self.conn)
-        .await?;
+        let query = sqlx::query(concat!(
+            "INSERT INTO events ",
+            event_columns!(),
+            " VALUES ",
+            event_values!()
+        ));
+        bind_event_row(query, seq, job_id, transition, at, snapshot)
+            .execute(&mut self.conn)
+            .await?;
         Ok(())
     }
 
     async fn insert_row(&mut self, job: &Job, fingerprint: &str, body: &str) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&job.id)
-        .bind(&job.spec.name)
-        .bind(&job.spec.namespace)
-        .bind(&job.spec.template)
-        .bind(job.phase.as_str())
-        .bind(job.submitted_at.to_rfc3339())
-        .bind(
-            job.idempotency_key
-                .as_deref()
-                .map(|k| scoped_key(job.key_scope(), k)),
-        )
-        .bind(fingerprint)
-        .bind(body)
-        .execute(&mut self.conn)
-        .await?;
+        let query = sqlx::query(concat!(
+            "INSERT INTO jobs ",
+            job_columns!(),
+            " VALUES ",
+            job_values!()
+        ));
+        bind_job_row(query, job, fingerprint, body)
+            .execute(&mut self.conn)
+            .await?;
         Ok(())
     }
 }
@@ -1018,28 +1031,11 @@ impl StoreTx for SqliteTx {
             seqs.push(seq);
         }
         for (chunk, chunk_bodies) in accepted.chunks(ACCEPT_CHUNK).zip(bodies.chunks(ACCEPT_CHUNK)) {
-            let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-            let sql = format!(
-                "INSERT INTO jobs (id, name, namespace, template, phase, submitted_at, idempotency_key, fingerprint, body) \
-                 VALUES {rows}"
-            );
+            let rows = vec![job_values!(); chunk.len()].join(", ");
+            let sql = format!(concat!("INSERT INTO jobs ", job_columns!(), " VALUES {}"), rows);
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for (a, body) in chunk.iter().zip(chunk_bodies) {
-                let job = a.job;
-                query = query
-                    .bind(&job.id)
-                    .bind(&job.spec.name)
-                    .bind(&job.spec.namespace)
-                    .bind(&job.spec.template)
-                    .bind(job.phase.as_str())
-                    .bind(job.submitted_at.to_rfc3339())
-                    .bind(
-                        job.idempotency_key
-                            .as_deref()
-                            .map(|k| scoped_key(job.key_scope(), k)),
-                    )
-                    .bind(a.fingerprint)
-                    .bind(body.as_str());
+                query = bind_job_row(query, a.job, a.fingerprint, body);
             }
             query.execute(&mut self.conn).await?;
         }
@@ -1048,21 +1044,14 @@ impl StoreTx for SqliteTx {
             .zip(bodies.chunks(ACCEPT_CHUNK))
             .zip(seqs.chunks(ACCEPT_CHUNK));
         for ((chunk, chunk_bodies), chunk_seqs) in chunks {
-            let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let rows = vec![event_values!(); chunk.len()].join(", ");
             let sql = format!(
-                "INSERT INTO events (seq, job_id, phase, previous_phase, at, reason, message, job) VALUES {rows}"
+                concat!("INSERT INTO events ", event_columns!(), " VALUES {}"),
+                rows
             );
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for ((a, body), seq) in chunk.iter().zip(chunk_bodies).zip(chunk_seqs) {
-                query = query
-                    .bind(*seq)
-                    .bind(&a.job.id)
-                    .bind(a.transition.phase.as_str())
-                    .bind(a.transition.previous_phase.map(JobPhase::as_str))
-                    .bind(a.at.to_rfc3339())
-                    .bind(&a.transition.reason)
-                    .bind(&a.transition.message)
-                    .bind(body.as_str());
+                query = bind_event_row(query, *seq, &a.job.id, a.transition, a.at, body);
             }
             query.execute(&mut self.conn).await?;
         }
@@ -1181,6 +1170,51 @@ impl StoreTx for SqliteTx {
 /// Rows of one multi-row INSERT of [`StoreTx::accept_jobs`]: 9 parameters each, well within
 /// SQLite's 32,766.
 const ACCEPT_CHUNK: usize = 500;
+
+/// A query whose parameters are still being bound.
+type SqliteQuery<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
+
+/// Binds one new `jobs` row (the `job_columns!`): `body` is the JSON stored for `job`,
+/// which may differ from `job` itself by its first event's cursor. Every insert of a job
+/// binds through here, so the columns derived from the job (the scoped idempotency key)
+/// come out the same whichever way it was accepted.
+fn bind_job_row<'q>(query: SqliteQuery<'q>, job: &Job, fingerprint: &str, body: &str) -> SqliteQuery<'q> {
+    query
+        .bind(&job.id)
+        .bind(&job.spec.name)
+        .bind(&job.spec.namespace)
+        .bind(&job.spec.template)
+        .bind(job.phase.as_str())
+        .bind(job.submitted_at.to_rfc3339())
+        .bind(
+            job.idempotency_key
+                .as_deref()
+                .map(|k| scoped_key(job.key_scope(), k)),
+        )
+        .bind(fingerprint)
+        .bind(body)
+}
+
+/// Binds one new `events` row (the `event_columns!`): `snapshot` is the job's JSON with
+/// `seq` as its `last_event_seq`.
+fn bind_event_row<'q>(
+    query: SqliteQuery<'q>,
+    seq: i64,
+    job_id: &str,
+    transition: &Transition,
+    at: DateTime<Utc>,
+    snapshot: &str,
+) -> SqliteQuery<'q> {
+    query
+        .bind(seq)
+        .bind(job_id)
+        .bind(transition.phase.as_str())
+        .bind(transition.previous_phase.map(JobPhase::as_str))
+        .bind(at.to_rfc3339())
+        .bind(&transition.reason)
+        .bind(&transition.message)
+        .bind(snapshot)
+}
 
 /// A value bound to a statement.
 #[derive(Clone, Debug)]

@@ -198,6 +198,22 @@ impl Server {
         default_work_root().join(id)
     }
 
+    /// The SQLite store's database file in the data directory.
+    pub fn database_file(&self) -> PathBuf {
+        self.data_dir.join("jobgate.db")
+    }
+
+    /// Cuts the database file to `len` bytes under the running jobgate, as something outside
+    /// it might: what jobgate then answers is the test's to check.
+    pub fn truncate_database(&self, len: u64) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.database_file())
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
@@ -319,6 +335,25 @@ impl Server {
             )
             .await;
         data["job"].clone()
+    }
+
+    /// The webhook endpoint `id` as `webhooks` lists it, with every field it has; the caller
+    /// must see it.
+    pub async fn webhook(&self, id: &str) -> Value {
+        let data = self
+            .gql_ok(
+                "{ webhooks { id url state cursor lag attempts lastError lastAttemptAt nextAttemptAt createdAt \
+                 filter { nameContains namespace phases } } }",
+                json!({}),
+            )
+            .await;
+        data["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("webhook {id} is not listed: {data}"))
     }
 
     /// `job(id) { <fields> }`.

@@ -137,6 +137,11 @@ class Jobgate {
     return data.submitJob.job.id;
   }
 
+  /** The server's `jobStats` counts, by phase in lower case. */
+  async counts() {
+    return (await this.gql('{ jobStats { counts { pending running succeeded failed cancelled } } }')).jobStats.counts;
+  }
+
   async phase(id) {
     return (await this.gql('query($id: ID!) { job(id: $id) { phase } }', { id })).job.phase;
   }
@@ -236,6 +241,20 @@ export async function openPage(browser, url, options = {}) {
   page.setDefaultTimeout(WAIT_MS);
   await page.goto(url);
   return page;
+}
+
+/**
+ * Waits until the page's header shows the counts `expected` (from `jobgate.counts()`), every
+ * phase at once.
+ */
+export async function waitHeaderCounts(page, expected) {
+  await waitFor(async () => {
+    for (const [phase, count] of Object.entries(expected)) {
+      const shown = (await page.getByTestId(`count-${phase.toUpperCase()}`).textContent()).trim();
+      if (shown !== String(count)) return false;
+    }
+    return true;
+  }, `the header counts to equal ${JSON.stringify(expected)}`);
 }
 
 /** Waits until `locator`'s text is `expected` (a string, or a RegExp it matches). */

@@ -6,9 +6,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { launchBrowser, openPage, sharedDir, startJobgate, waitFor, waitText } from './harness.mjs';
+import { launchBrowser, openPage, sharedDir, startJobgate, waitHeaderCounts, waitText } from './harness.mjs';
 
-const COUNTS = '{ jobStats { counts { pending running succeeded failed cancelled } } }';
 
 test('after the server drops and returns, the view catches up with no update lost', async () => {
   const jobgate = await startJobgate();
@@ -57,14 +56,8 @@ test('after the server drops and returns, the view catches up with no update los
   await waitText(row(broken).getByTestId('phase'), 'Failed');
 
   // The header's counts, kept by events alone since the page loaded, equal the server's.
-  const expected = (await jobgate.gql(COUNTS)).jobStats.counts;
-  await waitFor(async () => {
-    for (const [phase, count] of Object.entries(expected)) {
-      const shown = (await page.getByTestId(`count-${phase.toUpperCase()}`).textContent()).trim();
-      if (shown !== String(count)) return false;
-    }
-    return true;
-  }, `the header counts to equal ${JSON.stringify(expected)}`);
+  const expected = await jobgate.counts();
+  await waitHeaderCounts(page, expected);
   assert.deepEqual(expected, { pending: 0, running: 0, succeeded: 3, failed: 1, cancelled: 0 });
   assert.equal(await page.evaluate(() => window.__sameDocument), true, 'the page was reloaded');
   // Only the failed attempts to reach the server while it was away may complain.

@@ -6,9 +6,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { launchBrowser, openPage, startJobgate, waitFor, waitText } from './harness.mjs';
+import { launchBrowser, openPage, startJobgate, waitFor, waitHeaderCounts, waitText } from './harness.mjs';
 
-const COUNTS = '{ jobStats { counts { pending running succeeded failed cancelled } } }';
 // 0.0001 days (8.64 s): long enough that the page has seen `seen` finish before it can go.
 const RETENTION = ['--retention-days', '0.0001', '--retention-interval-ms', '100'];
 
@@ -49,15 +48,9 @@ test('after retention deleted events the page missed, it starts again from a sna
   await waitFor(async () => (await row(seen).count()) === 0, 'the deleted job to leave the table');
   assert.equal(await row(missed).count(), 0);
   await waitText(row(kept).getByTestId('phase'), 'Running');
-  const expected = (await jobgate.gql(COUNTS)).jobStats.counts;
+  const expected = await jobgate.counts();
   assert.deepEqual(expected, { pending: 0, running: 1, succeeded: 0, failed: 0, cancelled: 0 });
-  await waitFor(async () => {
-    for (const [phase, count] of Object.entries(expected)) {
-      const shown = (await page.getByTestId(`count-${phase.toUpperCase()}`).textContent()).trim();
-      if (shown !== String(count)) return false;
-    }
-    return true;
-  }, `the header counts to equal ${JSON.stringify(expected)}`);
+  await waitHeaderCounts(page, expected);
 
   // Live again, from the snapshot's cursor.
   const after = await jobgate.submit({ name: 'after', command: ['true'] });
