@@ -24,8 +24,16 @@ const ASSETS: [(&str, &str); 4] = [
 fn main() {
     println!("cargo:rerun-if-changed=web/package.json");
     println!("cargo:rerun-if-changed=web/package-lock.json");
-    println!("cargo:rerun-if-changed=web/node_modules/.package-lock.json");
     println!("cargo:rerun-if-changed=web/src");
+    // An installed web/node_modules is used as it is, so a reinstall must rebuild. Cargo
+    // counts a watched path that does not exist as changed on every build (which rebuilt
+    // jobgate on every `cargo test` without one), so then watch `web`, where it would appear.
+    let installed = Path::new("web/node_modules/.package-lock.json");
+    if installed.exists() {
+        println!("cargo:rerun-if-changed={}", installed.display());
+    } else {
+        println!("cargo:rerun-if-changed=web");
+    }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let local = Path::new("web/node_modules");
     let modules = if ASSETS.iter().all(|(file, _)| local.join(file).exists()) {
