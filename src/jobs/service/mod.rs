@@ -181,7 +181,6 @@ pub struct ActivityBucket {
     pub cancelled: i64,
 }
 
-/// The result of a submit: the job, and whether this call created it.
 /// Who submits a job: the name its `submitter` shows, and the principal that scopes its
 /// idempotency keys (two identities may share a name, never a principal).
 #[derive(Clone, Debug)]
@@ -190,6 +189,7 @@ pub struct Submitter {
     pub principal: String,
 }
 
+/// The result of a submit: the job, and whether this call created it.
 #[derive(Clone, Debug)]
 pub struct Submitted {
     pub job: Arc<Job>,
