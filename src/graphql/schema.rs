@@ -417,30 +417,23 @@ fn rendered(feed: &RenderFeed) -> EventStream {
 }
 
 /// A subscriber's own events, handed to its group for rendering and queued as frames by
-/// `delivery`; the stream async-graphql sees yields only errors (each as its own `next`), and
-/// ends when the events do, so the subscription completes after its last frame. With
-/// `resumable`, each frame moves the subscription's resume cursor.
+/// `delivery` (on a task of its own, see [`Delivery::run`]); the stream async-graphql sees
+/// yields only an error that ends them (as its own `next`), and ends when the events do, so
+/// the subscription completes after its last frame. With `resumable`, each frame moves the
+/// subscription's resume cursor.
 fn delivered(
     delivery: Delivery,
     events: impl Stream<Item = Result<(RenderKey, Arc<model::JobEvent>), ServiceError>> + Send + 'static,
     resumable: bool,
 ) -> EventStream {
-    futures::stream::unfold(
-        (events.boxed(), delivery),
-        move |(mut events, delivery)| async move {
-            loop {
-                match events.next().await? {
-                    Ok((key, event)) => {
-                        let cursor = resumable.then_some(event.seq);
-                        // The connection is closing; its operations are being stopped.
-                        delivery.deliver(key, event, cursor).await.ok()?;
-                    }
-                    Err(e) => return Some((Err(e).api(), (events, delivery))),
-                }
-            }
-        },
-    )
-    .boxed()
+    let events = events.map(move |r| {
+        r.map(|(key, event)| {
+            let cursor = resumable.then_some(event.seq);
+            (key, event, cursor)
+        })
+        .api()
+    });
+    delivery.run(events).map(Err).boxed()
 }
 
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<JobStatusEvent>> + Send>>;

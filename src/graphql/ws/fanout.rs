@@ -10,7 +10,8 @@
 //! have in common. Groups appear with their first subscriber and vanish with their last.
 //!
 //! Only the rendering is shared. Each subscriber keeps its own source of events (its own
-//! cursor on the event bus, its own `after`, its own catch-up from the store), so which events
+//! cursor on the event bus, its own `after`, its own catch-up from the store), driven by a
+//! task of its own ([`Delivery::run`]), so which events
 //! it gets, in which order and from where it starts are exactly what they would be alone;
 //! group changes cannot make it miss or repeat one. A render is keyed by the event's cursor
 //! (and a variant, to tell a synthesised "current state" from the recorded event with the
@@ -19,8 +20,8 @@
 //!
 //! How a schema takes part: the session puts a [`Tap`] into the data of every subscription it
 //! starts. A resolver that can share calls [`Tap::join`] with its caller's sharing key and
-//! hands each event to the returned [`Delivery`] instead of yielding it to async-graphql
-//! (its stream then yields only errors). A group renders with one long-lived execution of the
+//! hands its events to the returned [`Delivery`] instead of yielding them to async-graphql
+//! (its stream then yields only the error that ends them). A group renders with one long-lived execution of the
 //! same operation whose data holds a [`RenderFeed`] instead: the resolver, seeing it, yields
 //! the events fed to it and nothing else (no rate limit, no lookup: the subscriber's own
 //! execution did those).
@@ -41,12 +42,13 @@ use std::{
 use async_graphql::{Data, Request, Response, Variables};
 use axum::extract::ws::Utf8Bytes;
 use futures::{
-    FutureExt, StreamExt,
+    FutureExt, Stream, StreamExt,
     future::{BoxFuture, Shared},
     stream::BoxStream,
 };
 use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::AbortOnDropHandle;
 use tracing::error;
 
 use super::writer::{DataQueue, Out, Payload};
@@ -332,10 +334,57 @@ impl Delivery {
         self.resume.store(cursor, Ordering::Relaxed);
     }
 
+    /// Delivers a subscriber's own `events` on a task of its own until they end, the first
+    /// error, or the connection goes; the returned stream yields that error and then ends,
+    /// and stopping it (dropping it) stops the task.
+    ///
+    /// Why a task of its own rather than a loop inside the stream async-graphql polls: an
+    /// event then wakes one small future per subscriber, not the chain of streams that
+    /// async-graphql's subscription execution, its instrumentation and the resolver's
+    /// adapters make (at 1,000 subscribers that chain cost a tenth of the server's CPU per
+    /// frame, see BENCHMARKS.md). The operation's own task waits on the returned stream and
+    /// wakes only at the end. An error ends the delivery, so it cannot overtake a frame: every
+    /// frame before it is queued before the error is handed over.
+    pub fn run<T, E>(
+        self,
+        events: impl Stream<Item = Result<(RenderKey, Arc<T>, Option<i64>), E>> + Send + 'static,
+    ) -> BoxStream<'static, E>
+    where
+        T: Any + Send + Sync,
+        E: Send + 'static,
+    {
+        let (error_tx, error_rx) = oneshot::channel();
+        let delivering = tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            while let Some(next) = events.next().await {
+                match next {
+                    Ok((key, item, cursor)) => {
+                        // The connection is closing; its operations are being stopped.
+                        if self.deliver(key, item, cursor).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = error_tx.send(e);
+                        return;
+                    }
+                }
+            }
+        });
+        let delivering = AbortOnDropHandle::new(delivering);
+        futures::stream::once(async move {
+            let error = error_rx.await.ok();
+            drop(delivering);
+            error
+        })
+        .filter_map(std::future::ready)
+        .boxed()
+    }
+
     /// Renders `item` (once for the group) and queues its `next` frame, waiting for room:
     /// the backpressure on this subscriber alone. With `cursor`, the frame moves the
     /// subscription's resume cursor once it is written.
-    pub async fn deliver(&self, key: RenderKey, item: Item, cursor: Option<i64>) -> Result<(), Gone> {
+    async fn deliver(&self, key: RenderKey, item: Item, cursor: Option<i64>) -> Result<(), Gone> {
         let payload = self.group.render(key, item).await;
         let frame = Out::Shared {
             prefix: self.prefix.clone(),

@@ -145,7 +145,7 @@ fn failed_before_execution(response: &Response, flag: &PreExecFailed) -> bool {
 mod tests {
     use serde_json::{Value, json};
 
-    use crate::graphql::ws::test_support::{Received, TestServer};
+    use crate::graphql::ws::test_support::{Received, TestServer, notified};
 
     #[tokio::test]
     async fn query_gets_next_then_complete_with_session_data() {
@@ -259,6 +259,51 @@ mod tests {
             .expect(json!({"id": "f", "type": "next", "payload": {"data": {"flaky": 3}}}))
             .await;
         client.expect(json!({"id": "f", "type": "complete"})).await;
+    }
+
+    #[tokio::test]
+    async fn shared_subscription_delivers_every_frame_before_its_error_then_completes() {
+        let server = TestServer::default().await;
+        let mut client = server.acked().await;
+        client
+            .subscribe("s", "subscription { shared(to: 3, fail: true) }")
+            .await;
+        for n in 0..3 {
+            client
+                .expect(json!({"id": "s", "type": "next", "payload": {"data": {"shared": n}}}))
+                .await;
+        }
+        let Received::Message(failed) = client.recv().await else {
+            panic!("closed");
+        };
+        assert_eq!(failed["type"], "next");
+        assert_eq!(failed["payload"]["errors"][0]["message"], "source failed");
+        client.expect(json!({"id": "s", "type": "complete"})).await;
+        // Without an error the source's end completes the subscription.
+        client.subscribe("t", "subscription { shared(to: 2) }").await;
+        for n in 0..2 {
+            client
+                .expect(json!({"id": "t", "type": "next", "payload": {"data": {"shared": n}}}))
+                .await;
+        }
+        client.expect(json!({"id": "t", "type": "complete"})).await;
+    }
+
+    #[tokio::test]
+    async fn completing_a_shared_subscription_stops_its_delivery() {
+        let server = TestServer::default().await;
+        let mut client = server.acked().await;
+        client
+            .subscribe("g", "subscription { shared(to: 100, gated: true) }")
+            .await;
+        server.gates.events.add_permits(1);
+        client
+            .expect(json!({"id": "g", "type": "next", "payload": {"data": {"shared": 0}}}))
+            .await;
+        client.send(json!({"id": "g", "type": "complete"})).await;
+        // The delivery runs on a task of its own: it must stop with the operation.
+        notified(&server.gates.stream_dropped).await;
+        client.expect_alive().await;
     }
 
     #[tokio::test]

@@ -20,7 +20,7 @@ use axum::{
     response::Response as HttpResponse,
     routing::any,
 };
-use futures::{FutureExt, SinkExt, Stream, StreamExt};
+use futures::{FutureExt, SinkExt, Stream, StreamExt, stream::BoxStream};
 use serde_json::{Value, json};
 use tokio::{
     net::TcpStream,
@@ -35,7 +35,7 @@ use tokio_util::{
     task::{AbortOnDropHandle, TaskTracker},
 };
 
-use super::{InitError, InitHook, PROTOCOL, WsConfig, upgrade};
+use super::{InitError, InitHook, PROTOCOL, RenderFeed, Tap, WsConfig, upgrade};
 use crate::graphql::operation::PreExecutionFlag;
 
 /// How long a test waits for anything before it fails.
@@ -139,6 +139,36 @@ impl Sub {
     }
     async fn broken(&self) -> async_graphql::Result<futures::stream::Empty<i32>> {
         Err("setup failed".into())
+    }
+    /// Shared rendering (see `fanout`): yields 0, 1, … `to - 1` through the group, then with
+    /// `fail` an error; with `gated`, one per `events` permit and signalling `stream_dropped`
+    /// when its source is dropped.
+    async fn shared(
+        &self,
+        ctx: &Context<'_>,
+        to: i32,
+        #[graphql(default)] fail: bool,
+        #[graphql(default)] gated: bool,
+    ) -> async_graphql::Result<BoxStream<'static, async_graphql::Result<i32>>> {
+        if let Some(feed) = ctx.data_opt::<RenderFeed>() {
+            return Ok(feed.events::<i32>().map(|n| Ok(*n)).boxed());
+        }
+        let gates = ctx.data::<Arc<Gates>>()?.clone();
+        let guard = DropSignal(gates.clone());
+        let numbers = futures::stream::unfold((0, gates, guard), move |(n, gates, guard)| async move {
+            if n == to {
+                return None;
+            }
+            if gated {
+                gates.events.acquire().await.ok()?.forget();
+            }
+            Some((n, (n + 1, gates, guard)))
+        });
+        let events = numbers
+            .map(|n| Ok(((i64::from(n), 0), Arc::new(n), None)))
+            .chain(futures::stream::iter(fail.then(|| Err("source failed".into()))));
+        let delivery = ctx.data::<Tap>()?.join("everyone");
+        Ok(delivery.run(events).map(Err).boxed())
     }
 }
 
