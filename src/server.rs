@@ -421,6 +421,11 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     )
     .await
     .context("starting the job service")?;
+    // The subscribers' wake-ups are sent from a thread of their own, not the service's writer.
+    service
+        .bus()
+        .relay_from_own_thread()
+        .context("starting the event bus's relay thread")?;
     // Webhook deliveries read the event log the service writes, from the store itself; the
     // service's bus only wakes them up.
     let retention = Retention::start(store.clone(), executor, config.retention(), metrics.clone());
