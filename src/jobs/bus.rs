@@ -285,21 +285,27 @@ pub(crate) mod tests {
             .seq
     }
 
-    /// Live events (published, not in the store, so only the channel carries them) of
-    /// another namespace never reach a scoped subscriber.
-    #[tokio::test]
-    async fn live_events_outside_the_subscribers_scope_are_dropped() {
+    /// A bus over an empty store (in the returned directory) with a channel of `capacity`.
+    async fn empty_bus(capacity: usize) -> (tempfile::TempDir, std::sync::Arc<EventBus>) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = SqliteStore::open(dir.path(), Durability::Normal)
             .await
             .expect("the store opens");
-        let bus = std::sync::Arc::new(EventBus::new(
+        let bus = EventBus::new(
             std::sync::Arc::new(store),
-            16,
+            capacity,
             0,
             Counter::default(),
             Gauge::default(),
-        ));
+        );
+        (dir, std::sync::Arc::new(bus))
+    }
+
+    /// Live events (published, not in the store, so only the channel carries them) of
+    /// another namespace never reach a scoped subscriber.
+    #[tokio::test]
+    async fn live_events_outside_the_subscribers_scope_are_dropped() {
+        let (_dir, bus) = empty_bus(16).await;
         let mut team_a = bus.events(Some(0), None, Scope::namespaces(["team-a"])).boxed();
         let mut everyone = bus.events(Some(0), None, Scope::All).boxed();
         bus.publish(event(1, "team-b"));
@@ -312,17 +318,7 @@ pub(crate) mod tests {
     /// `publish`, so a stream started "now" afterwards gets none of them, only what follows.
     #[tokio::test]
     async fn the_relay_thread_delivers_every_event_in_order_and_the_head_moves_at_once() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let store = SqliteStore::open(dir.path(), Durability::Normal)
-            .await
-            .expect("the store opens");
-        let bus = std::sync::Arc::new(EventBus::new(
-            std::sync::Arc::new(store),
-            4096,
-            0,
-            Counter::default(),
-            Gauge::default(),
-        ));
+        let (_dir, bus) = empty_bus(4096).await;
         bus.relay_from_own_thread().expect("the relay thread starts");
         let mut early = bus.events(Some(0), None, Scope::All).boxed();
         for seq in 1..=1000 {
