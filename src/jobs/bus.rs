@@ -40,8 +40,8 @@ pub struct EventBus {
     lag_recoveries: Counter,
     /// The head, as the metric `events_published_cursor`.
     published_cursor: Gauge,
-    /// With [`EventBus::wake_subscribers_on`]: the task that sends published events on the
-    /// channel, on the subscribers' runtime.
+    /// With [`EventBus::relay_from_own_thread`]: the queue to the `bus-relay` thread, which
+    /// sends published events on the channel.
     relay: OnceLock<mpsc::UnboundedSender<Arc<JobEvent>>>,
 }
 

@@ -11,9 +11,9 @@
 //!
 //! Only the rendering is shared. Each subscriber keeps its own source of events (its own
 //! cursor on the event bus, its own `after`, its own catch-up from the store), driven by a
-//! task of its own ([`Delivery::run`]), so which events
-//! it gets, in which order and from where it starts are exactly what they would be alone;
-//! group changes cannot make it miss or repeat one. A render is keyed by the event's cursor
+//! task of its own ([`Delivery::run`]), so which events it gets, in which order and from where
+//! it starts are exactly what they would be alone; group changes cannot make it miss or
+//! repeat one. A render is keyed by the event's cursor
 //! (and a variant, to tell a synthesised "current state" from the recorded event with the
 //! same cursor), so the first subscriber to need an event has it rendered and the others wait
 //! for that rendering and reuse it.
@@ -21,9 +21,9 @@
 //! How a schema takes part: the session puts a [`Tap`] into the data of every subscription it
 //! starts. A resolver that can share calls [`Tap::join`] with its caller's sharing key and
 //! hands its events to the returned [`Delivery`] instead of yielding them to async-graphql
-//! (its stream then yields only the error that ends them). A group renders with one long-lived execution of the
-//! same operation whose data holds a [`RenderFeed`] instead: the resolver, seeing it, yields
-//! the events fed to it and nothing else (no rate limit, no lookup: the subscriber's own
+//! (its stream then yields only the error that ends them). A group renders with one long-lived
+//! execution of the same operation whose data holds a [`RenderFeed`] instead: the resolver,
+//! seeing it, yields the events fed to it and nothing else (no rate limit, no lookup: the subscriber's own
 //! execution did those).
 //!
 //! This module must not know the schema or any business rule (the resolvers choose what
@@ -325,7 +325,7 @@ impl Drop for Delivery {
 
 /// The connection is gone: stop delivering.
 #[derive(Debug)]
-pub struct Gone;
+struct Gone;
 
 impl Delivery {
     /// Says where this subscription could be resumed from before any event has been
@@ -373,9 +373,9 @@ impl Delivery {
         });
         let delivering = AbortOnDropHandle::new(delivering);
         futures::stream::once(async move {
-            let error = error_rx.await.ok();
-            drop(delivering);
-            error
+            // Held until the end: dropping the stream before then aborts the task.
+            let _delivering = delivering;
+            error_rx.await.ok()
         })
         .filter_map(std::future::ready)
         .boxed()
