@@ -130,6 +130,9 @@ pub struct Metrics {
     pub store_latency: Histograms<StoreLabels>,
     /// 1 while the store takes writes, 0 while it cannot; set by the service's writer.
     pub store_writable: Gauge,
+    /// Stored rows found that cannot be decoded (left out of every answer and listed to
+    /// administrators); set by the service's writer from the store's list.
+    pub store_unreadable_rows: Gauge,
     /// Kubernetes watchers whose first list is not done yet (jobs they follow may still
     /// show a state older than the cluster's); set by the Kubernetes executor.
     pub kube_first_lists_pending: Gauge,
@@ -228,6 +231,7 @@ impl Metrics {
             graphql_duration: Family::new_with_constructor(seconds_histogram),
             store_latency: Family::new_with_constructor(seconds_histogram),
             store_writable: Gauge::default(),
+            store_unreadable_rows: Gauge::default(),
             kube_first_lists_pending: Gauge::default(),
             broadcast_lag_recoveries: Counter::default(),
             events_published_cursor: Gauge::default(),
@@ -507,6 +511,11 @@ fn register_all(m: &Metrics) -> Registry {
         "store_writable",
         "1 while the store takes writes; 0 after a failed write (a full disk) until a probe write succeeds, or while the database file is deleted, replaced or truncated (the log says which)",
         m.store_writable.clone(),
+    );
+    registry.register(
+        "store_unreadable_rows",
+        "Stored rows (jobs, events' job snapshots, webhooks) this process found it cannot decode: each is left out of every answer, and listed by the unreadableRecords query, while everything else is served",
+        m.store_unreadable_rows.clone(),
     );
     registry.register(
         "kube_first_lists_pending",

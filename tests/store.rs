@@ -376,7 +376,7 @@ async fn a_transaction_reads_its_own_writes(store: Arc<dyn Store>) {
         .await
         .unwrap()
         .expect("the transaction's own keyed job");
-    assert_eq!(found.job.id, job.id);
+    assert_eq!(found.id, job.id);
     assert_eq!(found.fingerprint, fingerprint(&job));
     move_in(&mut *tx, &mut job, JobPhase::Running).await;
     assert_eq!(
@@ -811,10 +811,11 @@ async fn idempotency_keys_are_per_submitter(store: Arc<dyn Store>) {
         .await
         .unwrap();
     let found = found.expect("alice's key finds her job");
-    assert_eq!(found.job, alice);
+    assert_eq!(found.id, alice.id);
+    assert_eq!(tx.get_job(&found.id).await.unwrap().as_ref(), Some(&alice));
     assert_eq!(found.fingerprint, fingerprint(&alice));
     let found = tx.find_by_idempotency_key(Some("token:bob"), "k").await.unwrap();
-    assert_eq!(found.map(|k| k.job.id), Some(bob.id));
+    assert_eq!(found.map(|k| k.id), Some(bob.id));
     assert!(
         tx.find_by_idempotency_key(Some("token:carol"), "k")
             .await
@@ -850,7 +851,7 @@ async fn a_duplicate_key_is_refused_and_the_store_stays_usable(store: Arc<dyn St
         .find_by_idempotency_key(Some("token:alice"), "k")
         .await
         .unwrap();
-    assert_eq!(found.map(|k| k.job.id), Some(first.id));
+    assert_eq!(found.map(|k| k.id), Some(first.id));
     tx.commit().await.unwrap();
 }
 
@@ -1515,7 +1516,8 @@ async fn an_accepted_job_carries_its_first_events_cursor(store: Arc<dyn Store>) 
         .await
         .unwrap()
         .expect("the transaction finds its own key");
-    assert_eq!(found.job, accepted[1]);
+    assert_eq!(found.id, accepted[1].id);
+    assert_eq!(tx.get_job(&found.id).await.unwrap().as_ref(), Some(&accepted[1]));
     tx.commit().await.unwrap();
     assert!(accepted[0].last_event_seq > before.last_event_seq);
     assert_eq!(accepted[1].last_event_seq, accepted[0].last_event_seq + 1);
@@ -1601,7 +1603,7 @@ async fn jobs_accepted_together_keep_their_order_and_keys(store: Arc<dyn Store>)
         ])
         .await
         .unwrap();
-    let mut found_ids: Vec<(String, String)> = found.into_iter().map(|(key, k)| (key, k.job.id)).collect();
+    let mut found_ids: Vec<(String, String)> = found.into_iter().map(|(key, k)| (key, k.id)).collect();
     found_ids.sort();
     let mut expected = vec![
         (

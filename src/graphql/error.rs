@@ -39,6 +39,9 @@ pub enum Code {
     /// `extensions.oldestCursor` is the oldest cursor to resume after, and
     /// `extensions.recovery` says how to get back in step.
     CursorExpired,
+    /// What was asked for is stored but cannot be read (a damaged or hand-edited row); the
+    /// rest is served, and administrators see the row in `unreadableRecords`.
+    DataLoss,
 }
 
 impl Code {
@@ -55,6 +58,7 @@ impl Code {
             Code::LimitExceeded => "LIMIT_EXCEEDED",
             Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
             Code::CursorExpired => "CURSOR_EXPIRED",
+            Code::DataLoss => "DATA_LOSS",
         }
     }
 }
@@ -127,7 +131,11 @@ impl From<ServiceError> for ApiError {
             ServiceError::QuotaExceeded { .. } => error(Code::QuotaExceeded, e.to_string()),
             ServiceError::ShuttingDown => error(Code::Unavailable, "jobgate is shutting down; retry shortly"),
             ServiceError::Unavailable(m) => error(Code::Unavailable, m),
+            ServiceError::Unreadable { .. } => error(Code::DataLoss, e.to_string()),
             ServiceError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
+            ServiceError::Store(cause @ StoreError::Unreadable { .. }) => {
+                error(Code::DataLoss, cause.to_string())
+            }
             ServiceError::Store(cause) => {
                 // The writer logged why the store cannot write, once, when it began: one line
                 // per refused request would flood a log that may share the full disk.
@@ -153,6 +161,9 @@ impl From<WebhookError> for ApiError {
             WebhookError::NotFound { .. } => error(Code::NotFound, e.to_string()),
             WebhookError::TooMany => error(Code::LimitExceeded, e.to_string()),
             WebhookError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
+            WebhookError::Store(cause @ StoreError::Unreadable { .. }) => {
+                error(Code::DataLoss, cause.to_string())
+            }
             WebhookError::Store(cause) => {
                 tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
                 error(

@@ -11,4 +11,5 @@ pub mod limits;
 pub mod operation;
 pub mod schema;
 pub mod types;
+pub mod unreadable;
 pub mod ws;

@@ -20,6 +20,7 @@ use crate::graphql::types::{
     JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine, PageInfo, ReplayWebhookPayload,
     SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload, TemplateObject, WebhookObject,
 };
+use crate::graphql::unreadable::UnreadableRecordObject;
 use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
 use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError};
 use crate::model;
@@ -228,6 +229,18 @@ impl Query {
     async fn namespaces(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<String>> {
         let service = ctx.data::<JobService>()?;
         service.namespaces(1_000, &caller(ctx)?.scope).await.api()
+    }
+
+    /// Stored rows this server found it cannot decode, oldest first (at most 1,000; the
+    /// metric `jobgate_store_unreadable_rows` counts them all). Administrators only (callers
+    /// who may read every namespace): FORBIDDEN otherwise.
+    async fn unreadable_records(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<Vec<UnreadableRecordObject>> {
+        let service = ctx.data::<JobService>()?;
+        let records = service.unreadable_records(&caller(ctx)?.scope).api()?;
+        Ok(records.into_iter().map(Into::into).collect())
     }
 
     /// The webhook endpoints the caller created, oldest first, with their delivery state.

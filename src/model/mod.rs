@@ -11,6 +11,7 @@
 mod events;
 mod filter;
 mod job;
+mod json;
 mod logs;
 mod phase;
 mod scope;
@@ -22,6 +23,10 @@ pub use events::JobEvent;
 pub use filter::JobFilter;
 pub use job::{
     DEPENDENCIES_SUCCEEDED, DEPENDENCY_FAILED, Job, Transition, WAITING_FOR_DEPENDENCIES, WORKLOAD_CREATED,
+};
+pub use json::{
+    JOB_NESTING, JsonBoundError, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_JSON_KEY_BYTES, MAX_JSON_MEMBERS,
+    check_json,
 };
 pub use logs::{LogArchive, LogLine, MAX_LOG_LINE, clip_log_line};
 pub use phase::{

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use super::json::check_json;
 use super::spec::{JobSpec, ResourceRequirements, SubmitRequest, parse_quantity};
 
 /// Limits that validation enforces; set by configuration.
@@ -254,18 +255,28 @@ impl SubmitRequest {
             }
             other => other,
         };
-        if let Some(p) = &self.parameters
-            && !p.is_object()
-        {
-            return Err(invalid("input.parameters", "must be an object"));
+        if let Some(p) = &self.parameters {
+            if !p.is_object() {
+                return Err(invalid("input.parameters", "must be an object"));
+            }
+            // What is stored must read back: the same bound holds for every stored value.
+            check_json(p).map_err(|e| invalid("input.parameters", e.to_string()))?;
         }
-        if let Some(key) = &self.idempotency_key
-            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN)
-        {
-            return Err(invalid(
-                "input.idempotencyKey",
-                format!("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes"),
-            ));
+        if let Some(key) = &self.idempotency_key {
+            if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+                return Err(invalid(
+                    "input.idempotencyKey",
+                    format!("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes"),
+                ));
+            }
+            // Stored in a text column, which PostgreSQL refuses NUL in; control characters
+            // are no part of a key anyone types.
+            if key.chars().any(char::is_control) {
+                return Err(invalid(
+                    "input.idempotencyKey",
+                    "must not contain control characters",
+                ));
+            }
         }
         let resources = match &self.resources {
             Some(r) => validate_resources(r)?,

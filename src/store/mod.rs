@@ -34,6 +34,7 @@
 pub mod logs;
 pub mod postgres;
 pub mod sqlite;
+pub mod unreadable;
 
 use std::path::PathBuf;
 
@@ -46,6 +47,7 @@ pub use logs::{LogAppend, LogAppended};
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use unreadable::{RowKind, Unreadable, UnreadableRow};
 
 /// Why a store operation failed. Never shown to clients: the caller logs it and answers a
 /// generic error.
@@ -63,8 +65,17 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database query failed: {0}")]
     Query(#[from] sqlx::Error),
-    #[error("stored job is unreadable: {0}")]
-    Corrupt(#[from] serde_json::Error),
+    /// A value could not be encoded as JSON to be stored.
+    #[error("encoding a value to store: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// One stored row cannot be decoded (listed in [`Store::unreadable`]); every other row
+    /// is served.
+    #[error("stored {} {key} cannot be read: {reason}", kind.as_str())]
+    Unreadable {
+        kind: RowKind,
+        key: String,
+        reason: String,
+    },
     /// A write failed (its cause, as text, for every caller of the batch).
     #[error("writing to the store failed: {0}")]
     Write(String),
@@ -347,8 +358,8 @@ pub fn merge_arms<T>(
     arms: Vec<ArmRows<T>>,
     first: i64,
     total_count: i64,
-    decode: impl Fn(T) -> Result<Job>,
-) -> Result<JobPage> {
+    decode: impl Fn(T) -> Option<Job>,
+) -> JobPage {
     let want = (first + 1).max(0) as usize;
     let seen_down_to = arms
         .iter()
@@ -368,21 +379,54 @@ pub fn merge_arms<T>(
     }
     rows.truncate(want);
     let full = rows.len() >= want;
-    let jobs = rows
+    let has_next_page = rows.len() as i64 > first;
+    rows.truncate(first.max(0) as usize);
+    let last_read = rows.last().map(|r| r.0);
+    // A row that cannot be decoded is left out (and reported by `decode`); the page goes
+    // on after it all the same.
+    let jobs: Vec<(i64, Job)> = rows
         .into_iter()
-        .map(|(seq, body)| Ok((seq, decode(body)?)))
-        .collect::<Result<Vec<_>>>()?;
-    let mut page = JobPage::of(jobs, first, total_count);
+        .filter_map(|(seq, row)| Some((seq, decode(row)?)))
+        .collect();
+    let mut page = JobPage {
+        resume_after: None,
+        has_next_page,
+        jobs,
+        total_count,
+    };
+    if page.jobs.last().map(|j| j.0) != last_read {
+        page.resume_after = last_read;
+    }
     if !full && let Some(floor) = seen_down_to {
         page.has_next_page = true;
         page.resume_after = Some(floor);
     }
-    Ok(page)
+    page
 }
 
-/// A job as every backend stores it: its JSON text.
-fn decode_job(body: String) -> Result<Job> {
-    Ok(serde_json::from_str(&body)?)
+/// A job as every backend stores it: its JSON text, with its id from its own column. `None`
+/// (reported to `unreadable`) when the text does not decode.
+fn decode_job(unreadable: &Unreadable, id: &str, body: &str) -> Option<Job> {
+    unreadable.decode(RowKind::Job, id, Some(id), body)
+}
+
+/// [`decode_job`] for a read of that one job: its failure is the answer.
+fn read_job(unreadable: &Unreadable, id: &str, body: &str) -> Result<Job> {
+    decode_job(unreadable, id, body).ok_or_else(|| unreadable_error(unreadable, RowKind::Job, id))
+}
+
+/// The error answered for a row [`Unreadable`] has just reported.
+fn unreadable_error(unreadable: &Unreadable, kind: RowKind, key: &str) -> StoreError {
+    let reason = unreadable
+        .list()
+        .into_iter()
+        .find(|row| row.kind == kind && row.key == key)
+        .map_or_else(|| "its stored text does not decode".to_owned(), |row| row.error);
+    StoreError::Unreadable {
+        kind,
+        key: key.to_owned(),
+        reason,
+    }
 }
 
 /// What [`Store::stats`] read, in one transaction. Buckets are indexes from `since`.
@@ -405,10 +449,10 @@ pub struct Recoverable {
     pub launched: bool,
 }
 
-/// An accepted job found by its idempotency key.
+/// An accepted job found by its idempotency key: its id and its spec's fingerprint.
 #[derive(Debug)]
 pub struct KeyedJob {
-    pub job: Job,
+    pub id: String,
     pub fingerprint: String,
 }
 
@@ -481,16 +525,22 @@ struct WebhookRow {
 }
 
 impl WebhookRow {
-    fn decode(self) -> Result<Webhook> {
-        let scope = match self.scope {
-            None => Scope::All,
-            Some(list) => Scope::namespaces(serde_json::from_str::<Vec<String>>(&list)?),
-        };
-        Ok(Webhook {
+    /// The endpoint, or `None` (reported to `unreadable`) when its filter or scope does not
+    /// decode.
+    fn decode(self, unreadable: &Unreadable) -> Option<Webhook> {
+        let decoded = (|| -> serde_json::Result<(Scope, JobFilter)> {
+            let scope = match &self.scope {
+                None => Scope::All,
+                Some(list) => Scope::namespaces(serde_json::from_str::<Vec<String>>(list)?),
+            };
+            Ok((scope, serde_json::from_str(&self.job_filter)?))
+        })();
+        let (scope, filter) = unreadable.outcome(RowKind::Webhook, &self.id, None, decoded)?;
+        Some(Webhook {
             id: self.id,
             owner: self.owner,
             url: self.url,
-            filter: serde_json::from_str(&self.job_filter)?,
+            filter,
             scope,
             secret: self.secret,
             created_at: self.created_at,
@@ -578,6 +628,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Closes every connection; used once, at shutdown, after the last write.
     async fn close(&self);
+
+    /// The rows this store has found it cannot decode (see [`unreadable`]): reads of many
+    /// rows leave them out, reads of one answer [`StoreError::Unreadable`].
+    fn unreadable(&self) -> &Unreadable;
 
     /// A cheap check (no query) that writes would land where they will be read again; the
     /// writer asks before every commit and on a timer. SQLite checks that its database file

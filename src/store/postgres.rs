@@ -38,8 +38,9 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 use super::logs::{self, LogAppend, LogAppended};
 use super::{
     Arm, ArmRows, COUNT_CANDIDATES, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, ListPlan,
-    PlannedRead, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx, WEBHOOK_COLUMNS, Webhook,
-    WebhookFailure, WebhookRow, decode_job, merge_arms, scoped_key, webhook_json,
+    PlannedRead, Recoverable, Result, RowKind, StatsSnapshot, Store, StoreError, StoreTx, Unreadable,
+    WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, read_job, scoped_key,
+    unreadable_error, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -108,6 +109,8 @@ pub struct PostgresStore {
     sole_runner: std::sync::Arc<tokio::sync::Mutex<Option<sqlx::PgConnection>>>,
     /// Whether this process claimed it (and so must keep holding it).
     wants_sole_runner: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Rows found that cannot be decoded.
+    unreadable: std::sync::Arc<Unreadable>,
 }
 
 impl PostgresStore {
@@ -138,6 +141,7 @@ impl PostgresStore {
             replica: uuid::Uuid::now_v7().to_string(),
             sole_runner: Default::default(),
             wants_sole_runner: Default::default(),
+            unreadable: Default::default(),
         })
     }
 
@@ -188,7 +192,11 @@ impl PostgresStore {
             Ok(())
         })
         .await?;
-        Ok(PostgresTx { tx, notify: false })
+        Ok(PostgresTx {
+            tx,
+            notify: false,
+            unreadable: self.unreadable.clone(),
+        })
     }
 }
 
@@ -266,12 +274,17 @@ impl Store for PostgresStore {
         Ok(claimed)
     }
 
+    fn unreadable(&self) -> &Unreadable {
+        &self.unreadable
+    }
+
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
         let row = sqlx::query("SELECT body FROM jobs WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|r| decode_job(r.get("body"))).transpose()
+        row.map(|r| read_job(&self.unreadable, id, r.get("body")))
+            .transpose()
     }
 
     /// Every arm and the count are read in one REPEATABLE READ transaction: one snapshot.
@@ -293,8 +306,13 @@ impl Store for PostgresStore {
             .await?;
         let mut arms = Vec::with_capacity(reads.pages.len());
         for (page, stop) in &reads.pages {
-            let query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(page.sql.as_str()));
-            let rows = bind_all!(query, &page.binds).fetch_all(&mut *tx).await?;
+            let query = sqlx::query_as::<_, (i64, String, String)>(sqlx::AssertSqlSafe(page.sql.as_str()));
+            let rows: Vec<(i64, (String, String))> = bind_all!(query, &page.binds)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .map(|(seq, id, body)| (seq, (id, body)))
+                .collect();
             // Fewer rows than asked: the read either ran out of candidates or of budget; the
             // budget-th candidate, if there is one, is where it stopped.
             let stopped_at = match stop {
@@ -312,7 +330,9 @@ impl Store for PostgresStore {
             total_count += bind_all!(query, &statement.binds).fetch_one(&mut *tx).await?;
         }
         tx.commit().await?;
-        merge_arms(arms, first, total_count, decode_job)
+        Ok(merge_arms(arms, first, total_count, |(id, body)| {
+            decode_job(&self.unreadable, &id, &body)
+        }))
     }
 
     async fn query_plans(&self, read: PlannedRead<'_>) -> Result<Vec<String>> {
@@ -404,7 +424,10 @@ impl Store for PostgresStore {
             }
         }
         tx.commit().await?;
-        rows.into_iter().map(decode_event).collect()
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| decode_event(&self.unreadable, r))
+            .collect())
     }
 
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
@@ -478,7 +501,10 @@ impl Store for PostgresStore {
         .bind(scope_list(scope))
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(decode_event).collect()
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| decode_event(&self.unreadable, r))
+            .collect())
     }
 
     async fn last_event_seq(&self) -> Result<i64> {
@@ -585,8 +611,13 @@ impl Store for PostgresStore {
         let mut rows = sqlx::query(UNFINISHED).fetch(&self.pool);
         let mut jobs = Vec::new();
         while let Some(r) = futures::TryStreamExt::try_next(&mut rows).await? {
+            // A job that cannot be read is left where it is, and reported: every other job
+            // is recovered.
+            let Some(job) = decode_job(&self.unreadable, r.get("id"), r.get("body")) else {
+                continue;
+            };
             jobs.push(Recoverable {
-                job: decode_job(r.get("body"))?,
+                job,
                 // -1 is held for its dependencies: never handed to the executor.
                 launched: r.get::<i16, _>("launched") == 1,
             });
@@ -596,7 +627,7 @@ impl Store for PostgresStore {
 
     async fn pending_cancellations(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
         let rows = sqlx::query(concat!(
-            "SELECT j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
+            "SELECT j.id, j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
              WHERE (($2::bigint >> ",
             shard_of_id!(),
             ") & 1) = 1 \
@@ -606,7 +637,10 @@ impl Store for PostgresStore {
         .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| decode_job(&self.unreadable, r.get("id"), r.get("body")))
+            .collect())
     }
 
     /// Claims the jobs it returns for [`LAUNCH_CLAIM`]: other replicas skip them (rows being
@@ -621,7 +655,7 @@ impl Store for PostgresStore {
             shard_of_id!(),
             ") & 1) = 1 \
                  ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             RETURNING seq, body"
+             RETURNING seq, id, body"
         ))
         .bind(&self.replica)
         .bind(limit)
@@ -629,10 +663,15 @@ impl Store for PostgresStore {
         .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
         .fetch_all(&self.pool)
         .await?;
-        let mut jobs = rows
+        let mut jobs: Vec<(i64, Job)> = rows
             .into_iter()
-            .map(|r| Ok((r.get::<i64, _>("seq"), decode_job(r.get("body"))?)))
-            .collect::<Result<Vec<_>>>()?;
+            .filter_map(|r| {
+                Some((
+                    r.get::<i64, _>("seq"),
+                    decode_job(&self.unreadable, r.get("id"), r.get("body"))?,
+                ))
+            })
+            .collect();
         // RETURNING follows no ORDER BY: oldest first again.
         jobs.sort_by_key(|(seq, _)| *seq);
         Ok(jobs.into_iter().map(|(_, job)| job).collect())
@@ -664,20 +703,25 @@ impl Store for PostgresStore {
         .bind(id)
         .fetch_optional(&self.pool)
         .await?
-        .map(WebhookRow::decode)
+        .map(|row| {
+            let id = row.id.clone();
+            row.decode(&self.unreadable)
+                .ok_or_else(|| unreadable_error(&self.unreadable, RowKind::Webhook, &id))
+        })
         .transpose()
     }
 
     async fn webhooks(&self, owner: Option<&str>) -> Result<Vec<Webhook>> {
-        sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+        let rows = sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
             "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE $1::text IS NULL OR owner = $1 ORDER BY created_at, id"
         )))
         .bind(owner)
         .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .map(WebhookRow::decode)
-        .collect()
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| row.decode(&self.unreadable))
+            .collect())
     }
 
     async fn delete_webhook(&self, id: &str) -> Result<bool> {
@@ -703,7 +747,7 @@ impl Store for PostgresStore {
 
     /// One statement: concurrent replicas' claims serialise on the rows they update.
     async fn claim_webhooks(&self, claimant: &str, now: i64, until: i64) -> Result<Vec<Webhook>> {
-        sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+        let rows = sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
             "UPDATE webhooks SET claimed_by = $1, claimed_until = $3 WHERE parked = 0 \
              AND (claimed_by IS NULL OR claimed_by = $1 OR claimed_until < $2) \
              RETURNING {WEBHOOK_COLUMNS}"
@@ -712,10 +756,11 @@ impl Store for PostgresStore {
         .bind(now)
         .bind(until)
         .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .map(WebhookRow::decode)
-        .collect()
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| row.decode(&self.unreadable))
+            .collect())
     }
 
     async fn release_webhooks(&self, claimant: &str) -> Result<()> {
@@ -849,6 +894,8 @@ pub struct PostgresTx {
     tx: Transaction<'static, Postgres>,
     /// Whether it appended events, so its commit must wake the replicas.
     notify: bool,
+    /// The store's list of rows that cannot be decoded.
+    unreadable: std::sync::Arc<Unreadable>,
 }
 
 // Each method's contract is its doc in the trait; docs here say only what is PostgreSQL's own.
@@ -873,7 +920,8 @@ impl StoreTx for PostgresTx {
                 .bind(id)
                 .fetch_optional(&mut *self.tx)
                 .await?;
-            row.map(|r| decode_job(r.get("body"))).transpose()
+            row.map(|r| read_job(&self.unreadable, id, r.get("body")))
+                .transpose()
         })
         .await
     }
@@ -884,17 +932,14 @@ impl StoreTx for PostgresTx {
         key: &str,
     ) -> Result<Option<KeyedJob>> {
         bounded(async move {
-            let row = sqlx::query("SELECT body, fingerprint FROM jobs WHERE idempotency_key = $1")
+            let row = sqlx::query("SELECT id, fingerprint FROM jobs WHERE idempotency_key = $1")
                 .bind(scoped_key(submitter, key))
                 .fetch_optional(&mut *self.tx)
                 .await?;
-            row.map(|r| {
-                Ok(KeyedJob {
-                    job: decode_job(r.get("body"))?,
-                    fingerprint: r.get("fingerprint"),
-                })
-            })
-            .transpose()
+            Ok(row.map(|r| KeyedJob {
+                id: r.get("id"),
+                fingerprint: r.get("fingerprint"),
+            }))
         })
         .await
     }
@@ -1073,7 +1118,7 @@ impl StoreTx for PostgresTx {
     /// (a client that retries with its idempotency key finds the job it submitted).
     async fn commit(self: Box<Self>) -> Result<()> {
         bounded(async move {
-            let PostgresTx { mut tx, notify } = *self;
+            let PostgresTx { mut tx, notify, .. } = *self;
             if notify {
                 sqlx::query("SELECT pg_notify($1, '')")
                     .bind(EVENTS_CHANNEL)
@@ -1195,7 +1240,7 @@ impl Statement {
     }
 }
 
-/// The statements one page of `list_jobs` runs, as in SQLite: `pages` read `(seq, body)`
+/// The statements one page of `list_jobs` runs, as in SQLite: `pages` read `(seq, id, body)`
 /// rows newest first, to be merged, each with the statement that finds where it stops when
 /// it has a budget; `counts` one number each, summed into `total_count`.
 ///
@@ -1261,7 +1306,7 @@ enum ArmRead {
 /// One arm of a page (see [`ListPlan`]): `seq < before`, the arm's equalities (served by the
 /// index whose leading columns they are, then `seq`: `jobs_by_namespace`, `jobs_by_phase`,
 /// `jobs_by_namespace_phase_seq`, or the primary key), the per-row checks the plan has, newest
-/// first, at most `limit`; a page reads `(seq, body)`, a count one number. Only the
+/// first, at most `limit`; a page reads `(seq, id, body)`, a count one number. Only the
 /// parameters the statement uses are bound (PostgreSQL must know every parameter's type, and
 /// a `$n IS NULL OR …` folded away for one call's values would not survive a generic plan).
 fn arm_statement(arm: &Arm, plan: &ListPlan, read: ArmRead, before: i64, limit: i64) -> Statement {
@@ -1317,17 +1362,18 @@ fn arm_statement(arm: &Arm, plan: &ListPlan, read: ArmRead, before: i64, limit: 
             name.unwrap_or_else(|| "true".into())
         ),
         (_, None) => {
-            format!("SELECT seq, body FROM jobs WHERE {conditions} ORDER BY seq DESC LIMIT $2")
+            format!("SELECT seq, id, body FROM jobs WHERE {conditions} ORDER BY seq DESC LIMIT $2")
         }
         (_, Some(name)) => {
-            format!("SELECT seq, body FROM jobs WHERE {conditions} AND {name} ORDER BY seq DESC LIMIT $2")
+            format!("SELECT seq, id, body FROM jobs WHERE {conditions} AND {name} ORDER BY seq DESC LIMIT $2")
         }
     };
     Statement { sql, binds }
 }
 
 /// The unfinished jobs, oldest first (from the partial index `jobs_unfinished`).
-const UNFINISHED: &str = "SELECT body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq";
+const UNFINISHED: &str =
+    "SELECT id, body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq";
 
 /// `jobStats`' counts by phase in the scope `$1` (or NULL): the counts kept by namespace
 /// and phase, one row per pair, however many jobs.
@@ -1362,18 +1408,22 @@ fn scope_list(scope: &Scope) -> Option<Vec<String>> {
     scope.list().map(|set| set.iter().cloned().collect())
 }
 
-fn decode_event(r: PgRow) -> Result<JobEvent> {
+/// An event row, or `None` (reported to `unreadable`) when its job snapshot does not decode.
+fn decode_event(unreadable: &Unreadable, r: PgRow) -> Option<JobEvent> {
     let phase: String = r.get("phase");
     let previous: Option<String> = r.get("previous_phase");
-    Ok(JobEvent {
-        seq: r.get("seq"),
-        job_id: r.get("job_id"),
+    let seq: i64 = r.get("seq");
+    let job_id: String = r.get("job_id");
+    let job = unreadable.decode(RowKind::Event, &seq.to_string(), Some(&job_id), r.get("job"))?;
+    Some(JobEvent {
+        seq,
+        job_id,
         phase: JobPhase::parse(&phase).unwrap_or(JobPhase::Pending),
         previous_phase: previous.as_deref().and_then(JobPhase::parse),
         at: r.get("at"),
         reason: r.get("reason"),
         message: r.get("message"),
-        job: std::sync::Arc::new(decode_job(r.get("job"))?),
+        job: std::sync::Arc::new(job),
     })
 }
 

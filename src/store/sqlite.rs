@@ -33,8 +33,9 @@ use async_trait::async_trait;
 use super::logs::{self, LogAppend, LogAppended};
 use super::{
     Accepted, ArmRows, COUNT_CANDIDATES, Durability, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage,
-    KeyedJob, ListPlan, PlannedRead, Recoverable, Result, StatsSnapshot, Store, StoreError, StoreTx,
-    WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, scoped_key, webhook_json,
+    KeyedJob, ListPlan, PlannedRead, Recoverable, Result, RowKind, StatsSnapshot, Store, StoreError, StoreTx,
+    Unreadable, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, read_job,
+    scoped_key, unreadable_error, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -107,6 +108,8 @@ pub struct SqliteStore {
     /// An exclusive lock on `jobgate.lock`, held while the store is open: two jobgates on one
     /// data directory would each think they own its jobs. The OS releases it if we die.
     _lock: Arc<std::fs::File>,
+    /// Rows found that cannot be decoded.
+    unreadable: Arc<Unreadable>,
 }
 
 impl SqliteStore {
@@ -122,7 +125,7 @@ impl SqliteStore {
         // never fails half-way with SQLITE_BUSY on lock upgrade. On failure the connection
         // is dropped, which closes it (SQLite rolls back whatever it had open).
         sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await?;
-        Ok(SqliteTx::new(conn, slot))
+        Ok(SqliteTx::new(conn, slot, self.unreadable.clone()))
     }
 
     /// Opens (creating if needed) `jobgate.db` in `data_dir` and brings its schema up to date.
@@ -191,6 +194,7 @@ impl SqliteStore {
             db_identity: (meta.dev(), meta.ino()),
             db_path,
             _lock: Arc::new(lock),
+            unreadable: Arc::default(),
         })
     }
 }
@@ -283,12 +287,17 @@ impl Store for SqliteStore {
         Box::new(tx).commit().await
     }
 
+    fn unreadable(&self) -> &Unreadable {
+        &self.unreadable
+    }
+
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
         let row = sqlx::query("SELECT body FROM jobs WHERE id = ?")
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|r| decode_job(r.get("body"))).transpose()
+        row.map(|r| read_job(&self.unreadable, id, r.get("body")))
+            .transpose()
     }
 
     /// Every arm and the count are read in one read transaction: one WAL snapshot.
@@ -307,8 +316,14 @@ impl Store for SqliteStore {
         let mut tx = self.pool.begin().await?;
         let mut arms = Vec::with_capacity(reads.pages.len());
         for read in &reads.pages {
-            let query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(read.page.sql.as_str()));
-            let rows = bind_all!(query, &read.page.binds).fetch_all(&mut *tx).await?;
+            let query =
+                sqlx::query_as::<_, (i64, String, String)>(sqlx::AssertSqlSafe(read.page.sql.as_str()));
+            let rows: Vec<(i64, (String, String))> = bind_all!(query, &read.page.binds)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .map(|(seq, id, body)| (seq, (id, body)))
+                .collect();
             // Fewer rows than asked: the read either ran out of candidates or of budget; the
             // budget-th candidate, if there is one, is where it stopped.
             let stopped_at = match &read.stop {
@@ -326,7 +341,9 @@ impl Store for SqliteStore {
             total_count += bind_all!(query, &statement.binds).fetch_one(&mut *tx).await?;
         }
         tx.commit().await?;
-        merge_arms(arms, first, total_count, decode_job)
+        Ok(merge_arms(arms, first, total_count, |(id, body)| {
+            decode_job(&self.unreadable, &id, &body)
+        }))
     }
 
     async fn query_plans(&self, read: PlannedRead<'_>) -> Result<Vec<String>> {
@@ -420,7 +437,10 @@ impl Store for SqliteStore {
             }
         }
         tx.commit().await?;
-        rows.into_iter().map(decode_event).collect()
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| decode_event(&self.unreadable, r))
+            .collect())
     }
 
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
@@ -497,7 +517,10 @@ impl Store for SqliteStore {
         .bind(scope_json(scope)?)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(decode_event).collect()
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| decode_event(&self.unreadable, r))
+            .collect())
     }
 
     async fn last_event_seq(&self) -> Result<i64> {
@@ -604,8 +627,13 @@ impl Store for SqliteStore {
         let mut rows = sqlx::query(UNFINISHED).fetch(&self.pool);
         let mut jobs = Vec::new();
         while let Some(r) = futures::TryStreamExt::try_next(&mut rows).await? {
+            // A job that cannot be read is left where it is, and reported: every other job
+            // is recovered.
+            let Some(job) = decode_job(&self.unreadable, r.get("id"), r.get("body")) else {
+                continue;
+            };
             jobs.push(Recoverable {
-                job: decode_job(r.get("body"))?,
+                job,
                 // -1 is held for its dependencies: never handed to the executor.
                 launched: r.get::<i64, _>("launched") == 1,
             });
@@ -615,7 +643,7 @@ impl Store for SqliteStore {
 
     async fn pending_cancellations(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
         let rows = sqlx::query(concat!(
-            "SELECT j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
+            "SELECT j.id, j.body FROM pending_cancellations c JOIN jobs j ON j.id = c.job_id \
              WHERE ((? >> ",
             shard_of_id!(),
             ") & 1) = 1 \
@@ -625,12 +653,15 @@ impl Store for SqliteStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| decode_job(&self.unreadable, r.get("id"), r.get("body")))
+            .collect())
     }
 
     async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
         let rows = sqlx::query(concat!(
-            "SELECT body FROM jobs WHERE launched = 0 AND ((? >> ",
+            "SELECT id, body FROM jobs WHERE launched = 0 AND ((? >> ",
             shard_of_id!(),
             ") & 1) = 1 ORDER BY seq LIMIT ?"
         ))
@@ -638,7 +669,10 @@ impl Store for SqliteStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(|r| decode_job(r.get("body"))).collect()
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| decode_job(&self.unreadable, r.get("id"), r.get("body")))
+            .collect())
     }
 
     async fn insert_webhook(&self, webhook: &Webhook) -> Result<()> {
@@ -668,20 +702,25 @@ impl Store for SqliteStore {
         .bind(id)
         .fetch_optional(&self.pool)
         .await?
-        .map(WebhookRow::decode)
+        .map(|row| {
+            let id = row.id.clone();
+            row.decode(&self.unreadable)
+                .ok_or_else(|| unreadable_error(&self.unreadable, RowKind::Webhook, &id))
+        })
         .transpose()
     }
 
     async fn webhooks(&self, owner: Option<&str>) -> Result<Vec<Webhook>> {
-        sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
+        let rows = sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
             "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE ?1 IS NULL OR owner = ?1 ORDER BY created_at, id"
         )))
         .bind(owner)
         .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .map(WebhookRow::decode)
-        .collect()
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| row.decode(&self.unreadable))
+            .collect())
     }
 
     async fn delete_webhook(&self, id: &str) -> Result<bool> {
@@ -727,7 +766,10 @@ impl Store for SqliteStore {
         .fetch_all(&mut tx.conn)
         .await?;
         Box::new(tx).commit().await?;
-        rows.into_iter().map(WebhookRow::decode).collect()
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| row.decode(&self.unreadable))
+            .collect())
     }
 
     async fn release_webhooks(&self, claimant: &str) -> Result<()> {
@@ -879,14 +921,21 @@ pub struct SqliteTx {
     /// The cursor the next event gets, once this transaction has read it: it holds the
     /// database's only write lock, so no one else appends meanwhile.
     next_seq: Option<i64>,
+    /// The store's list of rows that cannot be decoded.
+    unreadable: Arc<Unreadable>,
 }
 
 impl SqliteTx {
-    fn new(conn: SqliteConnection, slot: OwnedMutexGuard<Option<SqliteConnection>>) -> Self {
+    fn new(
+        conn: SqliteConnection,
+        slot: OwnedMutexGuard<Option<SqliteConnection>>,
+        unreadable: Arc<Unreadable>,
+    ) -> Self {
         Self {
             conn,
             slot,
             next_seq: None,
+            unreadable,
         }
     }
 
@@ -965,7 +1014,8 @@ impl StoreTx for SqliteTx {
             .bind(id)
             .fetch_optional(&mut self.conn)
             .await?;
-        row.map(|r| decode_job(r.get("body"))).transpose()
+        row.map(|r| read_job(&self.unreadable, id, r.get("body")))
+            .transpose()
     }
 
     async fn find_by_idempotency_key(
@@ -973,17 +1023,14 @@ impl StoreTx for SqliteTx {
         submitter: Option<&str>,
         key: &str,
     ) -> Result<Option<KeyedJob>> {
-        let row = sqlx::query("SELECT body, fingerprint FROM jobs WHERE idempotency_key = ?")
+        let row = sqlx::query("SELECT id, fingerprint FROM jobs WHERE idempotency_key = ?")
             .bind(scoped_key(submitter, key))
             .fetch_optional(&mut self.conn)
             .await?;
-        row.map(|r| {
-            Ok(KeyedJob {
-                job: decode_job(r.get("body"))?,
-                fingerprint: r.get("fingerprint"),
-            })
-        })
-        .transpose()
+        Ok(row.map(|r| KeyedJob {
+            id: r.get("id"),
+            fingerprint: r.get("fingerprint"),
+        }))
     }
 
     async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()> {
@@ -999,23 +1046,24 @@ impl StoreTx for SqliteTx {
     ) -> Result<std::collections::HashMap<String, KeyedJob>> {
         let scoped: Vec<String> = keys.iter().map(|(s, k)| scoped_key(*s, k)).collect();
         let rows = sqlx::query(
-            "SELECT idempotency_key, body, fingerprint FROM jobs \
+            "SELECT idempotency_key, id, fingerprint FROM jobs \
              WHERE idempotency_key IN (SELECT value FROM json_each(?))",
         )
         .bind(serde_json::to_string(&scoped)?)
         .fetch_all(&mut self.conn)
         .await?;
-        rows.into_iter()
+        Ok(rows
+            .into_iter()
             .map(|r| {
-                Ok((
+                (
                     r.get("idempotency_key"),
                     KeyedJob {
-                        job: decode_job(r.get("body"))?,
+                        id: r.get("id"),
                         fingerprint: r.get("fingerprint"),
                     },
-                ))
+                )
             })
-            .collect()
+            .collect())
     }
 
     /// Multi-row INSERTs of up to `ACCEPT_CHUNK` jobs, then as many events: a bulk costs a
@@ -1238,7 +1286,7 @@ impl Statement {
     }
 }
 
-/// The statements one page of `list_jobs` runs: `pages` read `(seq, body)` rows newest
+/// The statements one page of `list_jobs` runs: `pages` read `(seq, id, body)` rows newest
 /// first, to be merged; `counts` read one number each, summed into `total_count`. Built once,
 /// so that `query_plans` explains exactly what `list_jobs` runs.
 struct PageReads {
@@ -1413,10 +1461,10 @@ fn arm_sql(shape: (bool, bool), read: ArmRead) -> String {
     );
     match read {
         ArmRead::Page => format!(
-            "SELECT seq, body {range}AND (?6 IS NULL OR instr(name, ?6) > 0) ORDER BY seq DESC LIMIT ?2"
+            "SELECT seq, id, body {range}AND (?6 IS NULL OR instr(name, ?6) > 0) ORDER BY seq DESC LIMIT ?2"
         ),
         ArmRead::BudgetedPage => format!(
-            "SELECT seq, body {range}AND seq >= coalesce(({stop}), 0) \
+            "SELECT seq, id, body {range}AND seq >= coalesce(({stop}), 0) \
              AND (?6 IS NULL OR instr(name, ?6) > 0) ORDER BY seq DESC LIMIT ?2"
         ),
         ArmRead::Stop => stop,
@@ -1440,7 +1488,7 @@ fn search_page(budget: bool) -> String {
         ""
     };
     format!(
-        "SELECT j.seq, j.body FROM job_names CROSS JOIN jobs j ON j.seq = job_names.rowid \
+        "SELECT j.seq, j.id, j.body FROM job_names CROSS JOIN jobs j ON j.seq = job_names.rowid \
          WHERE job_names MATCH ?1 AND job_names.rowid < ?2 {floor}\
          AND (?4 IS NULL OR j.namespace IN (SELECT value FROM json_each(?4))) \
          AND (?5 IS NULL OR j.phase IN (SELECT value FROM json_each(?5))) \
@@ -1470,7 +1518,7 @@ fn fts_phrase(text: &str) -> String {
 /// The unfinished jobs, oldest first. INDEXED BY: the partial index of unfinished jobs is in
 /// `seq` order, so nothing is sorted (the planner preferred `jobs_by_phase` and a temporary
 /// b-tree of every unfinished row: 114 MiB at 100,000 of them).
-const UNFINISHED: &str = "SELECT body, launched FROM jobs INDEXED BY jobs_unfinished \
+const UNFINISHED: &str = "SELECT id, body, launched FROM jobs INDEXED BY jobs_unfinished \
      WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq";
 
 /// `jobStats`' counts by phase in the scope `?1` (JSON, or NULL): the counts kept by
@@ -1533,13 +1581,17 @@ fn scope_json(scope: &Scope) -> Result<Option<String>> {
     Ok(scope.list().map(serde_json::to_string).transpose()?)
 }
 
-fn decode_event(r: sqlx::sqlite::SqliteRow) -> Result<JobEvent> {
+/// An event row, or `None` (reported to `unreadable`) when its job snapshot does not decode.
+fn decode_event(unreadable: &Unreadable, r: sqlx::sqlite::SqliteRow) -> Option<JobEvent> {
+    let seq: i64 = r.get("seq");
+    let job_id: String = r.get("job_id");
+    let job = unreadable.decode(RowKind::Event, &seq.to_string(), Some(&job_id), r.get("job"))?;
     let phase: String = r.get("phase");
     let previous: Option<String> = r.get("previous_phase");
     let at: String = r.get("at");
-    Ok(JobEvent {
-        seq: r.get("seq"),
-        job_id: r.get("job_id"),
+    Some(JobEvent {
+        seq,
+        job_id,
         phase: JobPhase::parse(&phase).unwrap_or(JobPhase::Pending),
         previous_phase: previous.as_deref().and_then(JobPhase::parse),
         at: DateTime::parse_from_rfc3339(&at)
@@ -1547,7 +1599,7 @@ fn decode_event(r: sqlx::sqlite::SqliteRow) -> Result<JobEvent> {
             .unwrap_or_default(),
         reason: r.get("reason"),
         message: r.get("message"),
-        job: Arc::new(decode_job(r.get("job"))?),
+        job: Arc::new(job),
     })
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use futures::{Stream, StreamExt, stream};
 
-use super::{ActivityBucket, JobService, ServiceError, Stats};
+use super::{ActivityBucket, JobService, ServiceError, Stats, UnreadableRecord};
 use crate::executor::{LogLine, RunInfo};
 use crate::jobs::catalog::Template;
 use crate::model::LogArchive;
@@ -30,12 +30,47 @@ impl JobService {
             Some(job) => Some(job.clone()),
             None => {
                 let started = std::time::Instant::now();
-                let job = self.inner.store.get_job(id).await?.map(Arc::new);
+                let read = self.inner.store.get_job(id).await;
                 self.inner.metrics.store_op("read", started.elapsed());
-                job
+                match read {
+                    Ok(job) => job.map(Arc::new),
+                    // Its namespace cannot be read either: only a caller who sees every
+                    // namespace learns that it exists.
+                    Err(StoreError::Unreadable { .. }) if scope.list().is_some() => None,
+                    Err(StoreError::Unreadable { key, reason, .. }) => {
+                        return Err(ServiceError::Unreadable { id: key, reason });
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         };
         Ok(job.filter(|j| scope.sees(j)))
+    }
+
+    /// The stored rows this process found it cannot decode (left out of every answer while
+    /// everything else is served), oldest report first; for callers who see every namespace
+    /// only, since a row that cannot be read cannot be placed in one.
+    pub fn unreadable_records(&self, scope: &Scope) -> Result<Vec<UnreadableRecord>, ServiceError> {
+        if scope.list().is_some() {
+            return Err(ServiceError::Forbidden(
+                "only a caller who may read every namespace (an administrator) may list unreadable rows"
+                    .into(),
+            ));
+        }
+        Ok(self
+            .inner
+            .store
+            .unreadable()
+            .list()
+            .into_iter()
+            .map(|row| UnreadableRecord {
+                kind: row.kind.as_str(),
+                key: row.key,
+                job_id: row.job_id,
+                error: row.error,
+                first_seen: row.first_seen,
+            })
+            .collect())
     }
 
     /// A page of the jobs in `scope` that match `filter`, newest first; its `total_count`

@@ -86,6 +86,9 @@ pub enum ServiceError {
     QuotaExceeded { namespace: String, limit: u64 },
     #[error("jobgate is shutting down")]
     ShuttingDown,
+    /// The job is stored but its row cannot be decoded (see [`JobService::unreadable_rows`]).
+    #[error("job {id:?} is stored but cannot be read ({reason}); every other job is served")]
+    Unreadable { id: String, reason: String },
     #[error("the store is unavailable")]
     Store(#[from] StoreError),
 }
@@ -108,6 +111,7 @@ impl ServiceError {
             Self::Forbidden(_) => "forbidden",
             Self::QuotaExceeded { .. } => "quota_exceeded",
             Self::ShuttingDown => "shutting_down",
+            Self::Unreadable { .. } => "unreadable",
             Self::Store(_) => "store",
         }
     }
@@ -233,6 +237,20 @@ enum Command {
         ids: Vec<String>,
         reply: oneshot::Sender<bool>,
     },
+}
+
+/// A stored row that cannot be decoded, as administrators see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnreadableRecord {
+    /// `job`, `event` (an event's job snapshot) or `webhook`.
+    pub kind: &'static str,
+    /// A job's or webhook's id, an event's cursor.
+    pub key: String,
+    /// The job the row belongs to, when known.
+    pub job_id: Option<String>,
+    /// Why it could not be decoded.
+    pub error: String,
+    pub first_seen: chrono::DateTime<chrono::Utc>,
 }
 
 /// A cheap, cloneable handle to the job service.

@@ -129,6 +129,10 @@ impl Writer {
     /// and after a failure a probe write must succeed. Returns whether it can.
     async fn check_health(&self) -> bool {
         let store = &self.inner.store;
+        self.inner
+            .metrics
+            .store_unreadable_rows
+            .set(store.unreadable().count() as i64);
         let problem = match store.check_storage() {
             Err(e) => Some(e.to_string()),
             Ok(()) if self.inner.store_problem().is_none() => None,
@@ -226,6 +230,39 @@ impl Writer {
         tx.get_job(id).await
     }
 
+    /// [`Self::current`] for a caller's command: a job whose stored row cannot be read is
+    /// that command's answer (`Err`), not a failure of the whole batch. Its namespace cannot
+    /// be read either, so only a caller who sees every namespace learns that it exists.
+    async fn current_for_caller(
+        &self,
+        tx: &mut dyn StoreTx,
+        touched: &HashMap<String, Job>,
+        id: &str,
+        scope: &Scope,
+    ) -> Result<Result<Option<Job>, ServiceError>, StoreError> {
+        match self.current(tx, touched, id).await {
+            Err(StoreError::Unreadable { key, reason, .. }) if scope.list().is_none() => {
+                Ok(Err(ServiceError::Unreadable { id: key, reason }))
+            }
+            Err(StoreError::Unreadable { .. }) => Ok(Ok(None)),
+            other => other.map(Ok),
+        }
+    }
+
+    /// [`Self::current`] for the executor's reports and dependents: a job whose stored row
+    /// cannot be read (the store has reported it) is passed over, and the batch goes on.
+    async fn current_readable(
+        &self,
+        tx: &mut dyn StoreTx,
+        touched: &HashMap<String, Job>,
+        id: &str,
+    ) -> Result<Option<Job>, StoreError> {
+        match self.current(tx, touched, id).await {
+            Err(StoreError::Unreadable { .. }) => Ok(None),
+            other => other,
+        }
+    }
+
     async fn record(
         tx: &mut dyn StoreTx,
         job: &mut Job,
@@ -295,7 +332,7 @@ impl Writer {
                 continue;
             }
             for id in tx.dependents(&event.job_id).await? {
-                let Some(mut dependent) = self.current(tx, touched, &id).await? else {
+                let Some(mut dependent) = self.current_readable(tx, touched, &id).await? else {
                     continue;
                 };
                 if !dependent.is_waiting_for_dependencies() {
@@ -312,7 +349,10 @@ impl Writer {
                 }
                 let mut all_succeeded = true;
                 for dependency in dependent.spec.depends_on.clone() {
-                    let phase = self.current(tx, touched, &dependency).await?.map(|j| j.phase);
+                    let phase = self
+                        .current_readable(tx, touched, &dependency)
+                        .await?
+                        .map(|j| j.phase);
                     if phase != Some(JobPhase::Succeeded) {
                         all_succeeded = false;
                         break;
@@ -352,7 +392,7 @@ impl Writer {
                 (None, None) => tx
                     .find_by_idempotency_key(job.key_scope(), key)
                     .await?
-                    .map(|k| (k.fingerprint, k.job.id)),
+                    .map(|k| (k.fingerprint, k.id)),
             };
             if let Some((fp, id)) = existing {
                 if fp != *fingerprint {
@@ -360,17 +400,21 @@ impl Writer {
                         ServiceError::IdempotencyConflict { key: key.clone() },
                     )));
                 }
-                return Ok(Checked::Answer(match self.current(tx, touched, &id).await? {
-                    Some(job) => Answer::Existing(Arc::new(job)),
-                    None => Answer::Error(ServiceError::NotFound { id }),
-                }));
+                return Ok(Checked::Answer(
+                    match self.current_for_caller(tx, touched, &id, scope).await? {
+                        Ok(Some(job)) => Answer::Existing(Arc::new(job)),
+                        Ok(None) => Answer::Error(ServiceError::NotFound { id }),
+                        Err(unreadable) => Answer::Error(unreadable),
+                    },
+                ));
             }
         }
         // Every dependency must exist (committed, or accepted earlier in this batch).
         let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
         for (i, id) in job.spec.depends_on.iter().enumerate() {
-            match self.current(tx, touched, id).await? {
-                // Another tenant's job is as unknown as a job that never was.
+            match self.current_readable(tx, touched, id).await? {
+                // Another tenant's job is as unknown as a job that never was; so is one
+                // whose stored row cannot be read.
                 Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
                 _ => {
                     return Ok(Checked::Answer(Answer::Error(ServiceError::Invalid(
@@ -495,7 +539,7 @@ impl Writer {
             tx.find_by_idempotency_keys(&wanted)
                 .await?
                 .into_iter()
-                .map(|(scoped, k)| (scoped, (k.fingerprint, k.job.id)))
+                .map(|(scoped, k)| (scoped, (k.fingerprint, k.id)))
                 .collect()
         };
         let mut context = SubmitContext {
@@ -607,11 +651,14 @@ impl Writer {
                     answers.push(Answer::Many(each));
                 }
                 Command::Cancel { id, scope, .. } => {
-                    let Some(mut job) = self
-                        .current(&mut *tx, &touched, id)
-                        .await?
-                        .filter(|j| scope.sees(j))
-                    else {
+                    let found = match self.current_for_caller(&mut *tx, &touched, id, scope).await? {
+                        Ok(found) => found,
+                        Err(unreadable) => {
+                            answers.push(Answer::Error(unreadable));
+                            continue;
+                        }
+                    };
+                    let Some(mut job) = found.filter(|j| scope.sees(j)) else {
                         answers.push(Answer::Error(ServiceError::NotFound { id: id.clone() }));
                         continue;
                     };
@@ -633,8 +680,11 @@ impl Writer {
                 }
                 Command::Observe(observation) => {
                     answers.push(Answer::None);
-                    let Some(mut job) = self.current(&mut *tx, &touched, &observation.job_id).await? else {
-                        tracing::warn!(job = %observation.job_id, "observation for an unknown job ignored");
+                    let Some(mut job) = self
+                        .current_readable(&mut *tx, &touched, &observation.job_id)
+                        .await?
+                    else {
+                        tracing::warn!(job = %observation.job_id, "observation for an unknown or unreadable job ignored");
                         continue;
                     };
                     if let Some(transition) = job.observe(observation.status.clone(), Utc::now()) {
@@ -659,7 +709,7 @@ impl Writer {
                     let now = Utc::now();
                     for id in &outcome.launched {
                         tx.mark_launched(id).await?;
-                        if let Some(mut job) = self.current(&mut *tx, &touched, id).await?
+                        if let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await?
                             && let Some(transition) = job.launch_succeeded(now)
                         {
                             Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
@@ -668,7 +718,7 @@ impl Writer {
                     }
                     for (id, reason, message) in &outcome.rejected {
                         tx.mark_launched(id).await?;
-                        if let Some(mut job) = self.current(&mut *tx, &touched, id).await?
+                        if let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await?
                             && let Some(transition) = job.launch_failed(reason, message, now)
                         {
                             Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
@@ -676,7 +726,7 @@ impl Writer {
                         }
                     }
                     for (id, reason, message) in &outcome.delayed {
-                        if let Some(mut job) = self.current(&mut *tx, &touched, id).await?
+                        if let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await?
                             && let Some(transition) = job.launch_delayed(reason, message, now)
                         {
                             Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;

@@ -1,0 +1,334 @@
+//! Stored rows that cannot be read back: jobgate refuses at the door what it could not read
+//! (a `parameters` value nested deeper than every reader allows), and a row damaged in the
+//! store itself (here: written directly into SQLite or PostgreSQL while jobgate is stopped)
+//! never stops the service. jobgate starts, serves and runs every other job, answers the
+//! damaged job alone with DATA_LOSS, and reports it to administrators (`unreadableRecords`),
+//! in `/metrics` and in its log. Each test runs jobgate in-process over real HTTP.
+
+mod common;
+
+use common::postgres::Postgres;
+use common::{Polling, Server, scrape};
+use serde_json::{Value, json};
+use sqlx::Connection as _;
+
+/// A JSON object nested `levels` deep: `{"a": {"a": … 1 …}}`.
+fn nested(levels: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 0..levels {
+        v = json!({ "a": v });
+    }
+    v
+}
+
+const SUBMIT: &str = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }";
+
+fn code_of(answer: &Value) -> Option<&str> {
+    answer["errors"][0]["extensions"]["code"].as_str()
+}
+
+#[tokio::test]
+async fn parameters_nested_deeper_than_readers_allow_are_refused_and_the_deepest_allowed_read_back_after_a_restart()
+ {
+    let mut server = Server::start(&[]).await;
+    // The shape that once poisoned the store: about 600 bytes, 130 levels, as a literal (in
+    // variables, the request's own JSON would be refused first).
+    let literal = format!("{}1{}", "{a: ".repeat(130), "}".repeat(130));
+    let answer = server
+        .gql(
+            &format!(r#"mutation {{ submitJob(input: {{command: ["true"], parameters: {literal}}}) {{ job {{ id }} }} }}"#),
+            json!({}),
+        )
+        .await;
+    assert_eq!(code_of(&answer), Some("BAD_USER_INPUT"), "{answer}");
+    let message = answer["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("input.parameters: nests deeper than 32 levels"),
+        "{message}"
+    );
+    // One level over, in an array this time, is refused too; nothing was stored.
+    let mut over = json!(1);
+    for _ in 0..33 {
+        over = json!([over]);
+    }
+    let answer = server
+        .gql(
+            SUBMIT,
+            json!({"input": {"command": ["true"], "parameters": {"x": over}}}),
+        )
+        .await;
+    assert_eq!(code_of(&answer), Some("BAD_USER_INPUT"), "{answer}");
+    let listed = server.gql_ok("{ jobs { totalCount } }", json!({})).await;
+    assert_eq!(listed["jobs"]["totalCount"], 0, "{listed}");
+
+    // The deepest value allowed, and one near the size limit, are kept exactly.
+    let deepest = nested(32);
+    let wide =
+        json!({ "s": "x".repeat(60 * 1024), "n": [u64::MAX, -1, 0.5, null, true], "k\u{1}\"": "é\u{0}" });
+    let mut ids = Vec::new();
+    for parameters in [&deepest, &wide] {
+        ids.push(
+            server
+                .submit(json!({"command": ["true"], "parameters": parameters}))
+                .await,
+        );
+    }
+    server.stop().await;
+    let server = server.start_again(&[]).await;
+    for (id, parameters) in ids.iter().zip([&deepest, &wide]) {
+        let job = server
+            .gql_ok(
+                "query($id: ID!) { job(id: $id) { spec { parameters } } }",
+                json!({"id": id}),
+            )
+            .await;
+        assert_eq!(&job["job"]["spec"]["parameters"], parameters);
+    }
+}
+
+/// A stored job's body with its parameters nested past what serde_json reads.
+fn damage(body: &str) -> String {
+    // The job as jobgate wrote it, with its parameters now nested past what serde_json reads
+    // (a value written before the bound existed, or edited by hand).
+    let mut job: Value = serde_json::from_str(body).expect("a stored job is JSON");
+    job["spec"]["parameters"] = nested(130);
+    serde_json::to_string(&job).unwrap()
+}
+
+/// A store to damage rows in directly, while jobgate is stopped.
+enum Direct {
+    /// The SQLite database file.
+    Sqlite(std::path::PathBuf),
+    /// The PostgreSQL database's URL.
+    Postgres(String),
+}
+
+impl Direct {
+    /// Runs `sql` with its `?`/`$n` binds (all text) against the store.
+    async fn execute(&self, sqlite: &'static str, postgres: &'static str, binds: &[&str]) {
+        match self {
+            Direct::Sqlite(file) => {
+                let url = format!("sqlite://{}", file.display());
+                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                let mut query = sqlx::query(sqlite);
+                for b in binds {
+                    query = query.bind(*b);
+                }
+                let done = query.execute(&mut conn).await.unwrap();
+                assert_eq!(done.rows_affected(), 1, "{sqlite}");
+                conn.close().await.unwrap();
+            }
+            Direct::Postgres(url) => {
+                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+                let mut query = sqlx::query(postgres);
+                for b in binds {
+                    query = query.bind(*b);
+                }
+                let done = query.execute(&mut conn).await.unwrap();
+                assert_eq!(done.rows_affected(), 1, "{postgres}");
+                conn.close().await.unwrap();
+            }
+        }
+    }
+
+    async fn body(&self, id: &str) -> String {
+        match self {
+            Direct::Sqlite(file) => {
+                let url = format!("sqlite://{}", file.display());
+                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                let body: String = sqlx::query_scalar("SELECT body FROM jobs WHERE id = ?")
+                    .bind(id)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+                conn.close().await.unwrap();
+                body
+            }
+            Direct::Postgres(url) => {
+                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+                let body: String = sqlx::query_scalar("SELECT body FROM jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+                conn.close().await.unwrap();
+                body
+            }
+        }
+    }
+}
+
+/// Three finished jobs; then, jobgate stopped: the second's row is damaged and put back in
+/// the launch outbox as PENDING (what an accepted poison looks like), and the first event of
+/// the first job gets a snapshot that is not a job. jobgate must start, serve and run
+/// everything else, and report both rows.
+async fn one_bad_row_never_stops_the_service(pg: Option<&Postgres>) {
+    let url = pg.map(Postgres::url);
+    let args: Vec<&str> = match &url {
+        Some(url) => vec!["--database-url", url],
+        None => Vec::new(),
+    };
+    let args = args.as_slice();
+    let mut server = Server::start(args).await;
+    let mut ids = Vec::new();
+    for name in ["first", "poisoned", "third"] {
+        ids.push(server.submit(json!({"name": name, "command": ["true"]})).await);
+    }
+    for id in &ids {
+        assert_eq!(server.terminal_phase(id).await, "SUCCEEDED");
+    }
+    server.stop().await;
+    let store = match &url {
+        Some(url) => Direct::Postgres(url.clone()),
+        None => Direct::Sqlite(server.database_file()),
+    };
+    let poisoned = &ids[1];
+    let body = damage(&store.body(poisoned).await);
+    store
+        .execute(
+            "UPDATE jobs SET body = ?, phase = 'PENDING', launched = 0 WHERE id = ?",
+            "UPDATE jobs SET body = $1, phase = 'PENDING', launched = 0 WHERE id = $2",
+            &[&body, poisoned],
+        )
+        .await;
+    store
+        .execute(
+            "UPDATE events SET job = '{\"not\": \"a job\"}' WHERE seq = (SELECT min(seq) FROM events WHERE job_id = ?)",
+            "UPDATE events SET job = '{\"not\": \"a job\"}' WHERE seq = (SELECT min(seq) FROM events WHERE job_id = $1)",
+            &[&ids[0]],
+        )
+        .await;
+    drop(store);
+
+    // It starts, and is ready.
+    let server = server.start_again(args).await;
+    assert_eq!(server.readyz().await, 200, "{}", server.log_text());
+
+    // Every other job is listed; the page says nothing is wrong with them.
+    let page = server
+        .gql_ok(
+            "{ jobs(first: 10) { edges { node { id name phase } } } }",
+            json!({}),
+        )
+        .await;
+    let names: Vec<&str> = page["jobs"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["third", "first"], "{page}");
+
+    // The damaged job alone answers DATA_LOSS; the one with a damaged event is whole, its
+    // history without that event.
+    let answer = server
+        .gql("query($id: ID!) { job(id: $id) { id } }", json!({"id": poisoned}))
+        .await;
+    assert_eq!(code_of(&answer), Some("DATA_LOSS"), "{answer}");
+    assert!(
+        answer["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains(poisoned.as_str()),
+        "{answer}"
+    );
+    let first = server
+        .gql_ok(
+            "query($id: ID!) { job(id: $id) { phase events { phase } } }",
+            json!({"id": ids[0]}),
+        )
+        .await;
+    assert_eq!(first["job"]["phase"], "SUCCEEDED");
+    let phases: Vec<&str> = first["job"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["phase"].as_str().unwrap())
+        .collect();
+    assert!(!phases.is_empty() && !phases.contains(&"PENDING"), "{first}");
+
+    // A cancel of the damaged job is answered on its own, and changes nothing else.
+    let cancel = server
+        .gql(
+            "mutation($id: ID!) { cancelJob(id: $id) { job { id } } }",
+            json!({"id": poisoned}),
+        )
+        .await;
+    assert_eq!(code_of(&cancel), Some("DATA_LOSS"), "{cancel}");
+
+    // New work is accepted and runs, past the damaged job in the launch outbox.
+    let fresh = server.submit(json!({"name": "fresh", "command": ["true"]})).await;
+    assert_eq!(server.terminal_phase(&fresh).await, "SUCCEEDED");
+
+    // Administrators see both rows, with why; so do the metrics and the log.
+    let records = server
+        .gql_ok(
+            "{ unreadableRecords { kind key jobId error firstSeen } }",
+            json!({}),
+        )
+        .await;
+    let records = records["unreadableRecords"].as_array().unwrap().clone();
+    let job_record = records
+        .iter()
+        .find(|r| r["kind"] == "job")
+        .unwrap_or_else(|| panic!("{records:?}"));
+    assert_eq!(job_record["key"], json!(poisoned));
+    assert_eq!(job_record["jobId"], json!(poisoned));
+    assert!(
+        job_record["error"].as_str().unwrap().contains("recursion limit"),
+        "{job_record}"
+    );
+    let event_record = records
+        .iter()
+        .find(|r| r["kind"] == "event")
+        .unwrap_or_else(|| panic!("{records:?}"));
+    assert_eq!(event_record["jobId"], json!(ids[0]));
+    let polling = Polling::start();
+    loop {
+        let counted = scrape(&server)
+            .await
+            .get("jobgate_store_unreadable_rows")
+            .copied();
+        if counted == Some(2.0) {
+            break;
+        }
+        polling
+            .pause(|| format!("jobgate_store_unreadable_rows is {counted:?}, not 2"))
+            .await;
+    }
+    assert!(
+        server.log_text().contains("a stored row cannot be read"),
+        "{}",
+        server.log_text()
+    );
+}
+
+#[tokio::test]
+async fn one_bad_row_never_stops_the_service_on_sqlite() {
+    one_bad_row_never_stops_the_service(None).await;
+}
+
+#[tokio::test]
+async fn one_bad_row_never_stops_the_service_on_postgres() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    one_bad_row_never_stops_the_service(Some(&pg)).await;
+}
+
+#[tokio::test]
+async fn only_administrators_see_unreadable_rows() {
+    let (server, _dir) = common::tenants_server(&[
+        common::token_entry("admin", "admin-token", "admin = true"),
+        common::token_entry("alice", "alice-token", "namespaces = [\"team-a\"]"),
+    ])
+    .await;
+    let (_, answer) = server
+        .gql_as(Some("alice-token"), "{ unreadableRecords { key } }", json!({}))
+        .await;
+    assert_eq!(code_of(&answer), Some("FORBIDDEN"), "{answer}");
+    let (_, answer) = server
+        .gql_as(Some("admin-token"), "{ unreadableRecords { key } }", json!({}))
+        .await;
+    assert_eq!(answer["data"]["unreadableRecords"], json!([]), "{answer}");
+}
