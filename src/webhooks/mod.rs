@@ -9,12 +9,14 @@
 //! deliveries resume after a restart with nothing skipped; the event bus only wakes loops up.
 //!
 //! - `signing`: secrets and signatures;
-//! - `target`: which URLs and addresses may be targets (SSRF), and pinning the checked one;
+//! - `addresses`: which IP addresses are public (the IANA special-purpose registries);
+//! - `target`: which URLs may be targets (SSRF), resolving them, and pinning the checked address;
 //! - `delivery`: the per-endpoint loop, retries and parking.
 //!
 //! It must not know about GraphQL or HTTP requests to jobgate: callers get domain types and
 //! [`WebhookError`].
 
+pub mod addresses;
 mod delivery;
 pub mod signing;
 pub mod target;

@@ -1,5 +1,6 @@
-//! Where a webhook may be sent: URL validation, DNS resolution, the address policy, and the
-//! pinned address a delivery connects to.
+//! Where a webhook may be sent: URL validation, DNS resolution, the address policy (applying
+//! `addresses`, which says which addresses are public), and the pinned address a delivery
+//! connects to.
 //!
 //! A webhook URL is chosen by a tenant but requested by jobgate, from inside its network: left
 //! unchecked it would let a tenant reach loopback services, the private network or a cloud
@@ -7,11 +8,15 @@
 //! address it resolves to is checked against the policy, and the delivery connects to the
 //! checked address only (see [`Resolved::pin`]): a DNS answer that changes between the check
 //! and the connection (rebinding) cannot redirect it. Checked when an endpoint is created and
-//! again before every delivery. It does not send anything.
+//! again before every delivery. A refusal names the address only when the caller wrote it: the
+//! addresses a host name resolves to stay unsaid, so that refusals cannot be used to map
+//! jobgate's internal DNS. It does not send anything.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use reqwest::Url;
+
+use super::addresses::{Refusal, refusal};
 
 /// The longest URL accepted.
 pub const MAX_URL_LEN: usize = 2048;
@@ -21,14 +26,19 @@ pub const MAX_URL_LEN: usize = 2048;
 pub enum TargetError {
     #[error("{0}")]
     Invalid(String),
+    /// An IP literal the caller wrote is not public: named, with why, as it is their input.
     #[error(
-        "{host} resolves to {addr}, a {kind} address, which webhooks may not target (the server's --webhook-allow-private-targets allows it)"
+        "{addr} is {why}; webhooks may only target globally reachable addresses (the server's \
+         --webhook-allow-private-targets allows any)"
     )]
-    Refused {
-        host: String,
-        addr: IpAddr,
-        kind: &'static str,
-    },
+    RefusedAddress { addr: IpAddr, why: Refusal },
+    /// A host name resolves to an address that is not public. Which address, and why, is not
+    /// said: it is jobgate's view of its own network, which the caller may not map.
+    #[error(
+        "{host} resolves to a non-public address, which webhooks may not target (the server's \
+         --webhook-allow-private-targets allows it)"
+    )]
+    RefusedName { host: String },
     #[error("{host} could not be resolved: {message}")]
     Unresolvable { host: String, message: String },
 }
@@ -91,20 +101,21 @@ impl Target {
             }
             None => return Err(TargetError::Invalid("has no host".into())),
         };
-        let host = domain.clone().unwrap_or_else(|| addrs[0].ip().to_string());
         if !allow_private {
             for addr in &addrs {
-                if let Some(kind) = forbidden(addr.ip()) {
-                    return Err(TargetError::Refused {
-                        host,
-                        addr: addr.ip(),
-                        kind,
-                    });
-                }
+                let Some(why) = refusal(addr.ip()) else { continue };
+                return Err(match &domain {
+                    Some(host) => {
+                        // The operator may see where the name led; the caller is not told.
+                        tracing::debug!(%host, addr = %addr.ip(), %why, "a webhook target's name resolves to a non-public address");
+                        TargetError::RefusedName { host: host.clone() }
+                    }
+                    None => TargetError::RefusedAddress { addr: addr.ip(), why },
+                });
             }
         }
         let addr = *addrs.first().ok_or_else(|| TargetError::Unresolvable {
-            host: host.clone(),
+            host: domain.clone().unwrap_or_default(),
             message: "no address".into(),
         })?;
         Ok(Resolved { domain, addr })
@@ -122,99 +133,9 @@ impl Resolved {
     }
 }
 
-/// What kind of non-public address `ip` is, or `None` for a public one.
-pub fn forbidden(ip: IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => forbidden_v4(v4),
-        IpAddr::V6(v6) => {
-            // Addresses that carry an IPv4 address are judged by it: IPv4-mapped
-            // (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d) and NAT64 (64:ff9b::/96).
-            let s = v6.segments();
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return forbidden_v4(v4);
-            }
-            if s[..6] == [0, 0, 0, 0, 0, 0] && !v6.is_loopback() && !v6.is_unspecified() {
-                return forbidden_v4(Ipv4Addr::from(((s[6] as u32) << 16) | s[7] as u32));
-            }
-            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                return forbidden_v4(Ipv4Addr::from(((s[6] as u32) << 16) | s[7] as u32));
-            }
-            forbidden_v6(v6)
-        }
-    }
-}
-
-fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, ..] = ip.octets();
-    if ip.is_loopback() {
-        Some("loopback")
-    } else if ip.is_private() {
-        Some("private")
-    } else if ip.is_link_local() {
-        // 169.254.0.0/16, where cloud metadata services answer (169.254.169.254).
-        Some("link-local")
-    } else if ip.is_unspecified() || a == 0 {
-        Some("unspecified")
-    } else if ip.is_multicast() || ip.is_broadcast() || a >= 240 {
-        Some("multicast or reserved")
-    } else if a == 100 && (64..128).contains(&b) {
-        Some("shared (CGNAT)")
-    } else {
-        None
-    }
-}
-
-fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    let first = ip.segments()[0];
-    if ip.is_loopback() {
-        Some("loopback")
-    } else if ip.is_unspecified() {
-        Some("unspecified")
-    } else if ip.is_multicast() {
-        Some("multicast or reserved")
-    } else if first & 0xfe00 == 0xfc00 {
-        Some("private")
-    } else if first & 0xffc0 == 0xfe80 {
-        Some("link-local")
-    } else {
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn non_public_addresses_are_forbidden() {
-        for (ip, kind) in [
-            ("127.0.0.1", "loopback"),
-            ("10.0.0.1", "private"),
-            ("172.16.3.4", "private"),
-            ("192.168.1.1", "private"),
-            ("169.254.169.254", "link-local"),
-            ("0.0.0.0", "unspecified"),
-            ("100.64.0.1", "shared (CGNAT)"),
-            ("224.0.0.1", "multicast or reserved"),
-            ("::1", "loopback"),
-            ("::", "unspecified"),
-            ("fd00::1", "private"),
-            ("fe80::1", "link-local"),
-            ("::ffff:127.0.0.1", "loopback"),
-            ("::ffff:169.254.169.254", "link-local"),
-            ("64:ff9b::a00:1", "private"),
-        ] {
-            assert_eq!(forbidden(ip.parse().expect("an address")), Some(kind), "{ip}");
-        }
-        for ip in [
-            "93.184.216.34",
-            "2606:2800:220:1::1",
-            "100.128.0.1",
-            "::ffff:8.8.8.8",
-        ] {
-            assert_eq!(forbidden(ip.parse().expect("an address")), None, "{ip}");
-        }
-    }
 
     #[test]
     fn only_plain_http_urls_are_targets() {
@@ -228,5 +149,35 @@ mod tests {
             assert!(Target::parse(bad).is_err(), "{bad}");
         }
         assert!(Target::parse("https://example.com:8443/hook?x=1").is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_refused_literal_is_named_and_a_refused_name_is_not_resolved_aloud() {
+        let literal = Target::parse("http://[2002:7f00:1::]/hook").unwrap();
+        let refused = literal.resolve(false).await.unwrap_err();
+        assert!(
+            matches!(refused, TargetError::RefusedAddress { .. }),
+            "{refused:?}"
+        );
+        assert!(
+            refused.to_string().contains("6to4 address embedding 127.0.0.1"),
+            "{refused}"
+        );
+
+        let name = Target::parse("http://localhost:9/hook").unwrap();
+        let refused = name.resolve(false).await.unwrap_err();
+        assert_eq!(
+            refused,
+            TargetError::RefusedName {
+                host: "localhost".into()
+            }
+        );
+        let message = refused.to_string();
+        for secret in ["127.0.0.1", "::1", "127.0.0.0", "Loopback"] {
+            assert!(!message.contains(secret), "{message}");
+        }
+
+        let allowed = name.resolve(true).await.unwrap();
+        assert!(allowed.addr.ip().is_loopback(), "{allowed:?}");
     }
 }
