@@ -9,6 +9,8 @@ mod common;
 
 use common::postgres::Postgres;
 use common::{Polling, Server, scrape};
+use jobgate::model::Scope;
+use jobgate::store::{Durability, PostgresStore, SqliteStore, Store};
 use serde_json::{Value, json};
 use sqlx::Connection as _;
 
@@ -301,6 +303,27 @@ async fn one_bad_row_never_stops_the_service(pg: Option<&Postgres>) {
         "{}",
         server.log_text()
     );
+
+    // A page of events that meets the damaged one reads on past it: a page shorter than
+    // asked still means "nothing more yet" to subscribers, followers and webhooks.
+    let mut server = server;
+    server.stop().await;
+    let store: Box<dyn Store> = match &url {
+        Some(url) => Box::new(PostgresStore::connect(url).await.unwrap()),
+        None => Box::new(
+            SqliteStore::open(&server.data_dir, Durability::Normal)
+                .await
+                .unwrap(),
+        ),
+    };
+    let page = store
+        .events_after(0, 1, Some(&ids[0]), &Scope::All)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 1, "{page:?}");
+    assert_eq!(page[0].job_id, ids[0]);
+    assert_eq!(store.unreadable().list().len(), 1);
+    store.close().await;
 }
 
 #[tokio::test]

@@ -414,19 +414,34 @@ impl Store for SqliteStore {
         // One read transaction: the page and the horizon come from one snapshot, so a
         // deletion is either in both or in neither.
         let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query(
-            "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
-             WHERE seq > ?1 AND (?2 IS NULL OR job_id = ?2) \
-             AND (?4 IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id \
-                  AND jobs.namespace IN (SELECT value FROM json_each(?4)))) \
-             ORDER BY seq LIMIT ?3",
-        )
-        .bind(after)
-        .bind(job_id)
-        .bind(limit)
-        .bind(&scope_json)
-        .fetch_all(&mut *tx)
-        .await?;
+        // A row left out as unreadable is made up for by reading on, so that a page shorter
+        // than `limit` still means "nothing more yet" to every caller.
+        let mut events = Vec::new();
+        let mut from = after;
+        loop {
+            let wanted = limit - events.len() as i64;
+            let rows = sqlx::query(
+                "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
+                 WHERE seq > ?1 AND (?2 IS NULL OR job_id = ?2) \
+                 AND (?4 IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id \
+                      AND jobs.namespace IN (SELECT value FROM json_each(?4)))) \
+                 ORDER BY seq LIMIT ?3",
+            )
+            .bind(from)
+            .bind(job_id)
+            .bind(wanted)
+            .bind(&scope_json)
+            .fetch_all(&mut *tx)
+            .await?;
+            let read = rows.len() as i64;
+            if let Some(last) = rows.last() {
+                from = last.get("seq");
+            }
+            events.extend(rows.into_iter().filter_map(|r| decode_event(&self.unreadable, r)));
+            if read < wanted || events.len() as i64 >= limit {
+                break;
+            }
+        }
         if job_id.is_none() {
             let horizon = horizon_of(&mut tx, scope_json.as_deref()).await?;
             if after < horizon {
@@ -437,10 +452,7 @@ impl Store for SqliteStore {
             }
         }
         tx.commit().await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|r| decode_event(&self.unreadable, r))
-            .collect())
+        Ok(events)
     }
 
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
