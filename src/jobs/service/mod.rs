@@ -86,7 +86,7 @@ pub enum ServiceError {
     QuotaExceeded { namespace: String, limit: u64 },
     #[error("jobgate is shutting down")]
     ShuttingDown,
-    /// The job is stored but its row cannot be decoded (see [`JobService::unreadable_rows`]).
+    /// The job is stored but its row cannot be decoded (see [`JobService::unreadable_records`]).
     #[error("job {id:?} is stored but cannot be read ({reason}); every other job is served")]
     Unreadable { id: String, reason: String },
     #[error("the store is unavailable")]
