@@ -1095,10 +1095,10 @@ impl Config {
                 &self.database_url_file,
                 &self.config,
             ]
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect(),
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect(),
         })
     }
 }

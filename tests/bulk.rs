@@ -189,7 +189,11 @@ async fn a_key_repeated_within_one_batch_answers_its_first_job_or_the_conflict()
         json!({"name": "once", "command": ["true"], "idempotencyKey": "same"}),
     ];
     let payload = submitted(&server, None, &inputs).await;
-    assert_eq!(payload["created"], json!([true, true, false, null, false]), "{payload}");
+    assert_eq!(
+        payload["created"],
+        json!([true, true, false, null, false]),
+        "{payload}"
+    );
     let first = payload["jobs"][0]["id"].as_str().expect("the first job");
     assert_eq!(payload["jobs"][2]["id"], first, "{payload}");
     assert_eq!(payload["jobs"][4]["id"], first, "{payload}");
@@ -209,11 +213,17 @@ async fn a_key_repeated_within_one_batch_answers_its_first_job_or_the_conflict()
     assert_eq!(again["errors"][0]["code"], errors[0]["code"], "{again}");
     assert_eq!(
         again["errors"][0]["message"].as_str().unwrap(),
-        errors[0]["message"].as_str().unwrap().replace("inputs[3]", "inputs[0]"),
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .replace("inputs[3]", "inputs[0]"),
         "{again}"
     );
     let again = submitted(&server, None, &inputs[..1]).await;
-    assert_eq!((&again["created"][0], &again["jobs"][0]["id"]), (&json!(false), &json!(first)));
+    assert_eq!(
+        (&again["created"][0], &again["jobs"][0]["id"]),
+        (&json!(false), &json!(first))
+    );
 }
 
 #[tokio::test]

@@ -18,7 +18,11 @@ const PASSWORD: &str = "hunter2-not-for-argv";
 
 /// `url` with [`PASSWORD`] as its user's password.
 fn with_password(url: &str) -> String {
-    url.replacen("postgres://jobgate@", &format!("postgres://jobgate:{PASSWORD}@"), 1)
+    url.replacen(
+        "postgres://jobgate@",
+        &format!("postgres://jobgate:{PASSWORD}@"),
+        1,
+    )
 }
 
 /// Runs the jobgate binary with `args` and `env` until it exits, or kills it after [`WAIT`]
@@ -145,7 +149,10 @@ async fn a_url_that_is_not_postgresql_is_refused_without_being_printed() {
             "{stderr}"
         );
         assert!(stderr.contains("postgres://"), "{stderr}");
-        assert!(!stderr.contains(PASSWORD) && !stderr.contains("mysql"), "{stderr}");
+        assert!(
+            !stderr.contains(PASSWORD) && !stderr.contains("mysql"),
+            "{stderr}"
+        );
     }
 }
 
@@ -153,7 +160,11 @@ async fn a_url_that_is_not_postgresql_is_refused_without_being_printed() {
 async fn the_url_is_given_once() {
     let secret = tempfile::tempdir().unwrap();
     let file = secret.path().join("url");
-    std::fs::write(&file, format!("postgres://jobgate:{PASSWORD}@127.0.0.1:9/jobgate")).unwrap();
+    std::fs::write(
+        &file,
+        format!("postgres://jobgate:{PASSWORD}@127.0.0.1:9/jobgate"),
+    )
+    .unwrap();
     let (code, stderr) = run(
         &["--database-url-file", file.to_str().unwrap()],
         &[("JOBGATE_DATABASE_URL", "postgres://jobgate@127.0.0.1:9/jobgate")],

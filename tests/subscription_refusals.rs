@@ -99,11 +99,16 @@ async fn job_events_after_a_cursor_past_the_newest_is_refused() {
     assert_eq!(ws.recv().await["type"], "complete", "the subscription ends there");
 
     // The newest cursor itself is where a live subscription resumes: the next event comes.
-    ws.subscribe("newest", EVENTS, json!({ "after": newest.to_string() })).await;
+    ws.subscribe("newest", EVENTS, json!({ "after": newest.to_string() }))
+        .await;
     let next_job = server.submit(json!({"command": ["true"]})).await;
     let event: Value = ws.recv().await;
     assert_eq!(event["id"], "newest", "{event}");
-    assert_eq!(event["payload"]["data"]["jobEvents"]["job"]["id"], json!(next_job), "{event}");
+    assert_eq!(
+        event["payload"]["data"]["jobEvents"]["job"]["id"],
+        json!(next_job),
+        "{event}"
+    );
     assert_eq!(
         event["payload"]["data"]["jobEvents"]["cursor"],
         json!((newest + 1).to_string()),

@@ -57,7 +57,10 @@ pub(super) fn resolve(config: &Config, source: UrlSource) -> Result<Option<Strin
             )));
         }
         (Some(url), None) => (url.trim().to_owned(), source.name().to_owned()),
-        (None, Some(path)) => (read_file(path)?, format!("--database-url-file {}", path.display())),
+        (None, Some(path)) => (
+            read_file(path)?,
+            format!("--database-url-file {}", path.display()),
+        ),
         (None, None) => return Ok(None),
     };
     check(&url, &name)?;

@@ -306,7 +306,9 @@ impl JobService {
         if after > head {
             return Err(ServiceError::Invalid(ValidationError {
                 field: "after".into(),
-                message: format!("{after} is past the newest event ({head}): resume after a cursor an event carried, or omit `after` to start from now"),
+                message: format!(
+                    "{after} is past the newest event ({head}): resume after a cursor an event carried, or omit `after` to start from now"
+                ),
             }));
         }
         let oldest = self.inner.store.retention_horizon(scope).await?;
