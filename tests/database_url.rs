@@ -95,6 +95,14 @@ async fn the_url_with_its_password_is_taken_from_a_file_or_the_environment() {
     let from_env_file =
         Server::spawn_with_env(&[], &[("JOBGATE_DATABASE_URL_FILE", file.to_str().unwrap())]).await;
     serves_jobs_with_the_password_out_of_its_command_line(&from_env_file).await;
+
+    // And from the configuration file, whose keys are the flags' names.
+    let file = secret.path().join("config-url");
+    std::fs::write(&file, with_password(&pg.create_database("from_config"))).unwrap();
+    let config = secret.path().join("jobgate.toml");
+    std::fs::write(&config, format!("database_url_file = {:?}\n", file.to_str().unwrap())).unwrap();
+    let from_config = Server::spawn(&["--config", config.to_str().unwrap()]).await;
+    serves_jobs_with_the_password_out_of_its_command_line(&from_config).await;
 }
 
 #[tokio::test]
