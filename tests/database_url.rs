@@ -100,7 +100,11 @@ async fn the_url_with_its_password_is_taken_from_a_file_or_the_environment() {
     let file = secret.path().join("config-url");
     std::fs::write(&file, with_password(&pg.create_database("from_config"))).unwrap();
     let config = secret.path().join("jobgate.toml");
-    std::fs::write(&config, format!("database_url_file = {:?}\n", file.to_str().unwrap())).unwrap();
+    std::fs::write(
+        &config,
+        format!("database_url_file = {:?}\n", file.to_str().unwrap()),
+    )
+    .unwrap();
     let from_config = Server::spawn(&["--config", config.to_str().unwrap()]).await;
     serves_jobs_with_the_password_out_of_its_command_line(&from_config).await;
 }
