@@ -273,7 +273,9 @@ impl<E: Executor> Connection<E> {
                 // its own: refused subscriptions, pongs): the client's next message waits until
                 // the writer has made room for its answer, so every message gets one and none
                 // closes the socket (TCP holds back the client meanwhile).
-                () = self.control.reserve().map(drop), if self.control.capacity() == 0 => None,
+                closed = self.control.reserve().map(|room| room.is_err()), if self.control.capacity() == 0 => {
+                    closed.then_some(Exit::Quiet)
+                }
                 frame = stream.next(), if self.control.capacity() > 0 => match frame {
                     None => Some(Exit::Quiet),
                     Some(Err(e)) => Some(read_error_exit(&e)),
