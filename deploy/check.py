@@ -59,7 +59,7 @@ WORKLOAD_ROLE = "jobgate-workloads"
 # this name, held to exactly this, only with Kueue on, and required then.
 KUEUE_ROLE = "jobgate-kueue"
 KUEUE_NEEDED = {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")}
-# What replicas sharing a PostgreSQL database (JOBGATE_DATABASE_URL) do to the Leases they
+# What replicas sharing a PostgreSQL database (JOBGATE_DATABASE_URL_FILE) do to the Leases they
 # coordinate through, in jobgate's own namespace only (see deploy/overlays/ha/role-leases.yaml):
 # each creates, renews (update), reads and deletes its own member Lease, follows the others'
 # with list and watch, and deletes a dead replica's. Granted by a Role of this name, held to
@@ -69,8 +69,12 @@ KUEUE_NEEDED = {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "wat
 LEASE_ROLE = "jobgate-leases"
 LEASES_NEEDED = {("coordination.k8s.io", "leases", v) for v in ("get", "list", "watch", "create", "update", "delete")}
 # The shared database: with it set, several replicas may run (each needs its own identity in
-# the Leases); without it jobgate keeps its jobs in SQLite on its data volume, one replica.
+# the Leases); without it jobgate keeps its jobs in SQLite on its data volume, one replica. Its
+# URL holds the password, so it comes as a file of a mounted Secret (DATABASE_FILE_VAR, or
+# database_url_file in the configuration file); the URL itself (DATABASE_VAR) is refused in a
+# manifest, as a literal, from a Secret as a variable, or in the configuration file alike.
 DATABASE_VAR = "JOBGATE_DATABASE_URL"
+DATABASE_FILE_VAR = "JOBGATE_DATABASE_URL_FILE"
 REPLICA_ID_VAR = "JOBGATE_REPLICA_ID"
 LEASE_NAMESPACE_VAR = "JOBGATE_LEASE_NAMESPACE"
 # The port egress to PostgreSQL must be allowed on when the pod's egress is restricted. The URL
@@ -138,9 +142,14 @@ ANNOUNCED = {
 CONFIG_VAR = "JOBGATE_CONFIG"
 # Settings that name a file jobgate reads credentials or keys from, and whether that file must
 # come from a Secret (a ConfigMap is readable by whoever may read the namespace's ConfigMaps).
-CREDENTIAL_FILES = {"api_tokens_file": True, "jwt_hs256_secret_file": True, "jwt_jwks_file": False}
+CREDENTIAL_FILES = {
+    "api_tokens_file": True,
+    "jwt_hs256_secret_file": True,
+    "jwt_jwks_file": False,
+    "database_url_file": True,
+}
 # Any of these set means jobgate has credentials to check callers against.
-CREDENTIALS = {"api_token", *CREDENTIAL_FILES}
+CREDENTIALS = {"api_token", "api_tokens_file", "jwt_hs256_secret_file", "jwt_jwks_file"}
 # The Deployment annotation that allows what only a development cluster may have: anonymous
 # callers, a credentials Secret that may be missing, and an image taken from the node's cache.
 DEV_MARKER = ("jobgate.io/environment", "dev")
@@ -295,6 +304,11 @@ def effective(env, container, volumes, by_kind, home, known, cw):
     return errors, merged
 
 
+def shares_database(settings):
+    """Whether jobgate keeps its jobs in a PostgreSQL database (which replicas may share)."""
+    return bool(settings.get(DATABASE_FILE_VAR) or settings.get(DATABASE_VAR))
+
+
 def check_auth(settings, container, volumes, known, cw, dev):
     """jobgate starts and checks callers: credentials it can read (files from a mounted Secret,
     required outside the dev overlay), or anonymous access said explicitly, in dev only."""
@@ -404,7 +418,7 @@ def check_database_egress(by_kind, home, pod_labels):
     rules = [rule for pol in restricting for rule in pol["spec"].get("egress") or []]
     if restricting and not any(allows_tcp(rule, POSTGRES_PORT) for rule in rules):
         return [
-            f"{DATABASE_VAR} is set, but {', '.join(name(p) for p in restricting)} let no TCP to port "
+            f"{DATABASE_FILE_VAR} is set, but {', '.join(name(p) for p in restricting)} let no TCP to port "
             f"{POSTGRES_PORT} out: jobgate could not reach PostgreSQL"
         ]
     return []
@@ -623,21 +637,19 @@ def check(docs, known):
         for var in ("JOBGATE_LISTEN", "JOBGATE_DATA_DIR", "JOBGATE_EXECUTOR"):
             if var not in env:
                 errors.append(f"{cw}: {var} must be set")
-        # Credentials are files from Secrets (checkov's CKV_K8S_35); the database URL is the one
-        # setting jobgate reads only as a variable, and the only one a skip of that check covers.
+        # Credentials are files from Secrets (checkov's CKV_K8S_35), the database URL's included.
         for e in c.get("env") or []:
-            if "secretKeyRef" in (e.get("valueFrom") or {}) and e["name"] != DATABASE_VAR:
+            if "secretKeyRef" in (e.get("valueFrom") or {}):
                 errors.append(f"{cw}: {e['name']} comes from a Secret as a variable; credentials are files")
         if any("secretRef" in source for source in c.get("envFrom") or []):
             errors.append(f"{cw}: envFrom a Secret: credentials are files")
-        shared = bool(env.get(DATABASE_VAR))
-        if DATABASE_VAR in env and DATABASE_VAR not in variables:
+        shared = shares_database(env)
+        if DATABASE_VAR in env:
+            where = "as a variable" if DATABASE_VAR in variables else "in the configuration file, a ConfigMap"
             errors.append(
-                f"{cw}: the database URL is set in the configuration file, a ConfigMap, where whoever may "
-                f"read ConfigMaps reads its password: set {DATABASE_VAR} from a Secret (secretKeyRef)"
+                f"{cw}: the database URL is set {where}; it holds the password: mount it as a file of a "
+                f"Secret and name that file with {DATABASE_FILE_VAR}"
             )
-        elif DATABASE_VAR in variables and "secretKeyRef" not in value_from(c, DATABASE_VAR):
-            errors.append(f"{cw}: {DATABASE_VAR} must come from a Secret (valueFrom.secretKeyRef): the URL holds a password")
         data_dir = env.get("JOBGATE_DATA_DIR")
         data = volumes.get(mounts.get(data_dir), {})
         claim = (data.get("persistentVolumeClaim") or {}).get("claimName")
@@ -652,7 +664,7 @@ def check(docs, known):
         elif not (shared and "emptyDir" in data) and (home, claim) not in claims:
             errors.append(
                 f"{cw}: JOBGATE_DATA_DIR {data_dir} must be a mounted PersistentVolumeClaim defined alongside "
-                f"(or, with {DATABASE_VAR}, an emptyDir)"
+                f"(or, with {DATABASE_FILE_VAR}, an emptyDir)"
             )
         if shared and env.get("JOBGATE_EXECUTOR") == "kubernetes":
             # Replicas sharing the database tell each other apart by their ids in the Leases.
@@ -676,13 +688,13 @@ def check(docs, known):
             errors.append(f"{cw}: JOBGATE_LISTEN {listen!r} must be 0.0.0.0:<a container port>")
 
     # How many replicas may run, and how they are replaced, depends on the store.
-    shared = bool(env.get(DATABASE_VAR))
+    shared = shares_database(env)
     strategy = spec.get("strategy") or {}
     if not shared:
         if replicas != 1:
             errors.append(
                 f"{where}: replicas must be 1 on SQLite, which has a single writer (several replicas need "
-                f"{DATABASE_VAR}, a shared PostgreSQL database)"
+                f"{DATABASE_FILE_VAR}, a shared PostgreSQL database)"
             )
         if strategy.get("type") != "Recreate":
             errors.append(f"{where}: strategy must be Recreate (the old pod holds the data volume and lock)")
@@ -773,7 +785,7 @@ def check_rbac(by_kind, env, home, account, shared):
             if role["metadata"].get("namespace") != home:
                 errors.append(f"{name(role)}: Leases are jobgate's only in its own namespace {home}")
             if not shared:
-                errors.append(f"{name(role)}: grants Leases, which jobgate uses only with {DATABASE_VAR}")
+                errors.append(f"{name(role)}: grants Leases, which jobgate uses only with {DATABASE_FILE_VAR}")
         extra = sorted(granted - needed)
         lacking = sorted(needed - granted)
         if extra:
@@ -806,7 +818,7 @@ def check_rbac(by_kind, env, home, account, shared):
             granted_in.add(ns)
     if shared and home not in leases_bound_in:
         errors.append(
-            f"{DATABASE_VAR} is set: replicas coordinate through Leases, so a RoleBinding in {home} must "
+            f"{DATABASE_FILE_VAR} is set: replicas coordinate through Leases, so a RoleBinding in {home} must "
             f"grant jobgate the Role {LEASE_ROLE} ({', '.join(sorted(v for _, _, v in LEASES_NEEDED))} on leases)"
         )
     if kueue:
@@ -938,7 +950,7 @@ def self_test(docs, known):
     kinds = {o.get("kind") for o in docs}
     home = dep(docs)["metadata"].get("namespace")
     replicas = dep(docs)["spec"].get("replicas", 1)
-    shared = DATABASE_VAR in env_of(container(docs))
+    shared = shares_database(env_of(container(docs)))
 
     def lease_objects(d):
         return [o for o in d if o["kind"] in ("Role", "RoleBinding") and o["metadata"]["name"] == LEASE_ROLE]
@@ -998,7 +1010,19 @@ def self_test(docs, known):
         }
     if shared:
         breakages |= {
-            "the database URL as a literal value": lambda d: set_env(d, DATABASE_VAR, "postgres://jobgate:pw@db/jobgate"),
+            "the database URL as a literal value": lambda d: (
+                drop_env(d, DATABASE_FILE_VAR),
+                set_env(d, DATABASE_VAR, "postgres://jobgate:pw@db/jobgate"),
+            ),
+            "the database URL from a Secret as a variable": lambda d: (
+                drop_env(d, DATABASE_FILE_VAR),
+                container(d)["env"].append(
+                    {"name": DATABASE_VAR, "valueFrom": {"secretKeyRef": {"name": "jobgate-database", "key": "url"}}}
+                ),
+            ),
+            "the database URL file outside a Secret": lambda d: set_env(
+                d, DATABASE_FILE_VAR, env_of(container(d)).get(CONFIG_VAR) or "/etc/hostname"
+            ),
             "Leases in another namespace": lambda d: set_env(d, LEASE_NAMESPACE_VAR, "kube-system"),
             "no Lease Role": lambda d: [d.remove(o) for o in lease_objects(d)],
             "a Lease grant in another namespace": lambda d: [
@@ -1033,7 +1057,7 @@ def self_test(docs, known):
         }
         if shared:
             breakages["the database URL in the configuration file"] = lambda d: (
-                drop_env(d, DATABASE_VAR),
+                drop_env(d, DATABASE_FILE_VAR),
                 edit_config(d, lambda t: t + '\ndatabase_url = "postgres://jobgate:pw@db/jobgate"\n'),
             )
     if "ServiceMonitor" in kinds:

@@ -36,6 +36,8 @@ use crate::rate_limits::RateLimitSettings;
 use crate::store::Durability;
 use crate::templates::{TemplateError, TemplateSet};
 
+mod database;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExecutorKind {
     /// Run jobs as processes on this machine.
@@ -80,11 +82,19 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
 
-    /// A PostgreSQL database to keep jobs in instead of SQLite (postgres://user:password@host:5432/db),
+    /// A PostgreSQL database to keep jobs in instead of SQLite (postgres://USER@HOST:5432/DB),
     /// which several jobgate replicas may share (docs/DEPLOY.md). The data directory then
-    /// holds only the local executor's logs.
+    /// holds only the local executor's logs. A URL with a password must come from the
+    /// variable or --database-url-file: a flag's value is readable by every local user in the
+    /// process list, so a password there is refused.
+    // After `Config::load`, the URL from whichever source gave it (the file's included).
     #[arg(long, env = "JOBGATE_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+
+    /// A file holding the database URL of --database-url (e.g. a mounted Kubernetes Secret),
+    /// the password included; whitespace around it (a trailing newline) is ignored.
+    #[arg(long, env = "JOBGATE_DATABASE_URL_FILE")]
+    pub database_url_file: Option<PathBuf>,
 
     /// This replica's name in the Leases through which replicas sharing a PostgreSQL
     /// database divide the work on jobs (Kubernetes executor): unique per process, e.g. the
@@ -571,9 +581,11 @@ impl Config {
         let args: Vec<OsString> = args.into_iter().collect();
         let command = Self::command();
         let matches = command.clone().try_get_matches_from(&args)?;
+        // Where the database URL came from, before the file's settings become flags too.
+        let url_source = database::UrlSource::of(&matches);
         let Some(path) = matches.get_one::<PathBuf>("config").cloned() else {
-            let config = Self::from_arg_matches(&matches)?;
-            config.validate_to_serve()?;
+            let mut config = Self::from_arg_matches(&matches)?;
+            config.resolve_and_validate(url_source)?;
             return Ok(config);
         };
         let file_error = |message: String| ConfigError::File {
@@ -634,17 +646,19 @@ impl Config {
         let matches = command
             .try_get_matches_from(merged)
             .map_err(|e| file_error(e.kind().to_string() + ": " + &e.to_string()))?;
-        let config = Self::from_arg_matches(&matches).map_err(|e| file_error(e.to_string()))?;
-        config.validate_to_serve()?;
+        let mut config = Self::from_arg_matches(&matches).map_err(|e| file_error(e.to_string()))?;
+        config.resolve_and_validate(url_source)?;
         Ok(config)
     }
 
-    /// Validates unless a subcommand (which serves nothing) was asked for.
-    fn validate_to_serve(&self) -> Result<(), ConfigError> {
-        match self.command {
-            Some(_) => Ok(()),
-            None => self.validate(),
+    /// Unless a subcommand (which serves nothing) was asked for: reads the database URL from
+    /// where it was given (see [`database::resolve`]), then validates.
+    fn resolve_and_validate(&mut self, url_source: database::UrlSource) -> Result<(), ConfigError> {
+        if self.command.is_some() {
+            return Ok(());
         }
+        self.database_url = database::resolve(self, url_source)?;
+        self.validate()
     }
 
     /// Checks what single values cannot: combinations, and the authentication rules.
@@ -1075,11 +1089,16 @@ impl Config {
             kill_grace: Duration::from_millis(self.local_kill_grace_ms),
             max_log_bytes: self.local_max_log_bytes,
             path,
-            credential_files: [&self.api_tokens_file, &self.jwt_hs256_secret_file, &self.config]
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect(),
+            credential_files: [
+                &self.api_tokens_file,
+                &self.jwt_hs256_secret_file,
+                &self.database_url_file,
+                &self.config,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect(),
         })
     }
 }

@@ -178,6 +178,55 @@ async fn retrying_a_whole_batch_returns_the_same_jobs_and_creates_nothing() {
 }
 
 #[tokio::test]
+async fn a_key_repeated_within_one_batch_answers_its_first_job_or_the_conflict() {
+    let server = Server::start(&[]).await;
+    // Jobs without dependencies, which the batch writes together after checking them all.
+    let inputs = vec![
+        json!({"name": "once", "command": ["true"], "idempotencyKey": "same"}),
+        json!({"name": "between", "command": ["true"]}),
+        json!({"name": "once", "command": ["true"], "idempotencyKey": "same"}),
+        json!({"name": "changed", "command": ["false"], "idempotencyKey": "same"}),
+        json!({"name": "once", "command": ["true"], "idempotencyKey": "same"}),
+    ];
+    let payload = submitted(&server, None, &inputs).await;
+    assert_eq!(
+        payload["created"],
+        json!([true, true, false, null, false]),
+        "{payload}"
+    );
+    let first = payload["jobs"][0]["id"].as_str().expect("the first job");
+    assert_eq!(payload["jobs"][2]["id"], first, "{payload}");
+    assert_eq!(payload["jobs"][4]["id"], first, "{payload}");
+    let errors = payload["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "only the changed input is refused: {payload}");
+    assert_eq!(errors[0]["index"], 3);
+    assert_eq!(errors[0]["code"], "BAD_USER_INPUT");
+    assert_eq!(errors[0]["field"], "inputs[3].idempotencyKey");
+    assert!(
+        errors[0]["message"].as_str().unwrap().contains("same"),
+        "names the key: {payload}"
+    );
+    assert_eq!(total(&server, None, json!({})).await, 2);
+    // As across requests: the same key and input answer the same job, a different input the
+    // conflict.
+    let again = submitted(&server, None, &inputs[3..4]).await;
+    assert_eq!(again["errors"][0]["code"], errors[0]["code"], "{again}");
+    assert_eq!(
+        again["errors"][0]["message"].as_str().unwrap(),
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .replace("inputs[3]", "inputs[0]"),
+        "{again}"
+    );
+    let again = submitted(&server, None, &inputs[..1]).await;
+    assert_eq!(
+        (&again["created"][0], &again["jobs"][0]["id"]),
+        (&json!(false), &json!(first))
+    );
+}
+
+#[tokio::test]
 async fn a_thousand_inputs_are_accepted_at_once_and_more_are_refused_with_nothing_changed() {
     let server = Server::start(&[]).await;
     let gate = server.submit(sleeper("gate")).await;

@@ -15,6 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, ChildStdout, Command};
 
+use common::cluster::Cluster;
 use common::{Polling, Server, WAIT, scrape};
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobgate");
@@ -748,5 +749,95 @@ async fn an_https_server_is_reached_over_tls_for_requests_and_subscriptions() {
         untrusted.stderr.contains("cannot reach jobgate at"),
         "{}",
         untrusted.stderr
+    );
+}
+
+/// What a hostile job writes to take over the terminal of whoever looks at it: a new window
+/// title (OSC, ended by BEL) and a cleared screen (CSI).
+const HOSTILE: &str = "\x1b]0;pwned\x07 done \x1b[2J";
+/// [`HOSTILE`] as the client shows it to people.
+const SHOWN: &str = r"\x1b]0;pwned\x07 done \x1b[2J";
+
+/// Whether `text` holds anything a terminal acts on, but the newlines that end lines.
+fn has_controls(text: &str) -> bool {
+    text.chars().any(|c| c.is_control() && c != '\n')
+}
+
+#[tokio::test]
+async fn a_jobs_result_is_shown_escaped_and_its_logs_as_they_are() {
+    let server = Server::start(&[]).await;
+    // The shell's printf makes the bytes from octal escapes.
+    let bytes = r"\033]0;pwned\007 done \033[2J";
+    let script = format!("printf '{bytes}\\n'; printf '{bytes}' > \"$JOBGATE_RESULT_FILE\"");
+    let out = ok(&server, &["submit", "--", "sh", "-c", &script]).await;
+    let id = out.trim();
+    server.wait_phase(id, "SUCCEEDED").await;
+
+    // For scripts, JSON carries the text exactly (and escaped, as JSON).
+    let job = parse(&ok(&server, &["get", id, "--output", "json"]).await);
+    assert_eq!(job["result"], HOSTILE, "{job}");
+
+    let text = ok(&server, &["get", id]).await;
+    assert!(!has_controls(&text), "get printed control characters: {text:?}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("result ") && l.ends_with(SHOWN)),
+        "{text}"
+    );
+
+    // A job's output is its own: `logs` prints it as it is, as `kubectl logs` does.
+    let logs = ok(&server, &["logs", id]).await;
+    assert!(logs.contains(HOSTILE), "{logs:?}");
+}
+
+#[tokio::test]
+async fn a_jobs_message_is_shown_escaped_by_get_and_watch() {
+    let cluster = Cluster::start().await;
+    let server = cluster.jobgate(&[]).await;
+    // On Kubernetes the failed container's termination message, which the job writes, becomes
+    // the job's message and its last event's.
+    let id = server
+        .submit(json!({
+            "image": "busybox:1.36",
+            "command": ["false"],
+            "backoffLimit": 0,
+            "env": [
+                {"name": "EMULATOR_EXIT_CODE", "value": "3"},
+                {"name": "EMULATOR_TERMINATION_MESSAGE", "value": HOSTILE},
+            ],
+        }))
+        .await;
+    server.wait_phase(&id, "FAILED").await;
+    assert!(
+        server.job_with(&id, "message").await["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(HOSTILE)),
+        "the test's premise: the message holds the sequences"
+    );
+
+    let text = ok(&server, &["get", &id]).await;
+    assert!(!has_controls(&text), "get printed control characters: {text:?}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("message ") && l.contains(SHOWN)),
+        "{text}"
+    );
+
+    // The job has ended: `watch` prints its recorded events and exits.
+    let events = ok(&server, &["watch", &id]).await;
+    assert!(
+        !has_controls(&events),
+        "watch printed control characters: {events:?}"
+    );
+    assert!(
+        events.lines().any(|l| l.contains("FAILED") && l.contains(SHOWN)),
+        "{events}"
+    );
+    let json_events = ok(&server, &["watch", &id, "--output", "json"]).await;
+    assert!(
+        json_events
+            .lines()
+            .any(|l| parse(l)["message"].as_str().is_some_and(|m| m.contains(HOSTILE))),
+        "{json_events}"
     );
 }

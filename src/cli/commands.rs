@@ -120,7 +120,7 @@ async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
     } else if phase != "SUCCEEDED" {
         let why = waiter.job["message"]
             .as_str()
-            .map(|m| format!(": {m}"))
+            .map(|m| format!(": {}", output::printable(m)))
             .unwrap_or_default();
         eprintln!("job {id} ended {phase}{why}");
     }
@@ -314,8 +314,13 @@ impl Follower for LogPrinter {
         match self.args.client.output {
             Output::Json => output::json(line)?,
             Output::Table => match line["source"].as_str() {
-                Some(source) => output::line(&format!("[{source}] {}", output::text(&line["text"])))?,
-                None => output::line(&output::text(&line["text"]))?,
+                // A job's output as it is, as `kubectl logs` prints it (docs/CLI.md).
+                Some(source) => output::line(&format!(
+                    "[{}] {}",
+                    output::printable(source),
+                    output::raw(&line["text"])
+                ))?,
+                None => output::line(&output::raw(&line["text"]))?,
             },
         }
         Ok(Flow::Continue)
@@ -331,7 +336,7 @@ async fn watch(args: WatchArgs) -> Result<i32, CliError> {
             let job = fetch_job(&conn, id, &selection, EVENT_FIELDS).await?;
             let mut watcher = Watcher {
                 output: args.client.output,
-                after: output::text(&job["lastEventCursor"]),
+                after: output::raw(&job["lastEventCursor"]),
                 job: Some((id.clone(), job["namespace"].clone())),
                 ended: false,
             };
@@ -356,7 +361,7 @@ async fn watch(args: WatchArgs) -> Result<i32, CliError> {
                             json!({}),
                         )
                         .await?;
-                    output::text(&data["jobStats"]["cursor"])
+                    output::raw(&data["jobStats"]["cursor"])
                 }
             };
             Watcher {

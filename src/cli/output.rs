@@ -1,6 +1,11 @@
 //! What the client prints on standard output: JSON (one object, or one per line for
 //! streams) or, for people, aligned tables and `key value` lists with short timestamps.
 //!
+//! Text for people passes through [`printable`]: a job controls its name, message and result,
+//! and a terminal obeys control characters and escape sequences it is sent (to set its title,
+//! clear the screen, rewrite what was printed before, or worse), so they are shown escaped.
+//! Only `logs` prints a job's output as it is ([`raw`]), as `kubectl logs` does.
+//!
 //! It must not fetch anything nor decide exit statuses; every write is flushed at once, so
 //! that a stream's lines reach a pipe as they happen.
 
@@ -53,13 +58,43 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     lines.join("\n")
 }
 
-/// A string field, or `-` when null or absent.
+/// A string field for people (see [`printable`]), or `-` when null or absent.
 pub fn text(value: &Value) -> String {
+    printable(&raw(value))
+}
+
+/// A string field as the server sent it, or `-` when null or absent: for a job's output
+/// (`logs`) and for values handed back to the server (cursors).
+pub fn raw(value: &Value) -> String {
     match value {
         Value::Null => "-".to_owned(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// `text` with every character a terminal would act on instead of showing escaped, as Rust
+/// writes it: the C0 controls (newline and tab included, which would break a table's lines
+/// and columns), DEL, the C1 controls (U+0080 to U+009F, CSI among them) and the bidirectional
+/// overrides and isolates (which reorder what is shown). ESC becomes `\x1b`, so no escape
+/// sequence survives. Every other character, ordinary Unicode included, is kept.
+pub fn printable(text: &str) -> String {
+    let risky = |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(risky) {
+        return text.to_owned();
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => shown.push_str("\\n"),
+            '\r' => shown.push_str("\\r"),
+            '\t' => shown.push_str("\\t"),
+            c if c.is_ascii() && risky(c) => shown.push_str(&format!("\\x{:02x}", c as u32)),
+            c if risky(c) => shown.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => shown.push(c),
+        }
+    }
+    shown
 }
 
 /// An RFC 3339 timestamp as `YYYY-MM-DD HH:MM:SS` in UTC; `-` when null; as given when it
@@ -73,7 +108,7 @@ pub fn time(value: &Value) -> String {
                     .format("%Y-%m-%d %H:%M:%S")
                     .to_string()
             })
-            .unwrap_or_else(|_| s.to_owned()),
+            .unwrap_or_else(|_| printable(s)),
     }
 }
 
@@ -137,7 +172,8 @@ pub fn job_details(job: &Value) -> String {
         rows.push(("env", env));
     }
     if !spec["parameters"].is_null() {
-        rows.push(("parameters", spec["parameters"].to_string()));
+        // JSON escapes C0 controls but not DEL or C1 ones.
+        rows.push(("parameters", printable(&spec["parameters"].to_string())));
     }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     rows.iter()
@@ -164,7 +200,7 @@ pub fn event_line(event: &Value) -> String {
     );
     let why: Vec<String> = [&event["reason"], &event["message"]]
         .into_iter()
-        .filter_map(|v| v.as_str().map(str::to_owned))
+        .filter_map(|v| v.as_str().map(printable))
         .collect();
     if !why.is_empty() {
         line.push_str("  ");
@@ -228,6 +264,24 @@ mod tests {
         );
         assert_eq!(time(&Value::Null), "-");
         assert_eq!(time(&json!("soon")), "soon");
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped_and_other_text_as_it_is() {
+        assert_eq!(
+            printable("\x1b]0;pwned\x07 and \x1b[2J"),
+            r"\x1b]0;pwned\x07 and \x1b[2J"
+        );
+        assert_eq!(printable("a\nb\tc\rd\x7f\0"), r"a\nb\tc\rd\x7f\x00");
+        assert_eq!(
+            printable("csi \u{9b}2J, rlo \u{202e}txt"),
+            r"csi \u{9b}2J, rlo \u{202e}txt"
+        );
+        for kept in ["plain", "café 東京 🚀", "C:\\path", "ünïcödé — “quotes”"] {
+            assert_eq!(printable(kept), kept);
+        }
+        assert_eq!(text(&json!("x\x1by")), r"x\x1by");
+        assert_eq!(raw(&json!("x\x1by")), "x\x1by");
     }
 
     #[test]

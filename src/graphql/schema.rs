@@ -486,7 +486,7 @@ impl SubscriptionRoot {
         ctx: &Context<'_>,
         filter: Option<JobFilterInput>,
         #[graphql(
-            desc = "A cursor from an earlier event; omit to start from now. One older than what retention (--retention-days) deleted answers CURSOR_EXPIRED, whose extensions give the oldest cursor and how to recover: read a jobStats snapshot and resume after its cursor."
+            desc = "A cursor from an earlier event; omit to start from now. One older than what retention (--retention-days) deleted answers CURSOR_EXPIRED, whose extensions give the oldest cursor and how to recover: read a jobStats snapshot and resume after its cursor. One past the newest event answers BAD_USER_INPUT."
         )]
         after: Option<String>,
     ) -> async_graphql::Result<EventStream> {

@@ -41,9 +41,11 @@
 //!   `pong`, early `error`s, ping frames). The writer drains it first. It is separate from the
 //!   data queue because a busy subscription keeps the data queue full as a matter of course;
 //!   that is backpressure, not a dead client, and must not get a healthy client closed when
-//!   it sends a `ping`. When even the control queue is full, the writer has not written
-//!   anything for `outgoing_queue` control frames: the client is not reading, and the socket
-//!   is closed with 1013.
+//!   it sends a `ping`. While the control queue is full the main task reads no client
+//!   message (each may need a frame of its own: a burst of refused `subscribe`s or `ping`s
+//!   waits for room, every message answered, the socket kept); a ping frame of the keepalive
+//!   that finds it still full means the client is not reading, and the socket is closed with
+//!   1013.
 //!
 //! A close goes through a `oneshot` that the writer polls before anything else.
 

@@ -269,7 +269,14 @@ impl<E: Executor> Connection<E> {
                 },
                 // The writer stopped (the socket failed while writing): nothing more can be sent.
                 () = self.control.closed() => Some(Exit::Quiet),
-                frame = stream.next() => match frame {
+                // The control queue is full (a burst of messages each answered by a frame of
+                // its own: refused subscriptions, pongs): the client's next message waits until
+                // the writer has made room for its answer, so every message gets one and none
+                // closes the socket (TCP holds back the client meanwhile).
+                closed = self.control.reserve().map(|room| room.is_err()), if self.control.capacity() == 0 => {
+                    closed.then_some(Exit::Quiet)
+                }
+                frame = stream.next(), if self.control.capacity() > 0 => match frame {
                     None => Some(Exit::Quiet),
                     Some(Err(e)) => Some(read_error_exit(&e)),
                     // tungstenite has queued the close reply; the writer flushes it.

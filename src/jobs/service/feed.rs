@@ -19,7 +19,7 @@ use super::{ActivityBucket, JobService, ServiceError, Stats, UnreadableRecord};
 use crate::executor::{LogLine, RunInfo};
 use crate::jobs::catalog::Template;
 use crate::model::LogArchive;
-use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope};
+use crate::model::{Job, JobEvent, JobFilter, JobPhase, Scope, ValidationError};
 use crate::store::{JobPage, StoreError};
 
 impl JobService {
@@ -333,8 +333,19 @@ impl JobService {
     }
 
     /// Whether a replay of `scope`'s events after `after` would be whole: the store's
-    /// `CursorExpired` when retention deleted some of them.
+    /// `CursorExpired` when retention deleted some of them, and `Invalid` for a cursor past
+    /// the newest event (no event ever reached it: nothing would ever be delivered). The
+    /// newest is the store's, which with replicas may be ahead of this process's bus.
     pub async fn check_resumable(&self, scope: &Scope, after: i64) -> Result<(), ServiceError> {
+        let head = self.inner.store.last_event_seq().await?;
+        if after > head {
+            return Err(ServiceError::Invalid(ValidationError {
+                field: "after".into(),
+                message: format!(
+                    "{after} is past the newest event ({head}): resume after a cursor an event carried, or omit `after` to start from now"
+                ),
+            }));
+        }
         let oldest = self.inner.store.retention_horizon(scope).await?;
         if after < oldest {
             return Err(StoreError::CursorExpired { after, oldest }.into());

@@ -549,6 +549,14 @@ impl Writer {
         let mut answers: Vec<Option<Answer>> = (0..jobs.len()).map(|_| None).collect();
         let mut pending: Vec<(usize, Job)> = Vec::new();
         for (i, (job, fingerprint)) in jobs.iter().enumerate() {
+            // A key repeated in this bulk whose first job is accepted but not yet written: the
+            // repeat is answered with that job, so it is written first.
+            if let Some(key) = &job.idempotency_key
+                && let Some((_, first)) = keys.get(&crate::store::scoped_key(job.key_scope(), key))
+                && pending.iter().any(|(_, p)| &p.id == first)
+            {
+                Self::accept_pending(tx, touched, recorded, &mut answers, &mut pending, jobs).await?;
+            }
             match self
                 .check_submission(tx, touched, keys, &mut context, job, fingerprint, scope)
                 .await?
