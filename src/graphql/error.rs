@@ -152,6 +152,8 @@ impl From<WebhookError> for ApiError {
             WebhookError::BadCursor(m) => bad_input("after", m),
             WebhookError::NotFound { .. } => error(Code::NotFound, e.to_string()),
             WebhookError::TooMany => error(Code::LimitExceeded, e.to_string()),
+            WebhookError::Forbidden(m) => error(Code::Forbidden, m),
+            WebhookError::Disabled { .. } => error(Code::FailedPrecondition, e.to_string()),
             WebhookError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
             WebhookError::Store(cause) => {
                 tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");

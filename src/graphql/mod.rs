@@ -11,4 +11,5 @@ pub mod limits;
 pub mod operation;
 pub mod schema;
 pub mod types;
+pub mod webhook_types;
 pub mod ws;

@@ -10,10 +10,13 @@ use chrono::{DateTime, Utc};
 
 use crate::graphql::caller::caller;
 use crate::graphql::error::OrApiError;
+pub use crate::graphql::webhook_types::{
+    CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, DisableWebhookPayload,
+    ReplayWebhookPayload, WebhookFilter, WebhookObject, WebhookState,
+};
 use crate::jobs::catalog::{FieldType, Template, TemplateField};
 use crate::jobs::service::JobService;
 use crate::model::{self, Job, JobEvent};
-use crate::webhooks;
 
 /// Where a job is in its life; phases only move forward, except that a job Kueue evicts
 /// or preempts goes back from RUNNING to PENDING until it is readmitted.
@@ -931,133 +934,4 @@ pub struct Pod {
     pub message: Option<String>,
     pub created_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
-}
-
-/// Where a webhook endpoint's deliveries stand.
-#[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WebhookState {
-    /// Delivering, or caught up.
-    Active,
-    /// The last attempt failed; another comes at `nextAttemptAt`.
-    Retrying,
-    /// Attempts failed for the whole retry window, or retention deleted events the endpoint had
-    /// not been sent (`lastError` says which): nothing is delivered until `replayWebhook`.
-    Parked,
-}
-
-impl From<webhooks::DeliveryState> for WebhookState {
-    fn from(s: webhooks::DeliveryState) -> Self {
-        match s {
-            webhooks::DeliveryState::Active => Self::Active,
-            webhooks::DeliveryState::Retrying => Self::Retrying,
-            webhooks::DeliveryState::Parked => Self::Parked,
-        }
-    }
-}
-
-#[derive(InputObject, Clone, Debug)]
-pub struct CreateWebhookInput {
-    /// Where to POST each event: an http:// or https:// URL on a public address.
-    pub url: String,
-    /// Which jobs' events to deliver (as for `jobEvents`); every job in the caller's
-    /// namespaces when omitted.
-    pub filter: Option<JobFilterInput>,
-}
-
-/// The filter a webhook endpoint was created with.
-#[derive(SimpleObject, Clone, Debug)]
-pub struct WebhookFilter {
-    pub phases: Option<Vec<JobPhase>>,
-    pub namespace: Option<String>,
-    pub name_contains: Option<String>,
-}
-
-/// A webhook endpoint: it receives every status event of the jobs its filter matches in its
-/// creator's namespaces, signed as the Standard Webhooks specification says.
-pub struct WebhookObject(pub webhooks::EndpointStatus);
-
-fn from_millis(ms: Option<i64>) -> Option<DateTime<Utc>> {
-    ms.and_then(DateTime::from_timestamp_millis)
-}
-
-#[Object(name = "Webhook")]
-impl WebhookObject {
-    async fn id(&self) -> ID {
-        ID(self.0.webhook.id.clone())
-    }
-
-    async fn url(&self) -> &str {
-        &self.0.webhook.url
-    }
-
-    async fn filter(&self) -> WebhookFilter {
-        let f = &self.0.webhook.filter;
-        WebhookFilter {
-            phases: f
-                .phases
-                .as_ref()
-                .map(|p| p.iter().copied().map(Into::into).collect()),
-            namespace: f.namespace.clone(),
-            name_contains: f.name_contains.clone(),
-        }
-    }
-
-    async fn created_at(&self) -> DateTime<Utc> {
-        from_millis(Some(self.0.webhook.created_at)).unwrap_or_default()
-    }
-
-    async fn state(&self) -> WebhookState {
-        self.0.state.into()
-    }
-
-    /// The cursor of the last event delivered (or passed over as not matching the filter):
-    /// delivery resumes after it.
-    async fn cursor(&self) -> String {
-        self.0.webhook.cursor.to_string()
-    }
-
-    /// Events waiting for delivery (counted up to 10,000).
-    async fn lag(&self) -> i32 {
-        self.0.lag.try_into().unwrap_or(i32::MAX)
-    }
-
-    /// Failed attempts since the last successful delivery.
-    async fn attempts(&self) -> i32 {
-        self.0.webhook.attempts.try_into().unwrap_or(i32::MAX)
-    }
-
-    /// Why the last attempt failed, while deliveries are failing.
-    async fn last_error(&self) -> Option<&str> {
-        self.0.webhook.last_error.as_deref()
-    }
-
-    async fn last_attempt_at(&self) -> Option<DateTime<Utc>> {
-        from_millis(self.0.webhook.last_attempt_at)
-    }
-
-    /// When the next retry comes, while RETRYING.
-    async fn next_attempt_at(&self) -> Option<DateTime<Utc>> {
-        if self.0.webhook.parked {
-            return None;
-        }
-        from_millis(self.0.webhook.next_attempt_at)
-    }
-}
-
-#[derive(SimpleObject)]
-pub struct CreateWebhookPayload {
-    pub webhook: WebhookObject,
-    /// The signing secret (`whsec_…`), shown only here: keep it to verify signatures.
-    pub secret: String,
-}
-
-#[derive(SimpleObject)]
-pub struct DeleteWebhookPayload {
-    /// The deleted endpoint's id.
-    pub id: ID,
-}
-
-#[derive(SimpleObject)]
-pub struct ReplayWebhookPayload {
-    pub webhook: WebhookObject,
 }
