@@ -16,10 +16,12 @@ use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, for_
 use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
-    CancelJobPayload, CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, DisableWebhookPayload,
-    JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine, PageInfo,
-    ReplayWebhookPayload, SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload,
-    TemplateObject, WebhookObject,
+    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
+    PageInfo, SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload, TemplateObject,
+};
+use crate::graphql::webhook_types::{
+    CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, DisableWebhookPayload,
+    ReplayWebhookPayload, WebhookObject,
 };
 use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
 use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError};

@@ -10,10 +10,6 @@ use chrono::{DateTime, Utc};
 
 use crate::graphql::caller::caller;
 use crate::graphql::error::OrApiError;
-pub use crate::graphql::webhook_types::{
-    CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, DisableWebhookPayload,
-    ReplayWebhookPayload, WebhookFilter, WebhookObject, WebhookState,
-};
 use crate::jobs::catalog::{FieldType, Template, TemplateField};
 use crate::jobs::service::JobService;
 use crate::model::{self, Job, JobEvent};
