@@ -24,7 +24,7 @@ const ALICE: &str = "alice-token-0123456789";
 const BOB: &str = "bob-token-0123456789";
 const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!";
 
-const CREATE: &str = "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) { webhook { id owner namespaces state } secret } }";
+const CREATE: &str = "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) { webhook { id state } secret } }";
 const LIST: &str = "query($all: Boolean! = false) { webhooks(allOwners: $all) { id owner namespaces state disabledReason disabledAt } }";
 
 /// A tokens file (always with the admin `admin`) and the arguments of a jobgate reading it,
