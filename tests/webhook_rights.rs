@@ -4,6 +4,8 @@
 //! is disabled, saying why, and receives nothing more; a JWT owner's endpoints narrow to a
 //! narrower token it calls with; admins list, disable and delete anyone's endpoints, tenants
 //! only their own; and an endpoint cannot be created for a namespace its creator may not read.
+//! Also the reading again of the tokens file these rely on: a file that has become invalid
+//! keeps the tokens already loaded.
 //!
 //! "Receives nothing" is never a wait followed by a look: a job that must not arrive runs to
 //! its end before a job that must arrive is submitted, and an endpoint delivers in cursor
@@ -24,7 +26,8 @@ const ALICE: &str = "alice-token-0123456789";
 const BOB: &str = "bob-token-0123456789";
 const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!";
 
-const CREATE: &str = "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) { webhook { id state } secret } }";
+const CREATE: &str =
+    "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) { webhook { id state } secret } }";
 const LIST: &str = "query($all: Boolean! = false) { webhooks(allOwners: $all) { id owner namespaces state disabledReason disabledAt } }";
 
 /// A tokens file (always with the admin `admin`) and the arguments of a jobgate reading it,
@@ -418,4 +421,44 @@ async fn a_jwt_owners_endpoints_narrow_to_a_narrower_token_it_calls_with() {
     assert_eq!(listed[0]["id"], id.as_str());
     assert_eq!(listed[0]["namespaces"], json!(["team-b"]), "{listed:?}");
     only_the_readable_arrives(&server, &receiver, "team-a", "team-b").await;
+}
+
+#[tokio::test]
+async fn a_tokens_file_that_has_become_invalid_keeps_the_tokens_already_loaded() {
+    let tenants = Tenants::new(&[("alice", ALICE, "namespaces = [\"team-a\", \"team-b\"]")]);
+    let server = tenants.server().await;
+    let before = run_in(&server, "team-a", "before").await;
+    let fresh = tenants.dir.path().join("tokens.toml.new");
+    std::fs::write(&fresh, "[[token]]\nname = \"alice\"\n").unwrap();
+    std::fs::rename(&fresh, tenants.path()).unwrap();
+    // Requests make jobgate look at the file; it says so when it finds it invalid.
+    let polling = Polling::start();
+    while !server
+        .log_text()
+        .contains("the tokens file has changed and is invalid")
+    {
+        let answer = gql_as(&server, ALICE, "{ namespaces }", json!({})).await;
+        assert!(answer["errors"].is_null(), "{answer}");
+        polling
+            .pause(|| {
+                format!(
+                    "the invalid tokens file was never reported; log:\n{}",
+                    server.log_text()
+                )
+            })
+            .await;
+    }
+    // Alice's token and namespaces stand, and the admin's.
+    let seen = gql_as(
+        &server,
+        ALICE,
+        "query($id: ID!) { job(id: $id) { id } }",
+        json!({ "id": before }),
+    )
+    .await;
+    assert_eq!(seen["data"]["job"]["id"], before.as_str(), "{seen}");
+    assert_eq!(listed_as(&server, ADMIN, true).await.len(), 0);
+    // A valid file replaces them.
+    tenants.write(&[("alice", ALICE, "namespaces = [\"team-b\"]")]);
+    wait_narrowed(&server, ALICE, &before).await;
 }
