@@ -282,7 +282,12 @@ impl Auth {
         let Some(file) = &self.tokens_file else {
             return self.current_tokens();
         };
-        let mut checked = file.checked.lock().unwrap_or_else(|e| e.into_inner());
+        // Another check is looking at the file: the tokens loaded are as good as ever.
+        let mut checked = match file.checked.try_lock() {
+            Ok(checked) => checked,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return self.current_tokens(),
+        };
         if checked.0.elapsed() < TOKENS_RELOAD_INTERVAL {
             return self.current_tokens();
         }
@@ -775,6 +780,43 @@ mod tests {
             jwt_principal(&iss(""), "c")
         );
         assert_eq!(Identity::anonymous(Scope::All).principal, "anonymous");
+    }
+
+    #[test]
+    fn standing_is_a_tokens_scope_now_gone_or_unknown_for_a_jwt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        let entry = |name: &str, token: &str, scope: &str| {
+            format!(
+                "[[token]]\nname = \"{name}\"\nsha256 = \"{}\"\n{scope}\n",
+                hash_token(token)
+            )
+        };
+        // Two tokens of one name: its holder may use what either allows.
+        let text = [
+            entry("ci", "t1", "namespaces = [\"a\"]"),
+            entry("ci", "t2", "namespaces = [\"b\"]"),
+        ]
+        .concat();
+        std::fs::write(&path, text).unwrap();
+        let auth = Auth::load(&AuthSettings {
+            api_tokens_file: Some(path),
+            api_token: Some("root".into()),
+            anonymous: None,
+            ..settings()
+        })
+        .unwrap();
+        assert_eq!(
+            auth.standing("token:ci"),
+            Standing::Scope(Scope::namespaces(["a", "b"]))
+        );
+        assert_eq!(auth.standing("token:api-token"), Standing::Scope(Scope::All));
+        assert!(matches!(auth.standing("token:gone"), Standing::Gone(r) if r.contains("\"gone\"")));
+        assert!(matches!(auth.standing("anonymous"), Standing::Gone(r) if r.contains("anonymous")));
+        assert_eq!(
+            auth.standing(&jwt_principal(&serde_json::Value::Null, "ci")),
+            Standing::Unknown
+        );
     }
 
     #[test]

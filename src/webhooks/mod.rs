@@ -4,10 +4,10 @@
 //!
 //! It owns the endpoints' life (create, list, delete, disable, replay: for their owner, and
 //! every endpoint's listing, disabling and deleting for admins, callers whose scope is every
-//! namespace) and the delivery runtime: a claim loop that takes endpoints in the store for this process (one
-//! process at a time delivers an endpoint, across replicas sharing a database; a claim not
-//! renewed expires and another process takes it over), and one delivery loop per claimed
-//! endpoint (`delivery`). The event log is the outbox: each endpoint's cursor is stored, so
+//! namespace) and the delivery runtime: a claim loop that takes endpoints in the store for
+//! this process (one process at a time delivers an endpoint, across replicas sharing a
+//! database; a claim not renewed expires and another process takes it over), and one delivery
+//! loop per claimed endpoint (`delivery`). The event log is the outbox: each endpoint's cursor is stored, so
 //! deliveries resume after a restart with nothing skipped; the event bus only wakes loops up.
 //!
 //! - `signing`: secrets and signatures;
