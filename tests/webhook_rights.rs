@@ -300,6 +300,17 @@ async fn an_admin_lists_disables_and_deletes_any_endpoint_and_a_tenant_only_its_
     let alices_list = listed_as(&server, ALICE, false).await;
     assert_eq!(alices_list[0]["state"], "ACTIVE", "{alices_list:?}");
 
+    // A reason too long to record is refused, and changes nothing.
+    let long = gql_as(
+        &server,
+        ADMIN,
+        "mutation($id: ID!, $reason: String) { disableWebhook(id: $id, reason: $reason) { webhook { id } } }",
+        json!({ "id": alices, "reason": "x".repeat(1_001) }),
+    )
+    .await;
+    assert_eq!(code(&long), "BAD_USER_INPUT", "{long}");
+    assert_eq!(long["errors"][0]["extensions"]["field"], "reason", "{long}");
+    assert_eq!(listed_as(&server, ALICE, false).await[0]["state"], "ACTIVE");
     // The admin disables alice's endpoint: alice sees why, and can no longer replay it.
     let disabled = gql_as(
         &server,

@@ -153,6 +153,7 @@ impl From<WebhookError> for ApiError {
             WebhookError::NotFound { .. } => error(Code::NotFound, e.to_string()),
             WebhookError::TooMany => error(Code::LimitExceeded, e.to_string()),
             WebhookError::Forbidden(m) => error(Code::Forbidden, m),
+            WebhookError::ReasonTooLong => bad_input("reason", &e),
             WebhookError::Disabled { .. } => error(Code::FailedPrecondition, e.to_string()),
             WebhookError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
             WebhookError::Store(cause) => {

@@ -249,9 +249,6 @@ impl Query {
 
 const MAX_BUCKETS: i32 = 1440;
 
-/// The longest reason `disableWebhook` records.
-const MAX_DISABLE_REASON_BYTES: usize = 1_000;
-
 /// The caller, as the webhooks service knows callers.
 fn hook_caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<hooks::Caller<'c>> {
     let identity = caller(ctx)?;
@@ -420,15 +417,6 @@ impl Mutation {
         reason: Option<String>,
     ) -> async_graphql::Result<DisableWebhookPayload> {
         rate_limit(ctx, Limited::Mutations)?;
-        if reason
-            .as_ref()
-            .is_some_and(|r| r.len() > MAX_DISABLE_REASON_BYTES)
-        {
-            return Err(crate::graphql::error::bad_input(
-                "reason",
-                format!("at most {MAX_DISABLE_REASON_BYTES} bytes"),
-            ));
-        }
         let webhooks = ctx.data::<Webhooks>()?;
         let status = webhooks
             .disable(hook_caller(ctx)?, &id, reason.as_deref())

@@ -47,6 +47,9 @@ pub const MAX_ENDPOINTS_PER_OWNER: usize = 100;
 /// takes the endpoints over within this.
 const CLAIM_TTL: Duration = Duration::from_secs(30);
 
+/// The longest reason `disable` records.
+pub const MAX_DISABLE_REASON_BYTES: usize = 1_000;
+
 /// Events counted at most for an endpoint's `lag`.
 pub const MAX_LAG_COUNTED: i64 = 10_000;
 
@@ -89,6 +92,8 @@ pub enum WebhookError {
     BadCursor(String),
     #[error("{0}")]
     Forbidden(String),
+    #[error("at most {MAX_DISABLE_REASON_BYTES} bytes")]
+    ReasonTooLong,
     #[error("webhook {id:?} is disabled ({reason}); delete it and create another")]
     Disabled { id: String, reason: String },
     #[error(transparent)]
@@ -307,6 +312,9 @@ impl Webhooks {
         id: &str,
         reason: Option<&str>,
     ) -> Result<EndpointStatus, WebhookError> {
+        if reason.is_some_and(|r| r.len() > MAX_DISABLE_REASON_BYTES) {
+            return Err(WebhookError::ReasonTooLong);
+        }
         self.reachable(caller, id, true).await?;
         let reason = match reason.map(str::trim).filter(|r| !r.is_empty()) {
             Some(reason) => format!("disabled by {}: {reason}", caller.principal),
