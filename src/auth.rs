@@ -6,7 +6,11 @@
 //! the tokens file (the token itself is never stored), or a JWT (three dot-separated parts)
 //! verified with an HS256 secret or the RS256/ES256 keys of a JWKS file. A token naming a
 //! `kid` jobgate does not know makes it read the JWKS file again (at most every 10 s), so an
-//! issuer's key rotation needs no restart. Each identity maps to
+//! issuer's key rotation needs no restart. The tokens file is read again when its content
+//! changes (looked at, at most every [`TOKENS_RELOAD_INTERVAL`], by the next check), so a token
+//! removed or narrowed there (a Kubernetes Secret updated) takes effect without a restart; a
+//! file that has become invalid is logged and the tokens already loaded are kept. Each identity
+//! maps to
 //! a [`Scope`]: the namespaces it may use, or all of them for an admin. Anonymous callers are
 //! let in only when the configuration says so.
 //!
@@ -49,8 +53,8 @@ pub enum Method {
 impl Identity {
     pub fn anonymous(scope: Scope) -> Self {
         Self {
-            name: "anonymous".to_owned(),
-            principal: "anonymous".to_owned(),
+            name: ANONYMOUS.to_owned(),
+            principal: ANONYMOUS.to_owned(),
             scope,
             method: Method::Anonymous,
         }
@@ -105,7 +109,7 @@ struct TokenEntry {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TokensFile {
+struct TokensToml {
     #[serde(default)]
     token: Vec<TokenEntry>,
 }
@@ -166,10 +170,38 @@ struct JwtVerifier {
     roles_claim: String,
 }
 
+/// How often, at most, the tokens file is looked at again.
+pub const TOKENS_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Static tokens by the digest of the token.
+type Tokens = HashMap<[u8; 32], Identity>;
+
+/// The tokens file, read again when its content changes.
+struct TokensFile {
+    path: PathBuf,
+    /// The single `--api-token`'s entry, kept across reloads.
+    api_token: Option<([u8; 32], Identity)>,
+    /// When the file was last looked at, and the digest of the content loaded.
+    checked: std::sync::Mutex<(std::time::Instant, [u8; 32])>,
+}
+
+/// What a principal may use now, by the current credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Its scope now (for a token's name listed several times, every one's namespaces).
+    Scope(Scope),
+    /// No current credential names it; why.
+    Gone(String),
+    /// A JWT's subject: its claims are known only when it calls.
+    Unknown,
+}
+
 /// The authenticator: built once at start, shared by every request.
 pub struct Auth {
     anonymous: Option<Scope>,
-    tokens: HashMap<[u8; 32], Identity>,
+    /// Swapped whole when the tokens file changes.
+    tokens: std::sync::RwLock<Arc<Tokens>>,
+    tokens_file: Option<TokensFile>,
     jwt: Option<JwtVerifier>,
 }
 
@@ -177,7 +209,7 @@ impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Auth")
             .field("anonymous", &self.anonymous)
-            .field("tokens", &self.tokens.len())
+            .field("tokens", &self.current_tokens().len())
             .field("jwt", &self.jwt.is_some())
             .finish()
     }
@@ -206,9 +238,8 @@ fn scope_of(namespaces: Vec<String>, admin: bool) -> Scope {
 impl Auth {
     /// Loads the tokens file and JWT keys. Any problem names the file and stops jobgate.
     pub fn load(settings: &AuthSettings) -> Result<Self, AuthSetupError> {
-        let mut tokens = HashMap::new();
-        if let Some(token) = &settings.api_token {
-            tokens.insert(
+        let api_token = settings.api_token.as_ref().map(|token| {
+            (
                 digest(token),
                 Identity {
                     name: "api-token".to_owned(),
@@ -216,53 +247,102 @@ impl Auth {
                     scope: Scope::All,
                     method: Method::ApiToken,
                 },
-            );
-        }
+            )
+        });
+        let mut tokens = Tokens::new();
+        tokens.extend(api_token.clone());
+        let mut tokens_file = None;
         if let Some(path) = &settings.api_tokens_file {
-            let invalid = |message: String| AuthSetupError::Invalid {
+            let text = read(path)?;
+            read_tokens(path, &text, &mut tokens)?;
+            tokens_file = Some(TokensFile {
                 path: path.clone(),
-                message,
-            };
-            let file: TokensFile = toml::from_str(&read(path)?).map_err(|e| invalid(e.to_string()))?;
-            for (i, entry) in file.token.into_iter().enumerate() {
-                let mut d = [0u8; 32];
-                hex::decode_to_slice(entry.sha256.trim(), &mut d).map_err(|_| {
-                    invalid(format!(
-                        "token {} ({:?}): sha256 must be 64 hex digits (see `jobgate hash-token`)",
-                        i + 1,
-                        entry.name
-                    ))
-                })?;
-                if entry.name.trim().is_empty() {
-                    return Err(invalid(format!("token {}: name is empty", i + 1)));
-                }
-                if !entry.admin && entry.namespaces.is_empty() {
-                    return Err(invalid(format!(
-                        "token {} ({:?}): give it namespaces, or admin = true",
-                        i + 1,
-                        entry.name
-                    )));
-                }
-                let identity = Identity {
-                    principal: token_principal(&entry.name),
-                    name: entry.name,
-                    scope: scope_of(entry.namespaces, entry.admin),
-                    method: Method::ApiToken,
-                };
-                if tokens.insert(d, identity).is_some() {
-                    return Err(invalid(format!(
-                        "token {}: the same token is listed twice",
-                        i + 1
-                    )));
-                }
-            }
+                api_token,
+                checked: std::sync::Mutex::new((std::time::Instant::now(), digest_bytes(text.as_bytes()))),
+            });
         }
         let jwt = JwtVerifier::load(&settings.jwt)?;
         Ok(Self {
             anonymous: settings.anonymous.clone(),
-            tokens,
+            tokens: std::sync::RwLock::new(Arc::new(tokens)),
+            tokens_file,
             jwt,
         })
+    }
+
+    fn current_tokens(&self) -> Arc<Tokens> {
+        self.tokens.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The static tokens, after reading the tokens file again if [`TOKENS_RELOAD_INTERVAL`]
+    /// has passed since it was last looked at and its content has changed since it was
+    /// loaded. A file that cannot be read or is invalid is logged (each time it is looked at)
+    /// and the tokens already loaded stay.
+    fn tokens(&self) -> Arc<Tokens> {
+        let Some(file) = &self.tokens_file else {
+            return self.current_tokens();
+        };
+        // Another check is looking at the file: the tokens loaded are as good as ever.
+        let mut checked = match file.checked.try_lock() {
+            Ok(checked) => checked,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return self.current_tokens(),
+        };
+        if checked.0.elapsed() < TOKENS_RELOAD_INTERVAL {
+            return self.current_tokens();
+        }
+        checked.0 = std::time::Instant::now();
+        let text = match read(&file.path) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the tokens file again failed; keeping the tokens already loaded");
+                return self.current_tokens();
+            }
+        };
+        let content = digest_bytes(text.as_bytes());
+        if content == checked.1 {
+            return self.current_tokens();
+        }
+        let mut tokens = Tokens::new();
+        tokens.extend(file.api_token.clone());
+        match read_tokens(&file.path, &text, &mut tokens) {
+            Ok(()) => {
+                checked.1 = content;
+                tracing::info!(path = %file.path.display(), tokens = tokens.len(), "tokens file read again");
+                let tokens = Arc::new(tokens);
+                *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens.clone();
+                tokens
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the tokens file has changed and is invalid; keeping the tokens already loaded");
+                self.current_tokens()
+            }
+        }
+    }
+
+    /// What `principal` may use now: a token's current scope (the tokens file read again if
+    /// it changed), anonymous access's, or gone; a JWT subject's is unknown.
+    pub fn standing(&self, principal: &str) -> Standing {
+        if principal == ANONYMOUS {
+            return match &self.anonymous {
+                Some(scope) => Standing::Scope(scope.clone()),
+                None => Standing::Gone("anonymous access is turned off".into()),
+            };
+        }
+        if principal.starts_with(JWT_PREFIX) {
+            return Standing::Unknown;
+        }
+        let scope = self
+            .tokens()
+            .values()
+            .filter(|identity| identity.principal == principal)
+            .map(|identity| identity.scope.clone())
+            .reduce(|a, b| a.union(&b));
+        match (scope, principal.strip_prefix(TOKEN_PREFIX)) {
+            (Some(scope), _) => Standing::Scope(scope),
+            (None, Some(name)) => Standing::Gone(format!("the API token {name:?} no longer exists")),
+            (None, None) => Standing::Gone(format!("no credential is known for {principal:?}")),
+        }
     }
 
     /// Whether callers without credentials are let in.
@@ -272,7 +352,7 @@ impl Auth {
 
     /// How many static tokens are known.
     pub fn token_count(&self) -> usize {
-        self.tokens.len()
+        self.current_tokens().len()
     }
 
     pub fn checks_jwts(&self) -> bool {
@@ -281,15 +361,15 @@ impl Auth {
 
     /// Who a static token or anonymous access lets in, with their scopes, sorted by name
     /// (JWTs are not listed: their claims may name any namespaces).
-    pub fn static_scopes(&self) -> Vec<(&str, &Scope)> {
-        let mut scopes: Vec<(&str, &Scope)> = self
-            .tokens
+    pub fn static_scopes(&self) -> Vec<(String, Scope)> {
+        let mut scopes: Vec<(String, Scope)> = self
+            .current_tokens()
             .values()
-            .map(|identity| (identity.name.as_str(), &identity.scope))
+            .map(|identity| (identity.name.clone(), identity.scope.clone()))
             .collect();
-        scopes.sort_by_key(|(name, _)| *name);
+        scopes.sort_by(|a, b| a.0.cmp(&b.0));
         if let Some(scope) = &self.anonymous {
-            scopes.push(("anonymous callers", scope));
+            scopes.push(("anonymous callers".to_owned(), scope.clone()));
         }
         scopes
     }
@@ -307,7 +387,7 @@ impl Auth {
             .or_else(|| value.strip_prefix("bearer "))
             .map(str::trim)
             .ok_or(AuthError::Invalid)?;
-        if let Some(identity) = self.tokens.get(&digest(credential)) {
+        if let Some(identity) = self.tokens().get(&digest(credential)) {
             return Ok(identity.clone());
         }
         match &self.jwt {
@@ -334,16 +414,66 @@ impl Auth {
     }
 }
 
+const TOKEN_PREFIX: &str = "token:";
+const JWT_PREFIX: &str = "jwt:";
+const ANONYMOUS: &str = "anonymous";
+
 /// An API token holder's principal: its name in the `token:` space, apart from JWT subjects.
 fn token_principal(name: &str) -> String {
-    format!("token:{name}")
+    format!("{TOKEN_PREFIX}{name}")
+}
+
+/// Reads the tokens file's entries into `tokens`; any problem names the file.
+fn read_tokens(path: &Path, text: &str, tokens: &mut Tokens) -> Result<(), AuthSetupError> {
+    let invalid = |message: String| AuthSetupError::Invalid {
+        path: path.to_owned(),
+        message,
+    };
+    let file: TokensToml = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+    for (i, entry) in file.token.into_iter().enumerate() {
+        let mut d = [0u8; 32];
+        hex::decode_to_slice(entry.sha256.trim(), &mut d).map_err(|_| {
+            invalid(format!(
+                "token {} ({:?}): sha256 must be 64 hex digits (see `jobgate hash-token`)",
+                i + 1,
+                entry.name
+            ))
+        })?;
+        if entry.name.trim().is_empty() {
+            return Err(invalid(format!("token {}: name is empty", i + 1)));
+        }
+        if !entry.admin && entry.namespaces.is_empty() {
+            return Err(invalid(format!(
+                "token {} ({:?}): give it namespaces, or admin = true",
+                i + 1,
+                entry.name
+            )));
+        }
+        let identity = Identity {
+            principal: token_principal(&entry.name),
+            name: entry.name,
+            scope: scope_of(entry.namespaces, entry.admin),
+            method: Method::ApiToken,
+        };
+        if tokens.insert(d, identity).is_some() {
+            return Err(invalid(format!(
+                "token {}: the same token is listed twice",
+                i + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn digest_bytes(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
 }
 
 /// A JWT bearer's principal: its issuer (`iss` as the token has it: a string, an array, or
 /// null when absent) and subject, JSON-encoded so that no choice of either can make two pairs
 /// collide (`jwt:["https://issuer.example","carol"]`).
 fn jwt_principal(issuer: &serde_json::Value, subject: &str) -> String {
-    format!("jwt:{}", serde_json::json!([issuer, subject]))
+    format!("{JWT_PREFIX}{}", serde_json::json!([issuer, subject]))
 }
 
 fn digest(s: &str) -> [u8; 32] {
@@ -650,6 +780,43 @@ mod tests {
             jwt_principal(&iss(""), "c")
         );
         assert_eq!(Identity::anonymous(Scope::All).principal, "anonymous");
+    }
+
+    #[test]
+    fn standing_is_a_tokens_scope_now_gone_or_unknown_for_a_jwt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        let entry = |name: &str, token: &str, scope: &str| {
+            format!(
+                "[[token]]\nname = \"{name}\"\nsha256 = \"{}\"\n{scope}\n",
+                hash_token(token)
+            )
+        };
+        // Two tokens of one name: its holder may use what either allows.
+        let text = [
+            entry("ci", "t1", "namespaces = [\"a\"]"),
+            entry("ci", "t2", "namespaces = [\"b\"]"),
+        ]
+        .concat();
+        std::fs::write(&path, text).unwrap();
+        let auth = Auth::load(&AuthSettings {
+            api_tokens_file: Some(path),
+            api_token: Some("root".into()),
+            anonymous: None,
+            ..settings()
+        })
+        .unwrap();
+        assert_eq!(
+            auth.standing("token:ci"),
+            Standing::Scope(Scope::namespaces(["a", "b"]))
+        );
+        assert_eq!(auth.standing("token:api-token"), Standing::Scope(Scope::All));
+        assert!(matches!(auth.standing("token:gone"), Standing::Gone(r) if r.contains("\"gone\"")));
+        assert!(matches!(auth.standing("anonymous"), Standing::Gone(r) if r.contains("anonymous")));
+        assert_eq!(
+            auth.standing(&jwt_principal(&serde_json::Value::Null, "ci")),
+            Standing::Unknown
+        );
     }
 
     #[test]

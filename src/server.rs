@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{Auth, AuthError};
+use crate::auth::{Auth, AuthError, Identity, Method, Standing};
 use crate::config::{Config, ExecutorKind};
 use crate::executor::Executor;
 use crate::executor::kube::KubeExecutor;
@@ -44,7 +44,7 @@ use crate::jobs::service::{JobService, ServiceConfig};
 use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
 use crate::store::{PostgresStore, SqliteStore, Store};
-use crate::webhooks::Webhooks;
+use crate::webhooks::{Owners, Rights, Webhooks};
 
 mod delivery;
 
@@ -56,6 +56,8 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     pub rates: Arc<RateLimits>,
     pub metrics: Arc<Metrics>,
+    /// Told of each JWT caller, whose endpoints narrow to its token's scope.
+    pub webhooks: Webhooks,
     /// Origins (`scheme://host[:port]`) a browser may call from besides jobgate's own;
     /// `*` for any.
     pub allowed_origins: Arc<Vec<String>>,
@@ -203,6 +205,27 @@ fn unauthenticated(kind: ResponseType, e: &AuthError) -> Response {
         .into_response()
 }
 
+/// What webhook owners may read now, from the current credentials (the tokens file read
+/// again when it changes, anonymous access as configured; a JWT's claims are unknown).
+struct CurrentCredentials(Arc<Auth>);
+
+impl Owners for CurrentCredentials {
+    fn rights(&self, owner: &str) -> Rights {
+        match self.0.standing(owner) {
+            Standing::Scope(scope) => Rights::Scope(scope),
+            Standing::Gone(reason) => Rights::Gone(reason),
+            Standing::Unknown => Rights::Unknown,
+        }
+    }
+}
+
+/// An authenticated caller: a JWT holder's webhook endpoints narrow to its token's scope.
+fn authenticated(webhooks: &Webhooks, identity: &Identity) {
+    if identity.method == Method::Jwt {
+        webhooks.saw_jwt_caller(&identity.principal, &identity.scope);
+    }
+}
+
 /// Authenticates the request's caller, then executes it as them (401 otherwise).
 async fn execute_as_caller(state: &AppState, headers: &HeaderMap, incoming: gql_http::Incoming) -> Response {
     let identity = match state.auth.check_headers(headers) {
@@ -212,6 +235,7 @@ async fn execute_as_caller(state: &AppState, headers: &HeaderMap, incoming: gql_
             return unauthenticated(incoming.response_type, &e);
         }
     };
+    authenticated(&state.webhooks, &identity);
     gql_http::execute(
         &state.schema,
         incoming,
@@ -276,8 +300,12 @@ async fn graphql_get(
         let auth = state.auth.clone();
         let rates = state.rates.clone();
         let metrics = state.metrics.clone();
+        let webhooks = state.webhooks.clone();
         let on_init: InitHook = Arc::new(move |payload| {
             let checked = auth.check_init_payload(&payload);
+            if let Ok(identity) = &checked {
+                authenticated(&webhooks, identity);
+            }
             let rates = rates.clone();
             let metrics = metrics.clone();
             async move {
@@ -429,7 +457,13 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     // Webhook deliveries read the event log the service writes, from the store itself; the
     // service's bus only wakes them up.
     let retention = Retention::start(store.clone(), executor, config.retention(), metrics.clone());
-    let webhooks = Webhooks::start(store, service.bus().clone(), config.webhooks(), metrics.clone());
+    let webhooks = Webhooks::start(
+        store,
+        service.bus().clone(),
+        config.webhooks(),
+        metrics.clone(),
+        Arc::new(CurrentCredentials(auth.clone())),
+    );
     let rates = Arc::new(RateLimits::new(config.rate_limits()));
     let schema = schema::build(
         service.clone(),
@@ -459,6 +493,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         auth,
         rates,
         metrics: metrics.clone(),
+        webhooks: webhooks.clone(),
         allowed_origins: Arc::new(config.allowed_origins.clone()),
         allowed_hosts: Arc::new(config.allowed_hosts()),
         body_timeout: config.connection_limits().body_timeout,

@@ -76,6 +76,8 @@ macro_rules! backend_tests {
             webhooks_keep_their_filter_scope_secret_and_owner,
             a_webhook_is_delivered_by_one_claimant_until_its_claim_expires,
             a_webhook_outcome_lands_only_under_its_claim_and_revision,
+            a_disabled_webhook_is_never_claimed_again_and_keeps_its_first_reason,
+            a_webhooks_scope_narrows_only_from_the_scope_read,
             retention_deletes_the_finished_jobs_a_rule_covers_and_raises_their_horizons,
             retention_walks_in_batches_from_where_it_stopped,
             log_lines_are_archived_in_order_and_paged_by_cursor,
@@ -1991,6 +1993,8 @@ fn webhook(id: &str, owner: &str, scope: Scope) -> Webhook {
         next_attempt_at: None,
         parked: false,
         claimed_by: None,
+        disabled_reason: None,
+        disabled_at: None,
     }
 }
 
@@ -2040,6 +2044,108 @@ async fn a_webhook_is_delivered_by_one_claimant_until_its_claim_expires(store: A
     // Released at shutdown: free at once.
     store.release_webhooks("b").await.unwrap();
     assert_eq!(store.claim_webhooks("a", 50_003, 80_003).await.unwrap().len(), 1);
+}
+
+async fn a_disabled_webhook_is_never_claimed_again_and_keeps_its_first_reason(store: Arc<dyn Store>) {
+    store
+        .insert_webhook(&webhook("w1", "token:alice", team("team-a")))
+        .await
+        .unwrap();
+    assert_eq!(store.claim_webhooks("a", 1_000, 31_000).await.unwrap().len(), 1);
+    assert!(
+        store
+            .disable_webhook("w1", "the API token \"alice\" no longer exists", 2_000)
+            .await
+            .unwrap()
+    );
+    let disabled = store.webhook("w1").await.unwrap().unwrap();
+    assert_eq!(
+        disabled.disabled_reason.as_deref(),
+        Some("the API token \"alice\" no longer exists")
+    );
+    assert_eq!(
+        (disabled.disabled_at, disabled.claimed_by.as_deref()),
+        (Some(2_000), None)
+    );
+    // Still listed, as its owner's, with the reason.
+    assert_eq!(
+        store.webhooks(Some("token:alice")).await.unwrap(),
+        vec![disabled.clone()]
+    );
+    // No outcome lands on it, and no claim (renewal or takeover) takes it.
+    assert!(
+        !store
+            .webhook_delivered("w1", "a", 0, 9, Some(3_000))
+            .await
+            .unwrap()
+    );
+    assert!(store.claim_webhooks("a", 3_000, 33_000).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim_webhooks("b", 40_000, 70_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Nor does a replay enable it again.
+    assert!(store.replay_webhook("w1", 0).await.unwrap());
+    assert!(
+        store
+            .claim_webhooks("a", 41_000, 71_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Disabled twice: the first reason stays.
+    assert!(
+        !store
+            .disable_webhook("w1", "disabled by token:admin", 4_000)
+            .await
+            .unwrap()
+    );
+    let again = store.webhook("w1").await.unwrap().unwrap();
+    assert_eq!(again.disabled_reason, disabled.disabled_reason);
+    assert_eq!(again.disabled_at, Some(2_000));
+    assert!(!store.disable_webhook("missing", "r", 4_000).await.unwrap());
+}
+
+async fn a_webhooks_scope_narrows_only_from_the_scope_read(store: Arc<dyn Store>) {
+    let both = Scope::namespaces(["team-a", "team-b"]);
+    for (id, scope) in [("w1", both.clone()), ("w2", Scope::All)] {
+        store
+            .insert_webhook(&webhook(id, "jwt:[null,\"carol\"]", scope))
+            .await
+            .unwrap();
+    }
+    assert!(
+        store
+            .narrow_webhook_scope("w1", &both, &team("team-b"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.webhook("w1").await.unwrap().unwrap().scope, team("team-b"));
+    // A narrowing computed from a scope that has changed since misses.
+    assert!(
+        !store
+            .narrow_webhook_scope("w1", &both, &team("team-a"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.webhook("w1").await.unwrap().unwrap().scope, team("team-b"));
+    // Every namespace (stored as NULL) narrows too.
+    assert!(
+        store
+            .narrow_webhook_scope("w2", &Scope::All, &team("team-a"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.webhook("w2").await.unwrap().unwrap().scope, team("team-a"));
+    assert!(
+        !store
+            .narrow_webhook_scope("w2", &Scope::All, &team("team-b"))
+            .await
+            .unwrap()
+    );
 }
 
 async fn a_webhook_outcome_lands_only_under_its_claim_and_revision(store: Arc<dyn Store>) {

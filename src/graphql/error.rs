@@ -160,6 +160,9 @@ impl From<WebhookError> for ApiError {
             WebhookError::BadCursor(m) => bad_input("after", m),
             WebhookError::NotFound { .. } => error(Code::NotFound, e.to_string()),
             WebhookError::TooMany => error(Code::LimitExceeded, e.to_string()),
+            WebhookError::Forbidden(m) => error(Code::Forbidden, m),
+            WebhookError::ReasonTooLong => bad_input("reason", &e),
+            WebhookError::Disabled { .. } => error(Code::FailedPrecondition, e.to_string()),
             WebhookError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
             WebhookError::Store(cause @ StoreError::Unreadable { .. }) => {
                 error(Code::DataLoss, cause.to_string())

@@ -12,4 +12,5 @@ pub mod operation;
 pub mod schema;
 pub mod types;
 pub mod unreadable;
+pub mod webhook_types;
 pub mod ws;

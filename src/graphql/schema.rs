@@ -16,16 +16,19 @@ use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, for_
 use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
 use crate::graphql::types::{
-    CancelJobPayload, CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, JobConnection, JobEdge,
-    JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine, PageInfo, ReplayWebhookPayload,
-    SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload, TemplateObject, WebhookObject,
+    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
+    PageInfo, SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload, TemplateObject,
 };
 use crate::graphql::unreadable::UnreadableRecordObject;
+use crate::graphql::webhook_types::{
+    CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, DisableWebhookPayload,
+    ReplayWebhookPayload, WebhookObject,
+};
 use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
 use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError};
 use crate::model;
 use crate::rate_limits::{Limited, RateLimits, Refused};
-use crate::webhooks::{EndpointStatus, Webhooks};
+use crate::webhooks::{self as hooks, EndpointStatus, Webhooks};
 
 pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
 
@@ -243,15 +246,30 @@ impl Query {
         Ok(records.into_iter().map(Into::into).collect())
     }
 
-    /// The webhook endpoints the caller created, oldest first, with their delivery state.
-    async fn webhooks(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<WebhookObject>> {
+    /// The webhook endpoints the caller created, oldest first, with their delivery state;
+    /// with `allOwners`, every owner's (admins only: callers of every namespace; FORBIDDEN
+    /// otherwise).
+    async fn webhooks(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = false)] all_owners: bool,
+    ) -> async_graphql::Result<Vec<WebhookObject>> {
         let webhooks = ctx.data::<Webhooks>()?;
-        let endpoints = webhooks.list(&caller(ctx)?.principal).await.api()?;
+        let endpoints = webhooks.list(hook_caller(ctx)?, all_owners).await.api()?;
         Ok(endpoints.into_iter().map(WebhookObject).collect())
     }
 }
 
 const MAX_BUCKETS: i32 = 1440;
+
+/// The caller, as the webhooks service knows callers.
+fn hook_caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<hooks::Caller<'c>> {
+    let identity = caller(ctx)?;
+    Ok(hooks::Caller {
+        principal: &identity.principal,
+        scope: &identity.scope,
+    })
+}
 
 pub struct Mutation;
 
@@ -365,9 +383,11 @@ impl Mutation {
         Ok(CancelJobPayload { job: JobObject(job) })
     }
 
-    /// Creates a webhook endpoint: from now on, every status event of the jobs matching
-    /// `filter` in the caller's namespaces is POSTed to `url`, signed with the returned
-    /// secret (Standard Webhooks), at least once and in order.
+    /// Creates a webhook endpoint owned by the caller: from now on, every status event of
+    /// the jobs matching `filter` in the namespaces the caller may read (at the time of each
+    /// delivery) is POSTed to `url`, signed with the returned secret (Standard Webhooks), at
+    /// least once and in order. A filter naming a namespace the caller may not read is
+    /// FORBIDDEN.
     async fn create_webhook(
         &self,
         ctx: &Context<'_>,
@@ -375,10 +395,9 @@ impl Mutation {
     ) -> async_graphql::Result<CreateWebhookPayload> {
         rate_limit(ctx, Limited::Mutations)?;
         let webhooks = ctx.data::<Webhooks>()?;
-        let identity = caller(ctx)?;
         let filter: model::JobFilter = input.filter.unwrap_or_default().into();
         let webhook = webhooks
-            .create(&identity.principal, &identity.scope, &input.url, filter)
+            .create(hook_caller(ctx)?, &input.url, filter)
             .await
             .api()?;
         let secret = webhook.secret.clone();
@@ -392,12 +411,33 @@ impl Mutation {
         })
     }
 
-    /// Deletes one of the caller's webhook endpoints; deliveries to it stop.
+    /// Deletes one of the caller's webhook endpoints (an admin: anyone's); deliveries to it
+    /// stop.
     async fn delete_webhook(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<DeleteWebhookPayload> {
         rate_limit(ctx, Limited::Mutations)?;
         let webhooks = ctx.data::<Webhooks>()?;
-        webhooks.delete(&caller(ctx)?.principal, &id).await.api()?;
+        webhooks.delete(hook_caller(ctx)?, &id).await.api()?;
         Ok(DeleteWebhookPayload { id })
+    }
+
+    /// Disables one of the caller's webhook endpoints (an admin: anyone's): nothing more is
+    /// delivered, and it stays listed, DISABLED, with `disabledReason` (who disabled it, and
+    /// `reason` when given), until deleted. An endpoint already disabled keeps its reason.
+    async fn disable_webhook(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        reason: Option<String>,
+    ) -> async_graphql::Result<DisableWebhookPayload> {
+        rate_limit(ctx, Limited::Mutations)?;
+        let webhooks = ctx.data::<Webhooks>()?;
+        let status = webhooks
+            .disable(hook_caller(ctx)?, &id, reason.as_deref())
+            .await
+            .api()?;
+        Ok(DisableWebhookPayload {
+            webhook: WebhookObject(status),
+        })
     }
 
     /// Delivers again every event after the cursor `after` (an event's cursor, or a
@@ -412,7 +452,7 @@ impl Mutation {
         rate_limit(ctx, Limited::Mutations)?;
         let after = parse_cursor("after", &after)?;
         let webhooks = ctx.data::<Webhooks>()?;
-        let status = webhooks.replay(&caller(ctx)?.principal, &id, after).await.api()?;
+        let status = webhooks.replay(hook_caller(ctx)?, &id, after).await.api()?;
         Ok(ReplayWebhookPayload {
             webhook: WebhookObject(status),
         })

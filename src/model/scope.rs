@@ -51,4 +51,24 @@ impl Scope {
             Self::Namespaces(set) => set.iter().map(String::as_str).collect::<Vec<_>>().join(","),
         }
     }
+
+    /// The namespaces both scopes allow.
+    pub fn intersection(&self, other: &Scope) -> Scope {
+        match (self, other) {
+            (Self::All, s) | (s, Self::All) => s.clone(),
+            (Self::Namespaces(a), Self::Namespaces(b)) => {
+                Self::Namespaces(Arc::new(a.intersection(b).cloned().collect()))
+            }
+        }
+    }
+
+    /// The namespaces either scope allows.
+    pub fn union(&self, other: &Scope) -> Scope {
+        match (self, other) {
+            (Self::All, _) | (_, Self::All) => Self::All,
+            (Self::Namespaces(a), Self::Namespaces(b)) => {
+                Self::Namespaces(Arc::new(a.union(b).cloned().collect()))
+            }
+        }
+    }
 }

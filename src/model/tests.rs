@@ -527,3 +527,18 @@ fn kueue_changes_are_events_and_an_eviction_sends_a_running_job_back_to_pending(
     );
     assert_eq!(job.phase, JobPhase::Pending);
 }
+
+#[test]
+fn scopes_intersect_and_unite() {
+    let ab = Scope::namespaces(["a", "b"]);
+    let bc = Scope::namespaces(["b", "c"]);
+    assert_eq!(ab.intersection(&bc), Scope::namespaces(["b"]));
+    assert_eq!(ab.intersection(&Scope::All), ab);
+    assert_eq!(Scope::All.intersection(&bc), bc);
+    assert_eq!(
+        ab.intersection(&Scope::namespaces(["z"])),
+        Scope::namespaces(Vec::<String>::new())
+    );
+    assert_eq!(ab.union(&bc), Scope::namespaces(["a", "b", "c"]));
+    assert_eq!(ab.union(&Scope::All), Scope::All);
+}

@@ -470,7 +470,8 @@ pub struct Webhook {
     pub owner: String,
     pub url: String,
     pub filter: JobFilter,
-    /// The creator's scope when it was created: the endpoint sees exactly those namespaces.
+    /// The creator's scope when it was created (for a JWT owner, narrowed since by narrower
+    /// tokens): the most the endpoint may deliver, before its owner's current rights narrow it.
     pub scope: Scope,
     /// `whsec_<base64>`.
     pub secret: String,
@@ -490,6 +491,10 @@ pub struct Webhook {
     /// Retries gave up: nothing is delivered until a replay.
     pub parked: bool,
     pub claimed_by: Option<String>,
+    /// Why the endpoint was disabled (its owner no longer exists, or its owner or an admin
+    /// disabled it): nothing is delivered any more.
+    pub disabled_reason: Option<String>,
+    pub disabled_at: Option<i64>,
 }
 
 /// A failed delivery attempt, as [`Store::webhook_failed`] records it.
@@ -522,6 +527,8 @@ struct WebhookRow {
     next_attempt_at: Option<i64>,
     parked: i64,
     claimed_by: Option<String>,
+    disabled_reason: Option<String>,
+    disabled_at: Option<i64>,
 }
 
 impl WebhookRow {
@@ -553,13 +560,16 @@ impl WebhookRow {
             next_attempt_at: self.next_attempt_at,
             parked: self.parked != 0,
             claimed_by: self.claimed_by,
+            disabled_reason: self.disabled_reason,
+            disabled_at: self.disabled_at,
         })
     }
 }
 
 /// The columns [`WebhookRow`] reads.
 const WEBHOOK_COLUMNS: &str = "id, owner, url, job_filter, scope, secret, created_at, delivered_seq, revision, \
-     attempts, failing_since, last_error, last_attempt_at, next_attempt_at, parked, claimed_by";
+     attempts, failing_since, last_error, last_attempt_at, next_attempt_at, parked, claimed_by, \
+     disabled_reason, disabled_at";
 
 /// A webhook's filter and scope as stored: JSON text, and a JSON array or NULL for every
 /// namespace.
@@ -568,6 +578,12 @@ fn webhook_json(webhook: &Webhook) -> Result<(String, Option<String>)> {
         serde_json::to_string(&webhook.filter)?,
         webhook.scope.list().map(serde_json::to_string).transpose()?,
     ))
+}
+
+/// A webhook's scope as stored (PostgreSQL's narrowing compares it): a JSON array, or NULL
+/// for every namespace.
+fn scope_json(scope: &Scope) -> Result<Option<String>> {
+    Ok(scope.list().map(serde_json::to_string).transpose()?)
 }
 
 /// Which finished jobs one retention rule expires: those that finished before `before`, in
@@ -756,11 +772,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes an endpoint; `false` when there was none.
     async fn delete_webhook(&self, id: &str) -> Result<bool>;
 
+    /// Disables an endpoint for `reason` at `at` and gives up its claim: it is never claimed
+    /// again, and no delivery outcome lands on it any more. `false` when there is none or it
+    /// was already disabled (the first reason stays).
+    async fn disable_webhook(&self, id: &str, reason: &str, at: i64) -> Result<bool>;
+
+    /// Sets an endpoint's scope to `to` if it is still `from` (so that two narrowings at once
+    /// cannot undo one another); `false` otherwise.
+    async fn narrow_webhook_scope(&self, id: &str, from: &Scope, to: &Scope) -> Result<bool>;
+
     /// Sets an endpoint's cursor to `cursor`, clears its failures and unparks it, under a new
     /// revision (a delivery in flight then records nothing); `false` when there is none.
     async fn replay_webhook(&self, id: &str, cursor: i64) -> Result<bool>;
 
-    /// Claims for `claimant` until `until` every unparked endpoint that is unclaimed, already
+    /// Claims for `claimant` until `until` every unparked, enabled endpoint that is unclaimed, already
     /// its own, or whose claim expired before `now`, and returns the endpoints it now holds.
     /// One process at a time delivers an endpoint, across replicas sharing the database.
     async fn claim_webhooks(&self, claimant: &str, now: i64, until: i64) -> Result<Vec<Webhook>>;

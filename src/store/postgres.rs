@@ -39,8 +39,8 @@ use super::logs::{self, LogAppend, LogAppended};
 use super::{
     Arm, ArmRows, COUNT_CANDIDATES, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, ListPlan,
     PlannedRead, Recoverable, Result, RowKind, StatsSnapshot, Store, StoreError, StoreTx, Unreadable,
-    WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, read_job, scoped_key,
-    unreadable_error, webhook_json,
+    WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, read_job, scope_json,
+    scoped_key, unreadable_error, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -744,6 +744,30 @@ impl Store for PostgresStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn disable_webhook(&self, id: &str, reason: &str, at: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE webhooks SET disabled_reason = $2, disabled_at = $3, claimed_by = NULL, \
+             claimed_until = NULL WHERE id = $1 AND disabled_at IS NULL",
+        )
+        .bind(id)
+        .bind(reason)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn narrow_webhook_scope(&self, id: &str, from: &Scope, to: &Scope) -> Result<bool> {
+        let done =
+            sqlx::query("UPDATE webhooks SET scope = $3 WHERE id = $1 AND scope IS NOT DISTINCT FROM $2")
+                .bind(id)
+                .bind(scope_json(from)?)
+                .bind(scope_json(to)?)
+                .execute(&self.pool)
+                .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn replay_webhook(&self, id: &str, cursor: i64) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE webhooks SET delivered_seq = $2, revision = revision + 1, attempts = 0, \
@@ -760,7 +784,7 @@ impl Store for PostgresStore {
     /// One statement: concurrent replicas' claims serialise on the rows they update.
     async fn claim_webhooks(&self, claimant: &str, now: i64, until: i64) -> Result<Vec<Webhook>> {
         let rows = sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
-            "UPDATE webhooks SET claimed_by = $1, claimed_until = $3 WHERE parked = 0 \
+            "UPDATE webhooks SET claimed_by = $1, claimed_until = $3 WHERE parked = 0 AND disabled_at IS NULL \
              AND (claimed_by IS NULL OR claimed_by = $1 OR claimed_until < $2) \
              RETURNING {WEBHOOK_COLUMNS}"
         )))
@@ -794,7 +818,8 @@ impl Store for PostgresStore {
         let done = sqlx::query(
             "UPDATE webhooks SET delivered_seq = $4, last_attempt_at = coalesce($5, last_attempt_at), attempts = 0, \
              failing_since = NULL, last_error = NULL, next_attempt_at = NULL \
-             WHERE id = $1 AND claimed_by = $2 AND revision = $3 AND parked = 0",
+             WHERE id = $1 AND claimed_by = $2 AND revision = $3 AND parked = 0 \
+             AND disabled_at IS NULL",
         )
         .bind(id)
         .bind(claimant)
@@ -818,7 +843,8 @@ impl Store for PostgresStore {
              last_attempt_at = $7, next_attempt_at = $8, parked = $9::bigint, \
              claimed_by = CASE WHEN $9::bigint = 1 THEN NULL ELSE claimed_by END, \
              claimed_until = CASE WHEN $9::bigint = 1 THEN NULL ELSE claimed_until END \
-             WHERE id = $1 AND claimed_by = $2 AND revision = $3 AND parked = 0",
+             WHERE id = $1 AND claimed_by = $2 AND revision = $3 AND parked = 0 \
+             AND disabled_at IS NULL",
         )
         .bind(id)
         .bind(claimant)

@@ -745,6 +745,33 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn disable_webhook(&self, id: &str, reason: &str, at: i64) -> Result<bool> {
+        let mut tx = self.webhook_tx().await?;
+        let done = sqlx::query(
+            "UPDATE webhooks SET disabled_reason = ?2, disabled_at = ?3, claimed_by = NULL, \
+             claimed_until = NULL WHERE id = ?1 AND disabled_at IS NULL",
+        )
+        .bind(id)
+        .bind(reason)
+        .bind(at)
+        .execute(&mut tx.conn)
+        .await?;
+        Box::new(tx).commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn narrow_webhook_scope(&self, id: &str, from: &Scope, to: &Scope) -> Result<bool> {
+        let mut tx = self.webhook_tx().await?;
+        let done = sqlx::query("UPDATE webhooks SET scope = ?3 WHERE id = ?1 AND scope IS ?2")
+            .bind(id)
+            .bind(scope_json(from)?)
+            .bind(scope_json(to)?)
+            .execute(&mut tx.conn)
+            .await?;
+        Box::new(tx).commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn replay_webhook(&self, id: &str, cursor: i64) -> Result<bool> {
         let mut tx = self.webhook_tx().await?;
         let done = sqlx::query(
@@ -763,7 +790,7 @@ impl Store for SqliteStore {
     async fn claim_webhooks(&self, claimant: &str, now: i64, until: i64) -> Result<Vec<Webhook>> {
         let mut tx = self.webhook_tx().await?;
         sqlx::query(
-            "UPDATE webhooks SET claimed_by = ?1, claimed_until = ?3 WHERE parked = 0 \
+            "UPDATE webhooks SET claimed_by = ?1, claimed_until = ?3 WHERE parked = 0 AND disabled_at IS NULL \
              AND (claimed_by IS NULL OR claimed_by = ?1 OR claimed_until < ?2)",
         )
         .bind(claimant)
@@ -772,7 +799,8 @@ impl Store for SqliteStore {
         .execute(&mut tx.conn)
         .await?;
         let rows = sqlx::query_as::<_, WebhookRow>(sqlx::AssertSqlSafe(format!(
-            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE claimed_by = ? AND parked = 0 ORDER BY id"
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE claimed_by = ? AND parked = 0 \
+             AND disabled_at IS NULL ORDER BY id"
         )))
         .bind(claimant)
         .fetch_all(&mut tx.conn)
@@ -805,7 +833,8 @@ impl Store for SqliteStore {
         let done = sqlx::query(
             "UPDATE webhooks SET delivered_seq = ?4, last_attempt_at = coalesce(?5, last_attempt_at), attempts = 0, \
              failing_since = NULL, last_error = NULL, next_attempt_at = NULL \
-             WHERE id = ?1 AND claimed_by = ?2 AND revision = ?3 AND parked = 0",
+             WHERE id = ?1 AND claimed_by = ?2 AND revision = ?3 AND parked = 0 \
+             AND disabled_at IS NULL",
         )
         .bind(id)
         .bind(claimant)
@@ -831,7 +860,8 @@ impl Store for SqliteStore {
              last_attempt_at = ?7, next_attempt_at = ?8, parked = ?9, \
              claimed_by = CASE WHEN ?9 = 1 THEN NULL ELSE claimed_by END, \
              claimed_until = CASE WHEN ?9 = 1 THEN NULL ELSE claimed_until END \
-             WHERE id = ?1 AND claimed_by = ?2 AND revision = ?3 AND parked = 0",
+             WHERE id = ?1 AND claimed_by = ?2 AND revision = ?3 AND parked = 0 \
+             AND disabled_at IS NULL",
         )
         .bind(id)
         .bind(claimant)

@@ -9,7 +9,12 @@
 //! takeover in between is never overwritten. Delivery is at least once: the cursor moves only
 //! after the receiver answered 2xx, so a crash or shutdown in between sends the event again.
 //! Events go one at a time in cursor order, which keeps each job's events in order. It must
-//! not decide who owns an endpoint (`mod` does, with the store's claims).
+//! not decide who delivers an endpoint (`mod` does, with the store's claims).
+//!
+//! Each batch read is delivered only as far as the endpoint's owner may read it now: the
+//! owner's rights ([`Owners`](super::Owners)) are taken after the batch is read, so an event
+//! committed after the rights changed is judged by the new ones; an owner who no longer
+//! exists disables the endpoint, with the reason on it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +22,10 @@ use std::time::Duration;
 use chrono::Utc;
 use ring::rand::SecureRandom as _;
 
-use super::Shared;
+use super::owners::Rights;
 use super::signing::sign;
 use super::target::{Resolved, Target, TargetError};
+use super::{Shared, delivers};
 use crate::model::JobEvent;
 use crate::store::{StoreError, Webhook, WebhookFailure};
 
@@ -51,8 +57,14 @@ pub(super) async fn run(shared: Arc<Shared>, id: String) {
             break;
         }
         let endpoint = match shared.store.webhook(&id).await {
-            Ok(Some(w)) if !w.parked && w.claimed_by.as_deref() == Some(shared.claimant.as_str()) => w,
-            // Deleted, parked, or delivered by another process now.
+            Ok(Some(w))
+                if !w.parked
+                    && w.disabled_at.is_none()
+                    && w.claimed_by.as_deref() == Some(shared.claimant.as_str()) =>
+            {
+                w
+            }
+            // Deleted, parked, disabled, or delivered by another process now.
             Ok(_) => break,
             Err(e) => {
                 tracing::warn!(webhook = %id, error = %e, "reading a webhook endpoint failed; retrying");
@@ -101,7 +113,21 @@ pub(super) async fn run(shared: Arc<Shared>, id: String) {
                 continue;
             }
         };
-        let matching: Vec<&JobEvent> = page.iter().filter(|e| endpoint.filter.matches(&e.job)).collect();
+        let rights = shared.owners.rights(&endpoint.owner);
+        if let Rights::Gone(reason) = &rights {
+            match shared.store.disable_webhook(&id, reason, now_ms()).await {
+                Ok(_) => {
+                    tracing::warn!(webhook = %id, owner = %endpoint.owner, reason = %reason, "webhook endpoint disabled: its owner no longer exists");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(webhook = %id, error = %e, "disabling a webhook endpoint failed; retrying");
+                    pause(&shared, RECHECK).await;
+                    continue;
+                }
+            }
+        }
+        let matching: Vec<&JobEvent> = page.iter().filter(|e| delivers(&endpoint, &rights, e)).collect();
         let oldest = matching
             .first()
             .map_or(0, |e| (Utc::now() - e.at).num_seconds().max(0));

@@ -1,23 +1,28 @@
 //! Signed webhooks (Standard Webhooks): endpoints that receive every status event of the jobs
-//! their filter matches, within their creator's scope, as signed HTTP POSTs.
+//! their filter matches, within what their owner (their creator) may read now, as signed HTTP
+//! POSTs.
 //!
-//! It owns the endpoints' life (create, list, delete, replay, for their creator only) and the
-//! delivery runtime: a claim loop that takes endpoints in the store for this process (one
-//! process at a time delivers an endpoint, across replicas sharing a database; a claim not
-//! renewed expires and another process takes it over), and one delivery loop per claimed
-//! endpoint (`delivery`). The event log is the outbox: each endpoint's cursor is stored, so
+//! It owns the endpoints' life (create, list, delete, disable, replay: for their owner, and
+//! every endpoint's listing, disabling and deleting for admins, callers whose scope is every
+//! namespace) and the delivery runtime: a claim loop that takes endpoints in the store for
+//! this process (one process at a time delivers an endpoint, across replicas sharing a
+//! database; a claim not renewed expires and another process takes it over), and one delivery
+//! loop per claimed endpoint (`delivery`). The event log is the outbox: each endpoint's cursor is stored, so
 //! deliveries resume after a restart with nothing skipped; the event bus only wakes loops up.
 //!
 //! - `signing`: secrets and signatures;
 //! - `addresses`: which IP addresses are public (the IANA special-purpose registries);
 //! - `target`: which URLs may be targets (SSRF), resolving them, and pinning the checked address;
-//! - `delivery`: the per-endpoint loop, retries and parking.
+//! - `delivery`: the per-endpoint loop, retries and parking;
+//! - `owners`: what an endpoint's owner may read now ([`Owners`], told by the server), and the
+//!   narrowing of JWT owners' endpoints.
 //!
 //! It must not know about GraphQL or HTTP requests to jobgate: callers get domain types and
 //! [`WebhookError`].
 
 pub mod addresses;
 mod delivery;
+mod owners;
 pub mod signing;
 pub mod target;
 
@@ -35,12 +40,17 @@ use crate::model::{JobEvent, JobFilter, Scope};
 use crate::store::{Store, StoreError, Webhook};
 use target::{Target, TargetError};
 
+pub use owners::{Owners, Rights};
+
 /// How many endpoints one principal may have: each costs a delivery loop.
 pub const MAX_ENDPOINTS_PER_OWNER: usize = 100;
 
 /// How long a claim lasts unless renewed (every third of it): after a crash, another process
 /// takes the endpoints over within this.
 const CLAIM_TTL: Duration = Duration::from_secs(30);
+
+/// The longest reason `disable` records.
+pub const MAX_DISABLE_REASON_BYTES: usize = 1_000;
 
 /// Events counted at most for an endpoint's `lag`.
 pub const MAX_LAG_COUNTED: i64 = 10_000;
@@ -82,6 +92,12 @@ pub enum WebhookError {
     TooMany,
     #[error("after: {0}")]
     BadCursor(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("at most {MAX_DISABLE_REASON_BYTES} bytes")]
+    ReasonTooLong,
+    #[error("webhook {id:?} is disabled ({reason}); delete it and create another")]
+    Disabled { id: String, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -95,9 +111,27 @@ pub enum DeliveryState {
     Retrying,
     /// Attempts failed for the whole retry window: nothing is delivered until a replay.
     Parked,
+    /// Its owner no longer exists, or its owner or an admin disabled it: nothing is
+    /// delivered any more (`Webhook::disabled_reason` says why).
+    Disabled,
 }
 
-/// An endpoint as its creator sees it.
+/// Who calls the webhooks API: a principal (an endpoint's owner when it creates one) and
+/// its scope now.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller<'a> {
+    pub principal: &'a str,
+    pub scope: &'a Scope,
+}
+
+impl Caller<'_> {
+    /// An admin may use every namespace, and so list, disable and delete every endpoint.
+    pub fn is_admin(&self) -> bool {
+        *self.scope == Scope::All
+    }
+}
+
+/// An endpoint as its owner (or an admin) sees it.
 #[derive(Clone, Debug)]
 pub struct EndpointStatus {
     pub webhook: Webhook,
@@ -112,6 +146,10 @@ pub(crate) struct Shared {
     bus: Arc<EventBus>,
     settings: WebhookSettings,
     metrics: Arc<Metrics>,
+    /// What each endpoint's owner may read now.
+    owners: Arc<dyn Owners>,
+    /// JWT owners' scopes already applied to their endpoints.
+    narrowed: owners::Narrowed,
     /// This process, as recorded in its claims.
     claimant: String,
     /// Wakes the claim loop (an endpoint created or replayed, a delivery loop ended).
@@ -124,6 +162,9 @@ pub(crate) struct Shared {
 pub struct Webhooks {
     shared: Arc<Shared>,
     tasks: TaskTracker,
+    /// The runtime it was started on, where its background work runs (a WebSocket session,
+    /// which tells it of JWT callers, may run on a runtime of its own).
+    runtime: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Webhooks {
@@ -135,25 +176,33 @@ impl std::fmt::Debug for Webhooks {
 }
 
 impl Webhooks {
-    /// Starts the delivery runtime over an open store and the service's event bus.
+    /// Starts the delivery runtime over an open store and the service's event bus; `owners`
+    /// tells what each endpoint's owner may read now.
     pub fn start(
         store: Arc<dyn Store>,
         bus: Arc<EventBus>,
         settings: WebhookSettings,
         metrics: Arc<Metrics>,
+        owners: Arc<dyn Owners>,
     ) -> Self {
         let shared = Arc::new(Shared {
             store,
             bus,
             settings,
             metrics,
+            owners,
+            narrowed: owners::Narrowed::default(),
             claimant: uuid::Uuid::now_v7().to_string(),
             wake: Notify::new(),
             stop: CancellationToken::new(),
         });
         let tasks = TaskTracker::new();
         tasks.spawn(claim_loop(shared.clone(), tasks.clone()));
-        Self { shared, tasks }
+        Self {
+            shared,
+            tasks,
+            runtime: tokio::runtime::Handle::current(),
+        }
     }
 
     /// Stops every delivery (an attempt in flight is abandoned, so sent again later) and
@@ -170,15 +219,21 @@ impl Webhooks {
         }
     }
 
-    /// Creates an endpoint for `owner`, delivering what `scope` may see of the jobs matching
-    /// `filter` from now on; returns it with its secret (shown this once).
+    /// Creates an endpoint owned by `caller`, delivering what its scope may see of the jobs
+    /// matching `filter` from now on; returns it with its secret (shown this once). A filter
+    /// naming a namespace outside the caller's scope is refused.
     pub async fn create(
         &self,
-        owner: &str,
-        scope: &Scope,
+        caller: Caller<'_>,
         url: &str,
         filter: JobFilter,
     ) -> Result<Webhook, WebhookError> {
+        let (owner, scope) = (caller.principal, caller.scope);
+        if let Some(namespace) = filter.namespace.as_deref().filter(|ns| !scope.allows(ns)) {
+            return Err(WebhookError::Forbidden(format!(
+                "filter.namespace: the caller may not read namespace {namespace:?}"
+            )));
+        }
         let target = Target::parse(url)?;
         target.resolve(self.shared.settings.allow_private_targets).await?;
         let store = &self.shared.store;
@@ -202,42 +257,95 @@ impl Webhooks {
             next_attempt_at: None,
             parked: false,
             claimed_by: None,
+            disabled_reason: None,
+            disabled_at: None,
         };
         store.insert_webhook(&webhook).await?;
         self.shared.wake.notify_one();
         Ok(webhook)
     }
 
-    /// `owner`'s endpoints, oldest first, with their delivery state.
-    pub async fn list(&self, owner: &str) -> Result<Vec<EndpointStatus>, WebhookError> {
+    /// The caller's endpoints, or with `all_owners` every owner's (admins only), oldest
+    /// first, with their delivery state.
+    pub async fn list(
+        &self,
+        caller: Caller<'_>,
+        all_owners: bool,
+    ) -> Result<Vec<EndpointStatus>, WebhookError> {
+        if all_owners && !caller.is_admin() {
+            return Err(WebhookError::Forbidden(
+                "allOwners: only an admin (a caller of every namespace) lists every owner's webhooks".into(),
+            ));
+        }
+        let owner = (!all_owners).then_some(caller.principal);
         let mut out = Vec::new();
-        for webhook in self.shared.store.webhooks(Some(owner)).await? {
+        for webhook in self.shared.store.webhooks(owner).await? {
             out.push(self.status(webhook).await?);
         }
         Ok(out)
     }
 
-    /// One of `owner`'s endpoints; another's is not found, as one that does not exist.
-    async fn owned(&self, owner: &str, id: &str) -> Result<Webhook, WebhookError> {
+    /// An endpoint the caller owns, or any endpoint for an admin when `admins` may act on
+    /// it; another's is not found, as one that does not exist.
+    async fn reachable(&self, caller: Caller<'_>, id: &str, admins: bool) -> Result<Webhook, WebhookError> {
         match self.shared.store.webhook(id).await? {
-            Some(w) if w.owner == owner => Ok(w),
+            Some(w) if w.owner == caller.principal || (admins && caller.is_admin()) => Ok(w),
             _ => Err(WebhookError::NotFound { id: id.to_owned() }),
         }
     }
 
-    /// Deletes one of `owner`'s endpoints; its delivery stops (an attempt in flight may
-    /// still arrive).
-    pub async fn delete(&self, owner: &str, id: &str) -> Result<(), WebhookError> {
-        self.owned(owner, id).await?;
+    /// Deletes an endpoint of the caller's (any, for an admin); its delivery stops (an
+    /// attempt in flight may still arrive).
+    pub async fn delete(&self, caller: Caller<'_>, id: &str) -> Result<(), WebhookError> {
+        self.reachable(caller, id, true).await?;
         if !self.shared.store.delete_webhook(id).await? {
             return Err(WebhookError::NotFound { id: id.to_owned() });
         }
         Ok(())
     }
 
-    /// Delivers again every event after `after` (at least once each), unparking the endpoint.
-    pub async fn replay(&self, owner: &str, id: &str, after: i64) -> Result<EndpointStatus, WebhookError> {
-        let webhook = self.owned(owner, id).await?;
+    /// Disables an endpoint of the caller's (any, for an admin), recording who did and
+    /// `reason`: nothing more is delivered (an attempt in flight may still arrive), and it
+    /// stays listed, DISABLED, until deleted. Disabling a disabled endpoint keeps its first
+    /// reason.
+    pub async fn disable(
+        &self,
+        caller: Caller<'_>,
+        id: &str,
+        reason: Option<&str>,
+    ) -> Result<EndpointStatus, WebhookError> {
+        if reason.is_some_and(|r| r.len() > MAX_DISABLE_REASON_BYTES) {
+            return Err(WebhookError::ReasonTooLong);
+        }
+        self.reachable(caller, id, true).await?;
+        let reason = match reason.map(str::trim).filter(|r| !r.is_empty()) {
+            Some(reason) => format!("disabled by {}: {reason}", caller.principal),
+            None => format!("disabled by {}", caller.principal),
+        };
+        self.shared
+            .store
+            .disable_webhook(id, &reason, delivery::now_ms())
+            .await?;
+        tracing::info!(webhook = %id, by = %caller.principal, "webhook endpoint disabled");
+        let webhook = self.reachable(caller, id, true).await?;
+        self.status(webhook).await
+    }
+
+    /// Delivers again every event after `after` (at least once each), unparking the
+    /// endpoint; the owner's only, and not once disabled.
+    pub async fn replay(
+        &self,
+        caller: Caller<'_>,
+        id: &str,
+        after: i64,
+    ) -> Result<EndpointStatus, WebhookError> {
+        let webhook = self.reachable(caller, id, false).await?;
+        if let Some(reason) = webhook.disabled_reason {
+            return Err(WebhookError::Disabled {
+                id: id.to_owned(),
+                reason,
+            });
+        }
         let head = self.shared.store.last_event_seq().await?;
         if after > head {
             return Err(WebhookError::BadCursor(format!(
@@ -252,11 +360,42 @@ impl Webhooks {
             return Err(WebhookError::NotFound { id: id.to_owned() });
         }
         self.shared.wake.notify_one();
-        let webhook = self.owned(owner, id).await?;
+        let webhook = self.reachable(caller, id, false).await?;
         self.status(webhook).await
     }
 
+    /// A JWT holder called with `scope`: its endpoints are narrowed to it for good, at the
+    /// first request of each scope seen by this process (in the background: the request does
+    /// not wait). Static tokens' and anonymous callers' rights are read at every delivery
+    /// instead.
+    pub fn saw_jwt_caller(&self, principal: &str, scope: &Scope) {
+        if !self.shared.narrowed.first_sight(principal, scope) {
+            return;
+        }
+        let (shared, principal, scope) = (self.shared.clone(), principal.to_owned(), scope.clone());
+        let narrowing = async move {
+            match owners::narrow(shared.store.as_ref(), &principal, &scope).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(owner = %principal, endpoints = n, "webhook endpoints narrowed to their owner's token")
+                }
+                Err(e) => {
+                    shared.narrowed.forget(&principal);
+                    tracing::warn!(owner = %principal, error = %e, "narrowing webhook endpoints failed; the owner's next request tries again");
+                }
+            }
+        };
+        self.tasks.spawn_on(narrowing, &self.runtime);
+    }
+
     async fn status(&self, webhook: Webhook) -> Result<EndpointStatus, WebhookError> {
+        if webhook.disabled_at.is_some() {
+            return Ok(EndpointStatus {
+                webhook,
+                state: DeliveryState::Disabled,
+                lag: 0,
+            });
+        }
         let state = if webhook.parked {
             DeliveryState::Parked
         } else if webhook.attempts > 0 {
@@ -271,6 +410,7 @@ impl Webhooks {
     /// Events after the endpoint's cursor that it will deliver, up to [`MAX_LAG_COUNTED`].
     async fn lag(&self, webhook: &Webhook) -> Result<i64, WebhookError> {
         const PAGE: i64 = 1_000;
+        let rights = self.shared.owners.rights(&webhook.owner);
         let (mut cursor, mut lag) = (webhook.cursor, 0);
         while lag < MAX_LAG_COUNTED {
             let page = match self
@@ -288,7 +428,7 @@ impl Webhooks {
                 }
                 Err(e) => return Err(e.into()),
             };
-            lag += page.iter().filter(|e| webhook.filter.matches(&e.job)).count() as i64;
+            lag += page.iter().filter(|e| delivers(webhook, &rights, e)).count() as i64;
             match page.last() {
                 Some(last) if page.len() as i64 == PAGE => cursor = last.seq,
                 _ => break,
@@ -296,6 +436,17 @@ impl Webhooks {
         }
         Ok(lag.min(MAX_LAG_COUNTED))
     }
+}
+
+/// Whether the endpoint delivers `event` (one of its stored scope's) while its owner has
+/// `rights`: the filter matches the job, and the owner may read its namespace now.
+pub(crate) fn delivers(webhook: &Webhook, rights: &Rights, event: &JobEvent) -> bool {
+    let allowed = match rights {
+        Rights::Scope(scope) => scope.sees(&event.job),
+        Rights::Gone(_) => false,
+        Rights::Unknown => true,
+    };
+    allowed && webhook.filter.matches(&event.job)
 }
 
 /// Claims endpoints for this process and runs a delivery loop for each one it holds, renewing

@@ -84,7 +84,7 @@ export const SUBMIT_MUTATION = `mutation Submit($input: SubmitJobInput!) {
   submitJob(input: $input) { created job { id } }
 }`;
 export const WEBHOOK_FIELDS = `
-  id url state cursor lag attempts lastError lastAttemptAt nextAttemptAt createdAt
+  id url state disabledReason cursor lag attempts lastError lastAttemptAt nextAttemptAt createdAt
   filter { phases namespace nameContains }`;
 export const WEBHOOKS_QUERY = `query Webhooks { webhooks { ${WEBHOOK_FIELDS} } }`;
 export const CREATE_WEBHOOK_MUTATION = `mutation CreateWebhook($input: CreateWebhookInput!) {

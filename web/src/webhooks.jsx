@@ -12,7 +12,7 @@ import { fullTime, phaseWord, when } from './format.js';
 import { PhaseOptions } from './jobs.jsx';
 import { CREATE_WEBHOOK_MUTATION, DELETE_WEBHOOK_MUTATION, WEBHOOKS_QUERY } from './documents.js';
 
-const STATE_WORD = { ACTIVE: 'Active', RETRYING: 'Retrying', PARKED: 'Parked' };
+const STATE_WORD = { ACTIVE: 'Active', RETRYING: 'Retrying', PARKED: 'Parked', DISABLED: 'Disabled' };
 
 function filterText(filter) {
   const parts = [];
@@ -158,6 +158,7 @@ function WebhookRow({ webhook, api, onDeleted }) {
         <span class={`badge webhook-${webhook.state}`} data-testid="webhook-state">
           {STATE_WORD[webhook.state] || webhook.state}
         </span>
+        {webhook.disabledReason && <div class="row-message" title={webhook.disabledReason}>{webhook.disabledReason}</div>}
         {webhook.lastError && <div class="row-message" title={webhook.lastError}>{webhook.lastError}</div>}
         {webhook.attempts > 0 && <div class="muted small">{webhook.attempts} failed attempts</div>}
       </td>
