@@ -360,7 +360,11 @@ async fn a_request_stops_when_its_client_disconnects() {
 
 /// A list literal `levels` deep around one `1`, as an argument: about 2 bytes a level.
 fn deep_literal(open: &str, levels: usize, close: &str) -> String {
-    format!("{{ __typename(a: {}1{}) }}", open.repeat(levels), close.repeat(levels))
+    format!(
+        "{{ __typename(a: {}1{}) }}",
+        open.repeat(levels),
+        close.repeat(levels)
+    )
 }
 
 const TOO_DEEP: &str = "the query nests `{`, `[` and `(` more than 64 levels deep; at most 64 are allowed";
@@ -381,7 +385,11 @@ async fn deeply_nested_literals_are_refused_and_the_server_lives() {
     // At the bound, the document is parsed and runs (`__typename` ignores arguments).
     let deepest = deep_literal("[", 62, "]");
     let (status, body) = post(&server, json!({ "query": deepest })).await;
-    assert_eq!((status, &body["data"]["__typename"]), (200, &json!("Query")), "{body}");
+    assert_eq!(
+        (status, &body["data"]["__typename"]),
+        (200, &json!("Query")),
+        "{body}"
+    );
     // The same process answers as ever.
     let body = server.gql_ok("{ jobs { totalCount } }", json!({})).await;
     assert_eq!(body["jobs"]["totalCount"], 0, "{body}");
@@ -393,7 +401,8 @@ async fn deeply_nested_variables_are_refused() {
     let deep = (0..100).fold(json!(1), |v, _| json!({ "a": v }));
     let submit = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }";
     let variables = json!({ "input": { "command": ["true"], "parameters": deep } });
-    let expected = "the request's variables nest lists and objects more than 64 levels deep; at most 64 are allowed";
+    let expected =
+        "the request's variables nest lists and objects more than 64 levels deep; at most 64 are allowed";
 
     let (status, body) = post(&server, json!({ "query": submit, "variables": variables })).await;
     assert_eq!(status, 400, "{body}");
@@ -411,8 +420,15 @@ async fn deeply_nested_variables_are_refused() {
     let mut ws = GqlWs::connect(&server).await;
     ws.subscribe("deep", submit, variables).await;
     let answer = ws.recv().await;
-    assert_eq!((&answer["type"], &answer["id"]), (&json!("error"), &json!("deep")), "{answer}");
-    assert_eq!(answer["payload"][0]["extensions"]["code"], "BAD_USER_INPUT", "{answer}");
+    assert_eq!(
+        (&answer["type"], &answer["id"]),
+        (&json!("error"), &json!("deep")),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["payload"][0]["extensions"]["code"], "BAD_USER_INPUT",
+        "{answer}"
+    );
     assert_eq!(answer["payload"][0]["message"], expected, "{answer}");
     // The socket stays usable, and nothing was submitted.
     ws.subscribe("count", "{ jobs { totalCount } }", json!({})).await;
@@ -455,5 +471,8 @@ async fn a_megabyte_of_inputs_is_refused_within_a_memory_budget() {
             count - 10
         )
     );
-    assert_eq!(server.gql_ok("{ jobs { totalCount } }", json!({})).await["jobs"]["totalCount"], 0);
+    assert_eq!(
+        server.gql_ok("{ jobs { totalCount } }", json!({})).await["jobs"]["totalCount"],
+        0
+    );
 }

@@ -253,7 +253,9 @@ fn refuse(message: String, at: Cursor) -> ServerError {
 
 fn too_many_items(at: Cursor) -> ServerError {
     refuse(
-        format!("a list in the query has more than {MAX_LIST_ITEMS} items; at most {MAX_LIST_ITEMS} are allowed"),
+        format!(
+            "a list in the query has more than {MAX_LIST_ITEMS} items; at most {MAX_LIST_ITEMS} are allowed"
+        ),
         at,
     )
 }

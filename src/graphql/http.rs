@@ -144,8 +144,10 @@ fn parse_request(value: Value) -> Result<Request, String> {
         return Err("`operationName` must be a string or null".into());
     }
     // Bounded before async-graphql converts them into its own values, recursively.
-    bounds::check_variables(["variables", "extensions"].map(|key| (key, map.get(key).unwrap_or(&Value::Null))))
-        .map_err(|e| e.message)?;
+    bounds::check_variables(
+        ["variables", "extensions"].map(|key| (key, map.get(key).unwrap_or(&Value::Null))),
+    )
+    .map_err(|e| e.message)?;
     serde_json::from_value(value).map_err(|e| format!("the request is not a GraphQL request: {e}"))
 }
 

@@ -3,7 +3,11 @@ use serde_json::json;
 use super::*;
 
 fn nested(open: &str, levels: usize, close: &str) -> String {
-    format!("{{ __typename(a: {}1{}) }}", open.repeat(levels), close.repeat(levels))
+    format!(
+        "{{ __typename(a: {}1{}) }}",
+        open.repeat(levels),
+        close.repeat(levels)
+    )
 }
 
 fn list(items: usize) -> String {
@@ -59,9 +63,21 @@ fn list_items_are_bounded_per_list() {
         "a list in the query has more than 1024 items; at most 1024 are allowed"
     );
     // Objects and lists are items too; items of inner lists count for their own list.
-    let objects = format!("{{ a(x: [{}]) }}", vec!["{b: [1, 2, 3]}"; MAX_LIST_ITEMS + 1].join(" "));
-    assert!(check_document(&objects).unwrap_err().message.starts_with("a list"));
-    let inner = format!("{{ a(x: [[{}], [{}]]) }}", vec!["1"; 1_000].join(","), vec!["1"; 1_000].join(","));
+    let objects = format!(
+        "{{ a(x: [{}]) }}",
+        vec!["{b: [1, 2, 3]}"; MAX_LIST_ITEMS + 1].join(" ")
+    );
+    assert!(
+        check_document(&objects)
+            .unwrap_err()
+            .message
+            .starts_with("a list")
+    );
+    let inner = format!(
+        "{{ a(x: [[{}], [{}]]) }}",
+        vec!["1"; 1_000].join(","),
+        vec!["1"; 1_000].join(",")
+    );
     assert!(check_document(&inner).is_ok());
 }
 
@@ -97,7 +113,11 @@ fn what_the_bounds_let_through_parses_on_a_small_stack() {
     let deepest = [
         nested("[", MAX_NESTING - 2, "]"),
         nested("{a: ", MAX_NESTING - 2, "}"),
-        format!("{}a{}", "{ a ".repeat(MAX_NESTING - 1), "}".repeat(MAX_NESTING - 1)),
+        format!(
+            "{}a{}",
+            "{ a ".repeat(MAX_NESTING - 1),
+            "}".repeat(MAX_NESTING - 1)
+        ),
     ];
     std::thread::Builder::new()
         .stack_size(512 * 1024)
@@ -130,15 +150,19 @@ fn variables_are_bounded() {
         "a list in the request's variables has 1025 items; at most 1024 are allowed"
     );
     let many = json!({ "inputs": vec![json!({ "command": vec!["x"; 100] }); 1_000] });
-    assert!(check_variables([("variables", &many)])
-        .unwrap_err()
-        .message
-        .contains("more than 50000 values"));
+    assert!(
+        check_variables([("variables", &many)])
+            .unwrap_err()
+            .message
+            .contains("more than 50000 values")
+    );
     // Counted across variables and extensions together.
     let half = json!(vec![json!(vec![1; 29]); 1_000]);
     assert!(check_variables([("variables", &half), ("extensions", &Value::Null)]).is_ok());
     assert_eq!(
-        check_variables([("variables", &half), ("extensions", &half)]).unwrap_err().message,
+        check_variables([("variables", &half), ("extensions", &half)])
+            .unwrap_err()
+            .message,
         "the request's extensions hold more than 50000 values (keys included); at most 50000 are allowed"
     );
     let keys: serde_json::Map<String, Value> = (0..MAX_NODES).map(|i| (i.to_string(), json!(1))).collect();
