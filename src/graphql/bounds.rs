@@ -35,7 +35,7 @@ pub const MAX_NESTING: usize = 64;
 pub const MAX_LIST_ITEMS: usize = 1_024;
 /// Most nodes a document may make (names, numbers, strings, lists, objects and selection
 /// sets), and most values the variables may hold (objects' keys included).
-pub const MAX_NODES: usize = 50_000;
+pub const MAX_NODES: usize = 100_000;
 
 /// Parses the request's document (cached in the request) once [`check_document`] let it
 /// through.

@@ -86,13 +86,13 @@ fn nodes_are_bounded_per_document() {
     let wide = format!("{{ {} }}", vec!["a"; MAX_NODES].join(" "));
     assert_eq!(
         check_document(&wide).unwrap_err().message,
-        "the query is made of more than 50000 names, values and selection sets; at most 50000 are allowed"
+        "the query is made of more than 100000 names, values and selection sets; at most 100000 are allowed"
     );
     let lists = format!(
         "{{ a(x: [{}]) }}",
-        vec![format!("[{}]", vec!["{}"; 1_000].join(",")); 60].join(",")
+        vec![format!("[{}]", vec!["{}"; 1_000].join(",")); 110].join(",")
     );
-    assert!(check_document(&lists).unwrap_err().message.contains("50000"));
+    assert!(check_document(&lists).unwrap_err().message.contains("100000"));
 }
 
 #[test]
@@ -154,20 +154,44 @@ fn variables_are_bounded() {
         check_variables([("variables", &many)])
             .unwrap_err()
             .message
-            .contains("more than 50000 values")
+            .contains("more than 100000 values")
     );
     // Counted across variables and extensions together.
-    let half = json!(vec![json!(vec![1; 29]); 1_000]);
+    let half = json!(vec![json!(vec![1; 59]); 1_000]);
     assert!(check_variables([("variables", &half), ("extensions", &Value::Null)]).is_ok());
     assert_eq!(
         check_variables([("variables", &half), ("extensions", &half)])
             .unwrap_err()
             .message,
-        "the request's extensions hold more than 50000 values (keys included); at most 50000 are allowed"
+        "the request's extensions hold more than 100000 values (keys included); at most 100000 are allowed"
     );
     let keys: serde_json::Map<String, Value> = (0..MAX_NODES).map(|i| (i.to_string(), json!(1))).collect();
     assert!(check_variables([("extensions", &Value::Object(keys))]).is_err());
 
     let ordinary = json!({ "input": { "command": ["true"], "env": [{ "name": "A", "value": "b" }], "parameters": { "a": { "b": [1, 2] } } } });
     assert!(check_variables([("variables", &ordinary), ("extensions", &Value::Null)]).is_ok());
+}
+
+#[test]
+fn a_thousand_inputs_with_ten_variables_each_pass() {
+    let env = |i: usize| {
+        (0..10)
+            .map(|e| json!({ "name": format!("E{e}"), "value": format!("v{i}") }))
+            .collect::<Vec<_>>()
+    };
+    let inputs: Vec<Value> = (0..1_000)
+        .map(|i| json!({ "name": format!("job-{i}"), "command": ["true"], "env": env(i) }))
+        .collect();
+    check_variables([("variables", &json!({ "inputs": inputs }))]).unwrap();
+    // The same as a literal: GraphQL's object syntax is JSON's without quoted keys.
+    let literal = serde_json::to_string(&inputs)
+        .unwrap()
+        .replace("\"name\":", "name: ")
+        .replace("\"command\":", "command: ")
+        .replace("\"env\":", "env: ")
+        .replace("\"value\":", "value: ");
+    check_document(&format!(
+        "mutation {{ submitJobs(inputs: {literal}) {{ created }} }}"
+    ))
+    .unwrap();
 }
