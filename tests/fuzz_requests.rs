@@ -226,12 +226,13 @@ fn deep_or_wide() -> impl Strategy<Value = String> {
                 close.repeat(n)
             )),
         (
-            proptest::sample::select(&["1", "{}", "[]", "\"s\"", "{command: [\"true\"]}"][..]),
+            proptest::sample::select(&["1", "-1", "{}", "[]", "\"s\"", "{command: [\"true\"]}"][..]),
+            proptest::sample::select(&[",", " ", ""][..]),
             1..5_000usize
         )
-            .prop_map(|(item, n)| format!(
+            .prop_map(|(item, separator, n)| format!(
                 "mutation {{ submitJobs(inputs: [{}]) {{ created }} }}",
-                vec![item; n].join(",")
+                vec![item; n].join(separator)
             )),
     ]
 }

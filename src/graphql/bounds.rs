@@ -5,8 +5,8 @@
 //! `{`, `[` and `(`, and allocates a node for every name and value, before any limit of
 //! `limits` can look at the parsed document: a few KB of nested list brackets overflow a
 //! thread's stack (which aborts the process), and a 1 MiB list of `{}` costs hundreds of MB.
-//! Converting variables from JSON into async-graphql values recurses the same way. So this
-//! module owns:
+//! Converting variables from JSON into async-graphql values copies each of them, recursively.
+//! So this module owns:
 //!
 //! - [`check_document`]: one linear pass over the text, with GraphQL's lexical grammar
 //!   (strings, block strings, escapes and comments are skipped, so brackets inside them do not
@@ -95,7 +95,8 @@ pub fn check_document(query: &str) -> Result<(), ServerError> {
                         start,
                     ));
                 }
-                // An open item of the enclosing list, but not a node: `(` makes none.
+                // A list or an object is an item of the list it is in (a `(` there is a syntax
+                // error, counted all the same).
                 if let Some(list) = open.last_mut().filter(|o| o.list) {
                     list.items += 1;
                     if list.items > MAX_LIST_ITEMS {
@@ -106,12 +107,12 @@ pub fn check_document(query: &str) -> Result<(), ServerError> {
                     list: b == b'[',
                     items: 0,
                 });
-                if b == b'(' {
-                    continue;
-                }
-                nodes += 1;
-                if nodes > MAX_NODES {
-                    return Err(too_many_nodes(start));
+                // Arguments make no node of their own; lists, objects and selection sets do.
+                if b != b'(' {
+                    nodes += 1;
+                    if nodes > MAX_NODES {
+                        return Err(too_many_nodes(start));
+                    }
                 }
                 continue;
             }
@@ -124,9 +125,7 @@ pub fn check_document(query: &str) -> Result<(), ServerError> {
             }
             _ if is_word(b) => {
                 let start = at;
-                while at.offset < bytes.len() && is_word(bytes[at.offset]) {
-                    at.step(1);
-                }
+                skip_word(bytes, &mut at);
                 Some(start)
             }
             _ => {
@@ -152,10 +151,37 @@ pub fn check_document(query: &str) -> Result<(), ServerError> {
     Ok(())
 }
 
-/// Names, numbers (signs, points and exponents included), and the `...` of a spread: one
-/// node however the parser splits it.
+/// Where a name or a number may start (and the dots of a spread).
 fn is_word(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'+')
+}
+
+/// Past one name, or one number's sign or point and the digits after it (with at most one
+/// exponent mark). It stops wherever the parser could start another token (`-1-1` is two
+/// numbers to it, `1e1e1` a number and a name), so no text counts fewer nodes here than the
+/// parser makes of it; a float or a spread counts a few more.
+fn skip_word(bytes: &[u8], at: &mut Cursor) {
+    let first = bytes[at.offset];
+    at.step(1);
+    if first.is_ascii_alphabetic() || first == b'_' {
+        while at.offset < bytes.len()
+            && (bytes[at.offset].is_ascii_alphanumeric() || bytes[at.offset] == b'_')
+        {
+            at.step(1);
+        }
+        return;
+    }
+    let mut exponent = false;
+    while at.offset < bytes.len() {
+        match bytes[at.offset] {
+            b'0'..=b'9' => at.step(1),
+            b'e' | b'E' if !exponent => {
+                exponent = true;
+                at.step(1);
+            }
+            _ => return,
+        }
+    }
 }
 
 /// After the opening `"`: up to and past the closing one. A line break ends the string (the

@@ -82,6 +82,20 @@ fn list_items_are_bounded_per_list() {
 }
 
 #[test]
+fn adjacent_tokens_count_apart() {
+    // The parser reads `-1-1` as two numbers, `"s""s"` as two strings.
+    for item in ["-1", "-1e1", "-1.5e-3", "\"s\""] {
+        let packed = format!("{{ a(x: [{}]) }}", item.repeat(MAX_LIST_ITEMS + 1));
+        let e = check_document(&packed).unwrap_err();
+        assert!(
+            e.message.starts_with("a list in the query"),
+            "{item}: {}",
+            e.message
+        );
+    }
+}
+
+#[test]
 fn nodes_are_bounded_per_document() {
     let wide = format!("{{ {} }}", vec!["a"; MAX_NODES].join(" "));
     assert_eq!(
