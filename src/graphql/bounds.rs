@@ -157,16 +157,33 @@ fn is_word(b: u8) -> bool {
 }
 
 /// Past one name, or one number's sign or point and the digits after it (with at most one
-/// exponent mark). It stops wherever the parser could start another token (`-1-1` is two
-/// numbers to it, `1e1e1` a number and a name), so no text counts fewer nodes here than the
-/// parser makes of it; a float or a spread counts a few more.
+/// exponent mark). It stops wherever the parser could start another token, so no text counts
+/// fewer nodes here than the parser makes of it (a float or a spread counts a few more): the
+/// parser reads `-1-1` as two numbers, `00` as two zeros, and `truenull` as a boolean and a
+/// null (its `true`, `false` and `null` do not look at what follows them).
 fn skip_word(bytes: &[u8], at: &mut Cursor) {
-    let first = bytes[at.offset];
+    let rest = &bytes[at.offset..];
+    if let Some(keyword) = [&b"true"[..], b"false", b"null"]
+        .into_iter()
+        .find(|k| rest.starts_with(k))
+    {
+        at.step(keyword.len());
+        return;
+    }
+    let first = rest[0];
     at.step(1);
     if first.is_ascii_alphabetic() || first == b'_' {
         while at.offset < bytes.len()
             && (bytes[at.offset].is_ascii_alphanumeric() || bytes[at.offset] == b'_')
         {
+            at.step(1);
+        }
+        return;
+    }
+    // An integer part that starts with 0 is that 0 alone.
+    let leading_zero = |at: &Cursor| bytes.get(at.offset) == Some(&b'0');
+    if first == b'0' || (first == b'-' && leading_zero(at)) {
+        if first == b'-' {
             at.step(1);
         }
         return;

@@ -83,8 +83,11 @@ fn list_items_are_bounded_per_list() {
 
 #[test]
 fn adjacent_tokens_count_apart() {
-    // The parser reads `-1-1` as two numbers, `"s""s"` as two strings.
-    for item in ["-1", "-1e1", "-1.5e-3", "\"s\""] {
+    // The parser reads `-1-1` as two numbers, `00` as two zeros, `"s""s"` as two strings,
+    // and `truenull` as a boolean and a null.
+    for item in [
+        "-1", "-1e1", "-1.5e-3", "\"s\"", "0", "-0", "true", "false", "null", "nullx ",
+    ] {
         let packed = format!("{{ a(x: [{}]) }}", item.repeat(MAX_LIST_ITEMS + 1));
         let e = check_document(&packed).unwrap_err();
         assert!(
@@ -93,6 +96,24 @@ fn adjacent_tokens_count_apart() {
             e.message
         );
     }
+}
+
+#[test]
+fn the_parser_splits_what_the_scan_counts_apart() {
+    // What `adjacent_tokens_count_apart` relies on: eight values, with no space between most.
+    use async_graphql::parser::types::{DocumentOperations, Selection};
+    use async_graphql_value::Value as GqlValue;
+    let doc = async_graphql::parser::parse_query("{ a(x: [truenull 00 -1-1 \"s\"\"s\"]) }").unwrap();
+    let DocumentOperations::Single(op) = &doc.operations else {
+        panic!("one operation")
+    };
+    let Selection::Field(field) = &op.node.selection_set.node.items[0].node else {
+        panic!("a field")
+    };
+    let GqlValue::List(items) = &field.node.arguments[0].1.node else {
+        panic!("a list")
+    };
+    assert_eq!(items.len(), 8, "{items:?}");
 }
 
 #[test]
