@@ -226,7 +226,19 @@ fn deep_or_wide() -> impl Strategy<Value = String> {
                 close.repeat(n)
             )),
         (
-            proptest::sample::select(&["1", "-1", "{}", "[]", "\"s\"", "{command: [\"true\"]}"][..]),
+            proptest::sample::select(
+                &[
+                    "1",
+                    "-1",
+                    "0",
+                    "true",
+                    "null",
+                    "{}",
+                    "[]",
+                    "\"s\"",
+                    "{command: [\"true\"]}"
+                ][..]
+            ),
             proptest::sample::select(&[",", " ", ""][..]),
             1..5_000usize
         )
@@ -607,9 +619,13 @@ fn seeds() {
     }
     let deep_variables = json!({ "v": (0..100).fold(json!(1), |v, _| json!({ "a": v })) });
     let deep_json = format!("{}1{}", "[".repeat(5_000), "]".repeat(5_000));
+    let zeros = format!("{{ __typename(a: [{}]) }}", "0".repeat((1 << 20) - 100));
+    let booleans = format!("{{ __typename(a: [{}]) }}", "true".repeat(((1 << 20) - 100) / 4));
     let requests = [
         json!({ "query": deep }),
         json!({ "query": inputs }),
+        json!({ "query": zeros }),
+        json!({ "query": booleans }),
         json!({ "query": doubling }),
         json!({ "query": "query($v: JSON) { __typename }", "variables": deep_variables }),
     ];

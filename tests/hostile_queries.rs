@@ -452,10 +452,19 @@ async fn a_megabyte_of_inputs_is_refused_within_a_memory_budget() {
         "query": "mutation($i: [SubmitJobInput!]!) { submitJobs(inputs: $i) { created } }",
         "variables": { "i": vec![json!({}); count - 10] },
     });
+    // Values the parser reads apart with nothing between them: a million zeros.
+    let packed = format!("{{ __typename(a: [{}]) }}", "0".repeat((1 << 20) - 100));
     let literal_answer = post(&server, json!({ "query": literal })).await;
     let variable_answer = post(&server, by_variable).await;
+    let packed_answer = post(&server, json!({ "query": packed })).await;
     let growth = server.peak_memory().saturating_sub(before);
     assert!(growth < 64 << 20, "peak memory grew by {} MiB", growth >> 20);
+    let (status, body) = packed_answer;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        refusal(&body, "BAD_USER_INPUT"),
+        "a list in the query has more than 1024 items; at most 1024 are allowed"
+    );
     let (status, body) = literal_answer;
     assert_eq!(status, 400, "{body}");
     assert_eq!(
