@@ -26,8 +26,6 @@ use std::any::TypeId;
 use std::collections::{BTreeSet, HashSet};
 
 use async_graphql_value::Value as GqlValue;
-
-use crate::graphql::bounds;
 use std::sync::{
     Arc,
     atomic::{AtomicBool, Ordering},
@@ -43,6 +41,8 @@ use async_graphql::{
         SelectionSet,
     },
 };
+
+use crate::graphql::bounds;
 
 /// The type of the operation a request selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +73,8 @@ impl From<OperationType> for OperationKind {
 }
 
 /// Parses the request's query once it is within `bounds` (the document is cached in the
-/// request, so execution does not parse it again) and returns the type of the operation that `operation_name` selects.
+/// request, so execution does not parse it again) and returns the type of the operation that
+/// `operation_name` selects.
 ///
 /// The selection follows async-graphql 7.2's `prepare_request` exactly, messages included:
 /// a name given for a document with one anonymous operation, or a name not in the document,
