@@ -1,8 +1,10 @@
 //! Queries built to cost the server far more than they cost to send (issue 12.1): fragments
 //! that expand exponentially, fragment cycles, queries too deep or too complex, and requests
 //! that run too long. Each is refused or stopped with a coded error over every transport:
-//! HTTP GET, POST, batched POST and WebSocket `subscribe`. Every test starts the real
-//! `jobgate` binary.
+//! HTTP GET, POST, batched POST and WebSocket `subscribe`. So are documents and variables
+//! nested or sized to exhaust the parser's stack or the process's memory before any of those
+//! limits could look at them; those tests run the `jobgate` binary, whose process must live
+//! through them and whose peak memory they read.
 //!
 //! No test asserts a duration; timeouts only keep a broken test from hanging.
 
@@ -353,5 +355,133 @@ async fn a_request_stops_when_its_client_disconnects() {
     assert!(
         since_drop < f64::from(reads) * 1.5,
         "{since_drop} reads since A's client left: A went on"
+    );
+}
+
+/// A list literal `levels` deep around one `1`, as an argument: about 2 bytes a level.
+fn deep_literal(open: &str, levels: usize, close: &str) -> String {
+    format!(
+        "{{ __typename(a: {}1{}) }}",
+        open.repeat(levels),
+        close.repeat(levels)
+    )
+}
+
+const TOO_DEEP: &str = "the query nests `{`, `[` and `(` more than 64 levels deep; at most 64 are allowed";
+
+#[tokio::test]
+async fn deeply_nested_literals_are_refused_and_the_server_lives() {
+    let server = Server::spawn(&["--allow-batch"]).await;
+    // 4 KB whose parse recursed once per level, past the end of a runtime thread's stack.
+    let lists = deep_literal("[", 2_000, "]");
+    assert!(lists.len() < 4_100);
+    let objects = deep_literal("{a: ", 2_000, "}");
+    let selections = format!("{}__typename{}", "{ a ".repeat(2_000), "}".repeat(2_000));
+    for query in [&lists, &objects, &selections] {
+        for message in refused_everywhere(&server, query).await {
+            assert_eq!(message, TOO_DEEP);
+        }
+    }
+    // At the bound, the document is parsed and runs (`__typename` ignores arguments).
+    let deepest = deep_literal("[", 62, "]");
+    let (status, body) = post(&server, json!({ "query": deepest })).await;
+    assert_eq!(
+        (status, &body["data"]["__typename"]),
+        (200, &json!("Query")),
+        "{body}"
+    );
+    // The same process answers as ever.
+    let body = server.gql_ok("{ jobs { totalCount } }", json!({})).await;
+    assert_eq!(body["jobs"]["totalCount"], 0, "{body}");
+}
+
+#[tokio::test]
+async fn deeply_nested_variables_are_refused() {
+    let server = Server::spawn(&[]).await;
+    let deep = (0..100).fold(json!(1), |v, _| json!({ "a": v }));
+    let submit = "mutation($input: SubmitJobInput!) { submitJob(input: $input) { job { id } } }";
+    let variables = json!({ "input": { "command": ["true"], "parameters": deep } });
+    let expected =
+        "the request's variables nest lists and objects more than 64 levels deep; at most 64 are allowed";
+
+    let (status, body) = post(&server, json!({ "query": submit, "variables": variables })).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(refusal(&body, "BAD_USER_INPUT"), expected);
+
+    let filter = "query($f: JobFilter) { jobs(filter: $f) { totalCount } }";
+    let (status, body) = answer(server.http().get(server.url("/graphql")).query(&[
+        ("query", filter),
+        ("variables", &json!({ "f": { "phases": [deep] } }).to_string()),
+    ]))
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(refusal(&body, "BAD_USER_INPUT"), expected);
+
+    let mut ws = GqlWs::connect(&server).await;
+    ws.subscribe("deep", submit, variables).await;
+    let answer = ws.recv().await;
+    assert_eq!(
+        (&answer["type"], &answer["id"]),
+        (&json!("error"), &json!("deep")),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["payload"][0]["extensions"]["code"], "BAD_USER_INPUT",
+        "{answer}"
+    );
+    assert_eq!(answer["payload"][0]["message"], expected, "{answer}");
+    // The socket stays usable, and nothing was submitted.
+    ws.subscribe("count", "{ jobs { totalCount } }", json!({})).await;
+    let next = ws.recv().await;
+    assert_eq!(next["payload"]["data"]["jobs"]["totalCount"], 0, "{next}");
+}
+
+#[tokio::test]
+async fn a_megabyte_of_inputs_is_refused_within_a_memory_budget() {
+    let server = Server::spawn(&[]).await;
+    // Everything a first request sets up is in the baseline.
+    server.gql_ok("{ jobs { totalCount } }", json!({})).await;
+    let before = server.peak_memory();
+    // Just under the default body limit of 1 MiB: about 349,000 inputs.
+    let count = ((1 << 20) - 200) / 3;
+    let literal = format!(
+        "mutation {{ submitJobs(inputs: [{}]) {{ created }} }}",
+        vec!["{}"; count].join(",")
+    );
+    let by_variable = json!({
+        "query": "mutation($i: [SubmitJobInput!]!) { submitJobs(inputs: $i) { created } }",
+        "variables": { "i": vec![json!({}); count - 10] },
+    });
+    // Values the parser reads apart with nothing between them: a million zeros.
+    let packed = format!("{{ __typename(a: [{}]) }}", "0".repeat((1 << 20) - 100));
+    let literal_answer = post(&server, json!({ "query": literal })).await;
+    let variable_answer = post(&server, by_variable).await;
+    let packed_answer = post(&server, json!({ "query": packed })).await;
+    let growth = server.peak_memory().saturating_sub(before);
+    assert!(growth < 64 << 20, "peak memory grew by {} MiB", growth >> 20);
+    let (status, body) = packed_answer;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        refusal(&body, "BAD_USER_INPUT"),
+        "a list in the query has more than 1024 items; at most 1024 are allowed"
+    );
+    let (status, body) = literal_answer;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        refusal(&body, "BAD_USER_INPUT"),
+        "a list in the query has more than 1024 items; at most 1024 are allowed"
+    );
+    let (status, body) = variable_answer;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        refusal(&body, "BAD_USER_INPUT"),
+        format!(
+            "a list in the request's variables has {} items; at most 1024 are allowed",
+            count - 10
+        )
+    );
+    assert_eq!(
+        server.gql_ok("{ jobs { totalCount } }", json!({})).await["jobs"]["totalCount"],
+        0
     );
 }

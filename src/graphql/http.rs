@@ -16,6 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use serde_json::Value;
 
+use crate::graphql::bounds;
 use crate::graphql::error::{deadline_exceeded, fill_codes};
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind};
 
@@ -142,6 +143,11 @@ fn parse_request(value: Value) -> Result<Request, String> {
     ) {
         return Err("`operationName` must be a string or null".into());
     }
+    // Bounded before async-graphql converts them into its own values, recursively.
+    bounds::check_variables(
+        ["variables", "extensions"].map(|key| (key, map.get(key).unwrap_or(&Value::Null))),
+    )
+    .map_err(|e| e.message)?;
     serde_json::from_value(value).map_err(|e| format!("the request is not a GraphQL request: {e}"))
 }
 

@@ -2,8 +2,9 @@
 //!
 //! It owns the shape limits of one GraphQL document, checked in two hooks:
 //!
-//! - `prepare_request`, before async-graphql does anything with the document (it parses it,
-//!   or reuses the parse the transport cached): fragment cycles, the number of aliases, and
+//! - `prepare_request`, before async-graphql does anything with the document (parsed here
+//!   through `bounds::parse`, or the parse the transport cached): fragment cycles, the number
+//!   of aliases, and
 //!   the number of selections (fields, fragment spreads, inline fragments) the document makes
 //!   **once its fragment spreads are expanded**. async-graphql's recursion-depth check,
 //!   validation and execution all expand spreads, so a few hundred bytes whose fragments each
@@ -154,8 +155,8 @@ impl<'d> Memo<'d> {
         Ok(size)
     }
 
-    /// Recursion follows the document's nesting, which async-graphql's parser has already
-    /// bounded (`limit_recursive_depth`); fragments are entered once each.
+    /// Recursion follows the document's nesting, which `bounds` limited before the document
+    /// was parsed; fragments are entered once each.
     fn selection_set(&mut self, set: &'d SelectionSet) -> Result<u64, ExpandError> {
         let mut total = 0u64;
         for item in &set.items {
@@ -238,8 +239,9 @@ impl Extension for ShapeLimitExtension {
         mut request: Request,
         next: NextPrepareRequest<'_>,
     ) -> ServerResult<Request> {
-        // Cached in the request: async-graphql does not parse it again.
-        let doc = request.parsed_query()?;
+        // Within bounds and cached in the request: async-graphql does not parse it again, for
+        // any request the schema runs, whichever transport or part of jobgate built it.
+        let doc = crate::graphql::bounds::parse(&mut request)?;
         self.limits.check_document(doc)?;
         next.run(ctx, request).await
     }

@@ -4,6 +4,7 @@
 //! It talks only to the job service; it holds no business rules and imports no storage or
 //! executor types.
 
+pub mod bounds;
 mod caller;
 pub mod error;
 pub mod http;

@@ -42,6 +42,8 @@ use async_graphql::{
     },
 };
 
+use crate::graphql::bounds;
+
 /// The type of the operation a request selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OperationKind {
@@ -70,17 +72,18 @@ impl From<OperationType> for OperationKind {
     }
 }
 
-/// Parses the request's query (the document is cached in the request, so execution does not
-/// parse it again) and returns the type of the operation that `operation_name` selects.
+/// Parses the request's query once it is within `bounds` (the document is cached in the
+/// request, so execution does not parse it again) and returns the type of the operation that
+/// `operation_name` selects.
 ///
 /// The selection follows async-graphql 7.2's `prepare_request` exactly, messages included:
 /// a name given for a document with one anonymous operation, or a name not in the document,
 /// is `Unknown operation named "…"`; no name for a document with several named operations
 /// is `Operation name required in request.`. A syntax error is returned as the parser's
-/// `ServerError`, with its location.
+/// `ServerError`, with its location; a document out of bounds as `bounds`' refusal.
 pub fn operation_kind(req: &mut Request) -> Result<OperationKind, ServerError> {
     let operation_name = req.operation_name.clone();
-    let doc = req.parsed_query()?;
+    let doc = bounds::parse(req)?;
     Ok(selected_operation(doc, operation_name.as_deref())?.ty.into())
 }
 
@@ -117,7 +120,7 @@ fn selected_operation<'d>(
 /// (validation, which refuses cycles, has not run yet).
 pub fn selection_variables(req: &mut Request) -> Option<BTreeSet<String>> {
     let operation_name = req.operation_name.clone();
-    let doc = req.parsed_query().ok()?;
+    let doc = bounds::parse(req).ok()?;
     let op = selected_operation(doc, operation_name.as_deref()).ok()?;
     let mut walk = VariableWalk {
         doc,

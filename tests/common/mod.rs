@@ -371,6 +371,19 @@ impl Server {
         }
     }
 
+    /// A spawned jobgate's peak resident memory so far (`VmHWM`), in bytes.
+    pub fn peak_memory(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("the process's status: is jobgate still running?");
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmHWM in {status}"));
+        kib * 1024
+    }
+
     /// kill -9 of a spawned jobgate: no chance to clean up.
     pub fn kill9(&mut self) {
         match std::mem::replace(&mut self.running, Running::Stopped) {

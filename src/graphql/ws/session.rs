@@ -36,6 +36,7 @@ use super::keepalive::{Beat, Keepalive};
 use super::operation_task::{OpDone, OpEnv, run_operation};
 use super::registry::Registry;
 use super::writer::{CLOSE_GRACE, DataQueue, Out, write_loop};
+use crate::graphql::bounds;
 use crate::graphql::error::fill_codes;
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind, selection_variables};
 
@@ -383,6 +384,15 @@ impl<E: Executor> Connection<E> {
                 CloseCode::SubscriberAlreadyExists,
                 format!("Subscriber for {id} already exists"),
             ));
+        }
+        // Variables out of bounds are refused before async-graphql converts them (recursively).
+        if let Err(e) = bounds::check_variables(
+            ["variables", "extensions"].map(|key| (key, payload.get(key).unwrap_or(&Value::Null))),
+        ) {
+            debug!(id, error = %e.message, "operation refused before execution");
+            let mut errors = [e];
+            fill_codes(&mut errors);
+            return self.send_control(Out::Text(error_frame(&id, &errors)));
         }
         // The shape was checked, so this cannot fail in practice; if it does, it is still the
         // client's message that is wrong.
