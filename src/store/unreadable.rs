@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 
+use crate::model::Job;
+
 /// The most rows kept in the list; beyond it, rows are counted but not listed.
 pub const MAX_LISTED: usize = 1000;
 
@@ -152,6 +154,31 @@ impl Unreadable {
     /// How many rows are known unreadable, listed or not.
     pub fn count(&self) -> usize {
         self.known.load(Ordering::Relaxed)
+    }
+}
+
+/// A job as every backend stores it: its JSON text, with its id from its own column. `None`
+/// (reported to `unreadable`) when the text does not decode.
+pub(super) fn decode_job(unreadable: &Unreadable, id: &str, body: &str) -> Option<Job> {
+    unreadable.decode(RowKind::Job, id, Some(id), body)
+}
+
+/// [`decode_job`] for a read of that one job: its failure is the answer.
+pub(super) fn read_job(unreadable: &Unreadable, id: &str, body: &str) -> super::Result<Job> {
+    decode_job(unreadable, id, body).ok_or_else(|| unreadable_error(unreadable, RowKind::Job, id))
+}
+
+/// The error answered for a row [`Unreadable`] has just reported.
+pub(super) fn unreadable_error(unreadable: &Unreadable, kind: RowKind, key: &str) -> super::StoreError {
+    let reason = unreadable
+        .list()
+        .into_iter()
+        .find(|row| row.kind == kind && row.key == key)
+        .map_or_else(|| "its stored text does not decode".to_owned(), |row| row.error);
+    super::StoreError::Unreadable {
+        kind,
+        key: key.to_owned(),
+        reason,
     }
 }
 
