@@ -41,7 +41,7 @@ pub struct Webhook {
     pub disabled_at: Option<i64>,
 }
 
-/// A failed delivery attempt, as [`Store::webhook_failed`] records it.
+/// A failed delivery attempt, as [`Store::webhook_failed`](super::Store::webhook_failed) records it.
 #[derive(Clone, Debug)]
 pub struct WebhookFailure {
     pub attempts: i64,
