@@ -109,8 +109,14 @@ enum Direct {
 }
 
 impl Direct {
-    /// Runs `sql` with its `?`/`$n` binds (all text) against the store.
+    /// Runs `sql` with its `?`/`$n` binds (all text) against the store, which must change
+    /// one row.
     async fn execute(&self, sqlite: &'static str, postgres: &'static str, binds: &[&str]) {
+        assert_eq!(self.execute_rows(sqlite, postgres, binds).await, 1, "{sqlite}");
+    }
+
+    /// Runs `sql` with its `?`/`$n` binds (all text) against the store; the rows it changed.
+    async fn execute_rows(&self, sqlite: &'static str, postgres: &'static str, binds: &[&str]) -> u64 {
         match self {
             Direct::Sqlite(file) => {
                 let url = format!("sqlite://{}", file.display());
@@ -120,8 +126,8 @@ impl Direct {
                     query = query.bind(*b);
                 }
                 let done = query.execute(&mut conn).await.unwrap();
-                assert_eq!(done.rows_affected(), 1, "{sqlite}");
                 conn.close().await.unwrap();
+                done.rows_affected()
             }
             Direct::Postgres(url) => {
                 let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
@@ -130,8 +136,8 @@ impl Direct {
                     query = query.bind(*b);
                 }
                 let done = query.execute(&mut conn).await.unwrap();
-                assert_eq!(done.rows_affected(), 1, "{postgres}");
                 conn.close().await.unwrap();
+                done.rows_affected()
             }
         }
     }
@@ -340,6 +346,68 @@ async fn one_bad_row_never_stops_the_service_on_postgres() {
         return;
     };
     one_bad_row_never_stops_the_service(Some(&pg)).await;
+}
+
+/// More unreadable rows at the head of the launch outbox than the launcher reads at once:
+/// the jobs after them are still handed over.
+async fn unreadable_rows_leading_the_outbox_do_not_hold_up_the_jobs_after_them(pg: Option<&Postgres>) {
+    const BAD: usize = 70;
+    let url = pg.map(Postgres::url);
+    let args: Vec<&str> = match &url {
+        Some(url) => vec!["--database-url", url],
+        None => Vec::new(),
+    };
+    let args = args.as_slice();
+    let mut server = Server::start(args).await;
+    let inputs: Vec<Value> = (0..BAD).map(|_| json!({"command": ["true"]})).collect();
+    server
+        .gql_ok(
+            "mutation($inputs: [SubmitJobInput!]!) { submitJobs(inputs: $inputs) { created } }",
+            json!({"inputs": inputs}),
+        )
+        .await;
+    let polling = Polling::start();
+    loop {
+        let page = server
+            .gql_ok(
+                "{ jobs(filter: {phases: [SUCCEEDED]}) { totalCount } }",
+                json!({}),
+            )
+            .await;
+        if page["jobs"]["totalCount"] == BAD {
+            break;
+        }
+        polling.pause(|| format!("not every job succeeded: {page}")).await;
+    }
+    server.stop().await;
+    let store = match &url {
+        Some(url) => Direct::Postgres(url.clone()),
+        None => Direct::Sqlite(server.database_file()),
+    };
+    let changed = store
+        .execute_rows(
+            "UPDATE jobs SET body = '{\"not\": \"a job\"}', phase = 'PENDING', launched = 0",
+            "UPDATE jobs SET body = '{\"not\": \"a job\"}', phase = 'PENDING', launched = 0",
+            &[],
+        )
+        .await;
+    assert_eq!(changed, BAD as u64);
+    let server = server.start_again(args).await;
+    let fresh = server.submit(json!({"name": "fresh", "command": ["true"]})).await;
+    assert_eq!(server.terminal_phase(&fresh).await, "SUCCEEDED");
+}
+
+#[tokio::test]
+async fn unreadable_rows_leading_the_outbox_do_not_hold_up_the_jobs_after_them_on_sqlite() {
+    unreadable_rows_leading_the_outbox_do_not_hold_up_the_jobs_after_them(None).await;
+}
+
+#[tokio::test]
+async fn unreadable_rows_leading_the_outbox_do_not_hold_up_the_jobs_after_them_on_postgres() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    unreadable_rows_leading_the_outbox_do_not_hold_up_the_jobs_after_them(Some(&pg)).await;
 }
 
 #[tokio::test]

@@ -659,32 +659,45 @@ impl Store for PostgresStore {
     /// claimed right now are skipped too, not waited for) until the claim expires; this
     /// replica's own claims are returned again, so that it retries its own launches.
     async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
-        let rows = sqlx::query(concat!(
-            "UPDATE jobs SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3) \
-             WHERE seq IN (SELECT seq FROM jobs WHERE launched = 0 \
-                 AND (claimed_by IS NULL OR claimed_by = $1 OR claimed_until < now()) \
-                 AND (($4::bigint >> ",
-            shard_of_id!(),
-            ") & 1) = 1 \
-                 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             RETURNING seq, id, body"
-        ))
-        .bind(&self.replica)
-        .bind(limit)
-        .bind(LAUNCH_CLAIM.as_secs_f64())
-        .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
-        .fetch_all(&self.pool)
-        .await?;
-        let mut jobs: Vec<(i64, Job)> = rows
-            .into_iter()
-            .filter_map(|r| {
+        // Unreadable rows are claimed and read past (they stay in the outbox, reported), so
+        // that however many lead the outbox, the jobs after them are handed over.
+        let mut jobs: Vec<(i64, Job)> = Vec::new();
+        let mut after = 0;
+        loop {
+            let wanted = limit - jobs.len() as i64;
+            let rows = sqlx::query(concat!(
+                "UPDATE jobs SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3) \
+                 WHERE seq IN (SELECT seq FROM jobs WHERE launched = 0 AND seq > $5 \
+                     AND (claimed_by IS NULL OR claimed_by = $1 OR claimed_until < now()) \
+                     AND (($4::bigint >> ",
+                shard_of_id!(),
+                ") & 1) = 1 \
+                     ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                 RETURNING seq, id, body"
+            ))
+            .bind(&self.replica)
+            .bind(wanted)
+            .bind(LAUNCH_CLAIM.as_secs_f64())
+            .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
+            .bind(after)
+            .fetch_all(&self.pool)
+            .await?;
+            let read = rows.len() as i64;
+            // RETURNING follows no ORDER BY.
+            if let Some(last) = rows.iter().map(|r| r.get::<i64, _>("seq")).max() {
+                after = last;
+            }
+            jobs.extend(rows.into_iter().filter_map(|r| {
                 Some((
                     r.get::<i64, _>("seq"),
                     decode_job(&self.unreadable, r.get("id"), r.get("body"))?,
                 ))
-            })
-            .collect();
-        // RETURNING follows no ORDER BY: oldest first again.
+            }));
+            if read < wanted || jobs.len() as i64 >= limit {
+                break;
+            }
+        }
+        // Oldest first again.
         jobs.sort_by_key(|(seq, _)| *seq);
         Ok(jobs.into_iter().map(|(_, job)| job).collect())
     }

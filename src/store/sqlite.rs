@@ -671,20 +671,35 @@ impl Store for SqliteStore {
             .collect())
     }
 
+    /// Unreadable rows are read past (they stay in the outbox, reported), so that however
+    /// many lead the outbox, the jobs after them are handed over.
     async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
-        let rows = sqlx::query(concat!(
-            "SELECT id, body FROM jobs WHERE launched = 0 AND ((? >> ",
-            shard_of_id!(),
-            ") & 1) = 1 ORDER BY seq LIMIT ?"
-        ))
-        .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|r| decode_job(&self.unreadable, r.get("id"), r.get("body")))
-            .collect())
+        let mut jobs = Vec::new();
+        let mut after = 0;
+        loop {
+            let wanted = limit - jobs.len() as i64;
+            let rows = sqlx::query(concat!(
+                "SELECT seq, id, body FROM jobs WHERE launched = 0 AND seq > ? AND ((? >> ",
+                shard_of_id!(),
+                ") & 1) = 1 ORDER BY seq LIMIT ?"
+            ))
+            .bind(after)
+            .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
+            .bind(wanted)
+            .fetch_all(&self.pool)
+            .await?;
+            let read = rows.len() as i64;
+            if let Some(last) = rows.last() {
+                after = last.get("seq");
+            }
+            jobs.extend(
+                rows.into_iter()
+                    .filter_map(|r| decode_job(&self.unreadable, r.get("id"), r.get("body"))),
+            );
+            if read < wanted || jobs.len() as i64 >= limit {
+                return Ok(jobs);
+            }
+        }
     }
 
     async fn insert_webhook(&self, webhook: &Webhook) -> Result<()> {
