@@ -108,7 +108,20 @@ enum Direct {
     Postgres(String),
 }
 
+/// jobgate's arguments for its store: PostgreSQL at `url`, or SQLite in its data directory.
+fn store_args(url: Option<&str>) -> Vec<&str> {
+    url.map_or_else(Vec::new, |url| vec!["--database-url", url])
+}
+
 impl Direct {
+    /// The store `server` ran on: PostgreSQL at `url`, or its SQLite file.
+    fn of(server: &Server, url: Option<&str>) -> Self {
+        match url {
+            Some(url) => Direct::Postgres(url.to_owned()),
+            None => Direct::Sqlite(server.database_file()),
+        }
+    }
+
     /// Runs `sql` with its `?`/`$n` binds (all text) against the store, which must change
     /// one row.
     async fn execute(&self, sqlite: &'static str, postgres: &'static str, binds: &[&str]) {
@@ -175,10 +188,7 @@ impl Direct {
 /// everything else, and report both rows.
 async fn one_bad_row_never_stops_the_service(pg: Option<&Postgres>) {
     let url = pg.map(Postgres::url);
-    let args: Vec<&str> = match &url {
-        Some(url) => vec!["--database-url", url],
-        None => Vec::new(),
-    };
+    let args = store_args(url.as_deref());
     let args = args.as_slice();
     let mut server = Server::start(args).await;
     let mut ids = Vec::new();
@@ -189,10 +199,7 @@ async fn one_bad_row_never_stops_the_service(pg: Option<&Postgres>) {
         assert_eq!(server.terminal_phase(id).await, "SUCCEEDED");
     }
     server.stop().await;
-    let store = match &url {
-        Some(url) => Direct::Postgres(url.clone()),
-        None => Direct::Sqlite(server.database_file()),
-    };
+    let store = Direct::of(&server, url.as_deref());
     let poisoned = &ids[1];
     let body = damage(&store.body(poisoned).await);
     store
@@ -353,10 +360,7 @@ async fn one_bad_row_never_stops_the_service_on_postgres() {
 async fn unreadable_rows_leading_the_outbox_do_not_hold_up_the_jobs_after_them(pg: Option<&Postgres>) {
     const BAD: usize = 70;
     let url = pg.map(Postgres::url);
-    let args: Vec<&str> = match &url {
-        Some(url) => vec!["--database-url", url],
-        None => Vec::new(),
-    };
+    let args = store_args(url.as_deref());
     let args = args.as_slice();
     let mut server = Server::start(args).await;
     let inputs: Vec<Value> = (0..BAD).map(|_| json!({"command": ["true"]})).collect();
@@ -380,10 +384,7 @@ async fn unreadable_rows_leading_the_outbox_do_not_hold_up_the_jobs_after_them(p
         polling.pause(|| format!("not every job succeeded: {page}")).await;
     }
     server.stop().await;
-    let store = match &url {
-        Some(url) => Direct::Postgres(url.clone()),
-        None => Direct::Sqlite(server.database_file()),
-    };
+    let store = Direct::of(&server, url.as_deref());
     let changed = store
         .execute_rows(
             "UPDATE jobs SET body = '{\"not\": \"a job\"}', phase = 'PENDING', launched = 0",

@@ -48,8 +48,8 @@ pub use logs::{LogAppend, LogAppended};
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+use unreadable::{ReadPast, decode_job, read_job, unreadable_error};
 pub use unreadable::{RowKind, Unreadable, UnreadableRow};
-use unreadable::{decode_job, read_job, unreadable_error};
 use webhooks::{WEBHOOK_COLUMNS, WebhookRow, scope_json, webhook_json};
 pub use webhooks::{Webhook, WebhookFailure};
 

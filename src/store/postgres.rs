@@ -38,9 +38,9 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 use super::logs::{self, LogAppend, LogAppended};
 use super::{
     Arm, ArmRows, COUNT_CANDIDATES, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, KeyedJob, ListPlan,
-    PlannedRead, Recoverable, Result, RowKind, StatsSnapshot, Store, StoreError, StoreTx, Unreadable,
-    WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, read_job, scope_json,
-    scoped_key, unreadable_error, webhook_json,
+    PlannedRead, ReadPast, Recoverable, Result, RowKind, StatsSnapshot, Store, StoreError, StoreTx,
+    Unreadable, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, read_job,
+    scope_json, scoped_key, unreadable_error, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -403,10 +403,8 @@ impl Store for PostgresStore {
             .await?;
         // A row left out as unreadable is made up for by reading on, so that a page shorter
         // than `limit` still means "nothing more yet" to every caller.
-        let mut events = Vec::new();
-        let mut from = after;
+        let mut events = ReadPast::new(limit, after);
         loop {
-            let wanted = limit - events.len() as i64;
             let rows = sqlx::query(
                 "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
                  WHERE seq > $1 AND ($2::text IS NULL OR job_id = $2) \
@@ -414,18 +412,15 @@ impl Store for PostgresStore {
                       AND jobs.namespace = ANY($4))) \
                  ORDER BY seq LIMIT $3",
             )
-            .bind(from)
+            .bind(events.after())
             .bind(job_id)
-            .bind(wanted)
+            .bind(events.wanted())
             .bind(&scope)
             .fetch_all(&mut *tx)
             .await?;
-            let read = rows.len() as i64;
-            if let Some(last) = rows.last() {
-                from = last.get("seq");
-            }
-            events.extend(rows.into_iter().filter_map(|r| decode_event(&self.unreadable, r)));
-            if read < wanted || events.len() as i64 >= limit {
+            let (read, last) = (rows.len(), rows.last().map(|r| r.get("seq")));
+            let decoded = rows.into_iter().filter_map(|r| decode_event(&self.unreadable, r));
+            if events.take(read, last, decoded) {
                 break;
             }
         }
@@ -439,7 +434,7 @@ impl Store for PostgresStore {
             }
         }
         tx.commit().await?;
-        Ok(events)
+        Ok(events.into_items())
     }
 
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
@@ -661,10 +656,8 @@ impl Store for PostgresStore {
     async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
         // Unreadable rows are claimed and read past (they stay in the outbox, reported), so
         // that however many lead the outbox, the jobs after them are handed over.
-        let mut jobs: Vec<(i64, Job)> = Vec::new();
-        let mut after = 0;
+        let mut jobs = ReadPast::new(limit, 0);
         loop {
-            let wanted = limit - jobs.len() as i64;
             let rows = sqlx::query(concat!(
                 "UPDATE jobs SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3) \
                  WHERE seq IN (SELECT seq FROM jobs WHERE launched = 0 AND seq > $5 \
@@ -676,27 +669,23 @@ impl Store for PostgresStore {
                  RETURNING seq, id, body"
             ))
             .bind(&self.replica)
-            .bind(wanted)
+            .bind(jobs.wanted())
             .bind(LAUNCH_CLAIM.as_secs_f64())
             .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
-            .bind(after)
+            .bind(jobs.after())
             .fetch_all(&self.pool)
             .await?;
-            let read = rows.len() as i64;
             // RETURNING follows no ORDER BY.
-            if let Some(last) = rows.iter().map(|r| r.get::<i64, _>("seq")).max() {
-                after = last;
-            }
-            jobs.extend(rows.into_iter().filter_map(|r| {
-                Some((
-                    r.get::<i64, _>("seq"),
-                    decode_job(&self.unreadable, r.get("id"), r.get("body"))?,
-                ))
-            }));
-            if read < wanted || jobs.len() as i64 >= limit {
+            let (read, last) = (rows.len(), rows.iter().map(|r| r.get::<i64, _>("seq")).max());
+            let decoded = rows.into_iter().filter_map(|r| {
+                let job = decode_job(&self.unreadable, r.get("id"), r.get("body"))?;
+                Some((r.get::<i64, _>("seq"), job))
+            });
+            if jobs.take(read, last, decoded) {
                 break;
             }
         }
+        let mut jobs = jobs.into_items();
         // Oldest first again.
         jobs.sort_by_key(|(seq, _)| *seq);
         Ok(jobs.into_iter().map(|(_, job)| job).collect())

@@ -33,9 +33,9 @@ use async_trait::async_trait;
 use super::logs::{self, LogAppend, LogAppended};
 use super::{
     Accepted, ArmRows, COUNT_CANDIDATES, Durability, ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage,
-    KeyedJob, ListPlan, PlannedRead, Recoverable, Result, RowKind, StatsSnapshot, Store, StoreError, StoreTx,
-    Unreadable, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job, merge_arms, read_job,
-    scoped_key, unreadable_error, webhook_json,
+    KeyedJob, ListPlan, PlannedRead, ReadPast, Recoverable, Result, RowKind, StatsSnapshot, Store,
+    StoreError, StoreTx, Unreadable, WEBHOOK_COLUMNS, Webhook, WebhookFailure, WebhookRow, decode_job,
+    merge_arms, read_job, scoped_key, unreadable_error, webhook_json,
 };
 use crate::model::{
     Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, SHARD_COUNT, Scope, ShardSet, Transition,
@@ -416,10 +416,8 @@ impl Store for SqliteStore {
         let mut tx = self.pool.begin().await?;
         // A row left out as unreadable is made up for by reading on, so that a page shorter
         // than `limit` still means "nothing more yet" to every caller.
-        let mut events = Vec::new();
-        let mut from = after;
+        let mut events = ReadPast::new(limit, after);
         loop {
-            let wanted = limit - events.len() as i64;
             let rows = sqlx::query(
                 "SELECT seq, job_id, phase, previous_phase, at, reason, message, job FROM events \
                  WHERE seq > ?1 AND (?2 IS NULL OR job_id = ?2) \
@@ -427,18 +425,15 @@ impl Store for SqliteStore {
                       AND jobs.namespace IN (SELECT value FROM json_each(?4)))) \
                  ORDER BY seq LIMIT ?3",
             )
-            .bind(from)
+            .bind(events.after())
             .bind(job_id)
-            .bind(wanted)
+            .bind(events.wanted())
             .bind(&scope_json)
             .fetch_all(&mut *tx)
             .await?;
-            let read = rows.len() as i64;
-            if let Some(last) = rows.last() {
-                from = last.get("seq");
-            }
-            events.extend(rows.into_iter().filter_map(|r| decode_event(&self.unreadable, r)));
-            if read < wanted || events.len() as i64 >= limit {
+            let (read, last) = (rows.len(), rows.last().map(|r| r.get("seq")));
+            let decoded = rows.into_iter().filter_map(|r| decode_event(&self.unreadable, r));
+            if events.take(read, last, decoded) {
                 break;
             }
         }
@@ -452,7 +447,7 @@ impl Store for SqliteStore {
             }
         }
         tx.commit().await?;
-        Ok(events)
+        Ok(events.into_items())
     }
 
     async fn namespaces(&self, limit: i64, scope: &Scope) -> Result<Vec<String>> {
@@ -674,30 +669,24 @@ impl Store for SqliteStore {
     /// Unreadable rows are read past (they stay in the outbox, reported), so that however
     /// many lead the outbox, the jobs after them are handed over.
     async fn unlaunched_jobs(&self, limit: i64, shards: Option<ShardSet>) -> Result<Vec<Job>> {
-        let mut jobs = Vec::new();
-        let mut after = 0;
+        let mut jobs = ReadPast::new(limit, 0);
         loop {
-            let wanted = limit - jobs.len() as i64;
             let rows = sqlx::query(concat!(
                 "SELECT seq, id, body FROM jobs WHERE launched = 0 AND seq > ? AND ((? >> ",
                 shard_of_id!(),
                 ") & 1) = 1 ORDER BY seq LIMIT ?"
             ))
-            .bind(after)
+            .bind(jobs.after())
             .bind(i64::from(shards.unwrap_or(ShardSet::ALL).mask()))
-            .bind(wanted)
+            .bind(jobs.wanted())
             .fetch_all(&self.pool)
             .await?;
-            let read = rows.len() as i64;
-            if let Some(last) = rows.last() {
-                after = last.get("seq");
-            }
-            jobs.extend(
-                rows.into_iter()
-                    .filter_map(|r| decode_job(&self.unreadable, r.get("id"), r.get("body"))),
-            );
-            if read < wanted || jobs.len() as i64 >= limit {
-                return Ok(jobs);
+            let (read, last) = (rows.len(), rows.last().map(|r| r.get("seq")));
+            let decoded = rows
+                .into_iter()
+                .filter_map(|r| decode_job(&self.unreadable, r.get("id"), r.get("body")));
+            if jobs.take(read, last, decoded) {
+                return Ok(jobs.into_items());
             }
         }
     }

@@ -182,6 +182,59 @@ pub(super) fn unreadable_error(unreadable: &Unreadable, kind: RowKind, key: &str
     }
 }
 
+/// A read of up to `limit` rows in cursor order that leaves unreadable rows out (the decoder
+/// reports them) and reads on past them, so that it still returns `limit` items whenever the
+/// store holds that many readable ones: a short answer keeps meaning "nothing more now" to
+/// every caller (subscribers, followers, webhooks, the launcher).
+///
+/// Each round reads [`ReadPast::wanted`] rows after [`ReadPast::after`] and hands them to
+/// [`ReadPast::take`], until it says the read is done.
+pub(super) struct ReadPast<T> {
+    limit: i64,
+    after: i64,
+    items: Vec<T>,
+}
+
+impl<T> ReadPast<T> {
+    pub(super) fn new(limit: i64, after: i64) -> Self {
+        Self {
+            limit,
+            after,
+            items: Vec::new(),
+        }
+    }
+
+    /// The cursor the next round reads after.
+    pub(super) fn after(&self) -> i64 {
+        self.after
+    }
+
+    /// How many rows the next round reads.
+    pub(super) fn wanted(&self) -> i64 {
+        self.limit - self.items.len() as i64
+    }
+
+    /// Takes one round: `read` rows were read, the highest cursor among them `last`, and
+    /// `decoded` are those that decoded. Whether the read is done.
+    pub(super) fn take(
+        &mut self,
+        read: usize,
+        last: Option<i64>,
+        decoded: impl IntoIterator<Item = T>,
+    ) -> bool {
+        let wanted = self.wanted();
+        if let Some(last) = last {
+            self.after = self.after.max(last);
+        }
+        self.items.extend(decoded);
+        (read as i64) < wanted || self.wanted() <= 0
+    }
+
+    pub(super) fn into_items(self) -> Vec<T> {
+        self.items
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +264,33 @@ mod tests {
         unreadable.decode::<Vec<u8>>(RowKind::Job, "j1", Some("j1"), "[]");
         assert_eq!(unreadable.count(), 1);
         assert_eq!(unreadable.list()[0].kind, RowKind::Event);
+    }
+
+    #[test]
+    fn a_read_past_goes_on_until_it_has_its_limit_or_the_rows_run_out() {
+        // Rows 1..=6; 2 and 3 do not decode.
+        let rows: Vec<(i64, bool)> = (1..=6).map(|seq| (seq, !(2..=3).contains(&seq))).collect();
+        let mut read = ReadPast::new(3, 0);
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let round: Vec<_> = rows
+                .iter()
+                .filter(|(seq, _)| *seq > read.after())
+                .take(read.wanted() as usize)
+                .collect();
+            let last = round.last().map(|(seq, _)| *seq);
+            let decoded: Vec<i64> = round.iter().filter(|(_, ok)| *ok).map(|(seq, _)| *seq).collect();
+            if read.take(round.len(), last, decoded) {
+                break;
+            }
+        }
+        assert_eq!((read.into_items(), rounds), (vec![1, 4, 5], 2));
+        // Fewer readable rows than asked: it stops where the rows end.
+        let mut read = ReadPast::<i64>::new(3, 0);
+        assert!(!read.take(3, Some(3), [1]));
+        assert!(read.take(1, Some(4), []));
+        assert_eq!(read.into_items(), vec![1]);
     }
 
     #[test]
