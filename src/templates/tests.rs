@@ -1,6 +1,6 @@
-//! The built-in templates against the upstream status shapes (the examples of
-//! ../shared/reference/workload-status.md, as the operators write them), and the load-time
-//! checks that stop jobgate on a bad template.
+//! The built-in templates against the upstream status shapes (statuses as each kind's operator
+//! writes them; docs/TEMPLATES.md, "Status shapes"), and the load-time checks that stop jobgate
+//! on a bad template.
 
 use serde_json::{Value, json};
 

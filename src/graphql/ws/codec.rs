@@ -1,6 +1,6 @@
 //! The wire format of graphql-transport-ws: the subprotocol token, the client messages and the
 //! rules they are checked against, the server frames, and the close codes with their reason
-//! limit (reference `shared/reference/graphql-transport-ws.md` §2 and §3).
+//! limit (docs/WEBSOCKET.md §2 and §3).
 //!
 //! Pure functions between text and values. It must not hold connection state, decide what a
 //! message does to the connection (that is `session`'s), or touch the socket.

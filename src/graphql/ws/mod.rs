@@ -3,8 +3,8 @@
 //! This module owns one WebSocket from the upgrade to the last frame: subprotocol check, the
 //! `connection_init`/`connection_ack` handshake and its timeout, message validation, the
 //! per-operation lifecycle (ids, `next`/`error`/`complete`), keepalive ping frames, the bounded
-//! outgoing queue and the close codes. It follows `shared/reference/graphql-transport-ws.md`
-//! (§7 for the shape, §8 for the checklist) and drives any [`async_graphql::Executor`]
+//! outgoing queue and the close codes. It follows docs/WEBSOCKET.md ("reference §N" below is a
+//! section of it: §7 for the shape, §8 for the checks) and drives any [`async_graphql::Executor`]
 //! (in practice our `Schema`) through `execute_stream`.
 //!
 //! It must not: know the schema or any business rule (the executor and the init hook carry
