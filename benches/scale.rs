@@ -1,4 +1,4 @@
-//! Scale benchmark of a real `jobgate` server on this machine, over 127.0.0.1 only (issue 17):
+//! Scale benchmark of a real `jobgate` server on this machine, over 127.0.0.1 only:
 //! bulk submission throughput, and reads at a million jobs.
 //!
 //! `cargo bench --bench scale` builds the `jobgate` binary with the bench profile and runs it
@@ -691,8 +691,8 @@ async fn million(opts: &Opts, table: &mut Table) {
 /// its answer took, and whether it was accepted.
 type Sample = (Instant, Duration, bool);
 
-/// The retention sweep of a large store, against `submitJob` latency (issue 17: retention
-/// runs "without stalling writers").
+/// The retention sweep of a large store, against `submitJob` latency: retention must run
+/// without stalling writers.
 ///
 /// The store is the [`generate`]d one (a copy of `BENCH_KEEP`'s, which the sweep would
 /// empty): finished jobs finished one every 2.6 s over 30 days, so with retention of one day

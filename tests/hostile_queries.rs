@@ -1,4 +1,4 @@
-//! Queries built to cost the server far more than they cost to send (issue 12.1): fragments
+//! Queries built to cost the server far more than they cost to send: fragments
 //! that expand exponentially, fragment cycles, queries too deep or too complex, and requests
 //! that run too long. Each is refused or stopped with a coded error over every transport:
 //! HTTP GET, POST, batched POST and WebSocket `subscribe`. So are documents and variables
@@ -296,8 +296,9 @@ async fn a_request_past_its_time_limit_is_stopped_with_deadline_exceeded() {
 
 /// A client that goes away stops its request: hyper drops the handler's future when the
 /// connection closes, and execution runs inside it (nothing is spawned), so the store stops
-/// being asked. (What kept running after the client left in issue 12.1 was work that never
-/// waits, which no drop can interrupt; the selection limit refuses that before it starts.)
+/// being asked. (Work that never waits, such as resolving the millions of selections an
+/// exponential fragment expands to, cannot be interrupted by a drop; the selection limit
+/// refuses that before it starts.)
 #[tokio::test]
 async fn a_request_stops_when_its_client_disconnects() {
     use tokio::io::AsyncWriteExt;

@@ -1,6 +1,6 @@
 //! The local executor hands jobs none of jobgate's files, credentials or environment, runs
 //! them as an unprivileged user when jobgate is root, and refuses to serve several tenants
-//! when it cannot (issue 12, point 3).
+//! when it cannot.
 //!
 //! The tests that need a second uid need root; they skip loudly otherwise, never in CI
 //! (CI=true), which runs as root.
