@@ -153,7 +153,8 @@ impl KubeShared {
                 self.archive.follows.insert(key.clone(), true);
                 let shared = self.clone();
                 let name = info.name.clone();
-                self.ctx.tasks
+                self.ctx
+                    .tasks
                     .spawn(async move { shared.let_go(&namespace, &name).await });
             }
             return;

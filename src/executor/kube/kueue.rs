@@ -183,8 +183,9 @@ struct WorkloadEvents(Arc<KubeShared>);
 
 impl Handler<DynamicObject> for WorkloadEvents {
     async fn event(&mut self, event: watcher::Event<DynamicObject>) {
-        let (watcher::Event::InitApply(object) | watcher::Event::Apply(object) | watcher::Event::Delete(object)) =
-            &event
+        let (watcher::Event::InitApply(object)
+        | watcher::Event::Apply(object)
+        | watcher::Event::Delete(object)) = &event
         else {
             return; // the markers of a list: a Workload missing from one means nothing
         };

@@ -170,10 +170,30 @@ fn admitted() -> Value {
 
 fn preempted() -> Value {
     json!([
-        c("QuotaReserved", "False", "Preempted", "Preempted to accommodate a higher priority Workload"),
-        c("Admitted", "False", "NoReservation", "The workload has no reservation"),
-        c("Evicted", "True", "Preempted", "Preempted to accommodate a higher priority Workload"),
-        c("Preempted", "True", "InClusterQueue", "Preempted to accommodate a higher priority Workload"),
+        c(
+            "QuotaReserved",
+            "False",
+            "Preempted",
+            "Preempted to accommodate a higher priority Workload"
+        ),
+        c(
+            "Admitted",
+            "False",
+            "NoReservation",
+            "The workload has no reservation"
+        ),
+        c(
+            "Evicted",
+            "True",
+            "Preempted",
+            "Preempted to accommodate a higher priority Workload"
+        ),
+        c(
+            "Preempted",
+            "True",
+            "InClusterQueue",
+            "Preempted to accommodate a higher priority Workload"
+        ),
     ])
 }
 
@@ -186,7 +206,12 @@ fn a_workload_through_admission_eviction_and_readmission_is_reported_at_each_cha
     assert_eq!(
         step(applied(
             2,
-            json!([c("QuotaReserved", "False", "Pending", "insufficient unused quota")])
+            json!([c(
+                "QuotaReserved",
+                "False",
+                "Pending",
+                "insufficient unused quota"
+            )])
         ))
         .as_deref(),
         Some("Pending Pending -")
@@ -219,7 +244,12 @@ fn a_workload_through_admission_eviction_and_readmission_is_reported_at_each_cha
     );
     let evicted = json!([
         c("QuotaReserved", "False", "Pending", "evicted"),
-        c("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout"),
+        c(
+            "Evicted",
+            "True",
+            "PodsReadyTimeout",
+            "Exceeded the PodsReady timeout"
+        ),
     ]);
     assert_eq!(
         step(applied(7, evicted)).as_deref(),
@@ -258,7 +288,10 @@ fn workloads_of_finishing_unqueued_or_elsewhere_jobs_report_nothing() {
 
     let mut t = queued_record(&WorkloadStatus::default());
     let elsewhere = WorkloadEvent::Applied(workload_at(1, "other", json!([admitted()])));
-    assert!(workload_event(&mut t, &elsewhere).is_none(), "not the job's namespace");
+    assert!(
+        workload_event(&mut t, &elsewhere).is_none(),
+        "not the job's namespace"
+    );
     assert!(workload_event(&mut t, &applied(2, json!([admitted()]))).is_some());
 }
 
@@ -309,8 +342,11 @@ fn the_queue_and_the_jobs_object_are_merged_into_one_report() {
     assert_eq!(status.queue.as_ref().map(|q| q.state), Some(QueueState::Admitted));
 
     // Then Kueue preempts it: the report keeps what the Job showed.
-    let preempted_report = workload_event(&mut tracked.get_mut("0190-abc").expect("tracked"), &applied(4, preempted()))
-        .expect("preempted");
+    let preempted_report = workload_event(
+        &mut tracked.get_mut("0190-abc").expect("tracked"),
+        &applied(4, preempted()),
+    )
+    .expect("preempted");
     assert_eq!(preempted_report.active, 1);
     assert_eq!(
         preempted_report.queue.map(|q| q.state),

@@ -64,7 +64,8 @@ impl KubeShared {
         match follow_until {
             Some(until) if !job.phase.is_terminal() => {
                 let (tx, rx) = mpsc::channel(256);
-                self.ctx.tasks
+                self.ctx
+                    .tasks
                     .spawn(self.clone().follow_logs(job, tail_lines, until, tx));
                 tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
             }

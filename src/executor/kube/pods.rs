@@ -218,7 +218,11 @@ impl PodBook {
     /// Applies one event of a pod of job `job_id` to the job's record (see
     /// [`JobPods::apply`]), dropping the record when told to, and returns what is left to do.
     pub(super) fn apply(&self, job_id: &str, event: PodEvent, tracked: bool) -> Vec<PodAction> {
-        let actions = self.jobs.entry(job_id.to_owned()).or_default().apply(event, tracked);
+        let actions = self
+            .jobs
+            .entry(job_id.to_owned())
+            .or_default()
+            .apply(event, tracked);
         if actions.contains(&PodAction::Forget) {
             self.jobs.remove_if(job_id, |_, job| job.is_idle());
         }

@@ -54,7 +54,10 @@ fn summary(action: &PodAction) -> String {
             namespace,
             pod,
             container,
-        } => format!("capture {namespace}/{pod} {}", container.as_deref().unwrap_or("-")),
+        } => format!(
+            "capture {namespace}/{pod} {}",
+            container.as_deref().unwrap_or("-")
+        ),
         PodAction::ForgetFollow { namespace, pod } => format!("forget-follow {namespace}/{pod}"),
         PodAction::Forget => "forget".to_owned(),
     }
@@ -98,7 +101,10 @@ fn a_pod_going_pending_running_succeeded_is_announced_each_time_and_its_log_capt
     assert!(job.settled(None));
     assert!(job.settled(Some(1)));
     assert!(!job.settled(Some(2)), "fewer pods ended than the Job counts");
-    assert_eq!(job.logs.get("p1").map(Vec::as_slice), Some(&["hello".to_owned()][..]));
+    assert_eq!(
+        job.logs.get("p1").map(Vec::as_slice),
+        Some(&["hello".to_owned()][..])
+    );
     assert_eq!(phases(&job), [("p1".to_owned(), PodPhase::Succeeded)]);
 }
 
@@ -139,7 +145,10 @@ fn a_crash_looping_pod_is_captured_once_it_ends() {
         ["changed", "follow p1 Running started=false"]
     );
     let failed = pod("p1", "Failed", terminated(1, "Error", "boom"));
-    assert_eq!((failed.exit_code, failed.reason.as_deref()), (Some(1), Some("Error")));
+    assert_eq!(
+        (failed.exit_code, failed.reason.as_deref()),
+        (Some(1), Some("Error"))
+    );
     assert_eq!(
         apply(&mut job, PodEvent::Applied(failed), true),
         ["changed", "follow p1 Failed started=true", "capture ns/p1 job"]
@@ -202,7 +211,11 @@ fn an_untracked_jobs_record_goes_with_its_last_pod() {
         .iter()
         .map(summary)
         .collect();
-    assert_eq!(actions, ["forget-follow ns/p1", "changed"], "ended or not, it goes");
+    assert_eq!(
+        actions,
+        ["forget-follow ns/p1", "changed"],
+        "ended or not, it goes"
+    );
     assert!(book.knows("j1"));
     let actions: Vec<String> = book
         .apply("j1", PodEvent::Deleted(b), false)
@@ -264,10 +277,20 @@ fn the_book_reads_runs_started_pods_and_ended_pods() {
     );
     book.apply(
         "j1",
-        PodEvent::Applied(pod_with("a", Some(0), "Succeeded", terminated(0, "Completed", "r"), json!({}))),
+        PodEvent::Applied(pod_with(
+            "a",
+            Some(0),
+            "Succeeded",
+            terminated(0, "Completed", "r"),
+            json!({}),
+        )),
         true,
     );
-    book.apply("j1", PodEvent::Applied(pod("c", "Pending", waiting("ErrImagePull"))), true);
+    book.apply(
+        "j1",
+        PodEvent::Applied(pod("c", "Pending", waiting("ErrImagePull"))),
+        true,
+    );
     let started: Vec<String> = book.started_pods("j1").into_iter().map(|p| p.name).collect();
     assert_eq!(started, ["a", "b"], "by index; the pending pod never started");
     let runs: Vec<(String, &str)> = book.runs("j1").into_iter().map(|r| (r.name, r.phase)).collect();

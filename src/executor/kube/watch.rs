@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use super::kinds::Kind;
 use super::manifest::{JOB_ID_LABEL, MANAGED_SELECTOR};
 use super::pods::{PodAction, PodEvent};
-use super::{KubeShared, label, status};
 use super::tracking::{BatchJobs, Tracker};
+use super::{KubeShared, label, status};
 use crate::model::{SHARD_LABEL, ShardSet};
 
 /// The executor's part that holds its watchers: started once, each with its health.
@@ -241,7 +241,9 @@ impl KubeShared {
     /// and the archive's follows.
     fn on_pod(self: &Arc<Self>, pod: &Pod, deleted: bool) {
         let Some(id) = label(&pod.metadata, JOB_ID_LABEL) else {
-            if let (true, Some(namespace), Some(name)) = (deleted, &pod.metadata.namespace, &pod.metadata.name) {
+            if let (true, Some(namespace), Some(name)) =
+                (deleted, &pod.metadata.namespace, &pod.metadata.name)
+            {
                 self.archive.forget_follow(namespace, name);
             }
             return;
@@ -292,7 +294,11 @@ impl KubeShared {
             return;
         }
         self.start_workload_kinds().await;
-        let mut watchers = self.watches.unsharded.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut watchers = self
+            .watches
+            .unsharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         for scope in self.ctx.watch_scopes() {
             let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
             let pods: Api<Pod> = match &scope {
@@ -308,7 +314,13 @@ impl KubeShared {
             let shared = self.clone();
             let pod_stream = watch_stream(pods, config);
             self.ctx.tasks.spawn(async move {
-                follow_events(pod_stream, Some(&pods_health), &shared.ctx.shutdown, &mut pod_events).await;
+                follow_events(
+                    pod_stream,
+                    Some(&pods_health),
+                    &shared.ctx.shutdown,
+                    &mut pod_events,
+                )
+                .await;
             });
         }
         self.start_kueue_watchers(&mut watchers);
@@ -332,7 +344,11 @@ impl KubeShared {
     /// selecting these shards. The jobs of shards gained are adopted before this is called,
     /// so that the new watchers' first list reconciles them.
     pub(super) fn follow_shards(self: &Arc<Self>, shards: ShardSet) {
-        let mut sharded = self.watches.sharded.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sharded = self
+            .watches
+            .sharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if sharded.shards == Some(shards) {
             return;
         }
@@ -381,7 +397,11 @@ impl KubeShared {
 
     /// Starts the watchers of a workload kind just discovered, in the current generation.
     pub(super) fn spawn_kind_watchers(self: &Arc<Self>, kind: &Arc<Kind>) {
-        let mut sharded = self.watches.sharded.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sharded = self
+            .watches
+            .sharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         self.spawn_kind_watchers_in(kind, &mut sharded);
     }
 
@@ -415,8 +435,16 @@ impl KubeShared {
     /// need only not to fail, so that a change of shards does not make it unready while the
     /// new ones list.
     pub(super) fn is_ready(&self) -> bool {
-        let watchers = self.watches.unsharded.lock().unwrap_or_else(PoisonError::into_inner);
-        let sharded = self.watches.sharded.lock().unwrap_or_else(PoisonError::into_inner);
+        let watchers = self
+            .watches
+            .unsharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let sharded = self
+            .watches
+            .sharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let sharded_ready = match self.ownership.membership_ready() {
             None => sharded.shards.is_some() && sharded.health.iter().all(|w| w.is_ready()),
             Some(renewed) => renewed && sharded.health.iter().all(|w| w.is_healthy()),

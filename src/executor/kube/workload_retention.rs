@@ -35,7 +35,12 @@ impl KubeShared {
 
     /// An object of ours that jobgate no longer tracks: if it has finished and its template
     /// keeps finished objects for a while only, its deletion is scheduled (once).
-    pub(super) fn retain_finished(self: &Arc<Self>, kind: &Arc<Kind>, resource: &ApiResource, obj: &DynamicObject) {
+    pub(super) fn retain_finished(
+        self: &Arc<Self>,
+        kind: &Arc<Kind>,
+        resource: &ApiResource,
+        obj: &DynamicObject,
+    ) {
         let Some(template) = obj
             .metadata
             .annotations

@@ -36,8 +36,8 @@ use super::manifest::{
 };
 use super::status::PodInfo;
 use super::tracking::{Action, KindObjects, Tracker, Vanish};
-use super::workload_retention::{TTL_ANNOTATION, retention_seconds};
 use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
+use super::workload_retention::{TTL_ANNOTATION, retention_seconds};
 use super::{KubeShared, label, retry_delays};
 use crate::executor::ExecutorError;
 use crate::model::{Job, JobPhase, MappedPhase, SHARD_LABEL, WorkloadStatus, shard_of};
@@ -133,7 +133,10 @@ impl KubeShared {
                 None => Api::all_with(self.ctx.client.clone(), &resource),
             };
             let where_ = scope.as_deref().unwrap_or("all namespaces");
-            let health = WatcherHealth::new(format!("{} in {where_}", resource.plural), &self.ctx.config.metrics);
+            let health = WatcherHealth::new(
+                format!("{} in {where_}", resource.plural),
+                &self.ctx.config.metrics,
+            );
             let config = watcher::Config::default().labels(selector);
             let events = watch_stream(api, config);
             let mut handler = KindEvents {
