@@ -33,6 +33,9 @@
 //!   Job (or an operator's clean-up of its pods) waits for that; nothing is lost with
 //!   `ttlSecondsAfterFinished: 0`.
 //!
+//! It owns the executor's part for this ([`LogArchive`]: the sink, the pods followed, the
+//! holds, the follow slots).
+//!
 //! It must not decide what a job's output is for the job (the service reads the archive),
 //! nor write the store (the sink does).
 

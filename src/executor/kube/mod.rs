@@ -184,7 +184,7 @@ struct KubeShared {
     archive: LogArchive,
     /// The watchers and their health (`watch.rs`).
     watches: Watches,
-    /// With replicas, the shards this replica acts for (`fence.rs`, `membership.rs`).
+    /// With replicas, the shards this replica acts for (`shard_ownership.rs`).
     ownership: ShardOwnership,
     /// The workload kinds templates create (`kinds.rs`).
     kinds: WorkloadKinds,

@@ -31,8 +31,8 @@ use crate::executor::RunInfo;
 /// its TTL right after finishing takes its pods' logs with it.
 ///
 /// The pods are a `Vec` sorted by name, not a map: nearly every job has one pod at a time,
-/// and a `BTreeMap` allocates a whole node (room for 11 pods, about 2 KiB) for the first,
-/// which was most of the executor's memory per tracked job.
+/// and a `BTreeMap` allocates a whole node (room for 11 pods, about 2 KiB) for the first:
+/// most of the executor's memory per tracked job would go there.
 #[derive(Default)]
 pub(super) struct JobPods {
     /// Sorted by name (pod names are unique in a job's namespace).

@@ -10,7 +10,9 @@
 //! kinds' and CustomResourceDefinitions' handlers live in `workloads.rs`.
 //!
 //! It must not interpret what it sees: what Job events mean is decided by `tracking.rs` and
-//! carried out by `reconcile.rs`; pod events go to `pods.rs`.
+//! carried out by `reconcile.rs`; what pod events mean is decided by `pods.rs`, and this
+//! file's glue only carries that out (announcing changes, capturing an ended pod's log tail,
+//! the archive's follows).
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
