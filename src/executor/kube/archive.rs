@@ -33,6 +33,9 @@
 //!   Job (or an operator's clean-up of its pods) waits for that; nothing is lost with
 //!   `ttlSecondsAfterFinished: 0`.
 //!
+//! It owns the executor's part for this ([`LogArchive`]: the sink, the pods followed, the
+//! holds, the follow slots).
+//!
 //! It must not decide what a job's output is for the job (the service reads the archive),
 //! nor write the store (the sink does).
 
@@ -46,20 +49,60 @@ use kube::api::{LogParams, Patch, PatchParams};
 
 use super::manifest::{CONTAINER_NAME, LOG_FINALIZER};
 use super::status::PodInfo;
-use super::{Inner, retry_delays};
+use super::{KubeShared, retry_delays};
 use crate::executor::{LogLine, LogSink, SinkState};
 use crate::model::{MAX_LOG_LINE, clip_log_line};
 
-/// The pods this process follows or has finished with, by `namespace/name`.
-#[derive(Default)]
-pub(super) struct Follows {
-    /// `true` once the pod's log is archived (the pod is let go next).
-    pods: DashMap<String, bool>,
+/// The executor's part that archives pods' logs: where to, and the pods this process follows
+/// or has finished with.
+pub(super) struct LogArchive {
+    /// Where pods' logs are archived, once set.
+    sink: std::sync::OnceLock<Arc<dyn LogSink>>,
+    /// The pods this process follows or has finished with, by `namespace/name`: `true`
+    /// once the pod's log is archived (the pod is let go next).
+    follows: DashMap<String, bool>,
     /// Follows not yet done, per job.
     per_job: DashMap<String, usize>,
     /// Pods this process put (or tried to put) [`LOG_FINALIZER`] on, by `namespace/name`:
     /// `Some(true)` once it holds, `Some(false)` if it was not added, `None` until known.
     holds: DashMap<String, tokio::sync::watch::Receiver<Option<bool>>>,
+    /// Slots for pod log streams (`--log-follow-concurrency`).
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl LogArchive {
+    /// Archiving nowhere yet, following at most `concurrency` pods' logs at once.
+    pub(super) fn new(concurrency: usize) -> Self {
+        Self {
+            sink: std::sync::OnceLock::new(),
+            follows: DashMap::new(),
+            per_job: DashMap::new(),
+            holds: DashMap::new(),
+            slots: Arc::new(tokio::sync::Semaphore::new(concurrency.max(1))),
+        }
+    }
+
+    /// From now on, logs are archived through `sink` (set once; a second call changes
+    /// nothing).
+    pub(super) fn set_sink(&self, sink: Arc<dyn LogSink>) {
+        let _ = self.sink.set(sink);
+    }
+
+    fn sink(&self) -> Option<Arc<dyn LogSink>> {
+        self.sink.get().cloned()
+    }
+
+    /// Whether this process follows a pod of the job now.
+    fn follows_job(&self, job_id: &str) -> bool {
+        self.per_job.get(job_id).is_some_and(|n| *n > 0)
+    }
+
+    /// Forgets a deleted pod.
+    pub(super) fn forget_follow(&self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        self.follows.remove_if(&key, |_, done| *done);
+        self.holds.remove(&key);
+    }
 }
 
 /// Lines handed to the sink at once, at most.
@@ -69,32 +112,24 @@ const BATCH_WAIT: Duration = Duration::from_millis(50);
 /// The position of a source whose log is wholly archived.
 const DONE: &str = "done";
 
-impl Inner {
-    fn log_sink(&self) -> Option<Arc<dyn LogSink>> {
-        self.log_sink.get().cloned()
-    }
-
+impl KubeShared {
     /// Whether output of the job may still reach the archive: a pod of it still holds
     /// jobgate's finalizer (whichever replica follows it), or this process follows one.
     pub(super) fn output_pending(&self, job_id: &str) -> bool {
-        self.follows.per_job.get(job_id).is_some_and(|n| *n > 0)
-            || self
-                .pods
-                .get(job_id)
-                .is_some_and(|job| job.infos().iter().any(|p| p.archiving))
+        self.archive.follows_job(job_id) || self.pods.any_archiving(job_id)
     }
 
-    /// Waits until the job's output is archived (see [`Inner::output_pending`]) or the finish
+    /// Waits until the job's output is archived (see [`KubeShared::output_pending`]) or the finish
     /// grace passes, so that a finished job's report comes with its output. False when
     /// shutting down.
     pub(super) async fn wait_for_archive(&self, job_id: &str) -> bool {
-        let deadline = tokio::time::Instant::now() + self.config.finish_grace;
-        let mut changes = self.pods_version.subscribe();
+        let deadline = tokio::time::Instant::now() + self.ctx.config.finish_grace;
+        let mut changes = self.pods.subscribe();
         while self.output_pending(job_id) {
             tokio::select! {
                 _ = changes.changed() => {}
                 _ = tokio::time::sleep_until(deadline) => return true,
-                _ = self.shutdown.cancelled() => return false,
+                _ = self.ctx.shutdown.cancelled() => return false,
             }
         }
         true
@@ -103,7 +138,7 @@ impl Inner {
     /// Called with every pod event: starts following the pod's log if it is this replica's
     /// to archive, or lets go of a pod that never ran and is ending.
     pub(super) fn consider_follow(self: &Arc<Self>, info: &PodInfo, job_id: &str) {
-        if self.log_sink.get().is_none() || !self.acts_for(job_id) {
+        if self.archive.sink.get().is_none() || !self.acts_for(job_id) {
             return;
         }
         let Some(namespace) = info.namespace.clone() else {
@@ -116,48 +151,42 @@ impl Inner {
             // Nothing to read, and nothing ever will be: let it go.
             if info.archiving
                 && (info.phase.is_terminal() || deleting)
-                && !self.follows.pods.contains_key(&key)
+                && !self.archive.follows.contains_key(&key)
             {
-                self.follows.pods.insert(key.clone(), true);
-                let inner = self.clone();
+                self.archive.follows.insert(key.clone(), true);
+                let shared = self.clone();
                 let name = info.name.clone();
-                self.tasks
-                    .spawn(async move { inner.let_go(&namespace, &name).await });
+                self.ctx
+                    .tasks
+                    .spawn(async move { shared.let_go(&namespace, &name).await });
             }
             return;
         }
         // A pod that is done and let go is followed no more (after a restart: its position).
-        if !info.archiving && info.phase.is_terminal() && self.follows.pods.contains_key(&key) {
+        if !info.archiving && info.phase.is_terminal() && self.archive.follows.contains_key(&key) {
             return;
         }
-        if self.follows.pods.contains_key(&key) {
+        if self.archive.follows.contains_key(&key) {
             return;
         }
-        self.follows.pods.insert(key, false);
-        *self.follows.per_job.entry(job_id.to_owned()).or_default() += 1;
-        let inner = self.clone();
+        self.archive.follows.insert(key, false);
+        *self.archive.per_job.entry(job_id.to_owned()).or_default() += 1;
+        let shared = self.clone();
         let job_id = job_id.to_owned();
         let name = info.name.clone();
         let container = info.container.clone();
         let holds = info.archiving;
-        self.tasks.spawn(async move {
-            inner
+        self.ctx.tasks.spawn(async move {
+            shared
                 .follow_pod(&namespace, &name, container, &job_id, holds)
                 .await;
-            if let Some(mut n) = inner.follows.per_job.get_mut(&job_id) {
+            if let Some(mut n) = shared.archive.per_job.get_mut(&job_id) {
                 *n = n.saturating_sub(1);
             }
-            inner.follows.per_job.remove_if(&job_id, |_, n| *n == 0);
+            shared.archive.per_job.remove_if(&job_id, |_, n| *n == 0);
             // Whoever waits for the job's output to be archived looks again.
-            inner.pods_version.send_modify(|v| *v += 1);
+            shared.pods.bump();
         });
-    }
-
-    /// Forgets a deleted pod.
-    pub(super) fn forget_follow(&self, namespace: &str, name: &str) {
-        let key = format!("{namespace}/{name}");
-        self.follows.pods.remove_if(&key, |_, done| *done);
-        self.follows.holds.remove(&key);
     }
 
     /// Starts holding a pod that should carry [`LOG_FINALIZER`] and does not (see the module
@@ -166,19 +195,19 @@ impl Inner {
         if info.archiving
             || info.deleting
             || (info.phase.is_terminal() && !info.started)
-            || !self.config.manifest.archive_logs
-            || self.follows.holds.contains_key(key)
-            || !self.tracked.contains_key(job_id)
+            || !self.ctx.config.manifest.archive_logs
+            || self.archive.holds.contains_key(key)
+            || !self.jobs.tracked.contains_key(job_id)
         {
             return;
         }
-        let outcome = match self.follows.holds.entry(key.to_owned()) {
+        let outcome = match self.archive.holds.entry(key.to_owned()) {
             dashmap::mapref::entry::Entry::Occupied(_) => return,
             dashmap::mapref::entry::Entry::Vacant(slot) => {
                 // Checked under the entry's lock: a follow marks its pod done before it looks
                 // for a hold to wait for (`follow_pod`), so a hold is either found there or
                 // never started.
-                if self.follows.pods.get(key).is_some_and(|done| *done) {
+                if self.archive.follows.get(key).is_some_and(|done| *done) {
                     return;
                 }
                 let (outcome, hold) = tokio::sync::watch::channel(None);
@@ -186,10 +215,10 @@ impl Inner {
                 outcome
             }
         };
-        let inner = self.clone();
+        let shared = self.clone();
         let (namespace, pod, job_id) = (namespace.to_owned(), info.name.clone(), job_id.to_owned());
-        self.tasks.spawn(async move {
-            let held = inner.hold(&namespace, &pod, &job_id).await;
+        self.ctx.tasks.spawn(async move {
+            let held = shared.hold(&namespace, &pod, &job_id).await;
             outcome.send_replace(Some(held));
         });
     }
@@ -198,10 +227,10 @@ impl Inner {
     /// it holds, the pod is gone or being deleted, the job's shard is no longer this
     /// replica's, or shutdown. True if the pod holds it.
     async fn hold(&self, namespace: &str, pod: &str, job_id: &str) -> bool {
-        let Some(sink) = self.log_sink() else {
+        let Some(sink) = self.archive.sink() else {
             return false;
         };
-        let api = self.pods_api(namespace);
+        let api = self.ctx.pods_api(namespace);
         let mut delays = retry_delays();
         loop {
             if !self.acts_for(job_id) {
@@ -255,17 +284,17 @@ impl Inner {
         holds: bool,
     ) {
         let key = format!("{namespace}/{pod}");
-        let Some(sink) = self.log_sink() else { return };
+        let Some(sink) = self.archive.sink() else { return };
         let _slot = tokio::select! {
-            slot = self.follow_slots.clone().acquire_owned() => match slot {
+            slot = self.archive.slots.clone().acquire_owned() => match slot {
                 Ok(slot) => slot,
                 Err(_) => return,
             },
-            _ = self.shutdown.cancelled() => return,
+            _ = self.ctx.shutdown.cancelled() => return,
         };
-        self.config.metrics.log_follows.inc();
-        let _open = scopeguard(self.config.metrics.clone());
-        let api = self.pods_api(namespace);
+        self.ctx.config.metrics.log_follows.inc();
+        let _open = scopeguard(self.ctx.config.metrics.clone());
+        let api = self.ctx.pods_api(namespace);
         let mut delays = retry_delays();
         'resume: loop {
             // Where the archive of this pod ends.
@@ -275,7 +304,7 @@ impl Inner {
                     Err(e) => {
                         tracing::warn!(%pod, error = %e, "cannot read where the pod's archived log ends; retrying");
                         if !self.pause(&mut delays).await {
-                            self.follows.pods.remove(&key);
+                            self.archive.follows.remove(&key);
                             return;
                         }
                     }
@@ -285,12 +314,12 @@ impl Inner {
             cursor.stored = stored;
             if !cursor.done {
                 loop {
-                    if self.shutdown.is_cancelled() || !self.acts_for(job_id) {
+                    if self.ctx.shutdown.is_cancelled() || !self.acts_for(job_id) {
                         // Another replica (or the next start) takes it from the stored position.
-                        self.follows.pods.remove(&key);
+                        self.archive.follows.remove(&key);
                         return;
                     }
-                    let ended_before = self.pod_ended(job_id, pod);
+                    let ended_before = self.pods.pod_ended(job_id, pod);
                     let params = LogParams {
                         container: container.clone().or_else(|| Some(CONTAINER_NAME.into())),
                         follow: true,
@@ -317,10 +346,10 @@ impl Inner {
                                 // Progress: open it again at once, and back off afresh later.
                                 delays = retry_delays();
                                 if !ended_before {
-                                    self.config.metrics.log_follow_resumes.inc();
+                                    self.ctx.config.metrics.log_follow_resumes.inc();
                                 }
                             } else if !self.pause(&mut delays).await {
-                                self.follows.pods.remove(&key);
+                                self.archive.follows.remove(&key);
                                 return;
                             }
                         }
@@ -328,11 +357,11 @@ impl Inner {
                         Read::Closed => break,
                         // Gone: its log went with it; what was read is archived.
                         Read::Gone => {
-                            self.follows.pods.insert(key, true);
+                            self.archive.follows.insert(key, true);
                             return;
                         }
                         Read::Shutdown => {
-                            self.follows.pods.remove(&key);
+                            self.archive.follows.remove(&key);
                             return;
                         }
                     }
@@ -351,17 +380,17 @@ impl Inner {
         }
         // Let go only of what is committed: the finalizer is what keeps the log readable.
         sink.synced(job_id).await;
-        self.follows.pods.insert(key.clone(), true);
+        self.archive.follows.insert(key.clone(), true);
         // A hold this process is adding may land after the log was all read: wait for it.
-        let hold = self.follows.holds.get(&key).map(|hold| hold.clone());
+        let hold = self.archive.holds.get(&key).map(|hold| hold.clone());
         let held = match hold {
             Some(mut hold) => tokio::select! {
                 outcome = hold.wait_for(Option::is_some) => outcome.is_ok_and(|o| *o == Some(true)),
-                _ = self.shutdown.cancelled() => false,
+                _ = self.ctx.shutdown.cancelled() => false,
             },
             None => false,
         };
-        if (holds || held) && !self.shutdown.is_cancelled() {
+        if (holds || held) && !self.ctx.shutdown.is_cancelled() {
             self.let_go(namespace, pod).await;
         }
     }
@@ -383,7 +412,7 @@ impl Inner {
             let next = tokio::select! {
                 next = next_line(&mut reader, &mut raw) => Some(next),
                 _ = tokio::time::sleep(BATCH_WAIT), if !batch.is_empty() => None,
-                _ = self.shutdown.cancelled() => return Read::Shutdown,
+                _ = self.ctx.shutdown.cancelled() => return Read::Shutdown,
             };
             let ended = match next {
                 // Quiet for a moment: hand over what was read.
@@ -450,13 +479,6 @@ impl Inner {
         state
     }
 
-    /// Whether the pod watch shows the pod's run over (its log will not grow).
-    fn pod_ended(&self, job_id: &str, pod: &str) -> bool {
-        self.pods
-            .get(job_id)
-            .is_some_and(|job| job.infos().iter().any(|p| p.name == pod && p.phase.is_terminal()))
-    }
-
     /// Waits the next retry delay; false when shutting down.
     async fn pause(&self, delays: &mut impl Iterator<Item = Duration>) -> bool {
         let delay = delays
@@ -465,14 +487,14 @@ impl Inner {
             .min(Duration::from_secs(5));
         tokio::select! {
             _ = tokio::time::sleep(delay) => true,
-            _ = self.shutdown.cancelled() => false,
+            _ = self.ctx.shutdown.cancelled() => false,
         }
     }
 
     /// Removes [`LOG_FINALIZER`] from the pod (conditional on its resourceVersion, so that
     /// no other finalizer change is undone), retried until done, the pod gone, or shutdown.
     async fn let_go(&self, namespace: &str, pod: &str) {
-        let api = self.pods_api(namespace);
+        let api = self.ctx.pods_api(namespace);
         let mut delays = retry_delays();
         loop {
             let result = async {

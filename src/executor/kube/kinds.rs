@@ -1,17 +1,57 @@
 //! The workload kinds templates create: each kind's identity, what discovery found of it,
 //! whether its jobs can run now, and its list epoch; and what a tracked job of a workload
-//! template keeps to decode its object ([`Decoding`]).
+//! template keeps to decode its object ([`Decoding`]). The executor's part holding them all,
+//! by (group, version, kind), is [`WorkloadKinds`].
 //!
 //! It must not talk to the API server: discovery and the kinds' watchers are `workloads.rs`'s,
 //! which write what they find here.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use kube::api::{ApiResource, GroupVersionKind};
 
 use crate::model::MappedPhase;
-use crate::templates::WorkloadTemplate;
+use crate::templates::{TemplateSet, WorkloadTemplate};
+
+/// The workload kinds templates create, by (group, version, kind), and the templates.
+pub(super) struct WorkloadKinds {
+    templates: Arc<TemplateSet>,
+    by_key: BTreeMap<(String, String, String), Arc<Kind>>,
+}
+
+impl WorkloadKinds {
+    /// The kinds `templates` create, none discovered yet.
+    pub(super) fn new(templates: Arc<TemplateSet>) -> Self {
+        let by_key = templates
+            .iter()
+            .map(|t| {
+                let (group, version, kind) = Kind::key(t);
+                let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+                ((group, version, kind), Kind::new(gvk))
+            })
+            .collect();
+        Self { templates, by_key }
+    }
+
+    /// The kind jobs of `template` run as, when it is a workload template.
+    pub(super) fn kind_of(&self, template: &str) -> Option<(Arc<WorkloadTemplate>, Arc<Kind>)> {
+        let t = self.templates.get(template)?.clone();
+        let kind = self.by_key.get(&Kind::key(&t))?.clone();
+        Some((t, kind))
+    }
+
+    /// Every kind.
+    pub(super) fn all(&self) -> impl Iterator<Item = &Arc<Kind>> {
+        self.by_key.values()
+    }
+
+    /// No template creates a workload kind.
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
 
 /// One workload kind (group, version, kind) that templates create.
 ///

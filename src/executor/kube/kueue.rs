@@ -11,6 +11,11 @@
 //! each tracked queued job keeps its object's last status ([`QueueTrack`]), so that a change
 //! of either is reported as one whole status, through the same path as every other change.
 //!
+//! What one Workload event means for its job is a pure state machine ([`workload_event`]):
+//! the job's record and one event in, the status to report out; the watcher's glue looks the
+//! record up, holds the job's report order and sends the report. Plain event sequences test
+//! it (`kueue_tests.rs`).
+//!
 //! It must not decide phases (the job model does, `Job::observe`), nor write to the cluster:
 //! Kueue suspends and unsuspends the objects itself.
 
@@ -21,24 +26,15 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use serde_json::Value;
 
-use super::Inner;
+use super::KubeShared;
 use super::manifest::workload_name;
-use super::tracking;
+use super::tracking::{self, Tracked};
 use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
 use crate::model::{Condition, QueueState, QueueStatus, WorkloadStatus};
 
 /// Kueue's API group and the version jobgate reads.
 pub const GROUP: &str = "kueue.x-k8s.io";
 pub const VERSION: &str = "v1beta1";
-
-impl Inner {
-    /// For an event of a queued job's object or Workload (`job_id`): the job's report order,
-    /// held until the report is sent; `None` for other jobs.
-    pub(super) async fn queue_order(&self, job_id: Option<&str>) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        let order = self.tracked.get(job_id?)?.queue.as_ref()?.order.clone();
-        Some(order.lock_owned().await)
-    }
-}
 
 /// The Workload resource, for kube-rs' dynamic API.
 fn workload_resource() -> ApiResource {
@@ -125,12 +121,31 @@ pub(super) fn queue_status(object: &Value, queue: &str) -> QueueStatus {
     }
 }
 
-/// What an added or changed Workload means: the job it stands for, with its merged status,
-/// when that changed. Deleted Workloads mean nothing: Kueue deletes them with their object,
-/// whose own watcher reports that.
-fn applied(inner: &Inner, job_id: String, value: &Value) -> Option<(String, WorkloadStatus)> {
-    let mut record = inner.tracked.get_mut(&job_id)?;
-    let t = &mut *record;
+/// One event of a Workload, as plain values.
+#[derive(Clone, Debug)]
+pub(super) enum WorkloadEvent {
+    /// The Workload was added or changed, or a (re-)list shows it.
+    Applied(Value),
+    /// The Workload was deleted.
+    Deleted(Value),
+}
+
+impl WorkloadEvent {
+    fn object(&self) -> &Value {
+        match self {
+            Self::Applied(object) | Self::Deleted(object) => object,
+        }
+    }
+}
+
+/// What one event of its Workload means for the tracked queued job whose record is `t`:
+/// the job's merged status to report, when that changed. Deleted Workloads mean nothing:
+/// Kueue deletes them with their object, whose own watcher reports that. Pure: it reads the
+/// event and changes the record, nothing else.
+pub(super) fn workload_event(t: &mut Tracked, event: &WorkloadEvent) -> Option<WorkloadStatus> {
+    let WorkloadEvent::Applied(value) = event else {
+        return None;
+    };
     let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str);
     if t.finishing || namespace != Some(t.namespace.as_str()) {
         return None;
@@ -160,181 +175,70 @@ fn applied(inner: &Inner, job_id: String, value: &Value) -> Option<(String, Work
         return None;
     }
     t.last_sent = Some(digest);
-    Some((job_id, report))
+    Some(report)
 }
 
 /// The Workload watcher of one scope.
-struct WorkloadEvents(Arc<Inner>);
+struct WorkloadEvents(Arc<KubeShared>);
 
 impl Handler<DynamicObject> for WorkloadEvents {
     async fn event(&mut self, event: watcher::Event<DynamicObject>) {
-        match event {
-            watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                let Ok(value) = serde_json::to_value(&object) else {
-                    return;
-                };
-                let Some(job_id) = owner_job_id(&value) else {
-                    return; // not a Workload of a job of ours
-                };
-                let _order = self.0.queue_order(Some(&job_id)).await;
-                if let Some((job_id, status)) = applied(&self.0, job_id, &value) {
-                    self.0.send(job_id, status).await;
-                }
-            }
-            watcher::Event::Init | watcher::Event::InitDone | watcher::Event::Delete(_) => {}
+        let (watcher::Event::InitApply(object)
+        | watcher::Event::Apply(object)
+        | watcher::Event::Delete(object)) = &event
+        else {
+            return; // the markers of a list: a Workload missing from one means nothing
+        };
+        let Ok(value) = serde_json::to_value(object) else {
+            return;
+        };
+        let event = match event {
+            watcher::Event::Delete(_) => WorkloadEvent::Deleted(value),
+            _ => WorkloadEvent::Applied(value),
+        };
+        let Some(job_id) = owner_job_id(event.object()) else {
+            return; // not a Workload of a job of ours
+        };
+        let _order = self.0.jobs.queue_order(Some(&job_id)).await;
+        let report = self
+            .0
+            .jobs
+            .tracked
+            .get_mut(&job_id)
+            .and_then(|mut t| workload_event(&mut t, &event));
+        if let Some(status) = report {
+            self.0.send(job_id, status).await;
         }
     }
 }
 
-impl Inner {
+impl KubeShared {
     /// Starts the Workload watcher of each scope, when Kueue integration is on. Every
     /// replica watches them all (Workloads carry no shard label); only the jobs it tracks
     /// (its shards') are reported.
     pub(super) fn start_kueue_watchers(self: &Arc<Self>, watchers: &mut Vec<Arc<WatcherHealth>>) {
-        if !self.config.kueue {
+        if !self.ctx.config.kueue {
             return;
         }
         let resource = workload_resource();
-        for scope in self.watch_scopes() {
+        for scope in self.ctx.watch_scopes() {
             let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
             let api: Api<DynamicObject> = match &scope {
-                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-                None => Api::all_with(self.client.clone(), &resource),
+                Some(ns) => Api::namespaced_with(self.ctx.client.clone(), ns, &resource),
+                None => Api::all_with(self.ctx.client.clone(), &resource),
             };
-            let health = WatcherHealth::new(format!("kueue workloads in {where_}"), &self.config.metrics);
+            let health = WatcherHealth::new(format!("kueue workloads in {where_}"), &self.ctx.config.metrics);
             watchers.push(health.clone());
             let mut events = WorkloadEvents(self.clone());
-            let inner = self.clone();
+            let shared = self.clone();
             let stream = watch_stream(api, watcher::Config::default());
-            self.tasks.spawn(async move {
-                follow_events(stream, Some(&health), &inner.shutdown, &mut events).await;
+            self.ctx.tasks.spawn(async move {
+                follow_events(stream, Some(&health), &shared.ctx.shutdown, &mut events).await;
             });
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn workload(conditions: Value) -> Value {
-        json!({
-            "metadata": {"name": "job-jobgate-x-1a2b3", "namespace": "default",
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "jobgate-0190-abc",
-                    "uid": "u-1", "controller": true, "blockOwnerDeletion": true}]},
-            "spec": {"queueName": "team-a", "podSets": [{"name": "main", "count": 1}]},
-            "status": {"conditions": conditions, "admission": {"clusterQueue": "cluster-queue", "podSetAssignments": []}}
-        })
-    }
-
-    fn c(type_: &str, status: &str, reason: &str, message: &str) -> Value {
-        json!({"type": type_, "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1})
-    }
-
-    #[test]
-    fn links_a_workload_to_its_owner_job() {
-        assert_eq!(owner_job_id(&workload(json!([]))).as_deref(), Some("0190-abc"));
-        let mut foreign = workload(json!([]));
-        foreign["metadata"]["ownerReferences"][0]["name"] = json!("someone-elses");
-        assert_eq!(owner_job_id(&foreign), None);
-        let mut not_controller = workload(json!([]));
-        not_controller["metadata"]["ownerReferences"][0]["controller"] = json!(false);
-        assert_eq!(owner_job_id(&not_controller), None);
-    }
-
-    #[test]
-    fn reads_each_state_from_the_conditions() {
-        let pending = queue_status(
-            &workload(json!([c(
-                "QuotaReserved",
-                "False",
-                "Pending",
-                "couldn't assign flavors to pod set main: insufficient unused quota for pods in flavor default-flavor, 1 more needed"
-            )])),
-            "team-a",
-        );
-        assert_eq!(pending.state, QueueState::Pending);
-        assert_eq!(pending.reason.as_deref(), Some("Pending"));
-        assert!(pending.message.unwrap().contains("insufficient unused quota"));
-        assert_eq!(pending.cluster_queue, None, "no quota held");
-
-        let admitted = queue_status(
-            &workload(json!([
-                c(
-                    "QuotaReserved",
-                    "True",
-                    "QuotaReserved",
-                    "Quota reserved in ClusterQueue cluster-queue"
-                ),
-                c("Admitted", "True", "Admitted", "The workload is admitted")
-            ])),
-            "team-a",
-        );
-        assert_eq!(admitted.state, QueueState::Admitted);
-        assert_eq!(admitted.cluster_queue.as_deref(), Some("cluster-queue"));
-        assert_eq!(admitted.conditions.len(), 2);
-
-        let preempted = queue_status(
-            &workload(json!([
-                c(
-                    "QuotaReserved",
-                    "False",
-                    "Preempted",
-                    "Preempted to accommodate a higher priority Workload"
-                ),
-                c(
-                    "Admitted",
-                    "False",
-                    "NoReservation",
-                    "The workload has no reservation"
-                ),
-                c(
-                    "Evicted",
-                    "True",
-                    "Preempted",
-                    "Preempted to accommodate a higher priority Workload"
-                ),
-                c(
-                    "Preempted",
-                    "True",
-                    "InClusterQueue",
-                    "Preempted to accommodate a higher priority Workload"
-                )
-            ])),
-            "team-a",
-        );
-        assert_eq!(preempted.state, QueueState::Preempted);
-        assert_eq!(preempted.reason.as_deref(), Some("Preempted"));
-
-        let readmitted = queue_status(
-            &workload(json!([
-                c(
-                    "QuotaReserved",
-                    "True",
-                    "QuotaReserved",
-                    "Quota reserved in ClusterQueue cluster-queue"
-                ),
-                c("Admitted", "True", "Admitted", "The workload is admitted"),
-                c("Evicted", "False", "QuotaReserved", "Previously: Preempted")
-            ])),
-            "team-a",
-        );
-        assert_eq!(
-            readmitted.state,
-            QueueState::Admitted,
-            "a False Evicted is history"
-        );
-
-        let finished = queue_status(
-            &workload(json!([
-                c("Admitted", "True", "Admitted", "The workload is admitted"),
-                c("Finished", "True", "Succeeded", "Job finished successfully")
-            ])),
-            "team-a",
-        );
-        assert_eq!(finished.state, QueueState::Finished);
-    }
-}
+#[path = "kueue_tests.rs"]
+mod tests;

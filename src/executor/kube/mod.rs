@@ -12,66 +12,75 @@
 //!
 //! # Layout
 //!
-//! This file holds the executor's state ([`KubeExecutor`], the jobs it tracks), its
-//! construction, and its [`Executor`] implementation, whose methods hand over to the file of
-//! their concept:
+//! This file holds the executor's shared state ([`KubeExecutor`] and its `KubeShared`: one
+//! named part per concern, each a type of the file of its concern, and the context every part
+//! uses), its construction, and its [`Executor`] implementation, whose methods hand over to
+//! the file of their concept:
 //!
-//! - `launcher.rs`: launching and cancelling every job; creating its batch Job (adopting the
-//!   one a retried create finds), deleting it on cancel, and the Kubernetes Events that say so;
+//! - `launch_cancel.rs`: launching and cancelling every job; creating its batch Job (adopting
+//!   the one a retried create finds), deleting it on cancel, and the Kubernetes Events that
+//!   say so;
 //! - `watch.rs`: the one watch loop every watcher runs over a stream of watcher events, the
-//!   Job and pod watchers of each scope, and their health for `/readyz`;
+//!   Job and pod watchers of each scope (the pod watcher's glue carrying out what `pods.rs`
+//!   decides), and their health for `/readyz` (the `watches` part);
 //! - `tracking.rs`: the pure state machine deciding what a watched Job or workload object
 //!   means for its tracked job (what it keeps per job, stale events, changes, decisions,
 //!   deletions, what a re-list shows vanished), as actions for the executor to carry out;
+//!   and the `jobs` part holding the tracked jobs;
 //! - `reconcile.rs`: carrying out those actions for batch Jobs: a change reported, a decided
 //!   job finished (result, log tail), a vanished one reported with what its pods prove;
-//! - `pods.rs`: what the pod watcher saw of each job's pods: runs, captured log tails, and
-//!   waiting for them to end;
-//! - `logs.rs`: reading pods' logs: tails, following, and the tail kept when a job finishes;
+//! - `pods.rs`: the pure state machine of what the pod watcher saw of each job's pods (runs,
+//!   log tails to capture as pods end) and the `pods` part keeping it, waited on as pods end;
+//! - `pod_logs.rs`: reading pods' logs: tails, following, and the tail kept when a job
+//!   finishes;
 //! - `archive.rs`: following every running pod's log into the archive (the [`LogSink`]),
-//!   resuming cut streams, and letting the pods go once their logs are archived;
-//! - `kinds.rs`: the workload kinds templates create, and what a job of one keeps to decode
-//!   its object;
+//!   resuming cut streams, and letting the pods go once their logs are archived (the
+//!   `archive` part);
+//! - `kinds.rs`: the workload kinds templates create (the `kinds` part), and what a job of
+//!   one keeps to decode its object;
 //! - `workloads.rs`: jobs of workload templates, all of the above for other kinds: discovery,
-//!   watchers, decoding, cancelling, retention;
+//!   watchers, decoding, cancelling;
+//! - `workload_retention.rs`: the deletion timers of finished workloads (the `retention`
+//!   part);
 //! - `manifest.rs`: the batch Job a job becomes, and the names and labels jobgate stamps;
 //! - `membership.rs`: with replicas sharing a database, this replica's Lease, the others',
 //!   and the shards of the job space it acts for;
 //! - `fence.rs`: what those shards allow now: every action on a job asks it first
-//!   (`Inner::acts_for`), and a layer of the client refuses writes made for a job of another
-//!   replica's shard, or begun before the shard last changed hands, retries included;
+//!   (`KubeShared::acts_for`), and a layer of the client refuses writes made for a job of
+//!   another replica's shard, or begun before the shard last changed hands, retries included;
+//! - `shard_ownership.rs`: the `ownership` part: the membership, the fence and the
+//!   membership's task, or nothing without replicas;
 //! - `kueue.rs`: with Kueue, the one watcher of its Workloads, linked to jobs by their
-//!   owner, and what a Workload's conditions say of a queued job;
+//!   owner, and the pure state machine of what a Workload's conditions say of a queued job;
 //! - `status.rs`: reading a Job's status and a pod's run;
 //! - `requests.rs`: counting API requests for `/metrics`.
 //!
-//! All of them add methods to one shared `Inner`, the executor's state; every watcher and
-//! spawned task holds an `Arc` of it, is tracked by its `tasks`, and ends at its `shutdown`.
+//! Every watcher and spawned task holds an `Arc` of the `KubeShared`, is tracked by its
+//! context's `tasks`, and ends at its `shutdown`.
 
 mod archive;
 mod fence;
 mod kinds;
 mod kueue;
-mod launcher;
-mod logs;
+mod launch_cancel;
 pub mod manifest;
 pub mod membership;
+mod pod_logs;
 mod pods;
 mod reconcile;
 mod requests;
+mod shard_ownership;
 pub mod status;
 mod tracking;
 mod watch;
+mod workload_retention;
 mod workloads;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dashmap::DashMap;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use k8s_openapi::api::batch::v1::Job as K8sJob;
@@ -82,12 +91,16 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use self::archive::LogArchive;
 use self::fence::Fence;
+use self::kinds::WorkloadKinds;
 use self::manifest::ManifestDefaults;
 use self::membership::{Membership, MembershipConfig};
-use self::pods::JobPods;
-use self::tracking::Tracked;
-use self::watch::WatcherHealth;
+use self::pods::PodBook;
+use self::shard_ownership::ShardOwnership;
+use self::tracking::JobTracking;
+use self::watch::Watches;
+use self::workload_retention::RetentionTimers;
 use super::{Executor, ExecutorError, LogLine, LogSink, Observation, ObservationSender, RunInfo};
 use crate::model::{Job, ShardSet, WorkloadStatus};
 use crate::templates::TemplateSet;
@@ -155,57 +168,67 @@ pub enum KubeSetupError {
 /// The Kubernetes executor; cloning it is cheap (one shared state).
 #[derive(Clone)]
 pub struct KubeExecutor {
-    inner: Arc<Inner>,
+    shared: Arc<KubeShared>,
 }
 
-/// The executor's state, shared by its API, its watchers and the tasks they spawn.
-struct Inner {
+/// The executor's state, shared by its API, its watchers and the tasks they spawn: one part
+/// per concern, each owned (and changed) by its module.
+struct KubeShared {
+    /// The client, the settings, where observations go, shutdown and the spawned tasks.
+    ctx: ExecutorContext,
+    /// The jobs tracked and what their watches decided (`tracking.rs`).
+    jobs: JobTracking,
+    /// What the pod watcher saw of each job's pods (`pods.rs`).
+    pods: PodBook,
+    /// The pods whose logs this process archives (`archive.rs`).
+    archive: LogArchive,
+    /// The watchers and their health (`watch.rs`).
+    watches: Watches,
+    /// With replicas, the shards this replica acts for (`shard_ownership.rs`).
+    ownership: ShardOwnership,
+    /// The workload kinds templates create (`kinds.rs`).
+    kinds: WorkloadKinds,
+    /// Finished workloads' deletion timers (`workload_retention.rs`).
+    retention: RetentionTimers,
+}
+
+/// What every part of the executor uses: the client, the settings, where observations go,
+/// and the end of it all.
+struct ExecutorContext {
     client: kube::Client,
     config: KubeConfig,
     /// Where every observation goes; the job service reads the other end.
     observations: ObservationSender,
-    /// Unfinished jobs this executor is responsible for.
-    tracked: DashMap<String, Tracked>,
-    /// Jobs cancelled while their Job was being created (at most the launches in flight).
-    cancelled_while_creating: DashMap<String, ()>,
-    /// What the pod watcher saw of each tracked job's pods.
-    pods: DashMap<String, JobPods>,
-    /// Bumped on every pod change, so that waiters for pods need no polling.
-    pods_version: tokio::sync::watch::Sender<u64>,
-    /// Bumped when a finishing job's status changes.
-    jobs_version: tokio::sync::watch::Sender<u64>,
-    /// Bumped at the start of every (re-)list of Jobs: a job confirmed before a list began
-    /// must appear in it, or it vanished.
-    list_epoch: Arc<AtomicU64>,
-    /// The pod watchers, pushed once at start and read by `/readyz`. A poisoned lock
-    /// is used anyway: a push cannot leave the list half-changed.
-    watchers: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
-    /// The Job and workload-kind watchers, which follow the shards this replica acts for
-    /// (every job, without replicas) and restart when those change.
-    sharded: std::sync::Mutex<watch::ShardedWatches>,
-    /// With replicas: this replica's membership, which assigns it shards,
-    membership: Option<Arc<Membership>>,
-    /// and what they allow it now.
-    fence: Option<Arc<Fence>>,
-    /// Ends the membership (it deletes this replica's Lease) once every other task ended.
-    membership_task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-    membership_stop: CancellationToken,
-    /// The workload kinds templates create, by (group, version, kind).
-    kinds: BTreeMap<(String, String, String), Arc<kinds::Kind>>,
-    /// Finished workloads whose deletion is scheduled (namespace/name/uid).
-    retention_timers: DashMap<String, ()>,
-    /// The watchers have been started (they start once).
-    started: AtomicBool,
     /// Cancelled at shutdown: every loop and retry ends.
     shutdown: CancellationToken,
     /// Every task the executor spawns, awaited at shutdown.
     tasks: TaskTracker,
-    /// Where pods' logs are archived (see `archive.rs`), once set.
-    log_sink: std::sync::OnceLock<Arc<dyn LogSink>>,
-    /// The pods whose log this process follows or has archived.
-    follows: archive::Follows,
-    /// Slots for pod log streams (`--log-follow-concurrency`).
-    follow_slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl ExecutorContext {
+    fn jobs_api(&self, namespace: &str) -> Api<K8sJob> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn pods_api(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// The scopes to watch: each configured namespace, else the whole cluster (`None`).
+    fn watch_scopes(&self) -> Vec<Option<String>> {
+        if self.config.watch_namespaces.is_empty() {
+            vec![None]
+        } else {
+            self.config.watch_namespaces.iter().cloned().map(Some).collect()
+        }
+    }
+
+    /// The `ttlSecondsAfterFinished` of `job`'s workload: its own, else the server's default.
+    fn ttl_seconds(&self, job: &Job) -> Option<i32> {
+        job.spec
+            .ttl_seconds_after_finished
+            .or(self.config.manifest.ttl_seconds_after_finished)
+    }
 }
 
 impl KubeExecutor {
@@ -249,40 +272,22 @@ impl KubeExecutor {
             .as_ref()
             .zip(fence.clone())
             .map(|(m, fence)| Membership::new(client.clone(), m, fence, config.metrics.clone()));
-        let kinds = config
-            .templates
-            .iter()
-            .map(|t| {
-                let (group, version, kind) = kinds::Kind::key(t);
-                let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
-                ((group, version, kind), kinds::Kind::new(gvk))
-            })
-            .collect();
         Ok(Self {
-            inner: Arc::new(Inner {
-                client,
-                observations,
-                tracked: DashMap::new(),
-                cancelled_while_creating: DashMap::new(),
-                pods: DashMap::new(),
-                pods_version: tokio::sync::watch::Sender::new(0),
-                jobs_version: tokio::sync::watch::Sender::new(0),
-                list_epoch: Arc::new(AtomicU64::new(0)),
-                watchers: std::sync::Mutex::new(Vec::new()),
-                sharded: std::sync::Mutex::new(watch::ShardedWatches::default()),
-                membership,
-                fence,
-                membership_task: std::sync::Mutex::new(None),
-                membership_stop: CancellationToken::new(),
-                kinds,
-                retention_timers: DashMap::new(),
-                started: AtomicBool::new(false),
-                shutdown: CancellationToken::new(),
-                tasks: TaskTracker::new(),
-                log_sink: std::sync::OnceLock::new(),
-                follows: archive::Follows::default(),
-                follow_slots: Arc::new(tokio::sync::Semaphore::new(config.log_follow_concurrency.max(1))),
-                config,
+            shared: Arc::new(KubeShared {
+                jobs: JobTracking::default(),
+                pods: PodBook::default(),
+                archive: LogArchive::new(config.log_follow_concurrency),
+                watches: Watches::default(),
+                ownership: ShardOwnership::new(membership, fence),
+                kinds: WorkloadKinds::new(config.templates.clone()),
+                retention: RetentionTimers::default(),
+                ctx: ExecutorContext {
+                    client,
+                    observations,
+                    shutdown: CancellationToken::new(),
+                    tasks: TaskTracker::new(),
+                    config,
+                },
             }),
         })
     }
@@ -290,68 +295,36 @@ impl KubeExecutor {
     /// From now on, pods' logs are archived through `sink` (set once, before
     /// [`Executor::start`]; a second call changes nothing).
     pub fn archive_to(&self, sink: Arc<dyn LogSink>) {
-        let _ = self.inner.log_sink.set(sink);
+        self.shared.archive.set_sink(sink);
     }
 }
 
-impl Inner {
+impl KubeShared {
     /// Starts tracking `job` (once: a job tracked already keeps its state).
     /// `confirmed_epoch` is the list epoch from which its workload is known to exist, `None`
     /// while it is being created.
     fn track(&self, job: &Job, confirmed_epoch: Option<u64>) {
         let decoding = self
+            .kinds
             .kind_of(&job.spec.template)
             .map(|(template, kind)| kinds::Decoding {
                 template,
                 kind,
                 mapped: job.workload.mapped.clone().unwrap_or_default(),
             });
-        let ttl_seconds = job
-            .spec
-            .ttl_seconds_after_finished
-            .or(self.config.manifest.ttl_seconds_after_finished);
-        // A job the store already holds a status for (adopted after a restart) is reported
-        // again only when the watch shows something else: a re-list of unchanged jobs
-        // costs the job service nothing.
-        let recorded = (job.workload != WorkloadStatus::default()).then(|| tracking::digest(&job.workload));
-        let queue = job
-            .spec
-            .queue_name
-            .as_ref()
-            .map(|_| tracking::QueueTrack::new(&job.workload));
-        self.tracked.entry(job.id.clone()).or_insert_with(|| {
-            Tracked::new(
-                job.spec.namespace.clone(),
-                job.spec.completions,
-                confirmed_epoch,
-                decoding,
-                ttl_seconds,
-                recorded,
-            )
-            .queued(queue)
-        });
-    }
-
-    fn jobs_api(&self, namespace: &str) -> Api<K8sJob> {
-        Api::namespaced(self.client.clone(), namespace)
-    }
-
-    fn pods_api(&self, namespace: &str) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), namespace)
+        self.jobs
+            .track(job, confirmed_epoch, decoding, self.ctx.ttl_seconds(job));
     }
 
     /// Whether this replica may act on the job now (always, without replicas): asked right
     /// before every action on a job, so that a replica whose shard moved on acts no more.
     fn acts_for(&self, job_id: &str) -> bool {
-        self.fence.as_ref().is_none_or(|f| f.acts_for(job_id))
+        self.ownership.acts_for(job_id)
     }
 
     /// Runs `action` on the job `job_id`, its writes to the cluster fenced (see `fence.rs`).
     async fn acting_for<F: std::future::Future>(&self, job_id: &str, action: F) -> F::Output {
-        match &self.fence {
-            Some(fence) => fence.acting_for(job_id, action).await,
-            None => action.await,
-        }
+        self.ownership.acting_for(job_id, action).await
     }
 
     /// Reports what was observed of a job's workload to the job service.
@@ -360,9 +333,15 @@ impl Inner {
             return;
         }
         let observation = Observation { job_id, status };
-        if self.observations.send(observation).await.is_err() {
+        if self.ctx.observations.send(observation).await.is_err() {
             tracing::debug!("job service is gone; observation dropped");
         }
+    }
+
+    /// The job is done with: its final status is reported, or it is no longer ours.
+    fn untrack(&self, id: &str) {
+        self.jobs.tracked.remove(id);
+        self.pods.forget_job(id);
     }
 }
 
@@ -396,63 +375,56 @@ impl Executor for KubeExecutor {
 
     async fn launch(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
         let id = job.id.clone();
-        self.inner.acting_for(&id, self.inner.launch(job)).await
+        self.shared.acting_for(&id, self.shared.launch(job)).await
     }
 
     async fn adopt(&self, job: Arc<Job>) -> Result<(), ExecutorError> {
         // Known to exist before any list: the first list shows it, or it vanished.
-        self.inner.track(&job, Some(0));
+        self.shared.track(&job, Some(0));
         Ok(())
     }
 
     async fn start(&self) {
-        self.inner.start_watchers().await;
-        if let Some(membership) = &self.inner.membership {
-            let task = tokio::spawn(membership.clone().run(self.inner.membership_stop.clone()));
-            *self
-                .inner
-                .membership_task
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
-        }
+        self.shared.start_watchers().await;
+        self.shared.ownership.start();
     }
 
     fn shards(&self) -> Option<tokio::sync::watch::Receiver<ShardSet>> {
-        self.inner.membership.as_ref().map(|m| m.shards())
+        self.shared.ownership.shards()
     }
 
     async fn follow_shards(&self, shards: ShardSet) {
-        self.inner.follow_shards(shards);
+        self.shared.follow_shards(shards);
     }
 
     async fn cancel(&self, job: &Job) -> Result<(), ExecutorError> {
-        self.inner.acting_for(&job.id, self.inner.cancel(job)).await
+        self.shared.acting_for(&job.id, self.shared.cancel(job)).await
     }
 
     fn template_available(&self, template: &str) -> Result<(), String> {
         if template == crate::templates::CONTAINER {
             return Ok(());
         }
-        match self.inner.kind_of(template) {
+        match self.shared.kinds.kind_of(template) {
             Some((_, kind)) => kind.availability(),
             None => Err(format!("no template named {template}")),
         }
     }
 
     fn output_pending(&self, job_id: &str) -> bool {
-        self.inner.output_pending(job_id)
+        self.shared.output_pending(job_id)
     }
 
     fn has_finished(&self, job_id: &str) -> bool {
-        self.inner.tracked.get(job_id).is_some_and(|t| t.finishing)
+        self.shared.jobs.is_finishing(job_id)
     }
 
     fn runs(&self, job_id: &str) -> Vec<RunInfo> {
-        self.inner.runs(job_id)
+        self.shared.pods.runs(job_id)
     }
 
     async fn logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError> {
-        self.inner.tail_logs(job, tail_lines).await
+        self.shared.tail_logs(job, tail_lines).await
     }
 
     fn log_stream(
@@ -461,27 +433,18 @@ impl Executor for KubeExecutor {
         tail_lines: usize,
         follow_until: Option<BoxFuture<'static, ()>>,
     ) -> BoxStream<'static, Result<LogLine, ExecutorError>> {
-        self.inner.log_stream(job, tail_lines, follow_until)
+        self.shared.log_stream(job, tail_lines, follow_until)
     }
 
     fn is_ready(&self) -> bool {
-        self.inner.is_ready()
+        self.shared.is_ready()
     }
 
     async fn shutdown(&self) {
-        self.inner.shutdown.cancel();
-        self.inner.tasks.close();
-        self.inner.tasks.wait().await;
+        self.shared.ctx.shutdown.cancel();
+        self.shared.ctx.tasks.close();
+        self.shared.ctx.tasks.wait().await;
         // Last: nothing acts any more, so the shards may move at once.
-        self.inner.membership_stop.cancel();
-        let task = self
-            .inner
-            .membership_task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(task) = task {
-            let _ = task.await;
-        }
+        self.shared.ownership.stop().await;
     }
 }

@@ -10,25 +10,29 @@
 //! its TTL right after finishing takes its pods, and their logs, with it. Every change bumps
 //! `pods_version`, so that whoever waits for pods needs no polling.
 //!
-//! It must not report observations: `reconcile.rs` and `workloads.rs` read what is kept here
-//! when they finish a job.
+//! It owns the executor's part that keeps them ([`PodBook`]) and the pure state machine of
+//! one job's pods ([`JobPods::apply`]): one pod event in (a pod applied or deleted, as plain
+//! [`PodInfo`] values), what to do out ([`PodAction`]s: a change to announce, a log tail to
+//! capture, a follow for the archive to consider or forget, a record to drop). The pod
+//! watcher's glue (`watch.rs`) carries the actions out; plain event sequences test it.
+//!
+//! It must not report observations (`reconcile.rs` and `workloads.rs` read what is kept here
+//! when they finish a job), nor talk to the API server or spawn: the glue does.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use dashmap::DashMap;
+use tokio_util::sync::CancellationToken;
 
-use super::manifest::JOB_ID_LABEL;
-use super::status::{self, PodInfo, PodPhase};
-use super::{Inner, label};
+use super::status::{PodInfo, PodPhase};
 use crate::executor::RunInfo;
 
 /// The pods of one tracked job, and the log tails captured as they ended: a Job removed by
 /// its TTL right after finishing takes its pods' logs with it.
 ///
 /// The pods are a `Vec` sorted by name, not a map: nearly every job has one pod at a time,
-/// and a `BTreeMap` allocates a whole node (room for 11 pods, about 2 KiB) for the first,
-/// which was most of the executor's memory per tracked job.
+/// and a `BTreeMap` allocates a whole node (room for 11 pods, about 2 KiB) for the first:
+/// most of the executor's memory per tracked job would go there.
 #[derive(Default)]
 pub(super) struct JobPods {
     /// Sorted by name (pod names are unique in a job's namespace).
@@ -39,12 +43,125 @@ pub(super) struct JobPods {
     capturing: usize,
 }
 
+/// One event of a job's pod, as the pod watcher saw it.
+#[derive(Clone, Debug)]
+pub(super) enum PodEvent {
+    /// The pod was added or changed, or a (re-)list shows it.
+    Applied(PodInfo),
+    /// The pod was deleted; this is its last state.
+    Deleted(PodInfo),
+}
+
+/// What the pod watcher's glue does after an event, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum PodAction {
+    /// What is known of the job's pods changed: whoever waits for them looks again.
+    Changed,
+    /// The archive considers following this pod's log (or letting go of it).
+    ConsiderFollow(PodInfo),
+    /// The pod of a tracked job has just ended: its log tail is captured now, before a TTL
+    /// or a clean-up deletes it (counted in flight until [`JobPods::captured`]).
+    CaptureLog {
+        namespace: String,
+        pod: String,
+        container: Option<String>,
+    },
+    /// The pod is deleted: the archive forgets it once its log is archived.
+    ForgetFollow { namespace: String, pod: String },
+    /// The job is not tracked and nothing of it is left: its record may go.
+    Forget,
+}
+
 /// How many ended pods' log tails are kept per job.
 pub(super) const CAPTURED_PODS: usize = 5;
 
 impl JobPods {
     pub(super) fn infos(&self) -> Vec<PodInfo> {
         self.pods.clone()
+    }
+
+    /// What one event of the job's pods means, given whether the job is tracked here (only
+    /// a tracked job's final report reads captured tails and ended pods).
+    pub(super) fn apply(&mut self, event: PodEvent, tracked: bool) -> Vec<PodAction> {
+        match event {
+            PodEvent::Applied(info) => self.applied(info, tracked),
+            // A deleted pod's last state stays known: it may prove the outcome of a Job
+            // deleted with it. One deleted before it ended will never end: nothing should
+            // wait for it.
+            PodEvent::Deleted(info) => {
+                let name = info.name.clone();
+                let namespace = info.namespace.clone();
+                let mut actions = self.applied(info, tracked);
+                if let Some(namespace) = namespace {
+                    actions.push(PodAction::ForgetFollow {
+                        namespace,
+                        pod: name.clone(),
+                    });
+                }
+                // A tracked job keeps its ended pods for its final report; nothing else does.
+                let remove = !tracked || self.get(&name).is_some_and(|p| !p.phase.is_terminal());
+                if remove {
+                    self.remove(&name);
+                }
+                if !tracked && self.is_idle() {
+                    actions.push(PodAction::Forget);
+                }
+                if remove {
+                    actions.push(PodAction::Changed);
+                }
+                actions
+            }
+        }
+    }
+
+    /// A pod was added or changed. A pod that has just ended gets its log tail captured at
+    /// once, before a TTL or a clean-up can delete it.
+    fn applied(&mut self, info: PodInfo, tracked: bool) -> Vec<PodAction> {
+        let previous = self.get(&info.name);
+        if previous == Some(&info) {
+            return Vec::new();
+        }
+        let ended = tracked
+            && info.phase.is_terminal()
+            && info.started
+            && !previous.is_some_and(|p| p.phase.is_terminal());
+        let capture = match (ended, &info.namespace) {
+            (true, Some(namespace)) => Some(PodAction::CaptureLog {
+                namespace: namespace.clone(),
+                pod: info.name.clone(),
+                container: info.container.clone(),
+            }),
+            _ => None,
+        };
+        let considered = info.clone();
+        self.insert(info);
+        if capture.is_some() {
+            self.capturing += 1;
+        }
+        let mut actions = vec![PodAction::Changed, PodAction::ConsiderFollow(considered)];
+        actions.extend(capture);
+        actions
+    }
+
+    /// A log capture ended: with the pod's log tail, or without (it could not be read).
+    pub(super) fn captured(&mut self, pod: String, lines: Option<Vec<String>>) {
+        self.capturing -= 1;
+        if let Some(lines) = lines {
+            self.logs.insert(pod, lines);
+            self.keep_recent_logs();
+        }
+    }
+
+    /// No pod known and no capture in flight.
+    fn is_idle(&self) -> bool {
+        self.pods.is_empty() && self.capturing == 0
+    }
+
+    /// Every pod known is terminal (and at least `counted` of them), and no capture is in
+    /// flight.
+    fn settled(&self, counted: Option<i32>) -> bool {
+        let terminal = self.pods.iter().filter(|p| p.phase.is_terminal()).count() as i32;
+        terminal == self.pods.len() as i32 && counted.is_none_or(|c| terminal >= c) && self.capturing == 0
     }
 
     /// Where the pod named `name` is, or would be inserted.
@@ -89,91 +206,94 @@ impl JobPods {
     }
 }
 
-impl Inner {
-    pub(super) fn on_pod_deleted(self: &Arc<Self>, pod: &Pod) {
-        self.on_pod(pod);
-        if let (Some(namespace), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) {
-            self.forget_follow(namespace, name);
+/// The executor's part that keeps what the pod watcher saw, per job.
+#[derive(Default)]
+pub(super) struct PodBook {
+    jobs: DashMap<String, JobPods>,
+    /// Bumped on every pod change, so that waiters for pods need no polling.
+    version: tokio::sync::watch::Sender<u64>,
+}
+
+impl PodBook {
+    /// Applies one event of a pod of job `job_id` to the job's record (see
+    /// [`JobPods::apply`]), dropping the record when told to, and returns what is left to do.
+    pub(super) fn apply(&self, job_id: &str, event: PodEvent, tracked: bool) -> Vec<PodAction> {
+        let actions = self
+            .jobs
+            .entry(job_id.to_owned())
+            .or_default()
+            .apply(event, tracked);
+        if actions.contains(&PodAction::Forget) {
+            self.jobs.remove_if(job_id, |_, job| job.is_idle());
         }
-        let (Some(id), Some(name)) = (label(&pod.metadata, JOB_ID_LABEL), pod.metadata.name.as_deref())
-        else {
-            return;
-        };
-        let tracked = self.tracked.contains_key(id);
-        let removed = self.pods.get_mut(id).is_some_and(|mut job| {
-            // A tracked job keeps its ended pods for its final report; nothing else does.
-            let remove = !tracked || job.get(name).is_some_and(|p| !p.phase.is_terminal());
-            if remove {
-                job.remove(name);
-            }
-            remove
-        });
-        if !tracked {
-            self.pods
-                .remove_if(id, |_, job| job.pods.is_empty() && job.capturing == 0);
-        }
-        if removed {
-            self.pods_version.send_modify(|v| *v += 1);
-        }
+        actions
     }
 
-    /// A pod was added or changed. A pod that has just ended gets its log tail captured at
-    /// once, before a TTL or a clean-up can delete it.
-    pub(super) fn on_pod(self: &Arc<Self>, pod: &Pod) {
-        let Some(id) = label(&pod.metadata, JOB_ID_LABEL) else {
-            return;
-        };
-        let tracked = self.tracked.contains_key(id);
-        let Some(info) = status::pod_info(pod) else {
-            return;
-        };
-        let mut job = self.pods.entry(id.to_owned()).or_default();
-        let previous = job.get(&info.name);
-        if previous == Some(&info) {
-            return;
+    /// A log capture of the job's pod ended (see [`JobPods::captured`]).
+    pub(super) fn captured(&self, job_id: &str, pod: String, lines: Option<Vec<String>>) {
+        if let Some(mut job) = self.jobs.get_mut(job_id) {
+            job.captured(pod, lines);
         }
-        // Only a tracked job's final report reads captured tails.
-        let ended = tracked
-            && info.phase.is_terminal()
-            && info.started
-            && !previous.is_some_and(|p| p.phase.is_terminal())
-            && pod.metadata.namespace.is_some();
-        let name = info.name.clone();
-        let container = info.container.clone();
-        let considered = info.clone();
-        job.insert(info);
-        if ended {
-            job.capturing += 1;
-        }
-        drop(job);
-        self.pods_version.send_modify(|v| *v += 1);
-        self.consider_follow(&considered, id);
-        if let (true, Some(namespace)) = (ended, pod.metadata.namespace.clone()) {
-            let inner = self.clone();
-            let id = id.to_owned();
-            self.tasks.spawn(async move {
-                let lines = inner
-                    .pod_log(&namespace, &name, container, inner.config.captured_log_lines)
-                    .await;
-                if let Some(mut job) = inner.pods.get_mut(&id) {
-                    job.capturing -= 1;
-                    match lines {
-                        Ok(lines) => {
-                            job.logs.insert(name, lines);
-                            job.keep_recent_logs();
-                        }
-                        Err(e) => tracing::debug!(pod = %name, error = %e, "no log to capture"),
-                    }
-                }
-                inner.pods_version.send_modify(|v| *v += 1);
-            });
-        }
+        self.bump();
+    }
+
+    /// Tells whoever waits for pods to look again.
+    pub(super) fn bump(&self) {
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Changes to what is kept, announced as they happen.
+    pub(super) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// Forgets the job's pods and log tails.
+    pub(super) fn forget_job(&self, job_id: &str) {
+        self.jobs.remove(job_id);
+    }
+
+    /// Whether any pod of the job has been seen.
+    pub(super) fn knows(&self, job_id: &str) -> bool {
+        self.jobs.contains_key(job_id)
+    }
+
+    /// What is known of the job's pods.
+    pub(super) fn infos(&self, job_id: &str) -> Vec<PodInfo> {
+        self.jobs.get(job_id).map(|p| p.infos()).unwrap_or_default()
+    }
+
+    /// The jobs whose id `keep` accepts, with what is known of their pods.
+    pub(super) fn jobs_where(&self, keep: impl Fn(&str) -> bool) -> Vec<(String, Vec<PodInfo>)> {
+        self.jobs
+            .iter()
+            .filter(|job| keep(job.key()))
+            .map(|job| (job.key().clone(), job.infos()))
+            .collect()
+    }
+
+    /// The log tail captured as the job's pod `pod` ended, if any.
+    pub(super) fn captured_log(&self, job_id: &str, pod: &str) -> Option<Vec<String>> {
+        self.jobs.get(job_id).and_then(|p| p.logs.get(pod).cloned())
+    }
+
+    /// Whether the pod watch shows the job's pod `pod` over (its log will not grow).
+    pub(super) fn pod_ended(&self, job_id: &str, pod: &str) -> bool {
+        self.jobs
+            .get(job_id)
+            .is_some_and(|job| job.pods.iter().any(|p| p.name == pod && p.phase.is_terminal()))
+    }
+
+    /// Whether a pod of the job still holds jobgate's log finalizer.
+    pub(super) fn any_archiving(&self, job_id: &str) -> bool {
+        self.jobs
+            .get(job_id)
+            .is_some_and(|job| job.pods.iter().any(|p| p.archiving))
     }
 
     /// The job's pods whose container has started, in index then creation order.
     pub(super) fn started_pods(&self, id: &str) -> Vec<PodInfo> {
         let mut pods: Vec<PodInfo> = self
-            .pods
+            .jobs
             .get(id)
             .map(|p| p.pods.iter().filter(|p| p.started).cloned().collect())
             .unwrap_or_default();
@@ -182,31 +302,32 @@ impl Inner {
     }
 
     /// Waits until the pod watch shows every pod of the job terminal (and at least
-    /// `counted` of them), or the finish grace passes. False when shutting down.
-    pub(super) async fn wait_for_pods(&self, id: &str, counted: Option<i32>) -> bool {
-        let deadline = tokio::time::Instant::now() + self.config.finish_grace;
-        let mut changes = self.pods_version.subscribe();
+    /// `counted` of them), or `grace` passes. False when `shutdown` comes first.
+    pub(super) async fn wait_for_pods(
+        &self,
+        id: &str,
+        counted: Option<i32>,
+        grace: std::time::Duration,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut changes = self.version.subscribe();
         loop {
-            let settled = self.pods.get(id).is_some_and(|job| {
-                let terminal = job.pods.iter().filter(|p| p.phase.is_terminal()).count() as i32;
-                terminal == job.pods.len() as i32
-                    && counted.is_none_or(|c| terminal >= c)
-                    && job.capturing == 0
-            });
+            let settled = self.jobs.get(id).is_some_and(|job| job.settled(counted));
             if settled || counted == Some(0) {
                 return true;
             }
             tokio::select! {
                 _ = changes.changed() => {}
                 _ = tokio::time::sleep_until(deadline) => return true,
-                _ = self.shutdown.cancelled() => return false,
+                _ = shutdown.cancelled() => return false,
             }
         }
     }
 
     /// The job's runs as the pod watcher saw them, oldest first.
     pub(super) fn runs(&self, job_id: &str) -> Vec<RunInfo> {
-        let mut pods = self.pods.get(job_id).map(|p| p.infos()).unwrap_or_default();
+        let mut pods = self.infos(job_id);
         pods.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
         pods.into_iter()
             .map(|p| RunInfo {
@@ -227,3 +348,7 @@ impl Inner {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "pods_tests.rs"]
+mod tests;

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use chrono::Utc;
 use k8s_openapi::api::batch::v1::Job as K8sJob;
 
-use super::Inner;
+use super::KubeShared;
 use super::status::{self, PodInfo};
 use super::tracking::{Action, Vanish};
 use crate::model::WorkloadStatus;
 
-impl Inner {
+impl KubeShared {
     /// Carries out what the tracking decided about batch Jobs.
     pub(super) async fn carry_out_job_actions(self: &Arc<Self>, actions: Vec<Action<K8sJob>>) {
         for action in actions {
@@ -28,7 +28,7 @@ impl Inner {
                 Action::Finish { job_id, .. } => self.spawn_finish(job_id),
                 Action::Settled { job_id } => {
                     tracing::debug!(job = %job_id, "its decided status changed");
-                    self.jobs_version.send_modify(|v| *v += 1);
+                    self.jobs.bump();
                 }
                 Action::Vanished { job_id, how } => {
                     if how == Vanish::Unlisted {
@@ -43,45 +43,53 @@ impl Inner {
     }
 
     fn spawn_vanished(self: &Arc<Self>, id: String) {
-        let inner = self.clone();
-        self.tasks.spawn(async move {
-            let Some(completions) = inner.tracked.get(&id).map(|t| t.completions) else {
+        let shared = self.clone();
+        self.ctx.tasks.spawn(async move {
+            let Some(completions) = shared.jobs.tracked.get(&id).map(|t| t.completions) else {
                 return;
             };
             // Pods deleted with the Job may still be on their way through the pod watch.
-            inner.wait_for_pods(&id, None).await;
-            let pods: Vec<PodInfo> = inner.pods.get(&id).map(|p| p.infos()).unwrap_or_default();
+            shared.wait_for_pods(&id, None).await;
+            let pods: Vec<PodInfo> = shared.pods.infos(&id);
             let status = status::vanished(completions, &pods, Utc::now());
-            inner.send(id.clone(), status).await;
-            inner.untrack(&id);
+            shared.send(id.clone(), status).await;
+            shared.untrack(&id);
         });
     }
 
     /// Captures a decided job's result, failure cause and log tail, then reports it.
     fn spawn_finish(self: &Arc<Self>, id: String) {
-        let inner = self.clone();
-        self.tasks.spawn(async move {
-            let Some(mut status) = inner.wait_for_final_status(&id).await else {
+        let shared = self.clone();
+        self.ctx.tasks.spawn(async move {
+            let Some(mut status) = shared.wait_for_final_status(&id).await else {
                 return; // shutting down: the next start re-lists and finishes it
             };
             let counted = status.succeeded + status.failed;
-            if !inner.wait_for_pods(&id, Some(counted)).await || !inner.wait_for_archive(&id).await {
+            if !shared.wait_for_pods(&id, Some(counted)).await || !shared.wait_for_archive(&id).await {
                 return;
             }
-            let Some(namespace) = inner.tracked.get(&id).map(|t| t.namespace.clone()) else {
+            let Some(namespace) = shared.jobs.namespace(&id) else {
                 return;
             };
-            let pods: Vec<PodInfo> = inner.pods.get(&id).map(|p| p.infos()).unwrap_or_default();
+            let pods: Vec<PodInfo> = shared.pods.infos(&id);
             if status::is_success(&status) {
                 status.result = status::result_of(&pods);
             } else {
                 status.message = status::failure_of(&pods);
             }
-            let lines = inner.capture_logs(&id, &namespace, &pods).await;
+            let lines = shared.capture_logs(&id, &namespace, &pods).await;
             status.executor_state = serde_json::json!({ "logTail": lines });
-            inner.send(id.clone(), status).await;
-            inner.untrack(&id);
+            shared.send(id.clone(), status).await;
+            shared.untrack(&id);
         });
+    }
+
+    /// Waits until the pod watch shows every pod of the job terminal (and at least
+    /// `counted` of them), or the finish grace passes. False when shutting down.
+    pub(super) async fn wait_for_pods(&self, id: &str, counted: Option<i32>) -> bool {
+        self.pods
+            .wait_for_pods(id, counted, self.ctx.config.finish_grace, &self.ctx.shutdown)
+            .await
     }
 
     /// The job's decided status once the controller has written its final condition
@@ -89,10 +97,10 @@ impl Inner {
     /// was deleted, or the controller predates the interim conditions). `None` when shutting
     /// down.
     async fn wait_for_final_status(&self, id: &str) -> Option<WorkloadStatus> {
-        let deadline = tokio::time::Instant::now() + self.config.finish_grace;
-        let mut changes = self.jobs_version.subscribe();
+        let deadline = tokio::time::Instant::now() + self.ctx.config.finish_grace;
+        let mut changes = self.jobs.version.subscribe();
         loop {
-            let settled = self.tracked.get(id)?.settled.clone()?;
+            let settled = self.jobs.tracked.get(id)?.settled.clone()?;
             let is_final = settled
                 .conditions
                 .iter()
@@ -103,14 +111,8 @@ impl Inner {
             tokio::select! {
                 _ = changes.changed() => {}
                 _ = tokio::time::sleep_until(deadline) => return Some(*settled),
-                _ = self.shutdown.cancelled() => return None,
+                _ = self.ctx.shutdown.cancelled() => return None,
             }
         }
-    }
-
-    /// The job is done with: its final status is reported, or it is no longer ours.
-    pub(super) fn untrack(&self, id: &str) {
-        self.tracked.remove(id);
-        self.pods.remove(id);
     }
 }

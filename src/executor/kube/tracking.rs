@@ -11,6 +11,8 @@
 //! `workloads.rs` for other kinds); what differs between kinds (which jobs a watcher follows,
 //! how an object's status reads) is a [`Follow`].
 //!
+//! It also owns the executor's part that holds those records ([`JobTracking`]).
+//!
 //! It must stay pure: no client, no I/O, no clock, no spawning. It only reads the events
 //! given to it and changes the tracked jobs' records, so that plain event sequences test it.
 
@@ -27,7 +29,106 @@ use kube::runtime::watcher;
 use super::kinds::{Decoding, Kind};
 use super::manifest::JOB_ID_LABEL;
 use super::{label, resource_version, status};
-use crate::model::{QueueStatus, WorkloadStatus};
+use crate::model::{Job, QueueStatus, WorkloadStatus};
+
+/// The executor's part that tracks jobs: every unfinished job it is responsible for, and
+/// what the watches of their objects need to share.
+#[derive(Default)]
+pub(super) struct JobTracking {
+    /// Unfinished jobs this executor is responsible for.
+    pub(super) tracked: DashMap<String, Tracked>,
+    /// Jobs cancelled while their Job was being created (at most the launches in flight).
+    cancelled_while_creating: DashMap<String, ()>,
+    /// Bumped when a finishing job's status changes.
+    pub(super) version: tokio::sync::watch::Sender<u64>,
+    /// Bumped at the start of every (re-)list of Jobs: a job confirmed before a list began
+    /// must appear in it, or it vanished.
+    pub(super) list_epoch: Arc<AtomicU64>,
+}
+
+impl JobTracking {
+    /// Starts tracking `job` (once: a job tracked already keeps its state).
+    /// `confirmed_epoch` is the list epoch from which its workload is known to exist, `None`
+    /// while it is being created; `decoding`, for jobs of workload templates, how their
+    /// object's status decodes; `ttl_seconds`, its workload's `ttlSecondsAfterFinished`.
+    pub(super) fn track(
+        &self,
+        job: &Job,
+        confirmed_epoch: Option<u64>,
+        decoding: Option<Decoding>,
+        ttl_seconds: Option<i32>,
+    ) {
+        // A job the store already holds a status for (adopted after a restart) is reported
+        // again only when the watch shows something else: a re-list of unchanged jobs
+        // costs the job service nothing.
+        let recorded = (job.workload != WorkloadStatus::default()).then(|| digest(&job.workload));
+        let queue = job
+            .spec
+            .queue_name
+            .as_ref()
+            .map(|_| QueueTrack::new(&job.workload));
+        self.tracked.entry(job.id.clone()).or_insert_with(|| {
+            Tracked::new(
+                job.spec.namespace.clone(),
+                job.spec.completions,
+                confirmed_epoch,
+                decoding,
+                ttl_seconds,
+                recorded,
+            )
+            .queued(queue)
+        });
+    }
+
+    /// The job's workload exists, known since list epoch `epoch`. True when the job was
+    /// cancelled while it was being created: the cancel found nothing to delete yet.
+    pub(super) fn created(&self, job_id: &str, epoch: u64) -> bool {
+        if let Some(mut t) = self.tracked.get_mut(job_id) {
+            t.confirmed_epoch = Some(epoch);
+        }
+        self.cancelled_while_creating.remove(job_id).is_some()
+    }
+
+    /// The job's workload could not be created: it is tracked no more (the launcher retries,
+    /// or fails the job), and a cancel that came meanwhile is forgotten with it.
+    pub(super) fn not_created(&self, job_id: &str) {
+        self.tracked.remove_if(job_id, |_, t| t.confirmed_epoch.is_none());
+        self.cancelled_while_creating.remove(job_id);
+    }
+
+    /// The job is cancelled: tracked no more, so that its workload's deletion is not
+    /// reported as vanishing; one whose create is in flight is remembered, for the launch
+    /// to delete its workload once it exists.
+    pub(super) fn cancelled(&self, job_id: &str) {
+        if let Some((_, t)) = self.tracked.remove(job_id)
+            && t.confirmed_epoch.is_none()
+        {
+            self.cancelled_while_creating.insert(job_id.to_owned(), ());
+        }
+    }
+
+    /// Whether the job's outcome is decided (its final report is being made).
+    pub(super) fn is_finishing(&self, job_id: &str) -> bool {
+        self.tracked.get(job_id).is_some_and(|t| t.finishing)
+    }
+
+    /// The job's namespace, while it is tracked.
+    pub(super) fn namespace(&self, job_id: &str) -> Option<String> {
+        self.tracked.get(job_id).map(|t| t.namespace.clone())
+    }
+
+    /// Tells the watchers that a finishing job's decided status changed.
+    pub(super) fn bump(&self) {
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// For an event of a queued job's object or Workload (`job_id`): the job's report order,
+    /// held until the report is sent; `None` for other jobs.
+    pub(super) async fn queue_order(&self, job_id: Option<&str>) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let order = self.tracked.get(job_id?)?.queue.as_ref()?.order.clone();
+        Some(order.lock_owned().await)
+    }
+}
 
 /// What the executor keeps per unfinished job: about a hundred bytes inline, since every
 /// tracked job has one in a hash table. The job service keeps the job itself (its spec and

@@ -10,7 +10,9 @@
 //! kinds' and CustomResourceDefinitions' handlers live in `workloads.rs`.
 //!
 //! It must not interpret what it sees: what Job events mean is decided by `tracking.rs` and
-//! carried out by `reconcile.rs`; pod events go to `pods.rs`.
+//! carried out by `reconcile.rs`; what pod events mean is decided by `pods.rs`, and this
+//! file's glue only carries that out (announcing changes, capturing an ended pod's log tail,
+//! the archive's follows).
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,16 +25,30 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
-use super::Inner;
 use super::kinds::Kind;
-use super::manifest::MANAGED_SELECTOR;
+use super::manifest::{JOB_ID_LABEL, MANAGED_SELECTOR};
+use super::pods::{PodAction, PodEvent};
 use super::tracking::{BatchJobs, Tracker};
+use super::{KubeShared, label, status};
 use crate::model::{SHARD_LABEL, ShardSet};
+
+/// The executor's part that holds its watchers: started once, each with its health.
+#[derive(Default)]
+pub(super) struct Watches {
+    /// The pod and Kueue watchers, pushed once at start and read by `/readyz`. A poisoned
+    /// lock is used anyway: a push cannot leave the list half-changed.
+    unsharded: std::sync::Mutex<Vec<Arc<WatcherHealth>>>,
+    /// The Job and workload-kind watchers, which follow the shards this replica acts for
+    /// (every job, without replicas) and restart when those change.
+    sharded: std::sync::Mutex<ShardedWatches>,
+    /// The watchers have been started (they start once).
+    started: AtomicBool,
+}
 
 /// The watchers of what carries jobs (batch Jobs, workload kinds' objects), for the shards
 /// this replica acts for: one generation at a time, replaced whole when the shards change.
 #[derive(Default)]
-pub(super) struct ShardedWatches {
+struct ShardedWatches {
     /// The shards followed; `None` before the first generation.
     shards: Option<ShardSet>,
     /// Ends this generation's watchers.
@@ -74,7 +90,7 @@ impl WatcherHealth {
     /// The API server answered its list and its last item was not an error. Its first
     /// list need not be done: after a restart with many jobs, going through them all takes
     /// a while, and the jobs it reconciles are already known from the store (see
-    /// [`Inner::is_ready`]).
+    /// [`KubeShared::is_ready`]).
     pub(super) fn is_ready(&self) -> bool {
         self.answered.load(Ordering::Relaxed) && self.healthy.load(Ordering::Relaxed)
     }
@@ -192,77 +208,126 @@ pub(super) async fn follow_events<K>(
 
 /// The Job watcher of one scope: the only source of batch Jobs' observations.
 struct JobEvents {
-    inner: Arc<Inner>,
+    shared: Arc<KubeShared>,
     tracker: Tracker<BatchJobs>,
 }
 
 impl Handler<K8sJob> for JobEvents {
     async fn event(&mut self, event: watcher::Event<K8sJob>) {
         let _order = self
-            .inner
+            .shared
+            .jobs
             .queue_order(super::tracking::event_job_id(&event).as_deref())
             .await;
-        let actions = self.tracker.apply(&self.inner.tracked, event);
-        self.inner.carry_out_job_actions(actions).await;
+        let actions = self.tracker.apply(&self.shared.jobs.tracked, event);
+        self.shared.carry_out_job_actions(actions).await;
     }
 }
 
 /// The pod watcher of one scope: results, failure causes and where logs are.
-struct PodEvents(Arc<Inner>);
+struct PodEvents(Arc<KubeShared>);
 
 impl Handler<Pod> for PodEvents {
     async fn event(&mut self, event: watcher::Event<Pod>) {
         match event {
-            watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => self.0.on_pod(&pod),
-            // A deleted pod's last state stays known: it may prove the outcome of a Job
-            // deleted with it. One deleted before it ended will never end: nothing should
-            // wait for it.
-            watcher::Event::Delete(pod) => self.0.on_pod_deleted(&pod),
+            watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => self.0.on_pod(&pod, false),
+            watcher::Event::Delete(pod) => self.0.on_pod(&pod, true),
             watcher::Event::Init | watcher::Event::InitDone => {}
         }
     }
 }
 
-impl Inner {
-    /// The scopes to watch: each configured namespace, else the whole cluster (`None`).
-    pub(super) fn watch_scopes(&self) -> Vec<Option<String>> {
-        if self.config.watch_namespaces.is_empty() {
-            vec![None]
+impl KubeShared {
+    /// Hands a pod's event to its job's record (`pods.rs` decides what it means) and
+    /// carries out what that says: announcing the change, capturing an ended pod's log tail,
+    /// and the archive's follows.
+    fn on_pod(self: &Arc<Self>, pod: &Pod, deleted: bool) {
+        let Some(id) = label(&pod.metadata, JOB_ID_LABEL) else {
+            if let (true, Some(namespace), Some(name)) =
+                (deleted, &pod.metadata.namespace, &pod.metadata.name)
+            {
+                self.archive.forget_follow(namespace, name);
+            }
+            return;
+        };
+        let Some(info) = status::pod_info(pod) else {
+            return;
+        };
+        let event = if deleted {
+            PodEvent::Deleted(info)
         } else {
-            self.config.watch_namespaces.iter().cloned().map(Some).collect()
+            PodEvent::Applied(info)
+        };
+        let tracked = self.jobs.tracked.contains_key(id);
+        for action in self.pods.apply(id, event, tracked) {
+            match action {
+                PodAction::Changed => self.pods.bump(),
+                PodAction::ConsiderFollow(info) => self.consider_follow(&info, id),
+                PodAction::CaptureLog {
+                    namespace,
+                    pod,
+                    container,
+                } => {
+                    let shared = self.clone();
+                    let id = id.to_owned();
+                    self.ctx.tasks.spawn(async move {
+                        let lines = shared
+                            .pod_log(&namespace, &pod, container, shared.ctx.config.captured_log_lines)
+                            .await;
+                        let lines = lines
+                            .inspect_err(|e| tracing::debug!(%pod, error = %e, "no log to capture"))
+                            .ok();
+                        shared.pods.captured(&id, pod, lines);
+                    });
+                }
+                PodAction::ForgetFollow { namespace, pod } => self.archive.forget_follow(&namespace, &pod),
+                PodAction::Forget => {}
+            }
         }
     }
+}
 
+impl KubeShared {
     /// Starts every watcher, once: workload kinds' discovery, pods' in each scope, and,
     /// without replicas, the Job and workload watchers of every shard (with replicas they
-    /// start with the first shards assigned, see [`Inner::follow_shards`]).
+    /// start with the first shards assigned, see [`KubeShared::follow_shards`]).
     pub(super) async fn start_watchers(self: &Arc<Self>) {
-        if self.started.swap(true, Ordering::SeqCst) {
+        if self.watches.started.swap(true, Ordering::SeqCst) {
             return;
         }
         self.start_workload_kinds().await;
-        let mut watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
-        for scope in self.watch_scopes() {
+        let mut watchers = self
+            .watches
+            .unsharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for scope in self.ctx.watch_scopes() {
             let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
             let pods: Api<Pod> = match &scope {
-                Some(ns) => self.pods_api(ns),
-                None => Api::all(self.client.clone()),
+                Some(ns) => self.ctx.pods_api(ns),
+                None => Api::all(self.ctx.client.clone()),
             };
             // Every replica watches every managed pod: any of them serves a job's runs and
             // logs. Only what decides a job's outcome is sharded.
-            let pods_health = WatcherHealth::new(format!("pods in {where_}"), &self.config.metrics);
+            let pods_health = WatcherHealth::new(format!("pods in {where_}"), &self.ctx.config.metrics);
             watchers.push(pods_health.clone());
             let config = watcher::Config::default().labels(MANAGED_SELECTOR);
             let mut pod_events = PodEvents(self.clone());
-            let inner = self.clone();
+            let shared = self.clone();
             let pod_stream = watch_stream(pods, config);
-            self.tasks.spawn(async move {
-                follow_events(pod_stream, Some(&pods_health), &inner.shutdown, &mut pod_events).await;
+            self.ctx.tasks.spawn(async move {
+                follow_events(
+                    pod_stream,
+                    Some(&pods_health),
+                    &shared.ctx.shutdown,
+                    &mut pod_events,
+                )
+                .await;
             });
         }
         self.start_kueue_watchers(&mut watchers);
         drop(watchers);
-        if self.membership.is_none() {
+        if !self.ownership.has_replicas() {
             self.follow_shards(ShardSet::ALL);
         }
     }
@@ -270,7 +335,7 @@ impl Inner {
     /// The label selector of the Job and workload watches of `shards`: every managed object
     /// without replicas; with them, those of `shards` (`None`: nothing to watch).
     fn shard_selector(&self, shards: ShardSet) -> Option<String> {
-        if self.membership.is_none() {
+        if !self.ownership.has_replicas() {
             return Some(MANAGED_SELECTOR.to_owned());
         }
         (!shards.is_empty()).then(|| format!("{MANAGED_SELECTOR},{SHARD_LABEL} in ({})", shards.to_list()))
@@ -281,38 +346,42 @@ impl Inner {
     /// selecting these shards. The jobs of shards gained are adopted before this is called,
     /// so that the new watchers' first list reconciles them.
     pub(super) fn follow_shards(self: &Arc<Self>, shards: ShardSet) {
-        let mut sharded = self.sharded.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sharded = self
+            .watches
+            .sharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if sharded.shards == Some(shards) {
             return;
         }
-        self.tracked.retain(|id, _| shards.holds(id));
+        self.jobs.tracked.retain(|id, _| shards.holds(id));
         sharded.stop.cancel();
-        sharded.stop = self.shutdown.child_token();
+        sharded.stop = self.ctx.shutdown.child_token();
         sharded.shards = Some(shards);
         sharded.health.clear();
         sharded.kinds.clear();
         let Some(selector) = self.shard_selector(shards) else {
             return;
         };
-        for scope in self.watch_scopes() {
+        for scope in self.ctx.watch_scopes() {
             let where_ = scope.as_deref().unwrap_or("all namespaces").to_owned();
             let jobs: Api<K8sJob> = match &scope {
-                Some(ns) => self.jobs_api(ns),
-                None => Api::all(self.client.clone()),
+                Some(ns) => self.ctx.jobs_api(ns),
+                None => Api::all(self.ctx.client.clone()),
             };
-            let health = WatcherHealth::new(format!("jobs in {where_}"), &self.config.metrics);
+            let health = WatcherHealth::new(format!("jobs in {where_}"), &self.ctx.config.metrics);
             sharded.health.push(health.clone());
             let mut job_events = JobEvents {
-                inner: self.clone(),
-                tracker: Tracker::new(BatchJobs, scope, self.list_epoch.clone()),
+                shared: self.clone(),
+                tracker: Tracker::new(BatchJobs, scope, self.jobs.list_epoch.clone()),
             };
             let stream = watch_stream(jobs, watcher::Config::default().labels(&selector));
             let stop = sharded.stop.clone();
-            self.tasks.spawn(async move {
+            self.ctx.tasks.spawn(async move {
                 follow_events(stream, Some(&health), &stop, &mut job_events).await;
             });
         }
-        for kind in self.kinds.values() {
+        for kind in self.kinds.all() {
             if kind.watching.load(Ordering::SeqCst) {
                 self.spawn_kind_watchers_in(kind, &mut sharded);
             }
@@ -320,12 +389,7 @@ impl Inner {
         drop(sharded);
         // The pods of the shards gained are this replica's to archive now; the pod watch
         // will not show them again until they change.
-        let held: Vec<(String, Vec<super::status::PodInfo>)> = self
-            .pods
-            .iter()
-            .filter(|job| shards.holds(job.key()))
-            .map(|job| (job.key().clone(), job.infos()))
-            .collect();
+        let held = self.pods.jobs_where(|id| shards.holds(id));
         for (id, pods) in held {
             for pod in &pods {
                 self.consider_follow(pod, &id);
@@ -335,7 +399,11 @@ impl Inner {
 
     /// Starts the watchers of a workload kind just discovered, in the current generation.
     pub(super) fn spawn_kind_watchers(self: &Arc<Self>, kind: &Arc<Kind>) {
-        let mut sharded = self.sharded.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sharded = self
+            .watches
+            .sharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         self.spawn_kind_watchers_in(kind, &mut sharded);
     }
 
@@ -349,7 +417,7 @@ impl Inner {
         }
         for (health, task) in self.kind_watchers(kind, &selector, &sharded.stop) {
             sharded.health.push(health);
-            self.tasks.spawn(task);
+            self.ctx.tasks.spawn(task);
         }
     }
 
@@ -369,14 +437,22 @@ impl Inner {
     /// need only not to fail, so that a change of shards does not make it unready while the
     /// new ones list.
     pub(super) fn is_ready(&self) -> bool {
-        let watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
-        let sharded = self.sharded.lock().unwrap_or_else(PoisonError::into_inner);
-        let sharded_ready = match &self.membership {
+        let watchers = self
+            .watches
+            .unsharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let sharded = self
+            .watches
+            .sharded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let sharded_ready = match self.ownership.membership_ready() {
             None => sharded.shards.is_some() && sharded.health.iter().all(|w| w.is_ready()),
-            Some(membership) => membership.is_ready() && sharded.health.iter().all(|w| w.is_healthy()),
+            Some(renewed) => renewed && sharded.health.iter().all(|w| w.is_healthy()),
         };
-        !self.shutdown.is_cancelled()
-            && self.started.load(Ordering::SeqCst)
+        !self.ctx.shutdown.is_cancelled()
+            && self.watches.started.load(Ordering::SeqCst)
             && watchers.iter().all(|w| w.is_ready())
             && sharded_ready
     }

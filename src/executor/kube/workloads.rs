@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fence::is_fenced;
 use super::kinds::Kind;
-use super::launcher::launch_error;
+use super::launch_cancel::launch_error;
 use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
@@ -37,26 +37,20 @@ use super::manifest::{
 use super::status::PodInfo;
 use super::tracking::{Action, KindObjects, Tracker, Vanish};
 use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
-use super::{Inner, label, retry_delays};
+use super::workload_retention::{TTL_ANNOTATION, retention_seconds};
+use super::{KubeShared, label, retry_delays};
 use crate::executor::ExecutorError;
 use crate::model::{Job, JobPhase, MappedPhase, SHARD_LABEL, WorkloadStatus, shard_of};
 use crate::templates::rules::STATUS_UNDERSTOOD;
-use crate::templates::{Retention, Stamp, WorkloadTemplate};
+use crate::templates::{Stamp, WorkloadTemplate};
 
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-impl Inner {
-    /// The kind jobs of `template` run as, when it is a workload template.
-    pub(super) fn kind_of(&self, template: &str) -> Option<(Arc<WorkloadTemplate>, Arc<Kind>)> {
-        let t = self.config.templates.get(template)?.clone();
-        let kind = self.kinds.get(&Kind::key(&t))?.clone();
-        Some((t, kind))
-    }
-
-    fn dynamic_api(&self, resource: &ApiResource, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), namespace, resource)
+impl KubeShared {
+    pub(super) fn dynamic_api(&self, resource: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.ctx.client.clone(), namespace, resource)
     }
 
     /// Discovers every workload kind, starts the watchers of those installed, and watches
@@ -68,16 +62,16 @@ impl Inner {
         if self.kinds.is_empty() {
             return;
         }
-        let first = self.kinds.values().map(|kind| async move {
+        let first = self.kinds.all().map(|kind| async move {
             let settled = tokio::time::timeout(FIRST_DISCOVERY, self.discover_once(kind)).await;
             (kind.clone(), settled.unwrap_or(false))
         });
         for (kind, settled) in futures::future::join_all(first).await {
             if !settled {
-                self.tasks.spawn(self.clone().discover(kind));
+                self.ctx.tasks.spawn(self.clone().discover(kind));
             }
         }
-        self.tasks.spawn(self.clone().watch_crds());
+        self.ctx.tasks.spawn(self.clone().watch_crds());
     }
 
     /// Retries discovery of a kind while the API server cannot answer.
@@ -87,7 +81,7 @@ impl Inner {
             let delay = delays.next().unwrap_or(Duration::from_secs(30));
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = self.shutdown.cancelled() => return,
+                _ = self.ctx.shutdown.cancelled() => return,
             }
         }
     }
@@ -95,7 +89,7 @@ impl Inner {
     /// One attempt to find the kind's resource: found, it is watched; not served, it is
     /// reported unavailable until its CRD appears. False when the API server gave no answer.
     async fn discover_once(self: &Arc<Self>, kind: &Arc<Kind>) -> bool {
-        match kube::discovery::pinned_kind(&self.client, &kind.gvk).await {
+        match kube::discovery::pinned_kind(&self.ctx.client, &kind.gvk).await {
             Ok((resource, _caps)) => {
                 *kind.resource.write().unwrap_or_else(PoisonError::into_inner) = Some(resource);
                 kind.set_unavailable(None);
@@ -133,17 +127,20 @@ impl Inner {
             return Vec::new();
         };
         let mut watchers = Vec::new();
-        for scope in self.watch_scopes() {
+        for scope in self.ctx.watch_scopes() {
             let api: Api<DynamicObject> = match &scope {
                 Some(ns) => self.dynamic_api(&resource, ns),
-                None => Api::all_with(self.client.clone(), &resource),
+                None => Api::all_with(self.ctx.client.clone(), &resource),
             };
             let where_ = scope.as_deref().unwrap_or("all namespaces");
-            let health = WatcherHealth::new(format!("{} in {where_}", resource.plural), &self.config.metrics);
+            let health = WatcherHealth::new(
+                format!("{} in {where_}", resource.plural),
+                &self.ctx.config.metrics,
+            );
             let config = watcher::Config::default().labels(selector);
             let events = watch_stream(api, config);
             let mut handler = KindEvents {
-                inner: self.clone(),
+                shared: self.clone(),
                 tracker: Tracker::new(KindObjects(kind.clone()), scope.clone(), kind.list_epoch.clone()),
                 resource: resource.clone(),
                 scope,
@@ -161,13 +158,13 @@ impl Inner {
     /// becomes available without a restart. Without RBAC to watch them, a missing kind is
     /// only found again at the next start (said once, in the log).
     async fn watch_crds(self: Arc<Self>) {
-        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let api: Api<CustomResourceDefinition> = Api::all(self.ctx.client.clone());
         let events = watch_stream(api, watcher::Config::default());
         let mut handler = CrdEvents {
-            inner: self.clone(),
+            shared: self.clone(),
             warned: false,
         };
-        follow_events(events, None, &self.shutdown, &mut handler).await;
+        follow_events(events, None, &self.ctx.shutdown, &mut handler).await;
     }
 
     /// A CustomResourceDefinition was added or changed: a missing kind it serves is
@@ -176,17 +173,17 @@ impl Inner {
         let group = &crd.spec.group;
         let kind_name = &crd.spec.names.kind;
         let served = |v: &str| crd.spec.versions.iter().any(|x| x.name == v && x.served);
-        for kind in self.kinds.values() {
+        for kind in self.kinds.all() {
             let wanted = &kind.gvk.group == group && &kind.gvk.kind == kind_name && served(&kind.gvk.version);
             if wanted && kind.availability().is_err() && !kind.watching.load(Ordering::SeqCst) {
-                self.tasks.spawn(self.clone().discover(kind.clone()));
+                self.ctx.tasks.spawn(self.clone().discover(kind.clone()));
             }
         }
     }
 
     /// A CustomResourceDefinition was deleted: the kinds it served are unavailable.
     fn on_crd_deleted(&self, crd: &CustomResourceDefinition) {
-        for kind in self.kinds.values() {
+        for kind in self.kinds.all() {
             if kind.gvk.group == crd.spec.group && kind.gvk.kind == crd.spec.names.kind {
                 kind.set_unavailable(Some(format!(
                     "the CustomResourceDefinition of {} was deleted",
@@ -232,114 +229,11 @@ impl Inner {
         }
     }
 
-    /// How long the job's object is kept once finished, when jobgate must delete it.
-    fn retention_of(&self, id: &str) -> Option<Duration> {
-        let t = self.tracked.get(id)?;
-        let decoding = t.decoding.as_ref()?;
-        retention_seconds(&decoding.template, t.ttl_seconds).map(Duration::from_secs)
-    }
-
-    /// An object of ours that jobgate no longer tracks: if it has finished and its template
-    /// keeps finished objects for a while only, its deletion is scheduled (once).
-    fn retain_finished(self: &Arc<Self>, kind: &Arc<Kind>, resource: &ApiResource, obj: &DynamicObject) {
-        let Some(template) = obj
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(TEMPLATE_ANNOTATION))
-            .and_then(|name| self.config.templates.get(name))
-        else {
-            return;
-        };
-        if Kind::key(template)
-            != (
-                kind.gvk.group.clone(),
-                kind.gvk.version.clone(),
-                kind.gvk.kind.clone(),
-            )
-        {
-            return;
-        }
-        let ttl = obj
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(TTL_ANNOTATION))
-            .and_then(|v| v.parse().ok());
-        let Some(seconds) = retention_seconds(template, ttl) else {
-            return;
-        };
-        let value = serde_json::to_value(obj).unwrap_or_default();
-        let decoded = template.status.decode(&value, &MappedPhase::default());
-        if decoded.mapped.is_none_or(|m| !m.phase.is_terminal()) {
-            return;
-        }
-        let finished = decoded.completion_time.unwrap_or_else(Utc::now);
-        self.schedule_deletion(resource.clone(), obj, finished, Duration::from_secs(seconds));
-    }
-
-    /// Deletes `obj` `after` its finish, with its own timer (never a sweep of all objects).
-    fn schedule_deletion(
-        self: &Arc<Self>,
-        resource: ApiResource,
-        obj: &DynamicObject,
-        finished: DateTime<Utc>,
-        after: Duration,
-    ) {
-        let (Some(namespace), Some(name), uid) = (
-            obj.metadata.namespace.clone(),
-            obj.metadata.name.clone(),
-            obj.metadata.uid.clone(),
-        ) else {
-            return;
-        };
-        let job_id = label(&obj.metadata, JOB_ID_LABEL).map(str::to_owned);
-        let key = format!("{namespace}/{name}/{}", uid.clone().unwrap_or_default());
-        if self.retention_timers.insert(key.clone(), ()).is_some() {
-            return; // already scheduled
-        }
-        let due = finished + chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
-        let wait = (due - Utc::now()).to_std().unwrap_or_default();
-        let inner = self.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = inner.shutdown.cancelled() => {
-                    inner.retention_timers.remove(&key);
-                    return;
-                }
-            }
-            // The replica that owns the job's shard now deletes it.
-            if job_id.as_deref().is_some_and(|id| !inner.acts_for(id)) {
-                inner.retention_timers.remove(&key);
-                return;
-            }
-            let api = inner.dynamic_api(&resource, &namespace);
-            let params = DeleteParams {
-                preconditions: uid.map(|uid| kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::background()
-            };
-            let deleted = match &job_id {
-                Some(id) => inner.acting_for(id, api.delete(&name, &params)).await,
-                None => api.delete(&name, &params).await,
-            };
-            match deleted {
-                Ok(_) => tracing::info!(%namespace, %name, kind = %resource.kind, "deleted a finished workload after its retention"),
-                Err(e) if is_not_found(&e) => {}
-                // Kept in the timers' set only while scheduled: the next list schedules it again.
-                Err(e) => tracing::warn!(%namespace, %name, error = %e, "deleting a finished workload failed; retried at the next list"),
-            }
-            inner.retention_timers.remove(&key);
-        });
-    }
-
     fn spawn_workload_vanished(self: &Arc<Self>, id: String) {
-        let inner = self.clone();
-        self.tasks.spawn(async move {
-            let kind = inner
+        let shared = self.clone();
+        self.ctx.tasks.spawn(async move {
+            let kind = shared
+                .jobs
                 .tracked
                 .get(&id)
                 .and_then(|t| t.decoding.as_ref().map(|d| d.template.kind.clone()))
@@ -352,8 +246,8 @@ impl Inner {
                 }),
                 ..WorkloadStatus::default()
             };
-            inner.send(id.clone(), status).await;
-            inner.untrack(&id);
+            shared.send(id.clone(), status).await;
+            shared.untrack(&id);
         });
     }
 
@@ -365,19 +259,19 @@ impl Inner {
         mut status: WorkloadStatus,
         retention: Option<(Duration, ApiResource, DynamicObject)>,
     ) {
-        let inner = self.clone();
-        self.tasks.spawn(async move {
+        let shared = self.clone();
+        self.ctx.tasks.spawn(async move {
             // Pods the watch has seen may still be ending; a kind whose pods jobgate does not
             // see (unlabelled, or none yet) has nothing to wait for.
-            if inner.pods.contains_key(&id)
-                && (!inner.wait_for_pods(&id, None).await || !inner.wait_for_archive(&id).await)
+            if shared.pods.knows(&id)
+                && (!shared.wait_for_pods(&id, None).await || !shared.wait_for_archive(&id).await)
             {
                 return; // shutting down: the next start re-lists and finishes it
             }
-            let Some(namespace) = inner.tracked.get(&id).map(|t| t.namespace.clone()) else {
+            let Some(namespace) = shared.jobs.namespace(&id) else {
                 return;
             };
-            let pods: Vec<PodInfo> = inner.pods.get(&id).map(|p| p.infos()).unwrap_or_default();
+            let pods: Vec<PodInfo> = shared.pods.infos(&id);
             let succeeded = status
                 .mapped
                 .as_ref()
@@ -387,13 +281,13 @@ impl Inner {
             } else if !succeeded {
                 status.message = super::status::failure_of(&pods);
             }
-            let lines = inner.capture_logs(&id, &namespace, &pods).await;
+            let lines = shared.capture_logs(&id, &namespace, &pods).await;
             status.executor_state = serde_json::json!({ "logTail": lines });
             let finished = status.completion_time.unwrap_or_else(Utc::now);
-            inner.send(id.clone(), status).await;
-            inner.untrack(&id);
+            shared.send(id.clone(), status).await;
+            shared.untrack(&id);
             if let Some((after, resource, obj)) = retention {
-                inner.schedule_deletion(resource, &obj, finished, after);
+                shared.schedule_deletion(resource, &obj, finished, after);
             }
         });
     }
@@ -449,7 +343,7 @@ impl Inner {
                 // The job fails: its main object must not run without what it needs. The
                 // launcher reports why; the watcher must not report the deletion this
                 // causes as the workload vanishing (WorkloadDeleted) before it does.
-                if let Some(mut t) = self.tracked.get_mut(&job.id) {
+                if let Some(mut t) = self.jobs.tracked.get_mut(&job.id) {
                     t.finishing = true;
                 }
                 if let Err(e) = api.delete(&name, &DeleteParams::background()).await
@@ -491,7 +385,7 @@ impl Inner {
             let (api_version, kind) = (text("apiVersion"), text("kind"));
             let (group, version) = api_version.split_once('/').unwrap_or(("", api_version.as_str()));
             let gvk = GroupVersionKind::gvk(group, version, &kind);
-            let resource = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            let resource = match kube::discovery::pinned_kind(&self.ctx.client, &gvk).await {
                 Ok((resource, _)) => resource,
                 Err(e) if is_not_found(&e) || matches!(e, kube::Error::Discovery(_)) => {
                     return Err(ExecutorError::Rejected {
@@ -558,7 +452,7 @@ impl Inner {
         let ttl = job
             .spec
             .ttl_seconds_after_finished
-            .or(self.config.manifest.ttl_seconds_after_finished);
+            .or(self.ctx.config.manifest.ttl_seconds_after_finished);
         if let Some(ttl) = ttl {
             // Read back by retention after a restart, when the job is no longer tracked.
             annotations.insert(TTL_ANNOTATION.to_owned(), ttl.to_string());
@@ -568,7 +462,7 @@ impl Inner {
             labels,
             annotations,
             env: vec![("JOBGATE_JOB_ID".into(), job.id.clone())],
-            default_ttl_seconds: self.config.manifest.ttl_seconds_after_finished,
+            default_ttl_seconds: self.ctx.config.manifest.ttl_seconds_after_finished,
         }
     }
 
@@ -631,7 +525,7 @@ impl Inner {
                     let delay = delays.next().unwrap_or(Duration::from_secs(30));
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
-                        _ = self.shutdown.cancelled() => return Err(ExecutorError::ShuttingDown),
+                        _ = self.ctx.shutdown.cancelled() => return Err(ExecutorError::ShuttingDown),
                     }
                 }
             }
@@ -655,7 +549,7 @@ fn is_forbidden(e: &watcher::Error) -> bool {
 
 /// The watcher of one workload kind in one scope.
 struct KindEvents {
-    inner: Arc<Inner>,
+    shared: Arc<KubeShared>,
     tracker: Tracker<KindObjects>,
     resource: ApiResource,
     scope: Option<String>,
@@ -670,11 +564,12 @@ impl Handler<DynamicObject> for KindEvents {
             kind.set_unavailable(None);
         }
         let _order = self
-            .inner
+            .shared
+            .jobs
             .queue_order(super::tracking::event_job_id(&event).as_deref())
             .await;
-        let actions = self.tracker.apply(&self.inner.tracked, event);
-        self.inner
+        let actions = self.tracker.apply(&self.shared.jobs.tracked, event);
+        self.shared
             .carry_out_kind_actions(&kind, &self.resource, actions)
             .await;
     }
@@ -693,7 +588,7 @@ impl Handler<DynamicObject> for KindEvents {
 
 /// The watcher of CustomResourceDefinitions.
 struct CrdEvents {
-    inner: Arc<Inner>,
+    shared: Arc<KubeShared>,
     /// That the watch fails has been logged.
     warned: bool,
 }
@@ -701,8 +596,8 @@ struct CrdEvents {
 impl Handler<CustomResourceDefinition> for CrdEvents {
     async fn event(&mut self, event: watcher::Event<CustomResourceDefinition>) {
         match event {
-            watcher::Event::Apply(crd) | watcher::Event::InitApply(crd) => self.inner.on_crd(&crd),
-            watcher::Event::Delete(crd) => self.inner.on_crd_deleted(&crd),
+            watcher::Event::Apply(crd) | watcher::Event::InitApply(crd) => self.shared.on_crd(&crd),
+            watcher::Event::Delete(crd) => self.shared.on_crd_deleted(&crd),
             watcher::Event::Init | watcher::Event::InitDone => {}
         }
     }
@@ -725,13 +620,3 @@ impl Handler<CustomResourceDefinition> for CrdEvents {
 
 /// How long start waits for the API server to say which workload kinds it serves.
 const FIRST_DISCOVERY: Duration = Duration::from_secs(5);
-
-/// The annotation that keeps a job's `ttlSecondsAfterFinished` on its object.
-pub(super) const TTL_ANNOTATION: &str = "jobgate.io/ttl-seconds-after-finished";
-
-fn retention_seconds(template: &WorkloadTemplate, ttl: Option<i32>) -> Option<u64> {
-    match template.retention.as_ref()? {
-        Retention::Seconds(s) => Some(*s),
-        Retention::JobTtl => ttl.map(|t| t.max(0) as u64),
-    }
-}

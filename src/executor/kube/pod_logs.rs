@@ -18,14 +18,14 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
 use tokio::sync::mpsc;
 
-use super::Inner;
+use super::KubeShared;
 use super::manifest::CONTAINER_NAME;
 use super::pods::CAPTURED_PODS;
 use super::status::PodInfo;
 use crate::executor::{ExecutorError, LogLine, lines_once};
 use crate::model::{Job, WorkloadStatus};
 
-impl Inner {
+impl KubeShared {
     /// The last `tail_lines` lines of the job: those kept when it finished, else read from
     /// its started pods now.
     pub(super) async fn tail_logs(&self, job: &Job, tail_lines: usize) -> Result<Vec<String>, ExecutorError> {
@@ -33,7 +33,7 @@ impl Inner {
             return Ok(captured_lines(&job.workload, tail_lines));
         }
         let mut lines = Vec::new();
-        for pod in self.started_pods(&job.id) {
+        for pod in self.pods.started_pods(&job.id) {
             match self
                 .pod_log(&job.spec.namespace, &pod.name, pod.container.clone(), tail_lines)
                 .await
@@ -64,13 +64,14 @@ impl Inner {
         match follow_until {
             Some(until) if !job.phase.is_terminal() => {
                 let (tx, rx) = mpsc::channel(256);
-                self.tasks
+                self.ctx
+                    .tasks
                     .spawn(self.clone().follow_logs(job, tail_lines, until, tx));
                 tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
             }
             _ => {
-                let inner = self.clone();
-                lines_once(async move { inner.tail_logs(&job, tail_lines).await })
+                let shared = self.clone();
+                lines_once(async move { shared.tail_logs(&job, tail_lines).await })
             }
         }
     }
@@ -78,13 +79,13 @@ impl Inner {
     /// The last lines of the job's most recent runs, kept in jobgate once it has finished:
     /// those captured as each pod ended, else read now.
     pub(super) async fn capture_logs(&self, id: &str, namespace: &str, pods: &[PodInfo]) -> Vec<String> {
-        let limit = self.config.captured_log_lines;
+        let limit = self.ctx.config.captured_log_lines;
         let mut started: Vec<&PodInfo> = pods.iter().filter(|p| p.started).collect();
         started.sort_by_key(|p| (p.index, p.finished_at, p.created_at));
         let recent = &started[started.len().saturating_sub(CAPTURED_PODS)..];
         let mut lines = Vec::new();
         for pod in recent {
-            let captured = self.pods.get(id).and_then(|p| p.logs.get(&pod.name).cloned());
+            let captured = self.pods.captured_log(id, &pod.name);
             match captured {
                 Some(mut more) => lines.append(&mut more),
                 None => match self
@@ -112,7 +113,7 @@ impl Inner {
             tail_lines: Some(tail as i64),
             ..LogParams::default()
         };
-        let text = self.pods_api(namespace).logs(pod, &params).await?;
+        let text = self.ctx.pods_api(namespace).logs(pod, &params).await?;
         Ok(text.lines().map(str::to_owned).collect())
     }
 
@@ -128,14 +129,14 @@ impl Inner {
         let namespace = job.spec.namespace.clone();
         let mut streamed = HashSet::new();
         let mut streams = tokio::task::JoinSet::new();
-        let mut changes = self.pods_version.subscribe();
+        let mut changes = self.pods.subscribe();
         let mut until = std::pin::pin!(until.fuse());
         let mut finished = false;
         loop {
-            for pod in self.started_pods(&job.id) {
+            for pod in self.pods.started_pods(&job.id) {
                 if streamed.insert(pod.name.clone()) {
                     streams.spawn(stream_pod_log(
-                        self.pods_api(&namespace),
+                        self.ctx.pods_api(&namespace),
                         pod.name,
                         pod.container,
                         tail_lines,
@@ -151,7 +152,7 @@ impl Inner {
                 _ = &mut until, if !finished => finished = true,
                 Some(_) = streams.join_next() => {}
                 _ = lines.closed() => return,
-                _ = self.shutdown.cancelled() => return,
+                _ = self.ctx.shutdown.cancelled() => return,
             }
         }
     }

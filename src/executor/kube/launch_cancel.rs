@@ -24,7 +24,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use super::fence::is_fenced;
 use super::manifest::{self, JOB_ID_LABEL, workload_name};
 use super::tracking::{self, BatchJobs};
-use super::{Inner, label, retry_delays};
+use super::{KubeShared, label, retry_delays};
 use crate::executor::ExecutorError;
 use crate::model::Job;
 
@@ -71,11 +71,11 @@ pub(super) fn launch_error(action: &str, e: kube::Error) -> ExecutorError {
     }
 }
 
-impl Inner {
+impl KubeShared {
     /// Creates the job's workload: a batch Job, or its workload template's object (see
     /// `workloads.rs`). Idempotent: a workload of this job that exists already is adopted.
     pub(super) async fn launch(self: &Arc<Self>, job: Arc<Job>) -> Result<(), ExecutorError> {
-        if self.shutdown.is_cancelled() {
+        if self.ctx.shutdown.is_cancelled() {
             return Err(ExecutorError::ShuttingDown);
         }
         // Fenced: a replica whose shard moved on while it waited must not create a workload
@@ -86,7 +86,7 @@ impl Inner {
         self.track(&job, None);
         // The list epoch is read once the workload exists: every list of its kind that
         // begins later must show it, or it vanished.
-        let created = match self.kind_of(&job.spec.template) {
+        let created = match self.kinds.kind_of(&job.spec.template) {
             Some((template, kind)) => self
                 .create_workload(&job, &template, &kind)
                 .await
@@ -94,21 +94,18 @@ impl Inner {
             None => self
                 .create_job(&job)
                 .await
-                .map(|created| (self.list_epoch.load(Ordering::SeqCst), Some(created))),
+                .map(|created| (self.jobs.list_epoch.load(Ordering::SeqCst), Some(created))),
         };
         match created {
             Ok((epoch, created)) => {
-                if let Some(mut t) = self.tracked.get_mut(&job.id) {
-                    t.confirmed_epoch = Some(epoch);
-                }
-                if self.cancelled_while_creating.remove(&job.id).is_some() {
+                if self.jobs.created(&job.id, epoch) {
                     // Cancelled while being created: the cancel found nothing to delete yet.
                     return self.cancel(&job).await;
                 }
                 if let Some(created) = created {
                     // The watch reports it too; this only saves waiting for it.
-                    let _order = self.queue_order(Some(&job.id)).await;
-                    let actions = tracking::applied(&BatchJobs, &self.tracked, created);
+                    let _order = self.jobs.queue_order(Some(&job.id)).await;
+                    let actions = tracking::applied(&BatchJobs, &self.jobs.tracked, created);
                     self.carry_out_job_actions(actions).await;
                 }
                 Ok(())
@@ -116,9 +113,7 @@ impl Inner {
             Err(e) => {
                 // Tracked no more (the launcher retries, or fails the job); a cancel that
                 // came meanwhile is forgotten with it.
-                self.tracked
-                    .remove_if(&job.id, |_, t| t.confirmed_epoch.is_none());
-                self.cancelled_while_creating.remove(&job.id);
+                self.jobs.not_created(&job.id);
                 // Refused by the fence, or failed while the shard moved on: not a failure
                 // of the launch, which the replica owning the shard now makes.
                 if !self.acts_for(&job.id) {
@@ -133,8 +128,8 @@ impl Inner {
     async fn create_job(&self, job: &Job) -> Result<K8sJob, ExecutorError> {
         let name = workload_name(&job.id);
         let namespace = &job.spec.namespace;
-        let api = self.jobs_api(namespace);
-        let manifest = manifest::build(job, &self.config.manifest);
+        let api = self.ctx.jobs_api(namespace);
+        let manifest = manifest::build(job, &self.ctx.config.manifest);
         match api.create(&PostParams::default(), &manifest).await {
             Ok(created) => Ok(created),
             Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
@@ -166,27 +161,18 @@ impl Inner {
             return Err(ExecutorError::NotThisReplica);
         }
         // Untracked first, so the deletion is not reported as a vanished workload.
-        if let Some((_, t)) = self.tracked.remove(job_id)
-            && t.confirmed_epoch.is_none()
-        {
-            // Its create is in flight: the launch deletes the Job once it exists.
-            self.cancelled_while_creating.insert(job_id.to_owned(), ());
-        }
-        self.pods.remove(job_id);
+        self.jobs.cancelled(job_id);
+        self.pods.forget_job(job_id);
         // The job, not the tracking, says where its workload is: after a restart a cancelled
         // job is tracked by no one, and its workload must still be stopped (a workload never
         // created answers 404, which is stopped too).
         let namespace = &job.spec.namespace;
-        if let Some((template, kind)) = self.kind_of(&job.spec.template) {
-            let ttl_seconds = job
-                .spec
-                .ttl_seconds_after_finished
-                .or(self.config.manifest.ttl_seconds_after_finished);
+        if let Some((template, kind)) = self.kinds.kind_of(&job.spec.template) {
             return self
-                .cancel_workload(job_id, namespace, &template, &kind, ttl_seconds)
+                .cancel_workload(job_id, namespace, &template, &kind, self.ctx.ttl_seconds(job))
                 .await;
         }
-        let api = self.jobs_api(namespace);
+        let api = self.ctx.jobs_api(namespace);
         let name = workload_name(job_id);
         // Retried until it lands: a cancelled job must not keep running in the cluster.
         let mut delays = retry_delays();
@@ -208,7 +194,7 @@ impl Inner {
                     let delay = delays.next().unwrap_or(Duration::from_secs(30));
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
-                        _ = self.shutdown.cancelled() => return Err(ExecutorError::ShuttingDown),
+                        _ = self.ctx.shutdown.cancelled() => return Err(ExecutorError::ShuttingDown),
                     }
                 }
             }
@@ -229,7 +215,7 @@ impl Inner {
             .await;
     }
 
-    /// [`Inner::record_event`] on an object of a workload kind.
+    /// [`KubeShared::record_event`] on an object of a workload kind.
     pub(super) async fn record_event_on(
         &self,
         namespace: &str,
@@ -280,7 +266,7 @@ impl Inner {
             count: Some(1),
             ..Event::default()
         };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let events: Api<Event> = Api::namespaced(self.ctx.client.clone(), namespace);
         if let Err(e) = events.create(&PostParams::default(), &event).await {
             tracing::warn!(error = %e, "could not record a Kubernetes Event");
         }
