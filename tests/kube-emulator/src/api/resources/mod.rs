@@ -2,8 +2,9 @@
 //! update (PUT), patch, delete (propagation, preconditions, grace periods, finalizers) and
 //! deletecollection, for the main endpoint and the `/status` subresource.
 //!
-//! Every write goes through one [`Store`] call so that it is atomic and produces exactly one
-//! watch event; per-kind rules come from [`super::kinds`]. Must not stream (see `watch`, `logs`).
+//! Every write goes through one [`Store`](crate::store::Store) call so that it is atomic and
+//! produces exactly one watch event; per-kind rules come from [`super::kinds`]. Must not stream
+//! (see `watch`, `logs`).
 //!
 //! # Layout
 //! - this module: what every verb shares (the presented object, selectors, the one-transaction
