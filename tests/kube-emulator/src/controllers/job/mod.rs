@@ -19,35 +19,43 @@
 //! Not emulated: `backoffLimitPerIndex`/`maxFailedIndexes`, `successPolicy`, adoption of orphan
 //! pods that match the selector, and expectations (the store is read-your-writes, so they are not
 //! needed). It must not write pod status (the kubelet's) nor delete Jobs (TTL and GC do).
+//!
+//! # Layout
+//! - this module: the reconciler and one sync (reading the spec, deciding the outcome).
+//! - `pods`: creating pods from the template, `manageJob`, choosing and deleting pods.
+//! - `tracking`: counting finished pods with the tracking finalizer, writing the final condition.
+//! - `backoff`: the pod-failure back-off.
+//! - `failure_policy`: `podFailurePolicy` rules matched against a failed pod.
+//! - `indexes`: sets of completion indexes (`completedIndexes`).
+//! - `status`: the Job status and its conditions as types.
 
+mod backoff;
 mod failure_policy;
 mod indexes;
+mod pods;
 mod status;
+mod tracking;
 
-use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use tokio::time::Instant;
 
+use self::backoff::BackoffRecord;
 use self::indexes::Intervals;
-use self::status::{COMPLETE, Condition, FAILED, FAILURE_TARGET, JobStatus, SUCCESS_CRITERIA_MET, SUSPENDED};
+use self::status::{Condition, FAILED, FAILURE_TARGET, JobStatus, SUCCESS_CRITERIA_MET, SUSPENDED};
+use self::tracking::has_tracking_finalizer;
+use super::Shared;
 use super::events::{EventType, JOB_CONTROLLER};
-use super::objects::{self, JOB_TRACKING_FINALIZER, is_deleting, pod_is_terminal, pod_phase, str_at};
+use super::objects::{self, is_deleting, pod_is_terminal, pod_phase, str_at};
 use super::runner::Reconciler;
-use super::{Shared, SimConfig};
 use crate::store::{Change, ChangeKind, Store, StoreError, now_timestamp};
 
 /// Label and annotation carrying a pod's completion index.
 const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
-/// The real controller creates or deletes at most this many pods per sync.
-const MAX_POD_CREATE_DELETE_PER_SYNC: i64 = 500;
-/// Longest `generateName` prefix the API server keeps.
-const MAX_GENERATED_NAME_LENGTH: usize = 58;
 
 /// `(namespace, name)` of a Job.
 type JobKey = (String, String);
@@ -68,53 +76,6 @@ pub(crate) enum JobError {
     },
     #[error("removing the tracking finalizer of pod {pod}: {source}")]
     RemoveFinalizer { pod: String, source: StoreError },
-}
-
-/// The pod-failure back-off of one Job: consecutive failures since the last success.
-#[derive(Debug, Clone, Default)]
-struct BackoffRecord {
-    uid: String,
-    failures_after_last_success: u32,
-    last_failure: Option<Instant>,
-}
-
-impl BackoffRecord {
-    fn updated(&self, uid: &str, new_succeeded: usize, new_failed: usize, now: Instant) -> BackoffRecord {
-        let mut next = if self.uid == uid {
-            self.clone()
-        } else {
-            BackoffRecord {
-                uid: uid.to_owned(),
-                ..Default::default()
-            }
-        };
-        if new_succeeded > 0 && new_failed == 0 {
-            next.failures_after_last_success = 0;
-            next.last_failure = None;
-        } else if new_failed > 0 {
-            // A success in the same batch resets the count first: only these failures remain.
-            let base = if new_succeeded > 0 {
-                0
-            } else {
-                next.failures_after_last_success
-            };
-            next.failures_after_last_success = base + u32::try_from(new_failed).unwrap_or(u32::MAX);
-            next.last_failure = Some(now);
-        }
-        next
-    }
-
-    fn remaining(&self, config: &SimConfig, now: Instant) -> Duration {
-        let Some(last) = self.last_failure else {
-            return Duration::ZERO;
-        };
-        let backoff = SimConfig::backoff(
-            config.pod_failure_backoff,
-            config.pod_failure_backoff_max,
-            self.failures_after_last_success,
-        );
-        backoff.saturating_sub(now.saturating_duration_since(last))
-    }
 }
 
 /// The parts of a Job's spec the controller acts on, with the API's defaults.
@@ -171,10 +132,6 @@ fn completion_index(pod: &Value) -> Option<u64> {
     objects::annotation(pod, COMPLETION_INDEX).and_then(|i| i.parse().ok())
 }
 
-fn has_tracking_finalizer(pod: &Value) -> bool {
-    objects::has_finalizer(pod, JOB_TRACKING_FINALIZER)
-}
-
 /// The Job that controls a pod, from its controller ownerReference.
 fn owning_job(pod: &Value) -> Option<JobKey> {
     let owner = objects::controller_ref(pod)?;
@@ -189,36 +146,6 @@ fn owning_job(pod: &Value) -> Option<JobKey> {
 
 fn owner_uid(pod: &Value) -> Option<&str> {
     objects::controller_ref(pod).and_then(|r| r.get("uid")?.as_str())
-}
-
-/// The order `controller.ActivePods` sorts in: the pods least worth keeping first (unbound, then
-/// pending, then not ready, then most restarted, then newest).
-fn removal_order(pod: &&Value) -> (bool, u8, bool, Reverse<i64>, Reverse<String>) {
-    let bound = str_at(pod, "/spec/nodeName").is_some_and(|n| !n.is_empty());
-    let phase = match pod_phase(pod) {
-        "Pending" | "" => 0,
-        "Running" => 2,
-        _ => 1,
-    };
-    let restarts: i64 = pod
-        .pointer("/status/containerStatuses")
-        .and_then(Value::as_array)
-        .map(|cs| {
-            cs.iter()
-                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
-                .sum()
-        })
-        .unwrap_or(0);
-    let created = str_at(pod, "/metadata/creationTimestamp")
-        .unwrap_or_default()
-        .to_owned();
-    (
-        bound,
-        phase,
-        objects::pod_is_ready(pod),
-        Reverse(restarts),
-        Reverse(created),
-    )
 }
 
 /// Everything one sync works with.
@@ -340,288 +267,9 @@ impl JobController {
                 source,
             })
     }
+}
 
-    fn remove_tracking_finalizer(&self, store: &Store, pod: &Value) -> Result<(), JobError> {
-        objects::remove_finalizer(
-            store,
-            "pods",
-            objects::namespace(pod),
-            objects::name(pod),
-            JOB_TRACKING_FINALIZER,
-        )
-        .map_err(|source| JobError::RemoveFinalizer {
-            pod: objects::display(pod),
-            source,
-        })
-    }
-
-    /// Deletes pods gracefully; with `release`, removes the tracking finalizer first (pods deleted
-    /// for suspension or parallelism are not counted). Returns (deleted, of which ready).
-    fn delete_pods(&self, store: &Store, sync: &mut Sync<'_>, pods: &[Value], release: bool) -> (i64, i64) {
-        let (mut deleted, mut deleted_ready) = (0, 0);
-        for pod in pods {
-            if release && let Err(e) = self.remove_tracking_finalizer(store, pod) {
-                sync.fail(e);
-                continue;
-            }
-            match objects::delete_gracefully(store, "pods", objects::namespace(pod), objects::name(pod), None)
-            {
-                Ok(_) => {
-                    deleted += 1;
-                    if objects::pod_is_ready(pod) {
-                        deleted_ready += 1;
-                    }
-                    self.event(
-                        store,
-                        sync.job,
-                        EventType::Normal,
-                        "SuccessfulDelete",
-                        &format!("Deleted pod: {}", objects::name(pod)),
-                    );
-                }
-                Err(source) => {
-                    let e = JobError::DeletePod {
-                        job: sync.job_name(),
-                        pod: objects::display(pod),
-                        source,
-                    };
-                    sync.fail(e);
-                }
-            }
-        }
-        (deleted, deleted_ready)
-    }
-
-    fn new_pod(job: &Value, index: Option<u64>) -> Value {
-        let job_name = objects::name(job);
-        let template = job.pointer("/spec/template").unwrap_or(&Value::Null);
-        let map = |p: &str| {
-            template
-                .pointer(p)
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let mut labels = map("/metadata/labels");
-        let mut annotations = map("/metadata/annotations");
-        let mut spec = template
-            .get("spec")
-            .cloned()
-            .filter(Value::is_object)
-            .unwrap_or_else(|| json!({}));
-        let mut finalizers: Vec<Value> = template
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        if !finalizers.iter().any(|f| f == JOB_TRACKING_FINALIZER) {
-            finalizers.push(json!(JOB_TRACKING_FINALIZER));
-        }
-        let generate_name = match index {
-            None => format!("{job_name}-"),
-            Some(i) => {
-                labels.insert(COMPLETION_INDEX.into(), json!(i.to_string()));
-                annotations.insert(COMPLETION_INDEX.into(), json!(i.to_string()));
-                spec["hostname"] = json!(format!("{job_name}-{i}"));
-                for list in ["initContainers", "containers"] {
-                    for c in spec
-                        .get_mut(list)
-                        .and_then(Value::as_array_mut)
-                        .into_iter()
-                        .flatten()
-                    {
-                        add_completion_index_env(c);
-                    }
-                }
-                let suffix = format!("-{i}-");
-                let mut prefix = format!("{job_name}{suffix}");
-                if prefix.len() > MAX_GENERATED_NAME_LENGTH {
-                    let keep = MAX_GENERATED_NAME_LENGTH.saturating_sub(suffix.len());
-                    let cut = (0..=keep)
-                        .rev()
-                        .find(|&n| job_name.is_char_boundary(n))
-                        .unwrap_or(0);
-                    prefix = format!("{}{suffix}", &job_name[..cut]);
-                }
-                prefix
-            }
-        };
-        let has_resources = spec
-            .get("containers")
-            .and_then(Value::as_array)
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    c.get("resources")
-                        .and_then(Value::as_object)
-                        .is_some_and(|r| !r.is_empty())
-                })
-            });
-        let mut metadata = Map::new();
-        metadata.insert("generateName".into(), json!(generate_name));
-        metadata.insert("namespace".into(), json!(objects::namespace(job)));
-        if !labels.is_empty() {
-            metadata.insert("labels".into(), Value::Object(labels));
-        }
-        if !annotations.is_empty() {
-            metadata.insert("annotations".into(), Value::Object(annotations));
-        }
-        metadata.insert(
-            "ownerReferences".into(),
-            json!([{
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": job_name,
-                "uid": objects::uid(job),
-                "controller": true,
-                "blockOwnerDeletion": true,
-            }]),
-        );
-        metadata.insert("finalizers".into(), Value::Array(finalizers));
-        json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": metadata,
-            "spec": spec,
-            "status": {"phase": "Pending", "qosClass": if has_resources { "Burstable" } else { "BestEffort" }},
-        })
-    }
-
-    /// `manageJob`: suspension, too many pods, too few pods. Returns the new number of active pods.
-    fn manage(&mut self, store: &Store, sync: &mut Sync<'_>, active_pods: &[Value]) -> i64 {
-        let mut active = sync.active;
-        if sync.spec.suspend {
-            let (removed, removed_ready) = self.delete_pods(store, sync, active_pods, true);
-            sync.terminating += removed;
-            sync.ready -= removed_ready;
-            return active - removed;
-        }
-        let want = match sync.spec.completions {
-            None if sync.succeeded > 0 => active,
-            None => sync.spec.parallelism,
-            Some(c) => (c - sync.succeeded).clamp(0, sync.spec.parallelism),
-        };
-        let rm_at_least = (active - want).max(0);
-        let mut to_delete = self.pods_for_removal(&sync.spec, active_pods, rm_at_least);
-        to_delete.truncate(MAX_POD_CREATE_DELETE_PER_SYNC as usize);
-        if !to_delete.is_empty() {
-            let (removed, removed_ready) = self.delete_pods(store, sync, &to_delete, true);
-            sync.terminating += removed;
-            sync.ready -= removed_ready;
-            return active - removed;
-        }
-        let terminating = if sync.spec.only_replace_failed {
-            sync.terminating
-        } else {
-            0
-        };
-        let diff = (want - terminating - active).min(MAX_POD_CREATE_DELETE_PER_SYNC);
-        if diff <= 0 {
-            return active;
-        }
-        let remaining = sync.backoff.remaining(&self.shared.config, Instant::now());
-        if !remaining.is_zero() {
-            sync.requeue_after(remaining);
-            return active;
-        }
-        let indexes: Vec<Option<u64>> = if sync.spec.indexed {
-            let mut taken = Intervals::default();
-            let in_use = active_pods.iter().chain(
-                sync.pods
-                    .iter()
-                    .filter(|p| sync.spec.only_replace_failed && is_deleting(p) && !pod_is_terminal(p)),
-            );
-            for ix in in_use.filter_map(completion_index) {
-                taken.insert(ix);
-            }
-            let completions = sync
-                .spec
-                .completions
-                .and_then(|c| u64::try_from(c).ok())
-                .unwrap_or(0);
-            let count = usize::try_from(diff).unwrap_or(0);
-            sync.succeeded_indexes
-                .first_missing(&taken, count, completions)
-                .into_iter()
-                .map(Some)
-                .collect()
-        } else {
-            (0..diff).map(|_| None).collect()
-        };
-        let key = (
-            objects::namespace(sync.job).unwrap_or_default().to_owned(),
-            objects::name(sync.job).to_owned(),
-        );
-        for index in indexes {
-            match store.create(
-                "pods",
-                objects::namespace(sync.job),
-                Self::new_pod(sync.job, index),
-            ) {
-                Ok(pod) => {
-                    active += 1;
-                    self.shared.pods_created.fetch_add(1, Ordering::Relaxed);
-                    self.index_pod(&key.0, objects::name(&pod), Some(key.clone()));
-                    self.event(
-                        store,
-                        sync.job,
-                        EventType::Normal,
-                        "SuccessfulCreate",
-                        &format!("Created pod: {}", objects::name(&pod)),
-                    );
-                }
-                Err(source) => {
-                    self.event(
-                        store,
-                        sync.job,
-                        EventType::Warning,
-                        "FailedCreate",
-                        &format!("Error creating: {source}"),
-                    );
-                    sync.fail(JobError::CreatePod {
-                        job: sync.job_name(),
-                        source,
-                    });
-                    // Like the real slow start: stop after a failure, retry on the next sync.
-                    break;
-                }
-            }
-        }
-        active
-    }
-
-    /// `activePodsForRemoval`: for Indexed Jobs, pods with a duplicate, missing or out-of-range
-    /// index first; then the least advanced pods until `rm_at_least` are chosen.
-    fn pods_for_removal(&self, spec: &Spec<'_>, active_pods: &[Value], rm_at_least: i64) -> Vec<Value> {
-        let mut rm: Vec<&Value> = Vec::new();
-        let mut left: Vec<&Value> = Vec::new();
-        if spec.indexed {
-            let mut by_index: std::collections::BTreeMap<u64, Vec<&Value>> =
-                std::collections::BTreeMap::new();
-            for pod in active_pods {
-                match spec.valid_index(pod) {
-                    Some(ix) => by_index.entry(ix).or_default().push(pod),
-                    None => rm.push(pod),
-                }
-            }
-            for (_, mut same) in by_index {
-                same.sort_by_key(removal_order);
-                if let Some(keep) = same.pop() {
-                    left.push(keep);
-                }
-                rm.extend(same);
-            }
-        } else {
-            left.extend(active_pods);
-        }
-        let wanted = usize::try_from(rm_at_least).unwrap_or(0);
-        if rm.len() < wanted {
-            left.sort_by_key(removal_order);
-            let more = wanted - rm.len();
-            rm.extend(left.into_iter().take(more));
-        }
-        rm.into_iter().cloned().collect()
-    }
-
+impl JobController {
     fn sync(
         &mut self,
         store: &Store,
@@ -835,187 +483,6 @@ impl JobController {
             None => Ok(sync.requeue),
         }
     }
-
-    /// `trackJobStatusAndRemoveFinalizers`: puts finished pods into `uncountedTerminatedPods` (with
-    /// the interim condition) in one status write, removes their tracking finalizers, then moves
-    /// them into the counters and, when nothing is left to count or terminating, writes the final
-    /// condition in a second status write.
-    #[allow(clippy::too_many_arguments)]
-    fn track(
-        &mut self,
-        store: &Store,
-        key: &JobKey,
-        sync: &mut Sync<'_>,
-        st: &mut JobStatus,
-        stored: &JobStatus,
-        mut finished: Option<Condition>,
-        uncounted_succeeded: &HashSet<String>,
-        uncounted_failed: &HashSet<String>,
-    ) -> Result<(), JobError> {
-        let job = sync.job;
-        let mut with_finalizer: HashSet<String> = sync
-            .pods
-            .iter()
-            .filter(|p| has_tracking_finalizer(p))
-            .map(|p| objects::uid(p).to_owned())
-            .collect();
-        clean_uncounted(st, &with_finalizer);
-
-        let mut ordered: Vec<&Value> = sync.pods.iter().collect();
-        if sync.spec.indexed {
-            ordered.sort_by_key(|p| completion_index(p));
-        }
-        let mut to_release: Vec<&Value> = Vec::new();
-        let mut new_indexes = Vec::new();
-        let decided_failure = finished.as_ref().is_some_and(|f| f.kind != SUCCESS_CRITERIA_MET);
-        for pod in ordered {
-            if !has_tracking_finalizer(pod) {
-                continue;
-            }
-            let pod_uid = objects::uid(pod).to_owned();
-            let failed = sync.spec.is_pod_failed(pod);
-            let succeeded = pod_phase(pod) == "Succeeded";
-            if !(is_deleting(job) || finished.is_some() || succeeded || failed) {
-                continue;
-            }
-            to_release.push(pod);
-            if succeeded && !uncounted_failed.contains(&pod_uid) {
-                if sync.spec.indexed {
-                    if let Some(ix) = sync.spec.valid_index(pod)
-                        && !sync.prev_indexes.has(ix)
-                    {
-                        new_indexes.push(ix);
-                    }
-                } else if !uncounted_succeeded.contains(&pod_uid) {
-                    st.uncounted().succeeded.push(pod_uid);
-                }
-            } else if (failed || decided_failure)
-                && !uncounted_failed.contains(&pod_uid)
-                && (!sync.spec.indexed || sync.spec.valid_index(pod).is_some())
-                && failure_policy::match_pod(sync.spec.failure_policy, pod).count
-            {
-                st.uncounted().failed.push(pod_uid);
-            }
-        }
-        if sync.spec.indexed {
-            for ix in new_indexes {
-                sync.succeeded_indexes.insert(ix);
-            }
-            st.completed_indexes = sync.succeeded_indexes.to_string();
-            st.succeeded = i64::try_from(sync.succeeded_indexes.total()).unwrap_or(i64::MAX);
-        }
-        if let Some(target) = finished.as_ref().filter(|f| f.kind == FAILURE_TARGET) {
-            st.conditions.push(target.clone());
-            finished = Some(Condition::new(
-                FAILED,
-                "True",
-                &target.reason,
-                &target.message,
-                &sync.now,
-            ));
-        }
-        if let Some(met) = finished.as_ref().filter(|f| f.kind == SUCCESS_CRITERIA_MET) {
-            if st.condition(SUCCESS_CRITERIA_MET).is_none() {
-                st.conditions.push(met.clone());
-            }
-            finished = Some(Condition::new(
-                COMPLETE,
-                "True",
-                &met.reason,
-                &met.message,
-                &sync.now,
-            ));
-        }
-
-        // First write: new uncounted pods and the interim condition, before any finalizer goes.
-        if st != stored {
-            self.write_status(store, job, st)?;
-        }
-        self.backoff.insert(key.clone(), sync.backoff.clone());
-        let written = st.clone();
-
-        let mut release_error = None;
-        for pod in to_release {
-            match self.remove_tracking_finalizer(store, pod) {
-                Ok(()) => {
-                    with_finalizer.remove(objects::uid(pod));
-                }
-                Err(e) => {
-                    release_error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = release_error {
-            sync.fail(e);
-        }
-        clean_uncounted(st, &with_finalizer);
-
-        let mut job_finished = false;
-        if let Some(f) = &finished {
-            let nothing_uncounted = st
-                .uncounted_terminated_pods
-                .as_ref()
-                .is_none_or(|u| u.succeeded.is_empty() && u.failed.is_empty());
-            if nothing_uncounted && sync.terminating == 0 {
-                st.ensure_condition(&f.kind, "True", &f.reason, &f.message, &sync.now);
-                if f.kind == COMPLETE {
-                    st.completion_time = Some(sync.now.clone());
-                }
-                job_finished = true;
-            }
-        }
-        // Second write: the counters, and the final condition once everything is counted.
-        if *st != written {
-            self.write_status(store, job, st)?;
-        }
-        if job_finished && let Some(f) = finished {
-            if f.kind == COMPLETE {
-                self.event(store, job, EventType::Normal, "Completed", "Job completed");
-            } else {
-                self.event(store, job, EventType::Warning, &f.reason, &f.message);
-            }
-            self.backoff.remove(key);
-            self.started.remove(objects::uid(job));
-        }
-        Ok(())
-    }
-}
-
-/// `JOB_COMPLETION_INDEX` from the pod's completion-index label, unless the container sets it.
-fn add_completion_index_env(container: &mut Value) {
-    let Some(c) = container.as_object_mut() else {
-        return;
-    };
-    let env = c.entry("env").or_insert_with(|| json!([]));
-    let Some(env) = env.as_array_mut() else { return };
-    if env
-        .iter()
-        .any(|e| str_at(e, "/name") == Some("JOB_COMPLETION_INDEX"))
-    {
-        return;
-    }
-    env.push(json!({
-        "name": "JOB_COMPLETION_INDEX",
-        "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{COMPLETION_INDEX}']")}},
-    }));
-}
-
-/// Moves the uids of pods whose tracking finalizer is gone from `uncountedTerminatedPods` into the
-/// counters. Returns whether anything moved.
-fn clean_uncounted(st: &mut JobStatus, with_finalizer: &HashSet<String>) -> bool {
-    let Some(uncounted) = st.uncounted_terminated_pods.as_mut() else {
-        return false;
-    };
-    let before = (uncounted.succeeded.len(), uncounted.failed.len());
-    uncounted.succeeded.retain(|u| with_finalizer.contains(u));
-    uncounted.failed.retain(|u| with_finalizer.contains(u));
-    let moved = (
-        before.0 - uncounted.succeeded.len(),
-        before.1 - uncounted.failed.len(),
-    );
-    st.succeeded += i64::try_from(moved.0).unwrap_or(0);
-    st.failed += i64::try_from(moved.1).unwrap_or(0);
-    moved != (0, 0)
 }
 
 /// With `restartPolicy: OnFailure`, the Job fails once its running or pending pods' containers

@@ -1,0 +1,198 @@
+//! Per-kind create and update rules: Job defaulting, validation and immutability, the Event
+//! mapping, Lease fields and validation, CRDs.
+
+use super::*;
+
+fn rt(key: &str) -> ResourceType {
+    ResourceType::builtins()
+        .into_iter()
+        .find(|r| r.key() == key)
+        .expect("builtin")
+}
+
+fn job() -> Value {
+    json!({"metadata": {"name": "pi", "uid": "u-1", "namespace": "default"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never",
+               "containers": [{"name": "main", "image": "busybox:1.36"}]}}},
+           "status": {"active": 3}})
+}
+
+#[test]
+fn job_defaults_like_the_api_server() {
+    let mut j = job();
+    prepare_create(&rt("jobs.batch"), &mut j).expect("valid");
+    assert_eq!(j["status"], json!({}));
+    assert_eq!(j["spec"]["completions"], 1);
+    assert_eq!(j["spec"]["parallelism"], 1);
+    assert_eq!(j["spec"]["backoffLimit"], 6);
+    assert_eq!(j["spec"]["completionMode"], "NonIndexed");
+    assert_eq!(
+        j["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"],
+        "u-1"
+    );
+    let labels = &j["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["batch.kubernetes.io/job-name"], "pi");
+    assert_eq!(labels["controller-uid"], "u-1");
+    assert_eq!(
+        j["metadata"]["labels"], *labels,
+        "an unlabelled Job takes its template's labels"
+    );
+    let c = &j["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(c["terminationMessagePath"], "/dev/termination-log");
+    assert_eq!(j["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 30);
+}
+
+#[test]
+fn job_validation_causes() {
+    type Case = (Box<dyn Fn(&mut Value)>, &'static str, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            Box::new(|j| {
+                if let Some(s) = j["spec"]["template"]["spec"].as_object_mut() {
+                    s.remove("restartPolicy");
+                }
+            }),
+            "spec.template.spec.restartPolicy",
+            "FieldValueNotSupported",
+        ),
+        (
+            Box::new(|j| j["spec"]["parallelism"] = json!(-1)),
+            "spec.parallelism",
+            "FieldValueInvalid",
+        ),
+        (
+            Box::new(|j| j["spec"]["completionMode"] = json!("Indexed")),
+            "spec.completions",
+            "FieldValueRequired",
+        ),
+        (
+            Box::new(|j| j["spec"]["template"]["spec"]["containers"][0]["image"] = json!("")),
+            "spec.template.spec.containers[0].image",
+            "FieldValueRequired",
+        ),
+        (
+            Box::new(|j| {
+                if let Some(c) = j["spec"]["template"]["spec"]["containers"][0].as_object_mut() {
+                    c.remove("name");
+                }
+            }),
+            "spec.template.spec.containers[0].name",
+            "FieldValueRequired",
+        ),
+        (
+            Box::new(|j| j["metadata"]["name"] = json!("Bad_Name")),
+            "metadata.name",
+            "FieldValueInvalid",
+        ),
+        (
+            Box::new(|j| j["metadata"]["name"] = json!("a".repeat(64))),
+            "metadata.name",
+            "FieldValueInvalid",
+        ),
+        (
+            Box::new(|j| {
+                j["spec"]["manualSelector"] = json!(true);
+                j["spec"]["selector"] = json!({"matchLabels": {"a": "b"}});
+            }),
+            "spec.template.metadata.labels",
+            "FieldValueInvalid",
+        ),
+    ];
+    for (mutate, field, reason) in cases {
+        let mut j = job();
+        mutate(&mut j);
+        // With parallelism set, completions is not defaulted: Indexed then lacks it.
+        if j["spec"]["completionMode"] == "Indexed" {
+            j["spec"]["parallelism"] = json!(2);
+        }
+        let e = prepare_create(&rt("jobs.batch"), &mut j).expect_err(field);
+        assert_eq!(e.code, 422);
+        let causes = e.details["causes"].as_array().cloned().unwrap_or_default();
+        assert!(
+            causes
+                .iter()
+                .any(|c| c["field"] == field && c["reason"] == reason),
+            "{field} {reason}: {causes:?}"
+        );
+    }
+}
+
+#[test]
+fn job_update_immutability() {
+    let mut j = job();
+    prepare_create(&rt("jobs.batch"), &mut j).expect("valid");
+    let mut changed = j.clone();
+    changed["spec"]["parallelism"] = json!(3);
+    prepare_update(&rt("jobs.batch"), &j, &mut changed).expect("parallelism is mutable");
+    let mut changed = j.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("other");
+    let e = prepare_update(&rt("jobs.batch"), &j, &mut changed).expect_err("template immutable");
+    assert!(
+        e.message.contains("spec.template: Invalid value"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn events_map_between_apis() {
+    let ev = rt("events.events.k8s.io");
+    let wire = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x", "namespace": "default"},
+        "regarding": {"name": "pi", "namespace": "default"}, "note": "hi", "reportingController": "c", "reportingInstance": "i",
+        "action": "A", "reason": "R", "type": "Normal", "eventTime": "2025-01-01T00:00:01.000000Z"});
+    let mut stored = from_wire(&ev, wire.clone());
+    assert_eq!(stored["involvedObject"]["name"], "pi");
+    assert_eq!(stored["message"], "hi");
+    assert_eq!(stored["apiVersion"], "v1");
+    prepare_create(&ev, &mut stored).expect("valid event");
+    assert_eq!(to_wire(&ev, &stored), wire);
+    let mut missing = from_wire(&ev, json!({"metadata": {"name": "y", "namespace": "default"}}));
+    let e = prepare_create(&ev, &mut missing).expect_err("invalid");
+    assert!(e.message.contains("eventTime: Required value"), "{}", e.message);
+}
+
+#[test]
+fn lease_strategy_fields_and_validation() {
+    let leases = rt("leases.coordination.k8s.io");
+    assert!(!allows_unconditional_update(&leases) && allows_create_on_update(&leases));
+    assert!(allows_unconditional_update(&rt("jobs.batch")) && !allows_create_on_update(&rt("jobs.batch")));
+    let mut l = json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a", "unknown": 1,
+        "renewTime": "2026-01-01T01:00:00.5+01:00", "strategy": "OldestEmulationVersion"}});
+    prepare_create(&leases, &mut l).expect("valid");
+    assert_eq!(
+        l["spec"],
+        json!({"holderIdentity": "a", "renewTime": "2026-01-01T00:00:00.500000Z"})
+    );
+    // A stored lease that has a gated field keeps it on update (the gate's rule).
+    let old = json!({"metadata": {"name": "l"}, "spec": {"strategy": "OldestEmulationVersion"}});
+    let mut new = json!({"metadata": {"name": "l"}, "spec": {"strategy": "OldestEmulationVersion", "preferredHolder": "b"}});
+    prepare_update(&leases, &old, &mut new).expect("valid");
+    assert_eq!(new["spec"], json!({"strategy": "OldestEmulationVersion"}));
+    let mut bad = json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": "15"}});
+    assert_eq!(
+        check_shape(&leases, &bad).expect_err("a string duration").code,
+        400
+    );
+    bad["spec"]["leaseDurationSeconds"] = json!(-3);
+    let e = prepare_create(&leases, &mut bad).expect_err("negative");
+    assert!(
+        e.message
+            .contains("spec.leaseDurationSeconds: Invalid value: -3: must be greater than 0"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn crd_becomes_a_resource_type() {
+    let crd = json!({"metadata": {"name": "pytorchjobs.kubeflow.org"}, "spec": {"group": "kubeflow.org", "scope": "Namespaced",
+        "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob", "shortNames": ["ptj"]},
+        "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}}}]}});
+    let mut c = crd.clone();
+    prepare_create(&rt("customresourcedefinitions.apiextensions.k8s.io"), &mut c).expect("valid");
+    let t = crd_resource_type(&crd).expect("type");
+    assert_eq!(t.key(), "pytorchjobs.kubeflow.org");
+    assert!(t.namespaced && t.status_subresource);
+    assert_eq!(t.short_names, ["ptj"]);
+}

@@ -1,0 +1,390 @@
+//! The writing verbs: create, update (PUT, with create-on-update where the kind allows it) and
+//! patch (every patch type), for the main endpoint and `/status`; also the `Emulator`'s create
+//! path and serving the kind of a written CRD.
+//!
+//! Each write is one store transaction; per-kind rules come from `kinds`. It must not delete.
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::{ApiResult, modify_object, ok, present, str_at};
+use crate::api::kinds;
+use crate::api::patch::{self, PatchType};
+use crate::api::status::{ApiError, Cause, json_response};
+use crate::api::{ApiState, Form, Query, Target};
+use crate::store::{ResourceType, StoreError, now_timestamp, random_suffix};
+
+fn parse_object(body: &[u8]) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .or_else(|_| serde_yaml_ng::from_slice(body))
+        .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("the request body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+/// `apiVersion`/`kind` in a body, if present, must be the URL's.
+fn check_type(rt: &ResourceType, body: &Value) -> Result<(), ApiError> {
+    let api_version = str_at(body, "/apiVersion").filter(|s| !s.is_empty());
+    let kind = str_at(body, "/kind").filter(|s| !s.is_empty());
+    if api_version.is_some_and(|v| v != rt.api_version()) || kind.is_some_and(|k| k != rt.kind) {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({}) does not match the expected API version ({})",
+            api_version.unwrap_or_default(),
+            rt.api_version()
+        )));
+    }
+    Ok(())
+}
+
+fn check_namespace(t: &Target, body: &Value) -> Result<(), ApiError> {
+    if let (Some(url_ns), Some(body_ns)) = (
+        t.ns(),
+        str_at(body, "/metadata/namespace").filter(|s| !s.is_empty()),
+    ) && url_ns != body_ns
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    Ok(())
+}
+
+/// Create, shared by POST and apply-on-absent. `body` is in the wire shape.
+fn create_object(api: &ApiState, t: &Target, q: &Query, body: Value) -> Result<Value, ApiError> {
+    check_type(&t.rt, &body)?;
+    check_namespace(t, &body)?;
+    let mut object = kinds::from_wire(&t.rt, body);
+    kinds::check_shape(&t.rt, &object)?;
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = json!({});
+    }
+    if t.rt.namespaced {
+        let ns = t.ns().unwrap_or_default();
+        if api.store.get("namespaces", None, ns).is_none() {
+            return Err(ApiError::namespace_not_found(ns));
+        }
+        object["metadata"]["namespace"] = json!(ns);
+    }
+    let meta = object["metadata"]
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
+    // The server assigns these; what a client sends is discarded.
+    for field in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "selfLink",
+    ] {
+        meta.remove(field);
+    }
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let name = if name.is_empty() {
+        let prefix = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if prefix.is_empty() {
+            return Err(ApiError::invalid(
+                &t.rt,
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired",
+                    message: "Required value: name or generateName is required".into(),
+                    field: "metadata.name".into(),
+                }],
+            ));
+        }
+        let prefix: String = prefix.chars().take(58).collect();
+        format!("{prefix}{}", random_suffix(5))
+    } else {
+        name
+    };
+    meta.insert("name".into(), json!(name));
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    kinds::prepare_create(&t.rt, &mut object)?;
+    if q.dry_run() {
+        object["metadata"]["creationTimestamp"] = json!(now_timestamp());
+        object["metadata"]["generation"] = json!(1);
+        return Ok(object);
+    }
+    let created = api
+        .store
+        .create(&t.storage, t.ns(), object)
+        .map_err(|e| match e {
+            StoreError::NotFound => ApiError::namespace_not_found(t.ns().unwrap_or_default()),
+            other => ApiError::from_store(&t.rt, &name, other),
+        })?;
+    if t.storage == "customresourcedefinitions.apiextensions.k8s.io" {
+        register_crd(api, &created);
+    }
+    Ok(created)
+}
+
+/// Serves a created or updated CRD's kind and marks it Established (as the apiextensions
+/// controller does, in a separate status write).
+fn register_crd(api: &ApiState, crd: &Value) {
+    if let Some(rt) = kinds::crd_resource_type(crd) {
+        api.store.register(rt);
+    }
+    let name = str_at(crd, "/metadata/name").unwrap_or_default();
+    let status = kinds::crd_status(crd, &now_timestamp());
+    if let Err(e) = api.store.modify(
+        "customresourcedefinitions.apiextensions.k8s.io",
+        None,
+        name,
+        &mut |o| {
+            o["status"] = status.clone();
+            Ok(())
+        },
+    ) {
+        tracing::warn!(crd = name, error = %e, "could not mark the CRD established");
+    }
+}
+
+pub fn create(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
+    let body = parse_object(body)?;
+    let created = create_object(api, t, q, body)?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &present(t, &created, &Form::Full),
+    ))
+}
+
+/// The object to store for a write through the main endpoint or `/status`, given the stored one
+/// and the client's version of the whole object (storage shape).
+fn merge_write(
+    t: &Target,
+    current: &Value,
+    mut incoming: Value,
+    status_only: bool,
+) -> Result<Value, ApiError> {
+    if status_only {
+        let mut next = current.clone();
+        next["status"] = incoming.get("status").cloned().unwrap_or(Value::Null);
+        if next["status"].is_null()
+            && let Some(m) = next.as_object_mut()
+        {
+            m.remove("status");
+        }
+        // The client's resourceVersion stays a precondition.
+        next["metadata"]["resourceVersion"] = incoming["metadata"]["resourceVersion"].clone();
+        return Ok(next);
+    }
+    if t.rt.status_subresource {
+        match current.get("status") {
+            Some(s) => incoming["status"] = s.clone(),
+            None => {
+                if let Some(m) = incoming.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+    }
+    kinds::prepare_update(&t.rt, current, &mut incoming)?;
+    Ok(incoming)
+}
+
+pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
+    let body = parse_object(body)?;
+    check_type(&t.rt, &body)?;
+    check_namespace(t, &body)?;
+    if let Some(name) = str_at(&body, "/metadata/name")
+        && name != t.name()
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({})",
+            t.name()
+        )));
+    }
+    let status_only = t.sub.as_deref() == Some("status");
+    // Create-on-update (Leases): an absent object is created whatever resourceVersion was sent,
+    // as the real store's GuaranteedUpdate does. If a concurrent create wins, this is an update.
+    if kinds::allows_create_on_update(&t.rt)
+        && !status_only
+        && api.store.get(&t.storage, t.ns(), t.name()).is_none()
+    {
+        kinds::check_shape(&t.rt, &body)?;
+        let mut object = body.clone();
+        object["metadata"]["name"] = json!(t.name());
+        match create_object(api, t, q, object) {
+            Ok(created) => {
+                return Ok(json_response(
+                    StatusCode::CREATED,
+                    &present(t, &created, &Form::Full),
+                ));
+            }
+            Err(e) if e.reason == "AlreadyExists" => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let has_rv = str_at(&body, "/metadata/resourceVersion").is_some_and(|s| !s.is_empty());
+    if !has_rv && !kinds::allows_unconditional_update(&t.rt) {
+        // The real message names the resource, not the kind (`leases.coordination.k8s.io "x" is
+        // invalid`, details.kind `leases`): the generic store builds it from the resource.
+        return Err(ApiError::invalid_kind(
+            &t.rt.key(),
+            &t.rt.group,
+            &t.rt.plural,
+            t.name(),
+            vec![Cause {
+                reason: "FieldValueInvalid",
+                message: "Invalid value: 0x0: must be specified for an update".into(),
+                field: "metadata.resourceVersion".into(),
+            }],
+        ));
+    }
+    let mut incoming = kinds::from_wire(&t.rt, body);
+    kinds::check_shape(&t.rt, &incoming)?;
+    if !incoming.get("metadata").is_some_and(Value::is_object) {
+        incoming["metadata"] = json!({});
+    }
+    let updated = modify_object(api, t, q.dry_run(), &mut |current| {
+        let mut next = merge_write(t, current, incoming.clone(), status_only)?;
+        if !has_rv && let Some(m) = next["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        *current = next;
+        Ok(())
+    })?;
+    if t.storage == "customresourcedefinitions.apiextensions.k8s.io" && !q.dry_run() && !status_only {
+        register_crd(api, &updated);
+    }
+    ok(&present(t, &updated, &Form::Full))
+}
+
+fn patch_options_invalid(field: &str, message: &str) -> ApiError {
+    ApiError::invalid_kind(
+        "PatchOptions.meta.k8s.io",
+        "meta.k8s.io",
+        "PatchOptions",
+        "",
+        vec![Cause {
+            reason: if message.starts_with("Required") {
+                "FieldValueRequired"
+            } else {
+                "FieldValueForbidden"
+            },
+            message: message.to_owned(),
+            field: field.to_owned(),
+        }],
+    )
+}
+
+pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[u8]) -> ApiResult {
+    let builtin = ResourceType::builtins().iter().any(|b| b.key() == t.rt.key());
+    let kind = PatchType::from_content_type(content_type)
+        .filter(|k| builtin || *k != PatchType::Strategic)
+        .ok_or_else(|| {
+            let accepted: Vec<&str> = patch::ACCEPTED
+                .iter()
+                .copied()
+                .filter(|a| builtin || *a != "application/strategic-merge-patch+json")
+                .collect();
+            ApiError::unsupported_media_type(content_type, &accepted)
+        })?;
+    if q.flag("force") && kind != PatchType::Apply {
+        return Err(patch_options_invalid(
+            "force",
+            "Forbidden: may not be specified for non-apply patch",
+        ));
+    }
+    if kind == PatchType::Apply && q.value("fieldManager").is_none() {
+        return Err(patch_options_invalid(
+            "fieldManager",
+            "Required value: is required for apply patch",
+        ));
+    }
+    let patch_body = patch::parse_body(kind, body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let status_only = t.sub.as_deref() == Some("status");
+    if kind == PatchType::Apply && !status_only && api.store.get(&t.storage, t.ns(), t.name()).is_none() {
+        let mut object = patch_body;
+        kinds::check_shape(&t.rt, &kinds::from_wire(&t.rt, object.clone()))?;
+        if !object.get("metadata").is_some_and(Value::is_object) {
+            object["metadata"] = json!({});
+        }
+        if str_at(&object, "/metadata/name").is_some_and(|n| n != t.name()) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({})",
+                str_at(&object, "/metadata/name").unwrap_or_default(),
+                t.name()
+            )));
+        }
+        object["metadata"]["name"] = json!(t.name());
+        let created = create_object(api, t, q, object)?;
+        return Ok(json_response(
+            StatusCode::CREATED,
+            &present(t, &created, &Form::Full),
+        ));
+    }
+    let updated = modify_object(api, t, q.dry_run(), &mut |current| {
+        let mut wire = kinds::to_wire(&t.rt, current);
+        patch::apply(kind, &mut wire, &patch_body, builtin).map_err(|e| match e {
+            patch::PatchError::Malformed(m) => ApiError::bad_request(m),
+            patch::PatchError::Failed(m) => ApiError::invalid(
+                &t.rt,
+                t.name(),
+                vec![Cause {
+                    reason: "FieldValueInvalid",
+                    message: m,
+                    field: String::new(),
+                }],
+            ),
+        })?;
+        let mut patched = kinds::from_wire(&t.rt, wire);
+        kinds::check_shape(&t.rt, &patched)?;
+        if !patched.get("metadata").is_some_and(Value::is_object) {
+            patched["metadata"] = json!({});
+        }
+        *current = merge_write(t, current, patched, status_only)?;
+        Ok(())
+    })?;
+    if t.storage == "customresourcedefinitions.apiextensions.k8s.io" && !q.dry_run() && !status_only {
+        register_crd(api, &updated);
+    }
+    ok(&present(t, &updated, &Form::Full))
+}
+
+/// Creates an object through the API's create path (defaulting, validation), for the
+/// `Emulator` (e.g. CRDs from YAML). `namespace` is used for namespaced kinds.
+pub fn create_from_value(api: &ApiState, object: Value, namespace: Option<&str>) -> Result<Value, ApiError> {
+    let api_version = str_at(&object, "/apiVersion").unwrap_or_default().to_owned();
+    let kind = str_at(&object, "/kind").unwrap_or_default().to_owned();
+    let rt = api
+        .store
+        .resources()
+        .into_iter()
+        .find(|r| r.api_version() == api_version && r.kind == kind)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "no kind {kind:?} is registered for version {api_version:?}"
+            ))
+        })?;
+    let namespace = if rt.namespaced {
+        Some(
+            str_at(&object, "/metadata/namespace")
+                .or(namespace)
+                .unwrap_or("default")
+                .to_owned(),
+        )
+    } else {
+        None
+    };
+    let t = Target {
+        storage: kinds::storage_key(&rt),
+        rt,
+        namespace,
+        name: None,
+        sub: None,
+        legacy_watch: false,
+    };
+    create_object(api, &t, &Query::default(), object)
+}
