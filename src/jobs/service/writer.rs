@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::mpsc;
 
-use super::{Command, Inner, ServiceError, Submitted};
+use super::{ServiceError, ServiceState, Submitted, WriterCommand};
 use crate::executor::Observation;
 use crate::model::{Job, JobEvent, JobPhase, Scope, Transition, ValidationError};
 use crate::store::{Accepted, StoreError, StoreTx};
@@ -25,7 +25,7 @@ use crate::store::{Accepted, StoreError, StoreTx};
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(super) struct Writer {
-    pub(super) inner: Arc<Inner>,
+    pub(super) inner: Arc<ServiceState>,
     pub(super) max_batch: usize,
 }
 
@@ -56,7 +56,7 @@ impl Recorded {
 impl Writer {
     pub(super) async fn run(
         self,
-        mut commands: mpsc::Receiver<Command>,
+        mut commands: mpsc::Receiver<WriterCommand>,
         mut observations: mpsc::Receiver<Observation>,
     ) {
         let mut batch = Vec::with_capacity(self.max_batch);
@@ -70,17 +70,21 @@ impl Writer {
             let first = tokio::select! {
                 biased;
                 c = commands.recv() => c,
-                o = observations.recv() => o.map(Command::Observe),
+                o = observations.recv() => o.map(WriterCommand::Observe),
                 _ = self.inner.writer_stop.cancelled() => None,
                 _ = health.tick() => {
                     if self.check_health().await && !deferred.is_empty() {
-                        let retried = std::mem::take(&mut deferred).into_iter().map(Command::Observe).collect();
+                        let retried = std::mem::take(&mut deferred).into_iter().map(WriterCommand::Observe).collect();
                         self.apply(retried, &mut deferred).await;
                     }
                     continue;
                 }
             };
-            batch.extend(std::mem::take(&mut deferred).into_iter().map(Command::Observe));
+            batch.extend(
+                std::mem::take(&mut deferred)
+                    .into_iter()
+                    .map(WriterCommand::Observe),
+            );
             let Some(first) = first else {
                 // Finish what was already queued before stopping.
                 commands.close();
@@ -89,7 +93,7 @@ impl Writer {
                     batch.push(c);
                 }
                 while let Ok(o) = observations.try_recv() {
-                    batch.push(Command::Observe(o));
+                    batch.push(WriterCommand::Observe(o));
                 }
                 if !batch.is_empty() {
                     self.apply(std::mem::take(&mut batch), &mut deferred).await;
@@ -116,7 +120,7 @@ impl Writer {
                 match observations.try_recv() {
                     Ok(o) => {
                         weight += 1;
-                        batch.push(Command::Observe(o));
+                        batch.push(WriterCommand::Observe(o));
                     }
                     Err(_) => break,
                 }
@@ -161,7 +165,7 @@ impl Writer {
     /// tried once more on a fresh connection (the first may have been left in a bad state),
     /// then every caller is answered with an error, nothing having changed, and the batch's
     /// observations go to `deferred`.
-    async fn apply(&self, batch: Vec<Command>, deferred: &mut Vec<Observation>) {
+    async fn apply(&self, batch: Vec<WriterCommand>, deferred: &mut Vec<Observation>) {
         let store = &self.inner.store;
         let mut failure = None;
         for attempt in 1..=2 {
@@ -192,20 +196,20 @@ impl Writer {
         self.set_health(Some(why.clone()));
         for command in batch {
             match command {
-                Command::Submit { reply, .. } => {
+                WriterCommand::Submit { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
-                Command::Cancel { reply, .. } => {
+                WriterCommand::Cancel { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
-                Command::SubmitMany { reply, .. } => {
+                WriterCommand::SubmitMany { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
-                Command::Observe(o) => {
+                WriterCommand::Observe(o) => {
                     deferred.retain(|d| d.job_id != o.job_id);
                     deferred.push(o);
                 }
-                Command::Launched { reply, .. } | Command::CancellationsDone { reply, .. } => {
+                WriterCommand::Launched { reply, .. } | WriterCommand::CancellationsDone { reply, .. } => {
                     let _ = reply.send(false);
                 }
             }
@@ -619,7 +623,7 @@ impl Writer {
     }
 
     /// Everything a committed batch must still do.
-    async fn try_apply(&self, batch: &[Command]) -> Result<Outcome, StoreError> {
+    async fn try_apply(&self, batch: &[WriterCommand]) -> Result<Outcome, StoreError> {
         let mut tx = self.inner.store.begin().await?;
         let mut touched: HashMap<String, Job> = HashMap::new();
         let mut recorded = Vec::new();
@@ -630,7 +634,7 @@ impl Writer {
         let mut cancelled = false;
         for command in batch {
             match command {
-                Command::Submit {
+                WriterCommand::Submit {
                     job,
                     fingerprint,
                     scope,
@@ -651,14 +655,14 @@ impl Writer {
                     launch |= matches!(answer, Answer::Created(_));
                     answers.push(answer);
                 }
-                Command::SubmitMany { jobs, scope, .. } => {
+                WriterCommand::SubmitMany { jobs, scope, .. } => {
                     let each = self
                         .submit_many_in(&mut *tx, &mut touched, &mut keys, &mut recorded, jobs, scope)
                         .await?;
                     launch |= each.iter().any(|a| matches!(a, Answer::Created(_)));
                     answers.push(Answer::Many(each));
                 }
-                Command::Cancel { id, scope, .. } => {
+                WriterCommand::Cancel { id, scope, .. } => {
                     let found = match self.current_for_caller(&mut *tx, &touched, id, scope).await? {
                         Ok(found) => found,
                         Err(unreadable) => {
@@ -686,7 +690,7 @@ impl Writer {
                         )))),
                     }
                 }
-                Command::Observe(observation) => {
+                WriterCommand::Observe(observation) => {
                     answers.push(Answer::None);
                     let Some(mut job) = self
                         .current_readable(&mut *tx, &touched, &observation.job_id)
@@ -706,13 +710,13 @@ impl Writer {
                         touched.insert(job.id.clone(), job);
                     }
                 }
-                Command::CancellationsDone { ids, .. } => {
+                WriterCommand::CancellationsDone { ids, .. } => {
                     answers.push(Answer::None);
                     for id in ids {
                         tx.cancellation_done(id).await?;
                     }
                 }
-                Command::Launched { outcome, .. } => {
+                WriterCommand::Launched { outcome, .. } => {
                     answers.push(Answer::None);
                     let now = Utc::now();
                     for id in &outcome.launched {
@@ -760,7 +764,7 @@ impl Writer {
         })
     }
 
-    fn publish(&self, batch: Vec<Command>, outcome: Outcome) {
+    fn publish(&self, batch: Vec<WriterCommand>, outcome: Outcome) {
         let Outcome {
             touched,
             recorded,
@@ -798,16 +802,16 @@ impl Writer {
         }
         for (command, answer) in batch.into_iter().zip(answers) {
             match (command, answer) {
-                (Command::Submit { reply, .. }, Answer::Created(job)) => {
+                (WriterCommand::Submit { reply, .. }, Answer::Created(job)) => {
                     let _ = reply.send(Ok(Submitted { job, created: true }));
                 }
-                (Command::Submit { reply, .. }, Answer::Existing(job)) => {
+                (WriterCommand::Submit { reply, .. }, Answer::Existing(job)) => {
                     let _ = reply.send(Ok(Submitted { job, created: false }));
                 }
-                (Command::Submit { reply, .. }, Answer::Error(e)) => {
+                (WriterCommand::Submit { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
                 }
-                (Command::SubmitMany { reply, .. }, Answer::Many(each)) => {
+                (WriterCommand::SubmitMany { reply, .. }, Answer::Many(each)) => {
                     let _ = reply.send(Ok(each
                         .into_iter()
                         .map(|answer| match answer {
@@ -818,13 +822,16 @@ impl Writer {
                         })
                         .collect()));
                 }
-                (Command::Cancel { reply, .. }, Answer::Created(job) | Answer::Existing(job)) => {
+                (WriterCommand::Cancel { reply, .. }, Answer::Created(job) | Answer::Existing(job)) => {
                     let _ = reply.send(Ok(job));
                 }
-                (Command::Cancel { reply, .. }, Answer::Error(e)) => {
+                (WriterCommand::Cancel { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
                 }
-                (Command::Launched { reply, .. } | Command::CancellationsDone { reply, .. }, _) => {
+                (
+                    WriterCommand::Launched { reply, .. } | WriterCommand::CancellationsDone { reply, .. },
+                    _,
+                ) => {
                     let _ = reply.send(true);
                 }
                 _ => {}
@@ -865,11 +872,11 @@ enum Answer {
     Many(Vec<Answer>),
 }
 
-impl Command {
+impl WriterCommand {
     /// How many commands this one counts for in a batch: a bulk submission, its jobs.
     fn weight(&self) -> usize {
         match self {
-            Command::SubmitMany { jobs, .. } => jobs.len().max(1),
+            WriterCommand::SubmitMany { jobs, .. } => jobs.len().max(1),
             _ => 1,
         }
     }
