@@ -23,7 +23,8 @@
 //! - `feed`: reads and the event feeds subscriptions use (`job`, `jobs`, `events`,
 //!   `job_status`, `watch_job`, logs, runs, history, stats, namespaces), each within the
 //!   caller's `Scope`;
-//! - `writer`: the one task that applies commands and observations to the store;
+//! - `writer`: the one task that applies commands and observations to the store (its
+//!   `admission`: the checks and acceptance of submissions);
 //! - `executor_tasks`: the launcher and the canceller, which talk to the executor;
 //! - `follower`: with a shared store, publishes what any replica committed;
 //! - `shards`: with replicas dividing the work, hands the executor the jobs of the shards
