@@ -9,8 +9,8 @@
 //! - [`model`]: the domain (jobs, phases, validation, filters, scopes); imports nothing of
 //!   ours. [`metrics`]: the metric handles everyone pushes to, rendered for `/metrics`;
 //! - [`templates`]: workload templates (format, rendering, status rules);
-//!   [`store`]: the `Store` trait and its SQLite implementation: jobs, the launch outbox,
-//!   the event log;
+//!   [`store`]: the `Store` trait and its SQLite and PostgreSQL implementations: jobs, the
+//!   launch outbox, the event log;
 //! - [`executor`]: the `Executor` trait, local processes and Kubernetes;
 //! - [`jobs`]: the one writer of job state (`service`), the event fan-out with replay
 //!   (`bus`), templates described for clients (`catalog`);

@@ -1,10 +1,10 @@
 //! The `jobgate` binary: read configuration, start logging, run.
 
-use jobgate::config::{Command, Config, ConfigError};
+use jobgate::config::{Config, ConfigError, JobgateSubcommand};
 
 fn main() -> anyhow::Result<()> {
     // First, while this process has one thread: it may be the launcher of a local job.
-    jobgate::executor::local::launcher::run_if_asked();
+    jobgate::executor::local::user_switch::run_if_asked();
     start()
 }
 
@@ -19,12 +19,12 @@ async fn start() -> anyhow::Result<()> {
         }
     };
     match config.command {
-        Some(Command::Schema) => {
+        Some(JobgateSubcommand::Schema) => {
             let sdl = jobgate::graphql::schema::sdl();
             std::io::Write::write_all(&mut std::io::stdout(), sdl.as_bytes())?;
             return Ok(());
         }
-        Some(Command::HashToken) => {
+        Some(JobgateSubcommand::HashToken) => {
             let mut token = String::new();
             std::io::stdin().read_line(&mut token)?;
             anyhow::ensure!(!token.trim().is_empty(), "no token on standard input");
@@ -32,7 +32,7 @@ async fn start() -> anyhow::Result<()> {
             std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes())?;
             return Ok(());
         }
-        Some(Command::Client(command)) => {
+        Some(JobgateSubcommand::Client(command)) => {
             let code = jobgate::cli::run(command).await;
             std::process::exit(code);
         }

@@ -38,15 +38,15 @@ use crate::graphql::http::{self as gql_http, HttpOptions, ResponseType};
 use crate::graphql::schema::{self, JobgateSchema};
 use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
 use crate::hosts::AllowedHosts;
-use crate::jobs::logs::LogArchiver;
-use crate::jobs::retention::Retention;
+use crate::jobs::log_archive::LogArchiver;
+use crate::jobs::retention::RetentionSweeper;
 use crate::jobs::service::{JobService, ServiceConfig};
 use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
 use crate::store::{PostgresStore, SqliteStore, Store};
 use crate::webhooks::{Owners, Rights, Webhooks};
 
-mod delivery;
+mod delivery_runtime;
 
 /// Everything a request handler needs; cloning is cheap.
 #[derive(Clone)]
@@ -227,7 +227,11 @@ fn authenticated(webhooks: &Webhooks, identity: &Identity) {
 }
 
 /// Authenticates the request's caller, then executes it as them (401 otherwise).
-async fn execute_as_caller(state: &AppState, headers: &HeaderMap, incoming: gql_http::Incoming) -> Response {
+async fn execute_as_caller(
+    state: &AppState,
+    headers: &HeaderMap,
+    incoming: gql_http::IncomingHttp,
+) -> Response {
     let identity = match state.auth.check_headers(headers) {
         Ok(identity) => identity,
         Err(e) => {
@@ -417,7 +421,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     // Sessions get a runtime of their own, at a lower priority, so that a saturated fan-out
     // cannot starve requests, commits and jobs (see `delivery`). Started before the store, so
     // that a failure to start it leaves nothing running.
-    let delivery = delivery::Delivery::start(&config.delivery())?;
+    let delivery = delivery_runtime::DeliveryRuntime::start(&config.delivery())?;
     let store = open_store(&config).await?;
     let (observations_tx, observations_rx) = mpsc::channel(1024);
     // The archive of jobs' output: the executor feeds it, the service reads it.
@@ -456,7 +460,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         .context("starting the event bus's relay thread")?;
     // Webhook deliveries read the event log the service writes, from the store itself; the
     // service's bus only wakes them up.
-    let retention = Retention::start(store.clone(), executor, config.retention(), metrics.clone());
+    let retention = RetentionSweeper::start(store.clone(), executor, config.retention(), metrics.clone());
     let webhooks = Webhooks::start(
         store,
         service.bus().clone(),
@@ -486,7 +490,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         "authentication"
     );
     let mut ws = config.ws(metrics.clone());
-    ws.delivery = delivery.as_ref().map(delivery::Delivery::handle);
+    ws.delivery = delivery.as_ref().map(delivery_runtime::DeliveryRuntime::handle);
     let state = AppState {
         schema,
         service: service.clone(),

@@ -11,7 +11,6 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 use crate::jobs::service::ServiceError;
-use crate::store::StoreError;
 use crate::webhooks::WebhookError;
 
 /// The codes a client may see in `extensions.code`.
@@ -132,10 +131,8 @@ impl From<ServiceError> for ApiError {
             ServiceError::ShuttingDown => error(Code::Unavailable, "jobgate is shutting down; retry shortly"),
             ServiceError::Unavailable(m) => error(Code::Unavailable, m),
             ServiceError::Unreadable { .. } => error(Code::DataLoss, e.to_string()),
-            ServiceError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
-            ServiceError::Store(cause @ StoreError::Unreadable { .. }) => {
-                error(Code::DataLoss, cause.to_string())
-            }
+            ServiceError::CursorExpired { after, oldest } => cursor_expired(after, oldest),
+            ServiceError::UnreadableRow(row) => error(Code::DataLoss, row),
             ServiceError::Store(cause) => {
                 // The writer logged why the store cannot write, once, when it began: one line
                 // per refused request would flood a log that may share the full disk.
@@ -163,10 +160,8 @@ impl From<WebhookError> for ApiError {
             WebhookError::Forbidden(m) => error(Code::Forbidden, m),
             WebhookError::ReasonTooLong => bad_input("reason", &e),
             WebhookError::Disabled { .. } => error(Code::FailedPrecondition, e.to_string()),
-            WebhookError::Store(StoreError::CursorExpired { after, oldest }) => cursor_expired(after, oldest),
-            WebhookError::Store(cause @ StoreError::Unreadable { .. }) => {
-                error(Code::DataLoss, cause.to_string())
-            }
+            WebhookError::CursorExpired { after, oldest } => cursor_expired(after, oldest),
+            WebhookError::UnreadableRow(row) => error(Code::DataLoss, row),
             WebhookError::Store(cause) => {
                 tracing::error!(error = %cause, "store failure answered as UNAVAILABLE");
                 error(

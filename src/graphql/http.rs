@@ -152,7 +152,7 @@ fn parse_request(value: Value) -> Result<Request, String> {
 }
 
 /// What came in over HTTP, before execution.
-pub struct Incoming {
+pub struct IncomingHttp {
     pub method: Method,
     pub requests: Vec<Request>,
     pub batched: bool,
@@ -163,7 +163,7 @@ pub struct Incoming {
 /// A refusal, answered as it is. Boxed because a response is large and refusals are rare.
 pub type Refusal = Box<HttpResponse>;
 
-pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Result<Incoming, Refusal> {
+pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Result<IncomingHttp, Refusal> {
     let response_type = negotiate(headers).ok_or_else(not_acceptable)?;
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let is_json = content_type
@@ -211,7 +211,7 @@ pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Re
         .map(parse_request)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| message_error(StatusCode::BAD_REQUEST, response_type, &e))?;
-    Ok(Incoming {
+    Ok(IncomingHttp {
         method: Method::POST,
         requests,
         batched,
@@ -220,7 +220,7 @@ pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Re
 }
 
 /// Reads a GET request's query string.
-pub fn read_get(headers: &HeaderMap, query: &str) -> Result<Incoming, Refusal> {
+pub fn read_get(headers: &HeaderMap, query: &str) -> Result<IncomingHttp, Refusal> {
     let response_type = negotiate(headers).ok_or_else(not_acceptable)?;
     let bad = |m: &str| message_error(StatusCode::BAD_REQUEST, response_type, m);
     let params =
@@ -242,7 +242,7 @@ pub fn read_get(headers: &HeaderMap, query: &str) -> Result<Incoming, Refusal> {
         }
     }
     let request = parse_request(Value::Object(object)).map_err(|e| bad(&e))?;
-    Ok(Incoming {
+    Ok(IncomingHttp {
         method: Method::GET,
         requests: vec![request],
         batched: false,
@@ -271,12 +271,12 @@ fn not_acceptable() -> HttpResponse {
 /// the work stops with it.
 pub async fn execute<E: Executor>(
     executor: &E,
-    incoming: Incoming,
+    incoming: IncomingHttp,
     timeout: std::time::Duration,
     metrics: &crate::metrics::Metrics,
     session: impl Fn(Request) -> Request,
 ) -> HttpResponse {
-    let Incoming {
+    let IncomingHttp {
         method,
         requests,
         batched,

@@ -11,6 +11,7 @@ pub mod http;
 pub mod limits;
 pub mod operation;
 pub mod schema;
+pub mod shared_rendering;
 pub mod types;
 pub mod unreadable;
 pub mod webhook_types;

@@ -15,16 +15,17 @@ use crate::graphql::caller::{caller, submitter};
 use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, for_item, rate_limited};
 use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
+use crate::graphql::shared_rendering::{Item, RenderFeed, RenderKey, SharedDelivery, Tap};
 use crate::graphql::types::{
-    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent, LogLine,
-    PageInfo, SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload, TemplateObject,
+    CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent,
+    LogLineView, PageInfo, SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload,
+    TemplateObject,
 };
 use crate::graphql::unreadable::UnreadableRecordObject;
 use crate::graphql::webhook_types::{
     CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, DisableWebhookPayload,
     ReplayWebhookPayload, WebhookObject,
 };
-use crate::graphql::ws::{Delivery, RenderFeed, RenderKey, Tap};
 use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError};
 use crate::model;
 use crate::rate_limits::{Limited, RateLimits, Refused};
@@ -461,7 +462,7 @@ impl Mutation {
 
 pub struct SubscriptionRoot;
 
-/// A shared rendering's execution (see `ws::fanout`): the events it is fed, as the stream
+/// A shared rendering's execution (see `shared_rendering`): the events it is fed, as the stream
 /// async-graphql resolves the selection on.
 fn rendered(feed: &RenderFeed) -> EventStream {
     feed.events::<model::JobEvent>()
@@ -470,23 +471,23 @@ fn rendered(feed: &RenderFeed) -> EventStream {
 }
 
 /// A subscriber's own events, handed to its group for rendering and queued as frames by
-/// `delivery` (on a task of its own, see [`Delivery::run`]); the stream async-graphql sees
+/// `delivery` (see [`SharedDelivery::run`]); the stream async-graphql sees
 /// yields only an error that ends them (as its own `next`), and ends when the events do, so
 /// the subscription completes after its last frame. With `resumable`, each frame moves the
 /// subscription's resume cursor.
 fn delivered(
-    delivery: Delivery,
+    delivery: Box<dyn SharedDelivery>,
     events: impl Stream<Item = Result<(RenderKey, Arc<model::JobEvent>), ServiceError>> + Send + 'static,
     resumable: bool,
 ) -> EventStream {
     let events = events.map(move |r| {
         r.map(|(key, event)| {
             let cursor = resumable.then_some(event.seq);
-            (key, event, cursor)
+            (key, event as Item, cursor)
         })
         .api()
     });
-    delivery.run(events).map(Err).boxed()
+    delivery.run(events.boxed()).map(Err).boxed()
 }
 
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<JobStatusEvent>> + Send>>;
@@ -571,7 +572,7 @@ impl SubscriptionRoot {
         #[graphql(default = true)] follow: bool,
         #[graphql(default = 100, validator(minimum = 0, maximum = 10000))] tail_lines: i32,
         after: Option<String>,
-    ) -> async_graphql::Result<std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<LogLine>> + Send>>>
+    ) -> async_graphql::Result<std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<LogLineView>> + Send>>>
     {
         rate_limit(ctx, Limited::Subscriptions)?;
         let service = ctx.data::<JobService>()?;
@@ -590,7 +591,7 @@ impl SubscriptionRoot {
             return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
         };
         Ok(lines
-            .map(|r| r.map(|(cursor, line)| LogLine::of(cursor, line)).api())
+            .map(|r| r.map(|(cursor, line)| LogLineView::of(cursor, line)).api())
             .boxed())
     }
 }

@@ -5,7 +5,7 @@
 use async_graphql::{Enum, ID, InputObject, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
-use crate::graphql::types::{JobFilterInput, JobPhase};
+use crate::graphql::types::{JobFilterInput, JobPhaseView};
 use crate::webhooks;
 
 /// Where a webhook endpoint's deliveries stand.
@@ -47,7 +47,7 @@ pub struct CreateWebhookInput {
 /// The filter a webhook endpoint was created with.
 #[derive(SimpleObject, Clone, Debug)]
 pub struct WebhookFilter {
-    pub phases: Option<Vec<JobPhase>>,
+    pub phases: Option<Vec<JobPhaseView>>,
     pub namespace: Option<String>,
     pub name_contains: Option<String>,
 }

@@ -5,10 +5,10 @@
 //! - [`bus`]: broadcast of recorded events and gap-free replay from the store;
 //! - [`catalog`]: the templates jobs may name, described for clients (fields, limits);
 //! - [`retention`]: deletes finished jobs older than their retention, in the background;
-//! - [`logs`]: the archive of jobs' output, which executors feed and the service reads.
+//! - [`log_archive`]: the archive of jobs' output, which executors feed and the service reads.
 
 pub mod bus;
 pub mod catalog;
-pub mod logs;
+pub mod log_archive;
 pub mod retention;
 pub mod service;

@@ -66,13 +66,13 @@ impl RetentionPolicy {
     }
 }
 
-/// The running sweeper; [`Retention::shutdown`] stops it.
-pub struct Retention {
+/// The running sweeper; [`RetentionSweeper::shutdown`] stops it.
+pub struct RetentionSweeper {
     stop: CancellationToken,
     tasks: TaskTracker,
 }
 
-impl Retention {
+impl RetentionSweeper {
     /// Starts sweeping, unless the policy never deletes anything.
     pub fn start(
         store: Arc<dyn Store>,

@@ -98,8 +98,29 @@ pub enum WebhookError {
     ReasonTooLong,
     #[error("webhook {id:?} is disabled ({reason}); delete it and create another")]
     Disabled { id: String, reason: String },
+    /// A stored row that cannot be decoded: the store's description of it.
+    #[error("{0}")]
+    UnreadableRow(String),
+    /// Events after `after` were deleted by retention: a replay from there would have gaps.
+    /// `oldest` is the oldest cursor a replay can start after.
+    #[error(
+        "events after cursor {after} were deleted by retention; the oldest cursor to resume after is {oldest}"
+    )]
+    CursorExpired { after: i64, oldest: i64 },
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+/// The store's errors as the webhooks service's: the facts a client is told (an expired
+/// cursor, a row that cannot be read) become errors of their own.
+impl From<StoreError> for WebhookError {
+    fn from(cause: StoreError) -> Self {
+        match cause {
+            StoreError::CursorExpired { after, oldest } => Self::CursorExpired { after, oldest },
+            cause @ StoreError::Unreadable { .. } => Self::UnreadableRow(cause.to_string()),
+            cause => Self::Store(cause),
+        }
+    }
 }
 
 /// How an endpoint's deliveries stand.
@@ -354,7 +375,7 @@ impl Webhooks {
         }
         let oldest = self.shared.store.retention_horizon(&webhook.scope).await?;
         if after < oldest {
-            return Err(StoreError::CursorExpired { after, oldest }.into());
+            return Err(WebhookError::CursorExpired { after, oldest });
         }
         if !self.shared.store.replay_webhook(id, after).await? {
             return Err(WebhookError::NotFound { id: id.to_owned() });

@@ -57,7 +57,7 @@ pub struct WsConfig {
     pub groups: Arc<super::fanout::Groups>,
     /// The runtime each session runs on, with its operations, writer and keepalive; `None`:
     /// the runtime that serves the upgrade. jobgate gives sessions a runtime of their own,
-    /// whose threads yield to those serving requests and commits (see `server::delivery`).
+    /// whose threads yield to those serving requests and commits (see `server::delivery_runtime`).
     pub delivery: Option<tokio::runtime::Handle>,
 }
 

@@ -11,27 +11,23 @@
 //!
 //! Only the rendering is shared. Each subscriber keeps its own source of events (its own
 //! cursor on the event bus, its own `after`, its own catch-up from the store), driven by a
-//! task of its own ([`Delivery::run`]), so which events it gets, in which order and from where
+//! task of its own ([`FanoutDelivery`]'s `run`), so which events it gets, in which order and from where
 //! it starts are exactly what they would be alone; group changes cannot make it miss or
 //! repeat one. A render is keyed by the event's cursor
 //! (and a variant, to tell a synthesised "current state" from the recorded event with the
 //! same cursor), so the first subscriber to need an event has it rendered and the others wait
 //! for that rendering and reuse it.
 //!
-//! How a schema takes part: the session puts a [`Tap`] into the data of every subscription it
-//! starts. A resolver that can share calls [`Tap::join`] with its caller's sharing key and
-//! hands its events to the returned [`Delivery`] instead of yielding them to async-graphql
-//! (its stream then yields only the error that ends them). A group renders with one long-lived
-//! execution of the same operation whose data holds a [`RenderFeed`] instead: the resolver,
-//! seeing it, yields the events fed to it and nothing else (no rate limit, no lookup: the subscriber's own
-//! execution did those).
+//! How a schema takes part is the seam of `graphql::shared_rendering`: the session puts a
+//! [`Tap`] over a [`GroupTap`] into the data of every subscription it starts, a resolver that
+//! shares joins its group through it and hands its events to the returned [`FanoutDelivery`],
+//! and a group's rendering execution holds a [`RenderFeed`] instead.
 //!
 //! This module must not know the schema or any business rule (the resolvers choose what
 //! shares and under which key), and must not wait on a subscriber while rendering for the
 //! others: a slow subscriber waits for room in its own connection's queue only.
 
 use std::{
-    any::Any,
     collections::{BTreeMap, HashMap},
     sync::{
         Arc, Mutex, Weak,
@@ -42,7 +38,7 @@ use std::{
 use async_graphql::{Data, Request, Response, Variables};
 use axum::extract::ws::Utf8Bytes;
 use futures::{
-    FutureExt, Stream, StreamExt,
+    FutureExt, StreamExt,
     future::{BoxFuture, Shared},
     stream::BoxStream,
 };
@@ -52,13 +48,9 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::error;
 
 use super::writer::{DataQueue, Out, Payload};
-
-/// An event as the schema hands it over; only the schema's resolvers look inside.
-pub type Item = Arc<dyn Any + Send + Sync>;
-
-/// Which rendering of an event: its cursor, and a variant the schema chooses (for example to
-/// tell a synthesised current state from the recorded event with the same cursor).
-pub type RenderKey = (i64, u8);
+use crate::graphql::shared_rendering::{
+    Item, RenderFeed, RenderKey, RenderSharing, SharedDelivery, SharedEvents, Tap,
+};
 
 /// Renders most recent events kept per group. A subscriber further behind than this has
 /// its events rendered again (correct, only slower).
@@ -225,32 +217,9 @@ async fn render_loop(
     }
 }
 
-/// In the data of a group's rendering execution: the events to render, in order.
-pub struct RenderFeed(Mutex<Option<mpsc::UnboundedReceiver<Item>>>);
-
-impl RenderFeed {
-    /// The events to render, as the resolver must yield them; the first call takes them (a
-    /// document has one root field, so there is only one).
-    pub fn events<T: Send + Sync + 'static>(&self) -> BoxStream<'static, Arc<T>> {
-        let Some(feed) = self.0.lock().expect("render feed lock").take() else {
-            return futures::stream::empty().boxed();
-        };
-        futures::stream::unfold(feed, |mut feed| async move {
-            loop {
-                let item = feed.recv().await?;
-                match item.downcast::<T>() {
-                    Ok(event) => return Some((event, feed)),
-                    // Cannot happen with one resolver per group; skipping keeps the order.
-                    Err(_) => error!("a shared subscription was fed an item of another type"),
-                }
-            }
-        })
-        .boxed()
-    }
-}
-
-/// In the data of every subscription the session starts: how its resolver joins a group.
-pub struct Tap {
+/// What the session wraps in the [`Tap`] of every subscription it starts: how its resolver
+/// joins a group.
+pub struct GroupTap {
     pub(super) groups: Arc<Groups>,
     pub(super) execute: Execute,
     pub(super) session: Arc<Data>,
@@ -265,19 +234,26 @@ pub struct Tap {
     /// subscription.
     pub(super) prefix: Arc<str>,
     /// Where this subscription's resume cursor is kept, for the connection's slow-consumer
-    /// close (see [`Delivery::resumable_after`]).
+    /// close (see [`SharedDelivery::resumable_after`]).
     pub(super) resume: Arc<AtomicI64>,
 }
 
 /// No resume cursor (the subscription is not `jobEvents`-like, or has not said where).
 pub(super) const NO_CURSOR: i64 = -1;
 
-impl Tap {
+impl GroupTap {
+    /// In a subscription's data: the [`Tap`] its resolver joins a group through.
+    pub fn into_tap(self) -> Tap {
+        Tap::new(self)
+    }
+}
+
+impl RenderSharing for GroupTap {
     /// Joins the group of this operation for callers with `sharing` (what they may see:
     /// callers whose renderings may differ must not give the same key). Call once the
     /// subscriber's place in the event stream is taken: the member count then tells a client
     /// that events recorded from now on reach it.
-    pub fn join(&self, sharing: &str) -> Delivery {
+    fn join(&self, sharing: &str) -> Box<dyn SharedDelivery> {
         let key = GroupKey {
             query: self.query.clone(),
             operation: self.operation.clone(),
@@ -291,25 +267,25 @@ impl Tap {
             if let Some(operation) = &self.operation {
                 request = request.operation_name(operation.to_string());
             }
-            let request = request.data(RenderFeed(Mutex::new(Some(feed))));
+            let request = request.data(RenderFeed::new(feed));
             let responses = (self.execute)(request, self.session.clone());
             tokio::spawn(render_loop(self.groups.renders.clone(), jobs, feed_tx, responses));
             jobs_tx
         });
         self.groups.members.inc();
-        Delivery {
+        Box::new(FanoutDelivery {
             members: self.groups.members.clone(),
             group,
             out: self.out.clone(),
             prefix: self.prefix.clone(),
             resume: self.resume.clone(),
-        }
+        })
     }
 }
 
 /// A subscriber's membership of a group: hands its events over for rendering and queues
 /// the frames.
-pub struct Delivery {
+pub struct FanoutDelivery {
     members: Gauge,
     group: Arc<Group>,
     out: DataQueue,
@@ -317,7 +293,7 @@ pub struct Delivery {
     resume: Arc<AtomicI64>,
 }
 
-impl Drop for Delivery {
+impl Drop for FanoutDelivery {
     fn drop(&mut self) {
         self.members.dec();
     }
@@ -327,10 +303,10 @@ impl Drop for Delivery {
 #[derive(Debug)]
 struct Gone;
 
-impl Delivery {
+impl SharedDelivery for FanoutDelivery {
     /// Says where this subscription could be resumed from before any event has been
     /// delivered: every event it should get after `cursor` is still to come.
-    pub fn resumable_after(&self, cursor: i64) {
+    fn resumable_after(&self, cursor: i64) {
         self.resume.store(cursor, Ordering::Relaxed);
     }
 
@@ -345,14 +321,7 @@ impl Delivery {
     /// frame, see BENCHMARKS.md). The operation's own task waits on the returned stream and
     /// wakes only at the end. An error ends the delivery, so it cannot overtake a frame: every
     /// frame before it is queued before the error is handed over.
-    pub fn run<T, E>(
-        self,
-        events: impl Stream<Item = Result<(RenderKey, Arc<T>, Option<i64>), E>> + Send + 'static,
-    ) -> BoxStream<'static, E>
-    where
-        T: Any + Send + Sync,
-        E: Send + 'static,
-    {
+    fn run(self: Box<Self>, events: SharedEvents) -> BoxStream<'static, async_graphql::Error> {
         let (error_tx, error_rx) = oneshot::channel();
         let delivering = tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
@@ -380,7 +349,9 @@ impl Delivery {
         .filter_map(std::future::ready)
         .boxed()
     }
+}
 
+impl FanoutDelivery {
     /// Renders `item` (once for the group) and queues its `next` frame, waiting for room:
     /// the backpressure on this subscriber alone. With `cursor`, the frame moves the
     /// subscription's resume cursor once it is written.

@@ -70,7 +70,7 @@ use tracing::{Instrument, debug, info_span};
 
 pub use codec::PROTOCOL;
 pub use config::WsConfig;
-pub use fanout::{Delivery, Groups, Item, RenderFeed, RenderKey, Tap};
+pub use fanout::{FanoutDelivery, GroupTap, Groups};
 pub use session::{InitError, InitHook};
 
 /// Upgrade handler body: call from an axum handler that extracted `WebSocketUpgrade`.

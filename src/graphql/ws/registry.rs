@@ -30,7 +30,7 @@ struct Op {
     generation: u64,
     kind: OperationKind,
     abort: AbortHandle,
-    /// The resume cursor of a subscription that has one (see `fanout::Delivery`).
+    /// The resume cursor of a subscription that has one (see `fanout::FanoutDelivery`).
     resume: Option<Arc<AtomicI64>>,
 }
 

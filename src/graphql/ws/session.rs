@@ -31,7 +31,7 @@ use super::codec::{
     pong_frame,
 };
 use super::config::{WsConfig, timer_period};
-use super::fanout::{Execute, NO_CURSOR, Tap};
+use super::fanout::{Execute, GroupTap, NO_CURSOR};
 use super::keepalive::{Beat, Keepalive};
 use super::operation_task::{OpDone, OpEnv, run_operation};
 use super::registry::Registry;
@@ -428,7 +428,7 @@ impl<E: Executor> Connection<E> {
             let key_variables = render_variables(&mut request);
             let cursor = Arc::new(std::sync::atomic::AtomicI64::new(NO_CURSOR));
             resume = Some(cursor.clone());
-            let tap = Tap {
+            let tap = GroupTap {
                 groups: self.groups.clone(),
                 execute: self.execute.clone(),
                 session: session.clone(),
@@ -440,7 +440,7 @@ impl<E: Executor> Connection<E> {
                 prefix: next_prefix(&id).into(),
                 resume: cursor,
             };
-            request = request.data(tap);
+            request = request.data(tap.into_tap());
         }
         // Lazy: validation and execution happen when the operation task polls the stream.
         let stream = self.executor.execute_stream(request, Some(session.clone()));

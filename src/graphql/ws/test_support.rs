@@ -35,8 +35,9 @@ use tokio_util::{
     task::{AbortOnDropHandle, TaskTracker},
 };
 
-use super::{InitError, InitHook, PROTOCOL, RenderFeed, Tap, WsConfig, upgrade};
+use super::{InitError, InitHook, PROTOCOL, WsConfig, upgrade};
 use crate::graphql::operation::PreExecutionFlag;
+use crate::graphql::shared_rendering::{Item, RenderFeed, Tap};
 
 /// How long a test waits for anything before it fails.
 pub(super) const WAIT: Duration = Duration::from_secs(20);
@@ -165,10 +166,10 @@ impl Sub {
             Some((n, (n + 1, gates, guard)))
         });
         let events = numbers
-            .map(|n| Ok(((i64::from(n), 0), Arc::new(n), None)))
+            .map(|n| Ok(((i64::from(n), 0), Arc::new(n) as Item, None)))
             .chain(futures::stream::iter(fail.then(|| Err("source failed".into()))));
         let delivery = ctx.data::<Tap>()?.join("everyone");
-        Ok(delivery.run(events).map(Err).boxed())
+        Ok(delivery.run(events.boxed()).map(Err).boxed())
     }
 }
 

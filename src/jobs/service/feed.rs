@@ -332,8 +332,8 @@ impl JobService {
         Ok(Some(until_inclusive(lines.boxed(), |r| r.is_err()).boxed()))
     }
 
-    /// Whether a replay of `scope`'s events after `after` would be whole: the store's
-    /// `CursorExpired` when retention deleted some of them, and `Invalid` for a cursor past
+    /// Whether a replay of `scope`'s events after `after` would be whole: `CursorExpired`
+    /// when retention deleted some of them, and `Invalid` for a cursor past
     /// the newest event (no event ever reached it: nothing would ever be delivered). The
     /// newest is the store's, which with replicas may be ahead of this process's bus.
     pub async fn check_resumable(&self, scope: &Scope, after: i64) -> Result<(), ServiceError> {
@@ -348,7 +348,7 @@ impl JobService {
         }
         let oldest = self.inner.store.retention_horizon(scope).await?;
         if after < oldest {
-            return Err(StoreError::CursorExpired { after, oldest }.into());
+            return Err(ServiceError::CursorExpired { after, oldest });
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-use super::Inner;
+use super::ServiceState;
 use crate::model::{JobEvent, JobPhase, Scope};
 
 /// How many events one read of the log takes.
@@ -27,7 +27,7 @@ const FOLLOW_BATCH: i64 = 512;
 /// How often the log is read without a wake-up.
 const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
-pub(super) async fn follower(inner: Arc<Inner>, mut wakeups: BoxStream<'static, ()>, mut cursor: i64) {
+pub(super) async fn follower(inner: Arc<ServiceState>, mut wakeups: BoxStream<'static, ()>, mut cursor: i64) {
     let mut timer = tokio::time::interval(FOLLOW_INTERVAL);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -76,7 +76,7 @@ pub(super) async fn follower(inner: Arc<Inner>, mut wakeups: BoxStream<'static, 
 
 /// Passes one committed event on: the cache first, then the bus (a reader that sees an event
 /// finds the cache as new), then wakes whoever has work because of it.
-fn apply(inner: &Inner, event: JobEvent) {
+fn apply(inner: &ServiceState, event: JobEvent) {
     let job = event.job.clone();
     if job.phase.is_terminal() {
         inner.active.remove(&job.id);

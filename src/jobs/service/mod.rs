@@ -23,8 +23,9 @@
 //! - `feed`: reads and the event feeds subscriptions use (`job`, `jobs`, `events`,
 //!   `job_status`, `watch_job`, logs, runs, history, stats, namespaces), each within the
 //!   caller's `Scope`;
-//! - `writer`: the one task that applies commands and observations to the store;
-//! - `launcher`: the launcher and the canceller, which talk to the executor;
+//! - `writer`: the one task that applies commands and observations to the store (its
+//!   `admission`: the checks and acceptance of submissions);
+//! - `executor_tasks`: the launcher and the canceller, which talk to the executor;
 //! - `follower`: with a shared store, publishes what any replica committed;
 //! - `shards`: with replicas dividing the work, hands the executor the jobs of the shards
 //!   this replica is assigned.
@@ -42,23 +43,23 @@ use tokio_util::task::TaskTracker;
 use crate::executor::{Executor, Observation};
 use crate::jobs::bus::EventBus;
 use crate::jobs::catalog::{self, Runtime, Template};
-use crate::jobs::logs::{LogArchiveSettings, LogArchiver};
+use crate::jobs::log_archive::{LogArchiveSettings, LogArchiver};
 use crate::metrics::{Metrics, TemplateAvailability};
 use crate::model::{Job, JobPhase, JobSpec, Scope, SubmitRequest, ValidationError, ValidationLimits};
 use crate::store::{Store, StoreError};
 use crate::templates::TemplateSet;
 
+mod executor_tasks;
+#[cfg(test)]
+mod executor_tasks_tests;
 mod feed;
 mod follower;
-mod launcher;
-#[cfg(test)]
-mod launcher_tests;
 mod shards;
 #[cfg(test)]
 mod tests;
 mod writer;
 
-use launcher::{LaunchOutcome, canceller, launcher};
+use executor_tasks::{LaunchOutcome, canceller, launcher};
 use writer::Writer;
 
 /// What a client can be told went wrong. Internal causes are logged, never shown.
@@ -89,8 +90,30 @@ pub enum ServiceError {
     /// The job is stored but its row cannot be decoded (see [`JobService::unreadable_records`]).
     #[error("job {id:?} is stored but cannot be read ({reason}); every other job is served")]
     Unreadable { id: String, reason: String },
+    /// Another stored row that cannot be decoded: the store's description of it (its kind,
+    /// key and why).
+    #[error("{0}")]
+    UnreadableRow(String),
+    /// Events after `after` were deleted by retention: a replay from there would have gaps.
+    /// `oldest` is the oldest cursor a replay can start after.
+    #[error(
+        "events after cursor {after} were deleted by retention; the oldest cursor to resume after is {oldest}"
+    )]
+    CursorExpired { after: i64, oldest: i64 },
     #[error("the store is unavailable")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+/// The store's errors as the service's: the facts a client is told (an expired cursor, a row
+/// that cannot be read) become errors of their own; every other cause stays the store's.
+impl From<StoreError> for ServiceError {
+    fn from(cause: StoreError) -> Self {
+        match cause {
+            StoreError::CursorExpired { after, oldest } => Self::CursorExpired { after, oldest },
+            cause @ StoreError::Unreadable { .. } => Self::UnreadableRow(cause.to_string()),
+            cause => Self::Store(cause),
+        }
+    }
 }
 
 impl ServiceError {
@@ -112,7 +135,8 @@ impl ServiceError {
             Self::QuotaExceeded { .. } => "quota_exceeded",
             Self::ShuttingDown => "shutting_down",
             Self::Unreadable { .. } => "unreadable",
-            Self::Store(_) => "store",
+            // Read failures of the store, labelled as its other failures.
+            Self::UnreadableRow(_) | Self::CursorExpired { .. } | Self::Store(_) => "store",
         }
     }
 }
@@ -206,7 +230,7 @@ pub const MAX_SUBMIT_BATCH: usize = 1_000;
 /// Each submission's own answer, in the order they were given.
 pub type SubmittedEach = Vec<Result<Submitted, ServiceError>>;
 
-enum Command {
+enum WriterCommand {
     Submit {
         job: Box<Job>,
         fingerprint: String,
@@ -256,10 +280,10 @@ pub struct UnreadableRecord {
 /// A cheap, cloneable handle to the job service.
 #[derive(Clone)]
 pub struct JobService {
-    inner: Arc<Inner>,
+    inner: Arc<ServiceState>,
 }
 
-struct Inner {
+struct ServiceState {
     store: Arc<dyn Store>,
     /// The archive of jobs' output: `logs`, `log_lines` and `log_stream` read it.
     logs: Arc<LogArchiver>,
@@ -275,7 +299,7 @@ struct Inner {
     metrics: Arc<Metrics>,
     templates: Vec<Template>,
     workload_templates: Arc<TemplateSet>,
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<WriterCommand>,
     /// Jobs not yet finished, as last committed. Written by the writer task only (by the
     /// follower instead, when the store is shared); read by anyone. Finished jobs are read
     /// from the store.
@@ -299,7 +323,7 @@ struct Inner {
     tasks: TaskTracker,
 }
 
-impl Inner {
+impl ServiceState {
     /// Why the store cannot take writes now, or `None` when it can.
     fn store_problem(&self) -> Option<String> {
         // A poisoned lock still holds the last value written; it is a plain value.
@@ -359,7 +383,7 @@ impl JobService {
                 config.metrics.clone(),
             )
         });
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(ServiceState {
             logs,
             store,
             store_problem: std::sync::Mutex::new(None),
@@ -491,7 +515,7 @@ impl JobService {
             let accepted = valid.len();
             let (reply, answer) = oneshot::channel();
             let committed = match self
-                .command(Command::SubmitMany {
+                .command(WriterCommand::SubmitMany {
                     jobs: valid,
                     scope: scope.clone(),
                     reply,
@@ -541,7 +565,7 @@ impl JobService {
         let (job, fingerprint) = self.prepare(request, submitter, scope)?;
         tracing::Span::current().record("job", job.id.as_str());
         let (reply, answer) = oneshot::channel();
-        self.command(Command::Submit {
+        self.command(WriterCommand::Submit {
             job: Box::new(job),
             fingerprint,
             scope: scope.clone(),
@@ -602,7 +626,7 @@ impl JobService {
             )));
         }
         let (reply, answer) = oneshot::channel();
-        self.command(Command::Cancel {
+        self.command(WriterCommand::Cancel {
             id: id.to_owned(),
             scope: scope.clone(),
             reply,
@@ -611,7 +635,7 @@ impl JobService {
         answer.await.map_err(|_| ServiceError::ShuttingDown)?
     }
 
-    async fn command(&self, command: Command) -> Result<(), ServiceError> {
+    async fn command(&self, command: WriterCommand) -> Result<(), ServiceError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(ServiceError::ShuttingDown);
         }
@@ -634,7 +658,8 @@ impl JobService {
         self.inner.metrics.rejected("rate_limited");
     }
 
-    /// Whether the store takes writes now (see `Store::health`).
+    /// Whether the store takes writes now: the writer's last check (`Store::check_storage`,
+    /// then `Store::probe_write` after a failure) or commit succeeded.
     pub fn store_writable(&self) -> bool {
         self.inner.store_problem().is_none()
     }

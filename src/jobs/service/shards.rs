@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::Inner;
+use super::ServiceState;
 use crate::model::ShardSet;
 
-pub(super) async fn shard_keeper(inner: Arc<Inner>, mut shards: watch::Receiver<ShardSet>) {
+pub(super) async fn shard_keeper(inner: Arc<ServiceState>, mut shards: watch::Receiver<ShardSet>) {
     let mut adopted = ShardSet::NONE;
-    let mut delays = super::launcher::launch_backoff();
+    let mut delays = super::executor_tasks::launch_backoff();
     loop {
         let assigned = *shards.borrow_and_update();
         let gained = assigned.minus(adopted);
@@ -61,7 +61,7 @@ pub(super) async fn shard_keeper(inner: Arc<Inner>, mut shards: watch::Receiver<
         inner.launch_wanted.notify_one();
         inner.cancel_wanted.notify_one();
         let retry = if ready {
-            delays = super::launcher::launch_backoff();
+            delays = super::executor_tasks::launch_backoff();
             None
         } else {
             Some(delays.next().unwrap_or(Duration::from_secs(30)))

@@ -135,7 +135,8 @@ impl Fixture {
         let executor = LocalExecutor::new(config, observations_tx).expect("the local executor starts");
         let store: Arc<dyn crate::store::Store> = Arc::new(store);
         let metrics = crate::metrics::Metrics::new();
-        let logs = crate::jobs::logs::LogArchiver::start(store.clone(), Default::default(), metrics.clone());
+        let logs =
+            crate::jobs::log_archive::LogArchiver::start(store.clone(), Default::default(), metrics.clone());
         executor.archive_to(logs.clone());
         let service = JobService::start(
             store,

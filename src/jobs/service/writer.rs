@@ -4,7 +4,8 @@
 //! observations, applies a batch of them in one store transaction, then updates the cache and
 //! publishes the recorded events in cursor order. Nobody is answered before their change is
 //! committed. When the store cannot write it answers UNAVAILABLE, keeps observations for
-//! later and probes the store until a write succeeds.
+//! later and probes the store until a write succeeds. The checks and acceptance of
+//! submissions are in `admission`.
 //!
 //! It must not call the executor (the launcher and canceller do) nor wait on anything but the
 //! store, so that one slow workload never holds up every job's writes.
@@ -16,16 +17,20 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::mpsc;
 
-use super::{Command, Inner, ServiceError, Submitted};
+use super::{ServiceError, ServiceState, Submitted, WriterCommand};
 use crate::executor::Observation;
-use crate::model::{Job, JobEvent, JobPhase, Scope, Transition, ValidationError};
-use crate::store::{Accepted, StoreError, StoreTx};
+use crate::model::{Job, JobEvent, JobPhase, Scope, Transition};
+use crate::store::{StoreError, StoreTx};
+
+mod admission;
+
+use admission::SubmitContext;
 
 /// How often the writer checks that the store can write (and, after a failure, probes it).
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(super) struct Writer {
-    pub(super) inner: Arc<Inner>,
+    pub(super) inner: Arc<ServiceState>,
     pub(super) max_batch: usize,
 }
 
@@ -56,7 +61,7 @@ impl Recorded {
 impl Writer {
     pub(super) async fn run(
         self,
-        mut commands: mpsc::Receiver<Command>,
+        mut commands: mpsc::Receiver<WriterCommand>,
         mut observations: mpsc::Receiver<Observation>,
     ) {
         let mut batch = Vec::with_capacity(self.max_batch);
@@ -70,17 +75,21 @@ impl Writer {
             let first = tokio::select! {
                 biased;
                 c = commands.recv() => c,
-                o = observations.recv() => o.map(Command::Observe),
+                o = observations.recv() => o.map(WriterCommand::Observe),
                 _ = self.inner.writer_stop.cancelled() => None,
                 _ = health.tick() => {
                     if self.check_health().await && !deferred.is_empty() {
-                        let retried = std::mem::take(&mut deferred).into_iter().map(Command::Observe).collect();
+                        let retried = std::mem::take(&mut deferred).into_iter().map(WriterCommand::Observe).collect();
                         self.apply(retried, &mut deferred).await;
                     }
                     continue;
                 }
             };
-            batch.extend(std::mem::take(&mut deferred).into_iter().map(Command::Observe));
+            batch.extend(
+                std::mem::take(&mut deferred)
+                    .into_iter()
+                    .map(WriterCommand::Observe),
+            );
             let Some(first) = first else {
                 // Finish what was already queued before stopping.
                 commands.close();
@@ -89,7 +98,7 @@ impl Writer {
                     batch.push(c);
                 }
                 while let Ok(o) = observations.try_recv() {
-                    batch.push(Command::Observe(o));
+                    batch.push(WriterCommand::Observe(o));
                 }
                 if !batch.is_empty() {
                     self.apply(std::mem::take(&mut batch), &mut deferred).await;
@@ -116,7 +125,7 @@ impl Writer {
                 match observations.try_recv() {
                     Ok(o) => {
                         weight += 1;
-                        batch.push(Command::Observe(o));
+                        batch.push(WriterCommand::Observe(o));
                     }
                     Err(_) => break,
                 }
@@ -161,7 +170,7 @@ impl Writer {
     /// tried once more on a fresh connection (the first may have been left in a bad state),
     /// then every caller is answered with an error, nothing having changed, and the batch's
     /// observations go to `deferred`.
-    async fn apply(&self, batch: Vec<Command>, deferred: &mut Vec<Observation>) {
+    async fn apply(&self, batch: Vec<WriterCommand>, deferred: &mut Vec<Observation>) {
         let store = &self.inner.store;
         let mut failure = None;
         for attempt in 1..=2 {
@@ -192,20 +201,20 @@ impl Writer {
         self.set_health(Some(why.clone()));
         for command in batch {
             match command {
-                Command::Submit { reply, .. } => {
+                WriterCommand::Submit { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
-                Command::Cancel { reply, .. } => {
+                WriterCommand::Cancel { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
-                Command::SubmitMany { reply, .. } => {
+                WriterCommand::SubmitMany { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
-                Command::Observe(o) => {
+                WriterCommand::Observe(o) => {
                     deferred.retain(|d| d.job_id != o.job_id);
                     deferred.push(o);
                 }
-                Command::Launched { reply, .. } | Command::CancellationsDone { reply, .. } => {
+                WriterCommand::Launched { reply, .. } | WriterCommand::CancellationsDone { reply, .. } => {
                     let _ = reply.send(false);
                 }
             }
@@ -369,257 +378,8 @@ impl Writer {
         Ok(released)
     }
 
-    /// A submission's checks in the batch's transaction: an earlier job with the same
-    /// idempotency key (in the store, or earlier in this batch) or a refusal (an unknown
-    /// dependency, the namespace's quota) is the answer; otherwise the job is to be accepted,
-    /// with its dependencies' phases.
-    #[allow(clippy::too_many_arguments)]
-    async fn check_submission(
-        &self,
-        tx: &mut dyn StoreTx,
-        touched: &HashMap<String, Job>,
-        keys: &HashMap<String, (String, String)>,
-        context: &mut SubmitContext,
-        job: &Job,
-        fingerprint: &String,
-        scope: &Scope,
-    ) -> Result<Checked, StoreError> {
-        if let Some(key) = &job.idempotency_key {
-            let scoped = crate::store::scoped_key(job.key_scope(), key);
-            let existing = match (keys.get(&scoped), &context.stored_keys) {
-                (Some(found), _) => Some(found.clone()),
-                (None, Some(stored)) => stored.get(&scoped).cloned(),
-                (None, None) => tx
-                    .find_by_idempotency_key(job.key_scope(), key)
-                    .await?
-                    .map(|k| (k.fingerprint, k.id)),
-            };
-            if let Some((fp, id)) = existing {
-                if fp != *fingerprint {
-                    return Ok(Checked::Answer(Answer::Error(
-                        ServiceError::IdempotencyConflict { key: key.clone() },
-                    )));
-                }
-                return Ok(Checked::Answer(
-                    match self.current_for_caller(tx, touched, &id, scope).await? {
-                        Ok(Some(job)) => Answer::Existing(Arc::new(job)),
-                        Ok(None) => Answer::Error(ServiceError::NotFound { id }),
-                        Err(unreadable) => Answer::Error(unreadable),
-                    },
-                ));
-            }
-        }
-        // Every dependency must exist (committed, or accepted earlier in this batch).
-        let mut dependencies = Vec::with_capacity(job.spec.depends_on.len());
-        for (i, id) in job.spec.depends_on.iter().enumerate() {
-            match self.current_readable(tx, touched, id).await? {
-                // Another tenant's job is as unknown as a job that never was; so is one
-                // whose stored row cannot be read.
-                Some(d) if scope.sees(&d) => dependencies.push((id.clone(), d.phase)),
-                _ => {
-                    return Ok(Checked::Answer(Answer::Error(ServiceError::Invalid(
-                        ValidationError {
-                            field: format!("input.dependsOn[{i}]"),
-                            message: format!("no job with id {id:?}"),
-                        },
-                    ))));
-                }
-            }
-        }
-        // The quota counts in this transaction, so jobs accepted earlier in the same batch
-        // count too (and, within one command, those it accepted but has not written yet).
-        let limit = self.inner.max_active_per_namespace;
-        if limit > 0 {
-            let namespace = &job.spec.namespace;
-            let active = match context.active.get(namespace) {
-                Some(n) => *n,
-                None => {
-                    let n = tx.active_in_namespace(namespace).await?;
-                    context.active.insert(namespace.clone(), n);
-                    n
-                }
-            };
-            if active >= limit as i64 {
-                return Ok(Checked::Answer(Answer::Error(ServiceError::QuotaExceeded {
-                    namespace: namespace.clone(),
-                    limit,
-                })));
-            }
-        }
-        Ok(Checked::Accept(dependencies))
-    }
-
-    /// Counts a job about to be accepted: its key (for later submissions of the batch) and its
-    /// namespace's active jobs (for later ones of the command).
-    fn count_accepted(
-        keys: &mut HashMap<String, (String, String)>,
-        context: &mut SubmitContext,
-        job: &Job,
-        fingerprint: &str,
-    ) {
-        if let Some(key) = &job.idempotency_key {
-            keys.insert(
-                crate::store::scoped_key(job.key_scope(), key),
-                (fingerprint.to_owned(), job.id.clone()),
-            );
-        }
-        if let Some(n) = context.active.get_mut(&job.spec.namespace) {
-            *n += 1;
-        }
-    }
-
-    /// The transition every accepted job's first event records.
-    fn submitted(job: &Job) -> Transition {
-        Transition {
-            previous_phase: None,
-            phase: job.phase,
-            reason: Some("Submitted".into()),
-            message: Some("accepted by jobgate".into()),
-        }
-    }
-
-    /// One submission in the batch's transaction: its checks, then the job accepted with its
-    /// first event (and held, or failed, for its dependencies).
-    #[allow(clippy::too_many_arguments)]
-    async fn submit_in(
-        &self,
-        tx: &mut dyn StoreTx,
-        touched: &mut HashMap<String, Job>,
-        keys: &mut HashMap<String, (String, String)>,
-        recorded: &mut Vec<Recorded>,
-        context: &mut SubmitContext,
-        job: &Job,
-        fingerprint: &String,
-        scope: &Scope,
-    ) -> Result<Answer, StoreError> {
-        let dependencies = match self
-            .check_submission(tx, touched, keys, context, job, fingerprint, scope)
-            .await?
-        {
-            Checked::Answer(answer) => return Ok(answer),
-            Checked::Accept(dependencies) => dependencies,
-        };
-        Self::count_accepted(keys, context, job, fingerprint);
-        let mut job = job.clone();
-        let transition = Self::submitted(&job);
-        let at = Utc::now();
-        let seq = tx.accept_job(&job, fingerprint, &transition, at).await?;
-        job.last_event_seq = seq;
-        recorded.push(Recorded::of(&job, &transition, seq, at));
-        if !dependencies.is_empty() {
-            Self::await_dependencies(tx, &mut job, &dependencies, recorded).await?;
-        }
-        let answer = Answer::Created(Arc::new(job.clone()));
-        touched.insert(job.id.clone(), job);
-        Ok(answer)
-    }
-
-    /// A bulk submission's jobs, each checked and answered on its own, in order. Their keys
-    /// are read in one statement, and the jobs without dependencies are written together
-    /// ([`StoreTx::accept_jobs`]: a few statements for hundreds of jobs, where one each would
-    /// cost a round trip to the database's thread each), in input order (a job with
-    /// dependencies writes those before it first).
-    #[allow(clippy::too_many_arguments)]
-    async fn submit_many_in(
-        &self,
-        tx: &mut dyn StoreTx,
-        touched: &mut HashMap<String, Job>,
-        keys: &mut HashMap<String, (String, String)>,
-        recorded: &mut Vec<Recorded>,
-        jobs: &[(Job, String)],
-        scope: &Scope,
-    ) -> Result<Vec<Answer>, StoreError> {
-        let wanted: Vec<(Option<&str>, &str)> = jobs
-            .iter()
-            .filter_map(|(job, _)| Some((job.key_scope(), job.idempotency_key.as_deref()?)))
-            .collect();
-        let stored_keys = if wanted.is_empty() {
-            HashMap::new()
-        } else {
-            tx.find_by_idempotency_keys(&wanted)
-                .await?
-                .into_iter()
-                .map(|(scoped, k)| (scoped, (k.fingerprint, k.id)))
-                .collect()
-        };
-        let mut context = SubmitContext {
-            stored_keys: Some(stored_keys),
-            active: HashMap::new(),
-        };
-        let mut answers: Vec<Option<Answer>> = (0..jobs.len()).map(|_| None).collect();
-        let mut pending: Vec<(usize, Job)> = Vec::new();
-        for (i, (job, fingerprint)) in jobs.iter().enumerate() {
-            // A key repeated in this bulk whose first job is accepted but not yet written: the
-            // repeat is answered with that job, so it is written first.
-            if let Some(key) = &job.idempotency_key
-                && let Some((_, first)) = keys.get(&crate::store::scoped_key(job.key_scope(), key))
-                && pending.iter().any(|(_, p)| &p.id == first)
-            {
-                Self::accept_pending(tx, touched, recorded, &mut answers, &mut pending, jobs).await?;
-            }
-            match self
-                .check_submission(tx, touched, keys, &mut context, job, fingerprint, scope)
-                .await?
-            {
-                Checked::Answer(answer) => answers[i] = Some(answer),
-                Checked::Accept(dependencies) if dependencies.is_empty() => {
-                    Self::count_accepted(keys, &mut context, job, fingerprint);
-                    pending.push((i, job.clone()));
-                }
-                Checked::Accept(_) => {
-                    Self::accept_pending(tx, touched, recorded, &mut answers, &mut pending, jobs).await?;
-                    // Checked again, on the path of a single submission (nothing changed).
-                    let answer = self
-                        .submit_in(tx, touched, keys, recorded, &mut context, job, fingerprint, scope)
-                        .await?;
-                    answers[i] = Some(answer);
-                }
-            }
-        }
-        Self::accept_pending(tx, touched, recorded, &mut answers, &mut pending, jobs).await?;
-        Ok(answers
-            .into_iter()
-            .map(|a| a.unwrap_or(Answer::Error(ServiceError::ShuttingDown)))
-            .collect())
-    }
-
-    /// Writes the jobs a bulk accepted so far, with their first events, in one go.
-    async fn accept_pending(
-        tx: &mut dyn StoreTx,
-        touched: &mut HashMap<String, Job>,
-        recorded: &mut Vec<Recorded>,
-        answers: &mut [Option<Answer>],
-        pending: &mut Vec<(usize, Job)>,
-        jobs: &[(Job, String)],
-    ) -> Result<(), StoreError> {
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let at = Utc::now();
-        let transitions: Vec<Transition> = pending.iter().map(|(_, job)| Self::submitted(job)).collect();
-        let accepted: Vec<Accepted<'_>> = pending
-            .iter()
-            .zip(&transitions)
-            .map(|((i, job), transition)| Accepted {
-                job,
-                fingerprint: &jobs[*i].1,
-                transition,
-                at,
-            })
-            .collect();
-        let seqs = tx.accept_jobs(&accepted).await?;
-        drop(accepted);
-        for (((i, mut job), transition), seq) in pending.drain(..).zip(&transitions).zip(seqs) {
-            job.last_event_seq = seq;
-            recorded.push(Recorded::of(&job, transition, seq, at));
-            answers[i] = Some(Answer::Created(Arc::new(job.clone())));
-            touched.insert(job.id.clone(), job);
-        }
-        Ok(())
-    }
-
     /// Everything a committed batch must still do.
-    async fn try_apply(&self, batch: &[Command]) -> Result<Outcome, StoreError> {
+    async fn try_apply(&self, batch: &[WriterCommand]) -> Result<Outcome, StoreError> {
         let mut tx = self.inner.store.begin().await?;
         let mut touched: HashMap<String, Job> = HashMap::new();
         let mut recorded = Vec::new();
@@ -630,7 +390,7 @@ impl Writer {
         let mut cancelled = false;
         for command in batch {
             match command {
-                Command::Submit {
+                WriterCommand::Submit {
                     job,
                     fingerprint,
                     scope,
@@ -651,14 +411,14 @@ impl Writer {
                     launch |= matches!(answer, Answer::Created(_));
                     answers.push(answer);
                 }
-                Command::SubmitMany { jobs, scope, .. } => {
+                WriterCommand::SubmitMany { jobs, scope, .. } => {
                     let each = self
                         .submit_many_in(&mut *tx, &mut touched, &mut keys, &mut recorded, jobs, scope)
                         .await?;
                     launch |= each.iter().any(|a| matches!(a, Answer::Created(_)));
                     answers.push(Answer::Many(each));
                 }
-                Command::Cancel { id, scope, .. } => {
+                WriterCommand::Cancel { id, scope, .. } => {
                     let found = match self.current_for_caller(&mut *tx, &touched, id, scope).await? {
                         Ok(found) => found,
                         Err(unreadable) => {
@@ -686,7 +446,7 @@ impl Writer {
                         )))),
                     }
                 }
-                Command::Observe(observation) => {
+                WriterCommand::Observe(observation) => {
                     answers.push(Answer::None);
                     let Some(mut job) = self
                         .current_readable(&mut *tx, &touched, &observation.job_id)
@@ -706,13 +466,13 @@ impl Writer {
                         touched.insert(job.id.clone(), job);
                     }
                 }
-                Command::CancellationsDone { ids, .. } => {
+                WriterCommand::CancellationsDone { ids, .. } => {
                     answers.push(Answer::None);
                     for id in ids {
                         tx.cancellation_done(id).await?;
                     }
                 }
-                Command::Launched { outcome, .. } => {
+                WriterCommand::Launched { outcome, .. } => {
                     answers.push(Answer::None);
                     let now = Utc::now();
                     for id in &outcome.launched {
@@ -760,7 +520,7 @@ impl Writer {
         })
     }
 
-    fn publish(&self, batch: Vec<Command>, outcome: Outcome) {
+    fn publish(&self, batch: Vec<WriterCommand>, outcome: Outcome) {
         let Outcome {
             touched,
             recorded,
@@ -798,16 +558,16 @@ impl Writer {
         }
         for (command, answer) in batch.into_iter().zip(answers) {
             match (command, answer) {
-                (Command::Submit { reply, .. }, Answer::Created(job)) => {
+                (WriterCommand::Submit { reply, .. }, Answer::Created(job)) => {
                     let _ = reply.send(Ok(Submitted { job, created: true }));
                 }
-                (Command::Submit { reply, .. }, Answer::Existing(job)) => {
+                (WriterCommand::Submit { reply, .. }, Answer::Existing(job)) => {
                     let _ = reply.send(Ok(Submitted { job, created: false }));
                 }
-                (Command::Submit { reply, .. }, Answer::Error(e)) => {
+                (WriterCommand::Submit { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
                 }
-                (Command::SubmitMany { reply, .. }, Answer::Many(each)) => {
+                (WriterCommand::SubmitMany { reply, .. }, Answer::Many(each)) => {
                     let _ = reply.send(Ok(each
                         .into_iter()
                         .map(|answer| match answer {
@@ -818,13 +578,16 @@ impl Writer {
                         })
                         .collect()));
                 }
-                (Command::Cancel { reply, .. }, Answer::Created(job) | Answer::Existing(job)) => {
+                (WriterCommand::Cancel { reply, .. }, Answer::Created(job) | Answer::Existing(job)) => {
                     let _ = reply.send(Ok(job));
                 }
-                (Command::Cancel { reply, .. }, Answer::Error(e)) => {
+                (WriterCommand::Cancel { reply, .. }, Answer::Error(e)) => {
                     let _ = reply.send(Err(e));
                 }
-                (Command::Launched { reply, .. } | Command::CancellationsDone { reply, .. }, _) => {
+                (
+                    WriterCommand::Launched { reply, .. } | WriterCommand::CancellationsDone { reply, .. },
+                    _,
+                ) => {
                     let _ = reply.send(true);
                 }
                 _ => {}
@@ -839,23 +602,6 @@ impl Writer {
     }
 }
 
-/// What a submission's checks decided (see [`Writer::check_submission`]).
-enum Checked {
-    Answer(Answer),
-    /// To be accepted; its dependencies and their phases.
-    Accept(Vec<(String, JobPhase)>),
-}
-
-/// What the submissions of one command share as they are checked.
-#[derive(Default)]
-struct SubmitContext {
-    /// The stored jobs of the command's idempotency keys, read ahead (scoped key →
-    /// (fingerprint, id)); `None`: each key is looked up when checked.
-    stored_keys: Option<HashMap<String, (String, String)>>,
-    /// Each namespace's active jobs, read once, with those the command accepted since.
-    active: HashMap<String, i64>,
-}
-
 enum Answer {
     None,
     Created(Arc<Job>),
@@ -865,11 +611,11 @@ enum Answer {
     Many(Vec<Answer>),
 }
 
-impl Command {
+impl WriterCommand {
     /// How many commands this one counts for in a batch: a bulk submission, its jobs.
     fn weight(&self) -> usize {
         match self {
-            Command::SubmitMany { jobs, .. } => jobs.len().max(1),
+            WriterCommand::SubmitMany { jobs, .. } => jobs.len().max(1),
             _ => 1,
         }
     }

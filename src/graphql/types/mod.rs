@@ -2,23 +2,44 @@
 //!
 //! They own the mapping between GraphQL names (see `schema.graphql`) and domain types, and
 //! nothing else: no validation rules, no state.
+//!
+//! - this file: the job and its parts (`Job`, its spec, phase, queue, conditions, pods) and
+//!   its status events;
+//! - `inputs`: what mutations and filters take;
+//! - `connections`: pages of jobs and of log lines (edges, page info);
+//! - `payloads`: what mutations answer;
+//! - `stats`: counts by phase and recent activity;
+//! - `template_views`: the templates jobs are submitted with, described for clients.
+
+mod connections;
+mod inputs;
+mod payloads;
+mod stats;
+mod template_views;
 
 use std::sync::Arc;
 
-use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
+use async_graphql::{Context, Enum, ID, Json, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use crate::graphql::caller::caller;
 use crate::graphql::error::OrApiError;
-use crate::jobs::catalog::{FieldType, Template, TemplateField};
 use crate::jobs::service::JobService;
 use crate::model::{self, Job, JobEvent};
+
+pub use connections::{
+    JobConnection, JobEdge, LogArchiveView, LogLineConnection, LogLineEdge, LogLineView, PageInfo,
+};
+pub use inputs::{EnvVarInput, JobFilterInput, ResourceListInput, ResourcesInput, SubmitJobInput};
+pub use payloads::{CancelJobPayload, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload};
+pub use stats::{ActivityBucketView, JobStats, PhaseCounts};
+pub use template_views::{TemplateFieldObject, TemplateFieldType, TemplateObject};
 
 /// Where a job is in its life; phases only move forward, except that a job Kueue evicts
 /// or preempts goes back from RUNNING to PENDING until it is readmitted.
 #[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
 #[graphql(name = "JobPhase")]
-pub enum JobPhase {
+pub enum JobPhaseView {
     Pending,
     Running,
     Succeeded,
@@ -26,7 +47,7 @@ pub enum JobPhase {
     Cancelled,
 }
 
-impl From<model::JobPhase> for JobPhase {
+impl From<model::JobPhase> for JobPhaseView {
     fn from(p: model::JobPhase) -> Self {
         match p {
             model::JobPhase::Pending => Self::Pending,
@@ -38,21 +59,22 @@ impl From<model::JobPhase> for JobPhase {
     }
 }
 
-impl From<JobPhase> for model::JobPhase {
-    fn from(p: JobPhase) -> Self {
+impl From<JobPhaseView> for model::JobPhase {
+    fn from(p: JobPhaseView) -> Self {
         match p {
-            JobPhase::Pending => Self::Pending,
-            JobPhase::Running => Self::Running,
-            JobPhase::Succeeded => Self::Succeeded,
-            JobPhase::Failed => Self::Failed,
-            JobPhase::Cancelled => Self::Cancelled,
+            JobPhaseView::Pending => Self::Pending,
+            JobPhaseView::Running => Self::Running,
+            JobPhaseView::Succeeded => Self::Succeeded,
+            JobPhaseView::Failed => Self::Failed,
+            JobPhaseView::Cancelled => Self::Cancelled,
         }
     }
 }
 
 /// A queued job's state in Kueue.
 #[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QueueState {
+#[graphql(name = "QueueState")]
+pub enum QueueStateView {
     /// Waiting for quota (or for Kueue to take the job in); `reason` and `message` say why.
     Pending,
     /// Quota is reserved; admission checks may still run.
@@ -67,7 +89,7 @@ pub enum QueueState {
     Finished,
 }
 
-impl From<model::QueueState> for QueueState {
+impl From<model::QueueState> for QueueStateView {
     fn from(s: model::QueueState) -> Self {
         match s {
             model::QueueState::Pending => Self::Pending,
@@ -85,7 +107,7 @@ impl From<model::QueueState> for QueueState {
 pub struct JobQueue {
     /// The Kueue LocalQueue.
     pub name: String,
-    pub state: QueueState,
+    pub state: QueueStateView,
     /// The reason of Kueue's condition behind `state` (e.g. `Pending`, `Admitted`,
     /// `Preempted`); null before Kueue has seen the job.
     pub reason: Option<String>,
@@ -97,145 +119,18 @@ pub struct JobQueue {
     pub since: Option<DateTime<Utc>>,
 }
 
-#[derive(InputObject, Clone, Debug)]
-pub struct EnvVarInput {
-    pub name: String,
-    pub value: String,
-}
-
-/// What to run. Omitted counts default as in a batch/v1 Job: parallelism 1, completions 1,
-/// backoffLimit 6.
-#[derive(InputObject, Clone, Debug)]
-pub struct SubmitJobInput {
-    /// A DNS-1123 label naming the job (not unique).
-    pub name: Option<String>,
-    /// Defaults to the server's default namespace.
-    pub namespace: Option<String>,
-    /// The workload template; `container` (the default) runs `command` + `args`.
-    pub template: Option<String>,
-    /// The container image (used by the Kubernetes executor; the local executor ignores it).
-    pub image: Option<String>,
-    pub command: Option<Vec<String>>,
-    pub args: Option<Vec<String>>,
-    pub env: Option<Vec<EnvVarInput>>,
-    /// How many runs at once.
-    pub parallelism: Option<i32>,
-    /// How many successful runs complete the job; each run gets `JOB_COMPLETION_INDEX`.
-    pub completions: Option<i32>,
-    /// How many failed runs are retried before the job fails.
-    pub backoff_limit: Option<i32>,
-    /// Seconds from start after which the job fails with `DeadlineExceeded`.
-    pub active_deadline_seconds: Option<i32>,
-    pub parameters: Option<Json<serde_json::Value>>,
-    /// Retrying with the same key and the same input returns the same job.
-    pub idempotency_key: Option<String>,
-    /// CPU and memory for each run's container (Kubernetes executor).
-    pub resources: Option<ResourcesInput>,
-    /// The Kubernetes service account the job's pods run as; one of those the server allows.
-    pub service_account_name: Option<String>,
-    /// Seconds after the job finishes before Kubernetes deletes its Job; jobgate keeps the
-    /// history, the result and the log tail it captured as each pod ended (with 0 the pods may
-    /// be gone before their logs can be read). The server's default when omitted.
-    pub ttl_seconds_after_finished: Option<i32>,
-    /// Jobs that must succeed first (at most 100). The job stays PENDING with reason
-    /// `WaitingForDependencies` until they all have, and fails with `DependencyFailed` if one
-    /// of them fails or is cancelled.
-    pub depends_on: Option<Vec<ID>>,
-    /// The Kueue LocalQueue the job waits in for admission (servers with Kueue integration;
-    /// the server's default queue when omitted). Refused for templates whose kind Kueue
-    /// cannot queue. The job stays PENDING, its `queue` saying why, until Kueue admits it.
-    pub queue_name: Option<String>,
-}
-
-/// Kubernetes quantities, e.g. cpu `500m` or `2`, memory `256Mi` or `1G`.
-#[derive(InputObject, Clone, Debug, Default)]
-pub struct ResourceListInput {
-    pub cpu: Option<String>,
-    pub memory: Option<String>,
-}
-
-/// What each run requests (for scheduling) and may use at most.
-#[derive(InputObject, Clone, Debug, Default)]
-pub struct ResourcesInput {
-    pub requests: Option<ResourceListInput>,
-    pub limits: Option<ResourceListInput>,
-}
-
-impl From<ResourceListInput> for model::ResourceList {
-    fn from(r: ResourceListInput) -> Self {
-        Self {
-            cpu: r.cpu,
-            memory: r.memory,
-        }
-    }
-}
-
 /// CPU and memory of each run.
 #[derive(SimpleObject, Clone, Debug)]
-pub struct ResourceList {
+#[graphql(name = "ResourceList")]
+pub struct ResourceListView {
     pub cpu: Option<String>,
     pub memory: Option<String>,
 }
 
 #[derive(SimpleObject, Clone, Debug)]
 pub struct Resources {
-    pub requests: ResourceList,
-    pub limits: ResourceList,
-}
-
-impl From<SubmitJobInput> for model::SubmitRequest {
-    fn from(i: SubmitJobInput) -> Self {
-        Self {
-            name: i.name,
-            namespace: i.namespace,
-            template: i.template,
-            image: i.image,
-            command: i.command,
-            args: i.args,
-            env: i.env.map(|env| {
-                env.into_iter()
-                    .map(|v| model::EnvVar {
-                        name: v.name,
-                        value: v.value,
-                    })
-                    .collect()
-            }),
-            parallelism: i.parallelism,
-            completions: i.completions,
-            backoff_limit: i.backoff_limit,
-            active_deadline_seconds: i.active_deadline_seconds,
-            parameters: i.parameters.map(|j| j.0),
-            depends_on: i.depends_on.map(|ids| ids.into_iter().map(|id| id.0).collect()),
-            idempotency_key: i.idempotency_key,
-            resources: i.resources.map(|r| model::ResourceRequirements {
-                requests: r.requests.map(Into::into).unwrap_or_default(),
-                limits: r.limits.map(Into::into).unwrap_or_default(),
-            }),
-            service_account_name: i.service_account_name,
-            ttl_seconds_after_finished: i.ttl_seconds_after_finished,
-            queue_name: i.queue_name,
-        }
-    }
-}
-
-#[derive(InputObject, Clone, Debug, Default)]
-#[graphql(name = "JobFilter")]
-pub struct JobFilterInput {
-    /// Only jobs in one of these phases.
-    pub phases: Option<Vec<JobPhase>>,
-    pub namespace: Option<String>,
-    /// Only jobs whose name contains this text (case-sensitive).
-    pub name_contains: Option<String>,
-}
-
-impl From<JobFilterInput> for model::JobFilter {
-    fn from(f: JobFilterInput) -> Self {
-        Self {
-            phases: f.phases.map(|p| p.into_iter().map(Into::into).collect()),
-            namespace: f.namespace,
-            name_contains: f.name_contains,
-        }
-    }
+    pub requests: ResourceListView,
+    pub limits: ResourceListView,
 }
 
 #[derive(SimpleObject, Clone, Debug)]
@@ -271,7 +166,8 @@ pub struct JobProgress {
 }
 
 #[derive(SimpleObject, Clone, Debug)]
-pub struct EnvVar {
+#[graphql(name = "EnvVar")]
+pub struct EnvVarView {
     pub name: String,
     pub value: String,
 }
@@ -290,12 +186,12 @@ impl JobSpec {
     async fn args(&self) -> &[String] {
         &self.0.spec.args
     }
-    async fn env(&self) -> Vec<EnvVar> {
+    async fn env(&self) -> Vec<EnvVarView> {
         self.0
             .spec
             .env
             .iter()
-            .map(|v| EnvVar {
+            .map(|v| EnvVarView {
                 name: v.name.clone(),
                 value: v.value.clone(),
             })
@@ -320,7 +216,7 @@ impl JobSpec {
         self.0.idempotency_key.as_deref()
     }
     async fn resources(&self) -> Option<Resources> {
-        let list = |l: &model::ResourceList| ResourceList {
+        let list = |l: &model::ResourceList| ResourceListView {
             cpu: l.cpu.clone(),
             memory: l.memory.clone(),
         };
@@ -388,7 +284,7 @@ impl JobObject {
         }
         Ok(jobs)
     }
-    async fn phase(&self) -> JobPhase {
+    async fn phase(&self) -> JobPhaseView {
         self.0.phase.into()
     }
     async fn submitted_at(&self) -> DateTime<Utc> {
@@ -437,7 +333,7 @@ impl JobObject {
             // Kueue has not made its Workload yet.
             None => JobQueue {
                 name: name.clone(),
-                state: QueueState::Pending,
+                state: QueueStateView::Pending,
                 reason: None,
                 message: None,
                 cluster_queue: None,
@@ -518,7 +414,7 @@ impl JobObject {
             .into_iter()
             .map(|(at, line)| LogLineEdge {
                 cursor: at.to_string(),
-                node: LogLine::of(Some(at), line),
+                node: LogLineView::of(Some(at), line),
             })
             .collect();
         Ok(LogLineConnection {
@@ -590,65 +486,6 @@ impl JobObject {
     }
 }
 
-/// One line of a job's output.
-#[derive(SimpleObject, Clone, Debug)]
-pub struct LogLine {
-    pub text: String,
-    /// Which run wrote it: the pod's name on Kubernetes; null on the local executor.
-    pub source: Option<String>,
-    /// Where the line is in the job's archived output (its offset, from 0): `jobLogs(after:)`
-    /// and `Job.logLines(after:)` resume right after it. Null only for output of a job
-    /// that finished before jobgate archived output, read from its executor.
-    pub cursor: Option<String>,
-}
-
-impl LogLine {
-    pub fn of(cursor: Option<i64>, line: model::LogLine) -> Self {
-        Self {
-            text: line.text,
-            source: line.source,
-            cursor: cursor.map(|c| c.to_string()),
-        }
-    }
-}
-
-#[derive(SimpleObject)]
-pub struct LogLineEdge {
-    pub cursor: String,
-    pub node: LogLine,
-}
-
-/// A page of a job's archived output, oldest line first.
-#[derive(SimpleObject)]
-pub struct LogLineConnection {
-    pub edges: Vec<LogLineEdge>,
-    pub page_info: PageInfo,
-}
-
-/// What jobgate's archive holds of a job's output.
-#[derive(SimpleObject)]
-#[graphql(name = "LogArchive")]
-pub struct LogArchiveView {
-    /// Lines archived (a truncation marker included): the next line's cursor.
-    pub lines: i64,
-    /// Bytes of those lines, uncompressed (each line and its newline).
-    pub bytes: i64,
-    /// The archive stopped before the output ended: at the per-job cap
-    /// (`--log-archive-max-bytes`), or after lines were lost while the store could not be
-    /// written. Its last line says which.
-    pub truncated: bool,
-}
-
-impl From<model::LogArchive> for LogArchiveView {
-    fn from(a: model::LogArchive) -> Self {
-        Self {
-            lines: a.lines,
-            bytes: a.bytes,
-            truncated: a.truncated,
-        }
-    }
-}
-
 /// One recorded status change of a job.
 pub struct JobStatusEvent {
     pub event: Arc<JobEvent>,
@@ -660,12 +497,12 @@ impl JobStatusEvent {
     async fn cursor(&self) -> String {
         self.event.seq.to_string()
     }
-    async fn phase(&self) -> JobPhase {
+    async fn phase(&self) -> JobPhaseView {
         self.event.phase.into()
     }
     /// The phase before this event; equal to `phase` for a progress update, null for the
     /// job's first event.
-    async fn previous_phase(&self) -> Option<JobPhase> {
+    async fn previous_phase(&self) -> Option<JobPhaseView> {
         self.event.previous_phase.map(Into::into)
     }
     async fn at(&self) -> DateTime<Utc> {
@@ -680,237 +517,6 @@ impl JobStatusEvent {
     /// The job as it was right after this event.
     async fn job(&self) -> JobObject {
         JobObject(self.event.job.clone())
-    }
-}
-
-#[derive(SimpleObject)]
-pub struct JobEdge {
-    pub cursor: String,
-    pub node: JobObject,
-}
-
-#[derive(SimpleObject)]
-pub struct PageInfo {
-    pub has_next_page: bool,
-    pub has_previous_page: bool,
-    pub start_cursor: Option<String>,
-    pub end_cursor: Option<String>,
-}
-
-#[derive(SimpleObject)]
-pub struct JobConnection {
-    pub edges: Vec<JobEdge>,
-    pub page_info: PageInfo,
-    /// How many jobs match the filter, across all pages. Exact without `nameContains` (read
-    /// from counts jobgate keeps per namespace and phase, so asking costs nothing however many
-    /// jobs there are). With `nameContains` it is a lower bound: matches are counted among at
-    /// most the 5,000 newest candidates, so it is exact below that and may be lower above
-    /// it. The pages themselves (`edges`, `hasNextPage`) are always exact.
-    pub total_count: i32,
-    /// True when this page stopped at its budget of candidates (see `Query.jobs`) before
-    /// finding `first` jobs: it may hold fewer, or none, yet `hasNextPage` is true and the
-    /// next page, after `pageInfo.endCursor`, goes on where this one stopped.
-    pub partial: bool,
-}
-
-#[derive(SimpleObject)]
-pub struct SubmitJobPayload {
-    pub job: JobObject,
-    /// False when an earlier submission with the same idempotencyKey was returned.
-    pub created: bool,
-}
-
-/// The answer to `submitJobs`: one entry per input, in input order, in `jobs` and `created`;
-/// the refused inputs in `errors`, by index.
-#[derive(SimpleObject)]
-pub struct SubmitJobsPayload {
-    /// The job accepted for each input (or the earlier job its idempotencyKey returned), in
-    /// input order; null where the input was refused (its reason is in `errors`).
-    pub jobs: Vec<Option<JobObject>>,
-    /// For each input, in input order: true when this call created its job, false when an
-    /// earlier submission with the same idempotencyKey was returned, null when refused.
-    pub created: Vec<Option<bool>>,
-    /// The inputs that were refused, in input order.
-    pub errors: Vec<SubmitJobsError>,
-}
-
-/// Why one input of `submitJobs` was refused: the code and message `submitJob` would have
-/// answered for it alone.
-#[derive(SimpleObject)]
-pub struct SubmitJobsError {
-    /// Its position in `inputs`, from 0.
-    pub index: i32,
-    /// `BAD_USER_INPUT`, `FORBIDDEN`, `QUOTA_EXCEEDED`, `UNAVAILABLE`, ... as for `submitJob`.
-    pub code: String,
-    pub message: String,
-    /// For `BAD_USER_INPUT`, the input field at fault, e.g. `inputs[3].command`.
-    pub field: Option<String>,
-}
-
-#[derive(SimpleObject)]
-pub struct CancelJobPayload {
-    pub job: JobObject,
-}
-
-/// Counts by phase and recent activity, as one consistent snapshot.
-#[derive(SimpleObject)]
-pub struct JobStats {
-    /// The cursor of the newest event the snapshot includes ("0" when there is none):
-    /// subscribe to `jobEvents(after: cursor)` to keep the figures current with no gap and
-    /// no double count.
-    pub cursor: String,
-    pub counts: PhaseCounts,
-    /// Submissions and completions per bucket, oldest first, covering the window up to now.
-    /// Buckets are aligned to multiples of `bucketSeconds` since the Unix epoch, so a client
-    /// places a live event in its bucket with floor(epochSeconds / bucketSeconds) *
-    /// bucketSeconds; the last bucket is the current one.
-    pub activity: Vec<ActivityBucket>,
-}
-
-/// How many jobs are in each phase.
-#[derive(SimpleObject)]
-pub struct PhaseCounts {
-    pub pending: i64,
-    pub running: i64,
-    pub succeeded: i64,
-    pub failed: i64,
-    pub cancelled: i64,
-    pub total: i64,
-}
-
-#[derive(SimpleObject)]
-pub struct ActivityBucket {
-    pub start: DateTime<Utc>,
-    /// Jobs whose `submittedAt` falls in the bucket.
-    pub submitted: i64,
-    /// Jobs that entered the phase in the bucket (the `at` of that event).
-    pub succeeded: i64,
-    pub failed: i64,
-    pub cancelled: i64,
-}
-
-impl From<crate::jobs::service::Stats> for JobStats {
-    fn from(stats: crate::jobs::service::Stats) -> Self {
-        let count = |p| stats.counts.get(&p).copied().unwrap_or(0);
-        Self {
-            cursor: stats.cursor.to_string(),
-            counts: PhaseCounts {
-                pending: count(model::JobPhase::Pending),
-                running: count(model::JobPhase::Running),
-                succeeded: count(model::JobPhase::Succeeded),
-                failed: count(model::JobPhase::Failed),
-                cancelled: count(model::JobPhase::Cancelled),
-                total: stats.counts.values().sum(),
-            },
-            activity: stats
-                .activity
-                .into_iter()
-                .map(|b| ActivityBucket {
-                    start: DateTime::from_timestamp(b.start, 0).unwrap_or(DateTime::UNIX_EPOCH),
-                    submitted: b.submitted,
-                    succeeded: b.succeeded,
-                    failed: b.failed,
-                    cancelled: b.cancelled,
-                })
-                .collect(),
-        }
-    }
-}
-
-/// What kind of value a template field takes.
-#[derive(Enum, Clone, Copy, PartialEq, Eq)]
-pub enum TemplateFieldType {
-    String,
-    /// A list of strings, e.g. `command`.
-    StringList,
-    Int,
-    /// A list of `{name, value}`.
-    Env,
-    /// `{requests, limits}` of cpu and memory.
-    Resources,
-}
-
-/// A named recipe a job may use (`SubmitJobInput.template`).
-pub struct TemplateObject(pub Template);
-
-#[Object(name = "Template")]
-impl TemplateObject {
-    async fn name(&self) -> &str {
-        &self.0.name
-    }
-    async fn description(&self) -> &str {
-        &self.0.description
-    }
-    /// What a job of this template becomes: `batch/v1 Job` on Kubernetes, `local process` on
-    /// the local executor, or the kind a workload template creates, e.g.
-    /// `argoproj.io/v1alpha1 Workflow`.
-    async fn kind(&self) -> &str {
-        &self.0.kind
-    }
-    /// Whether jobs can use it now.
-    async fn available(&self) -> bool {
-        self.0.available
-    }
-    /// Why jobs cannot use it now (e.g. its kind's CRD is not installed); null when available.
-    async fn unavailable_reason(&self) -> Option<&str> {
-        self.0.unavailable_reason.as_deref()
-    }
-    /// The `SubmitJobInput` fields this template uses, in the order a form shows them.
-    async fn fields(&self) -> Vec<TemplateFieldObject> {
-        self.0.fields.iter().cloned().map(TemplateFieldObject).collect()
-    }
-    /// JSON Schema (draft 2020-12) of `parameters`; null when the template takes none.
-    async fn parameter_schema(&self) -> Option<Json<serde_json::Value>> {
-        self.0.parameter_schema.clone().map(Json)
-    }
-}
-
-/// One `SubmitJobInput` field of a template, described for a form.
-pub struct TemplateFieldObject(pub TemplateField);
-
-#[Object(name = "TemplateField")]
-impl TemplateFieldObject {
-    /// The `SubmitJobInput` field it fills, e.g. `image`, `command`, `resources`.
-    async fn name(&self) -> &str {
-        self.0.name
-    }
-    async fn label(&self) -> &str {
-        &self.0.label
-    }
-    async fn description(&self) -> &str {
-        &self.0.description
-    }
-    #[graphql(name = "type")]
-    async fn field_type(&self) -> TemplateFieldType {
-        match self.0.field_type {
-            FieldType::String => TemplateFieldType::String,
-            FieldType::StringList => TemplateFieldType::StringList,
-            FieldType::Int => TemplateFieldType::Int,
-            FieldType::Env => TemplateFieldType::Env,
-            FieldType::Resources => TemplateFieldType::Resources,
-        }
-    }
-    async fn required(&self) -> bool {
-        self.0.required
-    }
-    /// The value the server uses when the field is omitted, as JSON; null when none.
-    async fn default(&self) -> Option<Json<serde_json::Value>> {
-        self.0.default.clone().map(Json)
-    }
-    /// The only values the server accepts, when it limits them (namespaces, service
-    /// accounts).
-    async fn choices(&self) -> Option<&[String]> {
-        self.0.choices.as_deref()
-    }
-    async fn minimum(&self) -> Option<i64> {
-        self.0.minimum
-    }
-    async fn maximum(&self) -> Option<i64> {
-        self.0.maximum
-    }
-    /// An example value for a form's placeholder.
-    async fn placeholder(&self) -> Option<&str> {
-        self.0.placeholder
     }
 }
 

@@ -3,17 +3,18 @@
 //! at a lower OS priority than the rest of jobgate.
 //!
 //! Why: a large fan-out (a frame and a socket write per subscriber per event, even with the
-//! rendering shared, see `graphql::ws` fanout) keeps every worker busy. On one runtime, with no priorities, the HTTP handlers, the job service's
-//! writer and the executor then queue behind it: with 1000 subscribers, `submitJob` went from
-//! about 5 ms to hundreds of milliseconds (BENCHMARKS.md, issue 15). Here the sessions run on
-//! threads niced `nice` steps below jobgate's, so when both want the CPU the kernel gives it to
-//! the main runtime's threads first and the fan-out gets what is left; when the main runtime
-//! is idle, the fan-out has every core.
+//! rendering shared, see `graphql::ws` fanout) keeps every worker busy. On one runtime, with
+//! no priorities, the HTTP handlers, the job service's writer and the executor then queue
+//! behind it: with 1000 subscribers, `submitJob` takes hundreds of milliseconds instead of
+//! about 5 ms (BENCHMARKS.md). Here the sessions run on threads niced `nice` steps below
+//! jobgate's, so when both want the CPU the kernel gives it to the main runtime's threads
+//! first and the fan-out gets what is left; when the main runtime is idle, the fan-out has
+//! every core.
 //!
 //! The sockets stay registered with the main runtime's IO driver, which tokio allows: a task
 //! on one runtime may poll IO and timers of another, as long as both run. So this runtime
-//! must stop only after the sessions have ended ([`Delivery::shutdown`], called once shutdown
-//! has waited for the connections), and the main runtime must outlive it.
+//! must stop only after the sessions have ended ([`DeliveryRuntime::shutdown`], called once
+//! shutdown has waited for the connections), and the main runtime must outlive it.
 //!
 //! This module owns the runtime and its threads' priority; it must not know what runs on it
 //! (the `ws` module spawns the sessions through `WsConfig::delivery`).
@@ -32,15 +33,15 @@ use crate::config::DeliverySettings;
 pub const THREAD_NAME: &str = "ws-delivery";
 
 /// The running delivery runtime. Dropping it stops its threads without waiting (what
-/// [`Delivery::shutdown`] waits for).
-pub struct Delivery {
+/// [`DeliveryRuntime::shutdown`] waits for).
+pub struct DeliveryRuntime {
     runtime: Option<Runtime>,
 }
 
-impl Delivery {
+impl DeliveryRuntime {
     /// Starts the runtime `settings` ask for, or none for `threads == 0` (the sessions then
     /// run on the runtime that accepted them).
-    pub fn start(settings: &DeliverySettings) -> anyhow::Result<Option<Delivery>> {
+    pub fn start(settings: &DeliverySettings) -> anyhow::Result<Option<DeliveryRuntime>> {
         if settings.threads == 0 {
             return Ok(None);
         }
@@ -66,7 +67,7 @@ impl Delivery {
             nice,
             "WebSocket sessions run on their own runtime"
         );
-        Ok(Some(Delivery {
+        Ok(Some(DeliveryRuntime {
             runtime: Some(runtime),
         }))
     }
@@ -95,7 +96,7 @@ impl Delivery {
     }
 }
 
-impl Drop for Delivery {
+impl Drop for DeliveryRuntime {
     fn drop(&mut self) {
         // Dropping a runtime inside another one panics (it would block): let it go instead.
         if let Some(runtime) = self.runtime.take() {
@@ -126,7 +127,7 @@ mod tests {
     #[tokio::test]
     async fn delivery_threads_run_at_the_lower_priority() {
         let ours = rustix::process::getpriority_process(None).expect("our priority");
-        let delivery = Delivery::start(&DeliverySettings { threads: 1, nice: 5 })
+        let delivery = DeliveryRuntime::start(&DeliverySettings { threads: 1, nice: 5 })
             .expect("a runtime")
             .expect("threads asked for");
         let theirs = delivery
@@ -146,7 +147,8 @@ mod tests {
 
     #[test]
     fn no_threads_no_runtime() {
-        let none = Delivery::start(&DeliverySettings { threads: 0, nice: 10 }).expect("nothing to fail");
+        let none =
+            DeliveryRuntime::start(&DeliverySettings { threads: 0, nice: 10 }).expect("nothing to fail");
         assert!(none.is_none());
     }
 }

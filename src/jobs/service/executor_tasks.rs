@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Command, Inner};
+use super::{ServiceState, WriterCommand};
 use crate::executor::ExecutorError;
 use crate::model::JobPhase;
 
@@ -51,7 +51,7 @@ pub(super) struct LaunchOutcome {
 }
 
 /// Hands accepted jobs to the executor, oldest first, and records what became of them.
-pub(super) async fn launcher(inner: Arc<Inner>) {
+pub(super) async fn launcher(inner: Arc<ServiceState>) {
     let mut backoff = launch_backoff();
     loop {
         // With replicas, only the jobs of this one's shards (none: nothing to read).
@@ -145,7 +145,7 @@ pub(super) async fn launcher(inner: Arc<Inner>) {
             let (reply, committed) = oneshot::channel();
             if inner
                 .commands
-                .send(Command::Launched { outcome, reply })
+                .send(WriterCommand::Launched { outcome, reply })
                 .await
                 .is_err()
             {
@@ -183,7 +183,7 @@ const CANCEL_BATCH: i64 = 64;
 /// records each one stopped. A cancellation stays pending across restarts until its workload
 /// is stopped: the executor retries while its cluster is away; a cancel that fails otherwise
 /// is asked again after a back-off.
-pub(super) async fn canceller(inner: Arc<Inner>) {
+pub(super) async fn canceller(inner: Arc<ServiceState>) {
     // Jobs whose cancel is running now, so that a wake-up does not start a second one.
     let mut in_flight: std::collections::HashSet<String> = std::collections::HashSet::new();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, bool)>();
@@ -250,7 +250,7 @@ pub(super) async fn canceller(inner: Arc<Inner>) {
                     let (reply, committed) = oneshot::channel();
                     if inner
                         .commands
-                        .send(Command::CancellationsDone { ids: stopped, reply })
+                        .send(WriterCommand::CancellationsDone { ids: stopped, reply })
                         .await
                         .is_err()
                     {

@@ -4,7 +4,7 @@
 //! `fork` copies jobgate's page tables, holds its memory map locked while it does, and leaves
 //! every page copy-on-write until the child execs, so every thread of a busy jobgate (the
 //! WebSocket fan-out, the commit path) stalls on page faults each time a job starts, and the
-//! cost grows with jobgate's memory (BENCHMARKS.md, issue 15). A command with no user switch
+//! cost grows with jobgate's memory (BENCHMARKS.md). A command with no user switch
 //! is started with `posix_spawn`, which shares the parent's memory until the exec and copies
 //! nothing. So a job of another user is started as *this binary* (`/proc/self/exe`) with
 //! [`ARG`] and the uid, gid and program: the fresh process, small and single-threaded, drops

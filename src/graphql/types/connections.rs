@@ -1,0 +1,97 @@
+//! Pages of jobs and of log lines: connections, edges and page info, and the log archive's
+//! summary. They carry what a resolver read; they must not read anything themselves.
+
+use async_graphql::SimpleObject;
+
+use super::JobObject;
+use crate::model;
+
+/// One line of a job's output.
+#[derive(SimpleObject, Clone, Debug)]
+#[graphql(name = "LogLine")]
+pub struct LogLineView {
+    pub text: String,
+    /// Which run wrote it: the pod's name on Kubernetes; null on the local executor.
+    pub source: Option<String>,
+    /// Where the line is in the job's archived output (its offset, from 0): `jobLogs(after:)`
+    /// and `Job.logLines(after:)` resume right after it. Null only for output of a job
+    /// that finished before jobgate archived output, read from its executor.
+    pub cursor: Option<String>,
+}
+
+impl LogLineView {
+    pub fn of(cursor: Option<i64>, line: model::LogLine) -> Self {
+        Self {
+            text: line.text,
+            source: line.source,
+            cursor: cursor.map(|c| c.to_string()),
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct LogLineEdge {
+    pub cursor: String,
+    pub node: LogLineView,
+}
+
+/// A page of a job's archived output, oldest line first.
+#[derive(SimpleObject)]
+pub struct LogLineConnection {
+    pub edges: Vec<LogLineEdge>,
+    pub page_info: PageInfo,
+}
+
+/// What jobgate's archive holds of a job's output.
+#[derive(SimpleObject)]
+#[graphql(name = "LogArchive")]
+pub struct LogArchiveView {
+    /// Lines archived (a truncation marker included): the next line's cursor.
+    pub lines: i64,
+    /// Bytes of those lines, uncompressed (each line and its newline).
+    pub bytes: i64,
+    /// The archive stopped before the output ended: at the per-job cap
+    /// (`--log-archive-max-bytes`), or after lines were lost while the store could not be
+    /// written. Its last line says which.
+    pub truncated: bool,
+}
+
+impl From<model::LogArchive> for LogArchiveView {
+    fn from(a: model::LogArchive) -> Self {
+        Self {
+            lines: a.lines,
+            bytes: a.bytes,
+            truncated: a.truncated,
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct JobEdge {
+    pub cursor: String,
+    pub node: JobObject,
+}
+
+#[derive(SimpleObject)]
+pub struct PageInfo {
+    pub has_next_page: bool,
+    pub has_previous_page: bool,
+    pub start_cursor: Option<String>,
+    pub end_cursor: Option<String>,
+}
+
+#[derive(SimpleObject)]
+pub struct JobConnection {
+    pub edges: Vec<JobEdge>,
+    pub page_info: PageInfo,
+    /// How many jobs match the filter, across all pages. Exact without `nameContains` (read
+    /// from counts jobgate keeps per namespace and phase, so asking costs nothing however many
+    /// jobs there are). With `nameContains` it is a lower bound: matches are counted among at
+    /// most the 5,000 newest candidates, so it is exact below that and may be lower above
+    /// it. The pages themselves (`edges`, `hasNextPage`) are always exact.
+    pub total_count: i32,
+    /// True when this page stopped at its budget of candidates (see `Query.jobs`) before
+    /// finding `first` jobs: it may hold fewer, or none, yet `hasNextPage` is true and the
+    /// next page, after `pageInfo.endCursor`, goes on where this one stopped.
+    pub partial: bool,
+}
