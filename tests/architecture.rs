@@ -304,3 +304,160 @@ fn no_modules_import_each_other() {
         "modules that import each other, directly or around a circle: {found:?}"
     );
 }
+
+/// The most lines a source file may have. A file that outgrows it holds more than one
+/// concept: split it by concept rather than raise the limit.
+const MAX_FILE_LINES: usize = 900;
+
+/// Every Rust file of the crate, its integration tests and the Kubernetes API emulator.
+fn every_rust_file() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "tests"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(
+        files.iter().any(|f| f.ends_with("src/lib.rs"))
+            && files
+                .iter()
+                .any(|f| f.starts_with(root.join("tests/kube-emulator/src"))),
+        "the walk reads the crate and the emulator"
+    );
+    files
+}
+
+fn shown(file: &Path) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    file.strip_prefix(root).unwrap_or(file).display().to_string()
+}
+
+#[test]
+fn no_source_file_outgrows_its_walls() {
+    let mut long: Vec<String> = every_rust_file()
+        .iter()
+        .filter_map(|file| {
+            let text = std::fs::read_to_string(file).expect("source files are readable");
+            let lines = text.lines().count();
+            (lines > MAX_FILE_LINES).then(|| format!("{} ({lines} lines)", shown(file)))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "source files over {MAX_FILE_LINES} lines (split each by concept):\n  {}",
+        long.join("\n  ")
+    );
+}
+
+/// A name says which thing it is without its path: no two files of `src/` share a file name
+/// (`mod.rs` and `tests.rs` aside), and no two public types of the crate share a name.
+#[test]
+fn names_do_not_collide() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in &files {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if !matches!(name, "mod.rs" | "tests.rs" | "lib.rs" | "main.rs") {
+            by_name.entry(name.to_owned()).or_default().push(shown(file));
+        }
+    }
+
+    static TYPE: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(r"(?m)^\s*pub(?:\([a-z]+\))?\s+(?:struct|enum|trait|type)\s+(\w+)")
+            .expect("the pattern is valid")
+    });
+    let mut by_type: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in files.iter().filter(|f| !is_test_file(f)) {
+        let text = std::fs::read_to_string(file).expect("source files are readable");
+        for m in TYPE.captures_iter(&code_of(&text)) {
+            by_type.entry(m[1].to_owned()).or_default().push(shown(file));
+        }
+    }
+    assert!(
+        by_type.contains_key("JobService"),
+        "the walk finds the crate's types"
+    );
+
+    let clashes: Vec<String> = by_name
+        .iter()
+        .chain(&by_type)
+        .filter(|(_, places)| places.len() > 1)
+        .map(|(name, places)| format!("{name}: {}", places.join(", ")))
+        .collect();
+    assert!(
+        clashes.is_empty(),
+        "names that collide (rename so each says which one it is):\n  {}",
+        clashes.join("\n  ")
+    );
+}
+
+/// The repository's code and docs speak to its users: they cite nothing a clone does not
+/// hold (the team's private reference folder) and no issue numbers (what is, and why, belongs
+/// in the text; how it came to be belongs to git). Migrations are left as they were applied:
+/// sqlx checks each applied one against its checksum.
+#[test]
+fn text_cites_only_what_the_repository_holds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    static CITATION: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(concat!(
+            r"\bshared/(?:reference|DESIGN|STYLE|graphql-contract)",
+            r"|\b[Ii]ssues? #?[0-9]+\b"
+        ))
+        .expect("the pattern is valid")
+    });
+    let mut files = every_rust_file();
+    rust_files(&root.join("benches"), &mut files);
+    for dir in ["docs", "deploy", "scripts", "web/src", "web/e2e", ".ci"] {
+        text_files(&root.join(dir), &mut files);
+    }
+    for file in [
+        "README.md",
+        "BENCHMARKS.md",
+        "Cargo.toml",
+        "tests/kube-emulator/README.md",
+    ] {
+        files.push(root.join(file));
+    }
+    let this_file = root.join("tests/architecture.rs");
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| **f != this_file) {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            if let Some(m) = CITATION.find(line) {
+                found.push(format!("{}:{}: {}", shown(file), n + 1, m.as_str()));
+            }
+        }
+    }
+    assert!(
+        files.iter().any(|f| f.ends_with("docs/ARCHITECTURE.md")),
+        "the walk reads the docs"
+    );
+    assert!(
+        found.is_empty(),
+        "citations a user of the repository cannot follow:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// Every file below `dir` that is not a build or package directory.
+fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if path.is_dir() {
+            if !matches!(name.to_str(), Some("node_modules" | "target" | "dist" | ".venv")) {
+                text_files(&path, out);
+            }
+        } else {
+            out.push(path);
+        }
+    }
+}

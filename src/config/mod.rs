@@ -25,14 +25,14 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::cli::ClientCommand;
 use crate::store::Durability;
 
-pub use self::retention::NamespaceRetention;
-use self::retention::{parse_namespace_retention, parse_retention_days};
+pub use self::retention_flags::NamespaceRetention;
+use self::retention_flags::{parse_namespace_retention, parse_retention_days};
 
+mod cross_checks;
 mod database;
 mod load;
-mod retention;
+mod retention_flags;
 mod settings;
-mod validation;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExecutorKind {

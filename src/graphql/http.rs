@@ -161,9 +161,13 @@ pub struct IncomingHttp {
 
 /// Reads a POST body: checks the media type and the JSON shape.
 /// A refusal, answered as it is. Boxed because a response is large and refusals are rare.
-pub type Refusal = Box<HttpResponse>;
+pub type HttpRefusal = Box<HttpResponse>;
 
-pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Result<IncomingHttp, Refusal> {
+pub fn read_post(
+    headers: &HeaderMap,
+    body: &Bytes,
+    options: &HttpOptions,
+) -> Result<IncomingHttp, HttpRefusal> {
     let response_type = negotiate(headers).ok_or_else(not_acceptable)?;
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let is_json = content_type
@@ -220,7 +224,7 @@ pub fn read_post(headers: &HeaderMap, body: &Bytes, options: &HttpOptions) -> Re
 }
 
 /// Reads a GET request's query string.
-pub fn read_get(headers: &HeaderMap, query: &str) -> Result<IncomingHttp, Refusal> {
+pub fn read_get(headers: &HeaderMap, query: &str) -> Result<IncomingHttp, HttpRefusal> {
     let response_type = negotiate(headers).ok_or_else(not_acceptable)?;
     let bad = |m: &str| message_error(StatusCode::BAD_REQUEST, response_type, m);
     let params =

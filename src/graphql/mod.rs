@@ -13,6 +13,6 @@ pub mod operation;
 pub mod schema;
 pub mod shared_rendering;
 pub mod types;
-pub mod unreadable;
+pub mod unreadable_records;
 pub mod webhook_types;
 pub mod ws;

@@ -21,7 +21,7 @@ use crate::graphql::types::{
     LogLineView, PageInfo, SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload,
     TemplateObject,
 };
-use crate::graphql::unreadable::UnreadableRecordObject;
+use crate::graphql::unreadable_records::UnreadableRecordObject;
 use crate::graphql::webhook_types::{
     CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, DisableWebhookPayload,
     ReplayWebhookPayload, WebhookObject,

@@ -33,7 +33,7 @@
 //!   Job (or an operator's clean-up of its pods) waits for that; nothing is lost with
 //!   `ttlSecondsAfterFinished: 0`.
 //!
-//! It owns the executor's part for this ([`LogArchive`]: the sink, the pods followed, the
+//! It owns the executor's part for this ([`PodLogArchiver`]: the sink, the pods followed, the
 //! holds, the follow slots).
 //!
 //! It must not decide what a job's output is for the job (the service reads the archive),
@@ -55,7 +55,7 @@ use crate::model::{MAX_LOG_LINE, clip_log_line};
 
 /// The executor's part that archives pods' logs: where to, and the pods this process follows
 /// or has finished with.
-pub(super) struct LogArchive {
+pub(super) struct PodLogArchiver {
     /// Where pods' logs are archived, once set.
     sink: std::sync::OnceLock<Arc<dyn LogSink>>,
     /// The pods this process follows or has finished with, by `namespace/name`: `true`
@@ -70,7 +70,7 @@ pub(super) struct LogArchive {
     slots: Arc<tokio::sync::Semaphore>,
 }
 
-impl LogArchive {
+impl PodLogArchiver {
     /// Archiving nowhere yet, following at most `concurrency` pods' logs at once.
     pub(super) fn new(concurrency: usize) -> Self {
         Self {

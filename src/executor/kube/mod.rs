@@ -91,7 +91,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use self::archive::LogArchive;
+use self::archive::PodLogArchiver;
 use self::fence::Fence;
 use self::kinds::WorkloadKinds;
 use self::manifest::ManifestDefaults;
@@ -181,7 +181,7 @@ struct KubeShared {
     /// What the pod watcher saw of each job's pods (`pods.rs`).
     pods: PodBook,
     /// The pods whose logs this process archives (`archive.rs`).
-    archive: LogArchive,
+    archive: PodLogArchiver,
     /// The watchers and their health (`watch.rs`).
     watches: Watches,
     /// With replicas, the shards this replica acts for (`shard_ownership.rs`).
@@ -276,7 +276,7 @@ impl KubeExecutor {
             shared: Arc::new(KubeShared {
                 jobs: JobTracking::default(),
                 pods: PodBook::default(),
-                archive: LogArchive::new(config.log_follow_concurrency),
+                archive: PodLogArchiver::new(config.log_follow_concurrency),
                 watches: Watches::default(),
                 ownership: ShardOwnership::new(membership, fence),
                 kinds: WorkloadKinds::new(config.templates.clone()),

@@ -173,10 +173,10 @@ pub struct EnvVarView {
 }
 
 /// What was submitted, after defaults were applied.
-pub struct JobSpec(Arc<Job>);
+pub struct JobSpecView(Arc<Job>);
 
-#[Object]
-impl JobSpec {
+#[Object(name = "JobSpec")]
+impl JobSpecView {
     async fn image(&self) -> Option<&str> {
         self.0.spec.image.as_deref()
     }
@@ -481,8 +481,8 @@ impl JobObject {
         self.0.submitter.as_deref()
     }
     /// The submitted specification, with defaults applied.
-    async fn spec(&self) -> JobSpec {
-        JobSpec(self.0.clone())
+    async fn spec(&self) -> JobSpecView {
+        JobSpecView(self.0.clone())
     }
 }
 

@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::AbortOnDropHandle;
 use tracing::error;
 
-use super::writer::{DataQueue, Out, Payload};
+use super::socket_writer::{DataQueue, Out, Payload};
 use crate::graphql::shared_rendering::{
     Item, RenderFeed, RenderKey, RenderSharing, SharedDelivery, SharedEvents, Tap,
 };

@@ -22,7 +22,7 @@
 //! - `registry`: the connection's live operations by id, their tasks, the subscription cap;
 //! - `operation_task`: one operation's task, from the executor's stream to its last frame;
 //! - `keepalive`: ping frames and the verdict on a peer that stopped answering;
-//! - `writer`: the task that owns the socket's sink;
+//! - `socket_writer`: the task that owns the socket's sink;
 //! - `config`: [`WsConfig`].
 //!
 //! # Shape
@@ -56,9 +56,9 @@ mod keepalive;
 mod operation_task;
 mod registry;
 mod session;
+mod socket_writer;
 #[cfg(test)]
 mod test_support;
-mod writer;
 
 use async_graphql::Executor;
 use axum::{extract::ws::WebSocketUpgrade, response::Response as HttpResponse};

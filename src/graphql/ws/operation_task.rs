@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 
 use super::codec::{complete_frame, error_frame, next_frame};
 use super::config::timer_period;
-use super::writer::{DataQueue, Out};
+use super::socket_writer::{DataQueue, Out};
 use crate::graphql::error::deadline_exceeded;
 use crate::graphql::operation::{OperationKind, PreExecFailed};
 

@@ -204,8 +204,8 @@ mod tests {
     use tokio::sync::{mpsc, oneshot};
 
     use super::*;
+    use crate::graphql::ws::socket_writer::Out;
     use crate::graphql::ws::test_support::{TestServer, notified};
-    use crate::graphql::ws::writer::Out;
 
     /// An operation task that never ends by itself.
     fn parked(_generation: u64) -> std::future::Pending<OpDone> {

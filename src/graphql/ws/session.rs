@@ -35,7 +35,7 @@ use super::fanout::{Execute, GroupTap, NO_CURSOR};
 use super::keepalive::{Beat, Keepalive};
 use super::operation_task::{OpDone, OpEnv, run_operation};
 use super::registry::Registry;
-use super::writer::{CLOSE_GRACE, DataQueue, Out, write_loop};
+use super::socket_writer::{CLOSE_GRACE, DataQueue, Out, write_loop};
 use crate::graphql::bounds;
 use crate::graphql::error::fill_codes;
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind, selection_variables};

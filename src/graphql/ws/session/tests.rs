@@ -247,7 +247,7 @@ async fn full_control_queue_means_1013() {
         executor,
         on_init: hook(&gates),
         control,
-        data: crate::graphql::ws::writer::DataQueue::new(data),
+        data: crate::graphql::ws::socket_writer::DataQueue::new(data),
         phase: Phase::AwaitingInit,
         ops: Registry::new(crate::metrics::Metrics::new(), 0),
         metrics: crate::metrics::Metrics::new(),
