@@ -1,7 +1,8 @@
 //! The durable store: what the service needs of it ([`Store`] and its write transaction
 //! [`StoreTx`]), and its implementations: SQLite, the embedded default
 //! ([`sqlite::SqliteStore`]), and PostgreSQL, for replicas sharing one database
-//! ([`postgres::PostgresStore`]).
+//! ([`postgres::PostgresStore`]). Both are one SQL implementation (`sql/`) over what each
+//! database spells differently; each backend keeps only what is its own.
 //!
 //! A store owns its schema, its connections and every query; callers see only the model's
 //! types and the shapes below. Writes go through one [`StoreTx`] for a batch of changes, so

@@ -28,7 +28,7 @@ pub(crate) type Query<D> = sqlx::query::Query<'static, D, <D as sqlx::Database>:
 /// What differs between the databases; see the module docs. Implemented for `sqlx::Sqlite`
 /// and `sqlx::Postgres` only.
 pub(crate) trait Dialect: sqlx::Database<Row: Columns> {
-    /// This dialect's slot in per-dialect caches ([`sql_text!`](crate::store::sql::sql_text)).
+    /// This dialect's slot in per-dialect caches ([`sql_text!`](crate::store::sql::dialect::sql_text)).
     const ID: usize;
 
     /// What a read transaction runs first so that all its reads see one snapshot (`None`:
