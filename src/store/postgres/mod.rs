@@ -2,8 +2,9 @@
 //! replicas share (`--database-url postgres://…`).
 //!
 //! It owns the schema (migrations under `migrations/postgres/`), the connection pool, the
-//! listener that wakes replicas when events are committed, and every SQL statement, behind
-//! the [`Store`] and [`StoreTx`] traits. It must not decide what to write: the service does.
+//! listener that wakes replicas when events are committed, and its own statements; the
+//! [`Store`](crate::store::Store) and [`StoreTx`](crate::store::StoreTx) traits are
+//! implemented over it in `sql/`. It must not decide what to write: the service does.
 //!
 //! How replicas stay correct on one database:
 //! - **One writer at a time.** Every write transaction first takes a transaction-scoped
@@ -17,15 +18,15 @@
 //! - **Wake-ups, not truth.** A transaction that appended events sends `NOTIFY` on commit;
 //!   replicas read the events table after each wake-up (and on a timer, for notifications a
 //!   reconnecting listener missed), so a lost notification delays an event, never loses it.
-//! - **The outbox is claimed.** [`Store::unlaunched_jobs`] claims the jobs it returns for
-//!   [`LAUNCH_CLAIM`] with `FOR UPDATE SKIP LOCKED`: two replicas never hand the same job over
+//! - **The outbox is claimed.** [`Store::unlaunched_jobs`](crate::store::Store::unlaunched_jobs)
+//!   claims the jobs it returns for [`LAUNCH_CLAIM`] with `FOR UPDATE SKIP LOCKED`: two replicas never hand the same job over
 //!   at once, and a replica that died holding a claim leaves its jobs to another when it
 //!   expires.
 //! - **A stopped replica cannot write late.** Sessions set `idle_in_transaction_session_timeout`,
 //!   so a replica paused in the middle of a transaction (SIGSTOP, a long GC-like stall) has it
 //!   aborted by the server, which frees the lock; its commit fails when it resumes.
 //!
-//! Everything it shares with SQLite is written once in `sql/` (through [`Backend`]); what is
+//! Everything it shares with SQLite is written once in `sql/` (through its `Backend`); what is
 //! here is PostgreSQL's own: the connection and its session settings, the write lock and
 //! `event_cursor`, `NOTIFY` and the listener, outbox claims, the sole-runner lock, and the
 //! statements that name its indexes (`pages.rs`).
@@ -170,7 +171,8 @@ impl Backend for PostgresStore {
         "SELECT id, body, launched FROM jobs WHERE phase IN ('PENDING', 'RUNNING') ORDER BY seq";
 
     /// Walks `events_finished_at_seq` (at, seq): no sort, each finished job read once.
-    const EXPIRY_SCAN: &'static str = "SELECT e.seq, e.at, e.job_id, j.namespace FROM events e JOIN jobs j ON j.id = e.job_id \
+    const EXPIRY_SCAN: &'static str = "SELECT e.seq, e.at, e.job_id, j.namespace \
+         FROM events e JOIN jobs j ON j.id = e.job_id \
          WHERE e.phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND e.at < $1 \
          AND (e.at, e.seq) > ($2, $3) AND j.phase IN ('SUCCEEDED', 'FAILED', 'CANCELLED') \
          ORDER BY e.at, e.seq LIMIT $4";

@@ -1,20 +1,22 @@
 //! The SQLite store (the embedded default): jobs and their status history in one database
 //! file in the data directory, through sqlx.
 //!
-//! It owns the schema (migrations under `migrations/`), the connections and every SQL
-//! statement, behind the [`Store`] and [`StoreTx`] traits. An exclusive lock on the data
-//! directory keeps a second jobgate out.
+//! It owns the schema (migrations under `migrations/sqlite/`), the connections and its own
+//! statements; the [`Store`](crate::store::Store) and [`StoreTx`](crate::store::StoreTx)
+//! traits are implemented over it in `sql/`. An exclusive lock on the data directory keeps a
+//! second jobgate out.
 //!
 //! A commit that returned `Ok` is durable; nothing else is. Writes use one connection of
 //! their own, outside the readers' pool, and a write that fails in any way closes it: after a
 //! failed `COMMIT` (a full disk) SQLite may already have rolled the transaction back, and a
 //! connection whose idea of its transaction differs from SQLite's would turn the next
 //! "commit" into the release of a savepoint inside a transaction that never commits, so the
-//! next batch starts on a fresh connection. [`Store::check_storage`] notices a database file
-//! that was deleted, replaced or truncated under us, where writes would "succeed" into a
-//! file nobody will read again.
+//! next batch starts on a fresh connection.
+//! [`Store::check_storage`](crate::store::Store::check_storage) notices a database file that
+//! was deleted, replaced or truncated under us, where writes would "succeed" into a file
+//! nobody will read again.
 //!
-//! Everything it shares with PostgreSQL is written once in `sql/` (through [`Backend`]); what
+//! Everything it shares with PostgreSQL is written once in `sql/` (through its `Backend`); what
 //! is here is SQLite's own: the files, the data directory's lock, the write connection,
 //! cursor allocation, the outbox read, and the statements that name its indexes (`pages.rs`:
 //! pages of jobs and the FTS5 name search).
