@@ -66,14 +66,15 @@ const ACCEPT_CHUNK: usize = 500;
 
 /// `INSERT INTO {table} {columns} VALUES` with `rows` rows of `width` numbered placeholders.
 fn insert_rows(table: &str, columns: &str, width: usize, rows: usize) -> String {
+    use std::fmt::Write as _;
     let mut sql = format!("INSERT INTO {table} {columns} VALUES ");
+    sql.reserve(rows * width * 7);
     for row in 0..rows {
-        let values: Vec<String> = (1..=width).map(|i| format!("${}", row * width + i)).collect();
-        if row > 0 {
-            sql.push_str(", ");
+        sql.push_str(if row == 0 { "(" } else { ", (" });
+        for i in 1..=width {
+            let separator = if i == 1 { "" } else { ", " };
+            let _ = write!(sql, "{separator}${}", row * width + i);
         }
-        sql.push('(');
-        sql.push_str(&values.join(", "));
         sql.push(')');
     }
     sql
@@ -385,4 +386,19 @@ async fn run_by_id<T: WriteTx>(tx: &mut T, text: &'static str, id: &str) -> Resu
         Ok(())
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn multi_row_inserts_number_every_placeholder_in_order() {
+        assert_eq!(
+            super::insert_rows("t", "(a, b)", 2, 2),
+            "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4)"
+        );
+        assert_eq!(
+            super::insert_rows("t", "(a)", 1, 1),
+            "INSERT INTO t (a) VALUES ($1)"
+        );
+    }
 }
