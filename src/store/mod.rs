@@ -1,7 +1,8 @@
 //! The durable store: what the service needs of it ([`Store`] and its write transaction
 //! [`StoreTx`]), and its implementations: SQLite, the embedded default
 //! ([`sqlite::SqliteStore`]), and PostgreSQL, for replicas sharing one database
-//! ([`postgres::PostgresStore`]).
+//! ([`postgres::PostgresStore`]). Both are one SQL implementation (`sql/`) over what each
+//! database spells differently; each backend keeps only what is its own.
 //!
 //! A store owns its schema, its connections and every query; callers see only the model's
 //! types and the shapes below. Writes go through one [`StoreTx`] for a batch of changes, so
@@ -31,8 +32,9 @@
 //! goes on: [`JobPage::resume_after`]), counts are kept per namespace and phase as jobs
 //! change, and [`Store::query_plans`] shows each read's plan, which the store's tests check.
 
-pub mod logs;
+pub mod log_archive;
 pub mod postgres;
+mod sql;
 pub mod sqlite;
 pub mod unreadable;
 mod webhooks;
@@ -44,13 +46,11 @@ use chrono::{DateTime, Utc};
 
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, Scope, ShardSet, Transition};
 
-pub use logs::{LogAppend, LogAppended};
+pub use log_archive::{LogAppend, LogAppended};
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
-use unreadable::{ReadPast, decode_job, read_job, unreadable_error};
 pub use unreadable::{RowKind, Unreadable, UnreadableRow};
-use webhooks::{WEBHOOK_COLUMNS, WebhookRow, scope_json, webhook_json};
 pub use webhooks::{Webhook, WebhookFailure};
 
 /// Why a store operation failed. Never shown to clients: the caller logs it and answers a
@@ -674,7 +674,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Appends each of `appends` at the end of its job's archive of output, in one
     /// transaction of its own (beside the job writer's, never inside one): each gets the next
     /// line cursors of its job, its source's position moves with it, and an archive that
-    /// reaches `cap_bytes` (uncompressed) is closed with a marker line (see [`logs`]). One
+    /// reaches `cap_bytes` (uncompressed) is closed with a marker line (see [`log_archive`]). One
     /// outcome per append, in order. Writes only log tables.
     async fn append_logs(&self, appends: &[LogAppend], cap_bytes: i64) -> Result<Vec<LogAppended>>;
 

@@ -1,8 +1,10 @@
 //! Webhook endpoints as both backends store them: [`Webhook`] and its delivery state, the
 //! row shape they are read in (its filter and scope as JSON text, decoded through the store's
-//! [`Unreadable`] list), and the encodings written. It knows no SQL dialect.
+//! [`Unreadable`] list), and the encodings written. It knows no SQL dialect (the statements
+//! are in `sql/webhook_store.rs`).
 
 use super::Result;
+use super::sql::dialect::Columns;
 use super::unreadable::{RowKind, Unreadable};
 use crate::model::{JobFilter, Scope};
 
@@ -52,8 +54,7 @@ pub struct WebhookFailure {
     pub next_attempt_at: Option<i64>,
 }
 
-/// The row shape both backends read webhooks in.
-#[derive(sqlx::FromRow)]
+/// The row shape both backends read webhooks in ([`WEBHOOK_COLUMNS`]).
 pub(super) struct WebhookRow {
     pub(super) id: String,
     owner: String,
@@ -76,6 +77,30 @@ pub(super) struct WebhookRow {
 }
 
 impl WebhookRow {
+    /// The row's [`WEBHOOK_COLUMNS`].
+    pub(super) fn read(r: &impl Columns) -> Self {
+        Self {
+            id: r.col("id"),
+            owner: r.col("owner"),
+            url: r.col("url"),
+            job_filter: r.col("job_filter"),
+            scope: r.col("scope"),
+            secret: r.col("secret"),
+            created_at: r.col("created_at"),
+            delivered_seq: r.col("delivered_seq"),
+            revision: r.col("revision"),
+            attempts: r.col("attempts"),
+            failing_since: r.col("failing_since"),
+            last_error: r.col("last_error"),
+            last_attempt_at: r.col("last_attempt_at"),
+            next_attempt_at: r.col("next_attempt_at"),
+            parked: r.col("parked"),
+            claimed_by: r.col("claimed_by"),
+            disabled_reason: r.col("disabled_reason"),
+            disabled_at: r.col("disabled_at"),
+        }
+    }
+
     /// The endpoint, or `None` (reported to `unreadable`) when its filter or scope does not
     /// decode.
     pub(super) fn decode(self, unreadable: &Unreadable) -> Option<Webhook> {

@@ -3,7 +3,7 @@
 //! the chunk format (each append becomes one chunk of lines, `source \t text \n` each,
 //! deflate-compressed).
 //!
-//! Shared by `sqlite.rs` and `postgres.rs`, so that both keep the same rules: an append lands
+//! Used by the statements both backends share (`sql/log_tables.rs`), so that both keep the same rules: an append lands
 //! whole or not at all, a follower's position moves with its lines in the same transaction,
 //! an archive past its cap is closed with a marker line and takes nothing more. It must not
 //! know SQL, nor who follows what.

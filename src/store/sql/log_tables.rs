@@ -1,0 +1,176 @@
+//! The archive of jobs' output in SQL, for both backends: appends (each in the order
+//! [`log_archive`](crate::store::log_archive) rules: its source's position checked, the cap
+//! applied, one chunk written, the position moved, all in the append's transaction) and the
+//! reads of an archive, a source's position and lines from a cursor.
+//!
+//! It writes only log tables, in transactions of its own beside the job writer's
+//! ([`Backend::begin_side`]), never inside one.
+
+use super::Backend;
+use super::dialect::{Columns as _, Dialect, sql, sql_text};
+use super::write_tx::{WriteTx, bounded};
+use crate::model::{LogArchive, LogLine};
+use crate::store::log_archive::{self, LogAppend, LogAppended};
+use crate::store::{Result, StoreTx as _};
+
+/// The archive's totals in a row of `log_archives`.
+fn archive_of(row: &impl super::dialect::Columns) -> LogArchive {
+    LogArchive {
+        lines: row.col("lines"),
+        bytes: row.col("bytes"),
+        truncated: row.col::<i64>("truncated") != 0,
+    }
+}
+
+/// One transaction of its own for every append. With [`Dialect::ROW_LOCKS`] (PostgreSQL,
+/// outside the write lock: log tables are not the event log), each append locks its job's
+/// archive row, so that appends to one job apply one after another, across replicas too.
+pub(super) async fn append_logs<B: Backend>(
+    store: &B,
+    appends: &[LogAppend],
+    cap_bytes: i64,
+) -> Result<Vec<LogAppended>> {
+    let mut tx = Backend::begin_side(store).await?;
+    let mut outcomes = Vec::with_capacity(appends.len());
+    for append in appends {
+        outcomes.push(bounded::<B::Db, _>(append_log::<B::Db>(tx.conn(), append, cap_bytes)).await?);
+    }
+    Box::new(tx).commit().await?;
+    Ok(outcomes)
+}
+
+/// One append of [`append_logs`], inside its transaction (see `log_archive::plan`). With row
+/// locks, the archive's row is created if need be, then locked, before anything is read.
+async fn append_log<D: Dialect>(
+    conn: &mut D::Connection,
+    append: &LogAppend,
+    cap_bytes: i64,
+) -> Result<LogAppended> {
+    let job_id = append.job_id.as_str();
+    if D::ROW_LOCKS {
+        sql::<D>("INSERT INTO log_archives (job_id) VALUES ($1) ON CONFLICT (job_id) DO NOTHING")
+            .bind(job_id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    let archive = sql::<D>(sql_text!(
+        D,
+        "SELECT lines, bytes, truncated FROM log_archives WHERE job_id = $1{}",
+        if D::ROW_LOCKS { " FOR UPDATE" } else { "" }
+    ))
+    .bind(job_id)
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|row| archive_of(&row))
+    .unwrap_or_default();
+    if let Some((expected, _)) = &append.position {
+        let stored: Option<String> =
+            sql::<D>("SELECT position FROM log_sources WHERE job_id = $1 AND source = $2")
+                .bind(job_id)
+                .bind(append.source.as_str())
+                .scalar_optional(&mut *conn)
+                .await?;
+        if stored != *expected {
+            return Ok(LogAppended::Stale);
+        }
+    }
+    let (lines, outcome) = log_archive::plan(archive, append, cap_bytes);
+    if outcome == LogAppended::Closed {
+        return Ok(outcome);
+    }
+    if !lines.is_empty() {
+        let bytes: i64 = lines.iter().map(log_archive::line_bytes).sum();
+        sql::<D>("INSERT INTO log_chunks (job_id, first_line, line_count, bytes, data) VALUES ($1, $2, $3, $4, $5)")
+            .bind(job_id)
+            .bind(archive.lines)
+            .bind(lines.len() as i64)
+            .bind(bytes)
+            .bind(log_archive::encode(&lines)?)
+            .execute(&mut *conn)
+            .await?;
+        sql::<D>(
+            "INSERT INTO log_archives (job_id, lines, bytes, truncated) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (job_id) DO UPDATE SET lines = excluded.lines, bytes = excluded.bytes, \
+             truncated = excluded.truncated",
+        )
+        .bind(job_id)
+        .bind(archive.lines + lines.len() as i64)
+        .bind(archive.bytes + bytes)
+        .bind(i64::from(outcome == LogAppended::Truncated))
+        .execute(&mut *conn)
+        .await?;
+    }
+    if let Some((_, position)) = &append.position {
+        sql::<D>(
+            "INSERT INTO log_sources (job_id, source, position) VALUES ($1, $2, $3) \
+             ON CONFLICT (job_id, source) DO UPDATE SET position = excluded.position",
+        )
+        .bind(job_id)
+        .bind(append.source.as_str())
+        .bind(position.as_str())
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(outcome)
+}
+
+pub(super) async fn log_archive<B: Backend>(store: &B, job_id: &str) -> Result<Option<LogArchive>> {
+    let mut conn = store.pool().acquire().await?;
+    let row = sql::<B::Db>("SELECT lines, bytes, truncated FROM log_archives WHERE job_id = $1")
+        .bind(job_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.map(|r| archive_of(&r)))
+}
+
+pub(super) async fn log_position<B: Backend>(
+    store: &B,
+    job_id: &str,
+    source: &str,
+) -> Result<Option<String>> {
+    let mut conn = store.pool().acquire().await?;
+    Ok(
+        sql::<B::Db>("SELECT position FROM log_sources WHERE job_id = $1 AND source = $2")
+            .bind(job_id)
+            .bind(source)
+            .scalar_optional(&mut *conn)
+            .await?,
+    )
+}
+
+/// Reads from the chunk holding `from` on, a few chunks at a time, by the primary key.
+pub(super) async fn log_lines<B: Backend>(
+    store: &B,
+    job_id: &str,
+    from: i64,
+    max_lines: usize,
+    max_bytes: usize,
+) -> Result<Vec<(i64, LogLine)>> {
+    let mut conn = store.pool().acquire().await?;
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    let mut next = from;
+    loop {
+        let chunks: Vec<(i64, Vec<u8>)> = sql::<B::Db>(
+            "SELECT first_line, data FROM log_chunks WHERE job_id = $1 AND first_line >= \
+             (SELECT coalesce(max(first_line), 0) FROM log_chunks WHERE job_id = $1 AND first_line <= $2) \
+             ORDER BY first_line LIMIT 4",
+        )
+        .bind(job_id)
+        .bind(next)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| (r.col(0), r.col(1)))
+        .collect();
+        if chunks.is_empty() || log_archive::select(chunks, next, max_lines, max_bytes, &mut out, &mut bytes)?
+        {
+            return Ok(out);
+        }
+        match out.last() {
+            Some((at, _)) if *at >= next => next = at + 1,
+            // The chunks read held nothing at or after `next`: there is nothing more.
+            _ => return Ok(out),
+        }
+    }
+}
