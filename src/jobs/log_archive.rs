@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::executor::{ExecutorError, LogSink, SinkState};
 use crate::metrics::Metrics;
 use crate::model::LogLine;
-use crate::store::{LogAppend, LogAppended, Store, log_archive::line_bytes};
+use crate::store::{LogAppend, LogAppended, Store, log_chunks::line_bytes};
 
 /// How the archive behaves.
 #[derive(Clone, Debug)]

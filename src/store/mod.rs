@@ -32,7 +32,7 @@
 //! goes on: [`JobPage::resume_after`]), counts are kept per namespace and phase as jobs
 //! change, and [`Store::query_plans`] shows each read's plan, which the store's tests check.
 
-pub mod log_archive;
+pub mod log_chunks;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
@@ -46,7 +46,7 @@ use chrono::{DateTime, Utc};
 
 use crate::model::{Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, Scope, ShardSet, Transition};
 
-pub use log_archive::{LogAppend, LogAppended};
+pub use log_chunks::{LogAppend, LogAppended};
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
@@ -674,7 +674,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Appends each of `appends` at the end of its job's archive of output, in one
     /// transaction of its own (beside the job writer's, never inside one): each gets the next
     /// line cursors of its job, its source's position moves with it, and an archive that
-    /// reaches `cap_bytes` (uncompressed) is closed with a marker line (see [`log_archive`]). One
+    /// reaches `cap_bytes` (uncompressed) is closed with a marker line (see [`log_chunks`]). One
     /// outcome per append, in order. Writes only log tables.
     async fn append_logs(&self, appends: &[LogAppend], cap_bytes: i64) -> Result<Vec<LogAppended>>;
 

@@ -29,9 +29,9 @@
 //! Everything it shares with SQLite is written once in `sql/` (through its `Backend`); what is
 //! here is PostgreSQL's own: the connection and its session settings, the write lock and
 //! `event_cursor`, `NOTIFY` and the listener, outbox claims, the sole-runner lock, and the
-//! statements that name its indexes (`pages.rs`).
+//! statements that name its indexes (`postgres_pages.rs`).
 
-mod pages;
+mod postgres_pages;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -312,7 +312,7 @@ impl Backend for PostgresStore {
     }
 
     fn page_reads(plan: &ListPlan, before: i64, first: i64, budget: i64) -> PageReads {
-        pages::page_reads(plan, before, first, budget)
+        postgres_pages::page_reads(plan, before, first, budget)
     }
 }
 

@@ -23,7 +23,7 @@ use sqlx::{ColumnIndex, Postgres, Row as _, SqlSafeStr, Sqlite};
 use crate::model::Scope;
 
 /// A statement of `D` whose parameters are still being bound.
-pub(crate) type Query<D> = sqlx::query::Query<'static, D, <D as sqlx::Database>::Arguments>;
+pub(crate) type BoundQuery<D> = sqlx::query::Query<'static, D, <D as sqlx::Database>::Arguments>;
 
 /// What differs between the databases; see the module docs. Implemented for `sqlx::Sqlite`
 /// and `sqlx::Postgres` only.
@@ -54,30 +54,30 @@ pub(crate) trait Dialect: sqlx::Database<Row: Columns> {
     /// The larger of two values.
     const GREATEST: &'static str;
 
-    fn bind<P: Param>(query: Query<Self>, value: P) -> Query<Self>;
+    fn bind<P: Param>(query: BoundQuery<Self>, value: P) -> BoundQuery<Self>;
 
     fn fetch_all(
-        query: Query<Self>,
+        query: BoundQuery<Self>,
         conn: &mut Self::Connection,
     ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send;
 
     fn fetch_optional(
-        query: Query<Self>,
+        query: BoundQuery<Self>,
         conn: &mut Self::Connection,
     ) -> impl Future<Output = sqlx::Result<Option<Self::Row>>> + Send;
 
     fn fetch_one(
-        query: Query<Self>,
+        query: BoundQuery<Self>,
         conn: &mut Self::Connection,
     ) -> impl Future<Output = sqlx::Result<Self::Row>> + Send;
 
     /// Runs the statement; how many rows it changed.
     fn execute(
-        query: Query<Self>,
+        query: BoundQuery<Self>,
         conn: &mut Self::Connection,
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
 
-    fn fetch(query: Query<Self>, conn: &mut Self::Connection) -> BoxStream<'_, sqlx::Result<Self::Row>>;
+    fn fetch(query: BoundQuery<Self>, conn: &mut Self::Connection) -> BoxStream<'_, sqlx::Result<Self::Row>>;
 
     /// The parameter `param` typed as text where it is only tested for NULL.
     fn text(param: &str) -> String;
@@ -117,7 +117,7 @@ macro_rules! sql_text {
 pub(crate) use sql_text;
 
 /// A statement of `D` to bind and run: `sql::<D>("…").bind(a).bind(b).fetch_all(conn)`.
-pub(crate) struct Sql<D: Dialect>(Query<D>);
+pub(crate) struct Sql<D: Dialect>(BoundQuery<D>);
 
 pub(crate) fn sql<D: Dialect>(text: impl SqlSafeStr) -> Sql<D> {
     Sql(sqlx::query(text))
@@ -194,18 +194,18 @@ pub(crate) enum Bind {
 
 /// A value a statement of either dialect binds.
 pub(crate) trait Param: Send {
-    fn bind_sqlite(self, query: Query<Sqlite>) -> Query<Sqlite>;
-    fn bind_postgres(self, query: Query<Postgres>) -> Query<Postgres>;
+    fn bind_sqlite(self, query: BoundQuery<Sqlite>) -> BoundQuery<Sqlite>;
+    fn bind_postgres(self, query: BoundQuery<Postgres>) -> BoundQuery<Postgres>;
 }
 
 /// Values both databases encode alike.
 macro_rules! same_param {
     ($($t:ty),+) => {$(
         impl Param for $t {
-            fn bind_sqlite(self, query: Query<Sqlite>) -> Query<Sqlite> {
+            fn bind_sqlite(self, query: BoundQuery<Sqlite>) -> BoundQuery<Sqlite> {
                 query.bind(self)
             }
-            fn bind_postgres(self, query: Query<Postgres>) -> Query<Postgres> {
+            fn bind_postgres(self, query: BoundQuery<Postgres>) -> BoundQuery<Postgres> {
                 query.bind(self)
             }
         }
@@ -227,25 +227,25 @@ same_param!(
 /// A time: RFC 3339 text in SQLite (what its columns hold and `unixepoch` reads), a
 /// `timestamptz` in PostgreSQL.
 impl Param for DateTime<Utc> {
-    fn bind_sqlite(self, query: Query<Sqlite>) -> Query<Sqlite> {
+    fn bind_sqlite(self, query: BoundQuery<Sqlite>) -> BoundQuery<Sqlite> {
         query.bind(self.to_rfc3339())
     }
-    fn bind_postgres(self, query: Query<Postgres>) -> Query<Postgres> {
+    fn bind_postgres(self, query: BoundQuery<Postgres>) -> BoundQuery<Postgres> {
         query.bind(self)
     }
 }
 
 impl Param for List {
-    fn bind_sqlite(self, query: Query<Sqlite>) -> Query<Sqlite> {
+    fn bind_sqlite(self, query: BoundQuery<Sqlite>) -> BoundQuery<Sqlite> {
         query.bind(self.json())
     }
-    fn bind_postgres(self, query: Query<Postgres>) -> Query<Postgres> {
+    fn bind_postgres(self, query: BoundQuery<Postgres>) -> BoundQuery<Postgres> {
         query.bind(self.0)
     }
 }
 
 impl Param for Bind {
-    fn bind_sqlite(self, query: Query<Sqlite>) -> Query<Sqlite> {
+    fn bind_sqlite(self, query: BoundQuery<Sqlite>) -> BoundQuery<Sqlite> {
         match self {
             Bind::Int(v) => v.bind_sqlite(query),
             Bind::Text(v) => v.bind_sqlite(query),
@@ -253,7 +253,7 @@ impl Param for Bind {
             Bind::Time(v) => v.bind_sqlite(query),
         }
     }
-    fn bind_postgres(self, query: Query<Postgres>) -> Query<Postgres> {
+    fn bind_postgres(self, query: BoundQuery<Postgres>) -> BoundQuery<Postgres> {
         match self {
             Bind::Int(v) => v.bind_postgres(query),
             Bind::Text(v) => v.bind_postgres(query),
@@ -337,30 +337,30 @@ impl Dialect for Sqlite {
          + instr('0123456789abcdef', lower(substr(id, -1, 1))) - 1) % 32)";
     const GREATEST: &'static str = "max";
 
-    fn bind<P: Param>(query: Query<Self>, value: P) -> Query<Self> {
+    fn bind<P: Param>(query: BoundQuery<Self>, value: P) -> BoundQuery<Self> {
         value.bind_sqlite(query)
     }
 
-    async fn fetch_all(query: Query<Self>, conn: &mut Self::Connection) -> sqlx::Result<Vec<Self::Row>> {
+    async fn fetch_all(query: BoundQuery<Self>, conn: &mut Self::Connection) -> sqlx::Result<Vec<Self::Row>> {
         query.fetch_all(conn).await
     }
 
     async fn fetch_optional(
-        query: Query<Self>,
+        query: BoundQuery<Self>,
         conn: &mut Self::Connection,
     ) -> sqlx::Result<Option<Self::Row>> {
         query.fetch_optional(conn).await
     }
 
-    async fn fetch_one(query: Query<Self>, conn: &mut Self::Connection) -> sqlx::Result<Self::Row> {
+    async fn fetch_one(query: BoundQuery<Self>, conn: &mut Self::Connection) -> sqlx::Result<Self::Row> {
         query.fetch_one(conn).await
     }
 
-    async fn execute(query: Query<Self>, conn: &mut Self::Connection) -> sqlx::Result<u64> {
+    async fn execute(query: BoundQuery<Self>, conn: &mut Self::Connection) -> sqlx::Result<u64> {
         Ok(query.execute(conn).await?.rows_affected())
     }
 
-    fn fetch(query: Query<Self>, conn: &mut Self::Connection) -> BoxStream<'_, sqlx::Result<Self::Row>> {
+    fn fetch(query: BoundQuery<Self>, conn: &mut Self::Connection) -> BoxStream<'_, sqlx::Result<Self::Row>> {
         query.fetch(conn)
     }
 
@@ -398,30 +398,30 @@ impl Dialect for Postgres {
     const SHARD_OF_ID: &'static str = "((('x' || right(id, 2))::bit(8)::int) % 32)";
     const GREATEST: &'static str = "greatest";
 
-    fn bind<P: Param>(query: Query<Self>, value: P) -> Query<Self> {
+    fn bind<P: Param>(query: BoundQuery<Self>, value: P) -> BoundQuery<Self> {
         value.bind_postgres(query)
     }
 
-    async fn fetch_all(query: Query<Self>, conn: &mut Self::Connection) -> sqlx::Result<Vec<Self::Row>> {
+    async fn fetch_all(query: BoundQuery<Self>, conn: &mut Self::Connection) -> sqlx::Result<Vec<Self::Row>> {
         query.fetch_all(conn).await
     }
 
     async fn fetch_optional(
-        query: Query<Self>,
+        query: BoundQuery<Self>,
         conn: &mut Self::Connection,
     ) -> sqlx::Result<Option<Self::Row>> {
         query.fetch_optional(conn).await
     }
 
-    async fn fetch_one(query: Query<Self>, conn: &mut Self::Connection) -> sqlx::Result<Self::Row> {
+    async fn fetch_one(query: BoundQuery<Self>, conn: &mut Self::Connection) -> sqlx::Result<Self::Row> {
         query.fetch_one(conn).await
     }
 
-    async fn execute(query: Query<Self>, conn: &mut Self::Connection) -> sqlx::Result<u64> {
+    async fn execute(query: BoundQuery<Self>, conn: &mut Self::Connection) -> sqlx::Result<u64> {
         Ok(query.execute(conn).await?.rows_affected())
     }
 
-    fn fetch(query: Query<Self>, conn: &mut Self::Connection) -> BoxStream<'_, sqlx::Result<Self::Row>> {
+    fn fetch(query: BoundQuery<Self>, conn: &mut Self::Connection) -> BoxStream<'_, sqlx::Result<Self::Row>> {
         query.fetch(conn)
     }
 

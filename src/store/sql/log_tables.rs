@@ -1,5 +1,5 @@
 //! The archive of jobs' output in SQL, for both backends: appends (each in the order
-//! [`log_archive`](crate::store::log_archive) rules: its source's position checked, the cap
+//! [`log_chunks`](crate::store::log_chunks) rules: its source's position checked, the cap
 //! applied, one chunk written, the position moved, all in the append's transaction) and the
 //! reads of an archive, a source's position and lines from a cursor.
 //!
@@ -10,7 +10,7 @@ use super::Backend;
 use super::dialect::{Columns as _, Dialect, sql, sql_text};
 use super::write_tx::{WriteTx, bounded};
 use crate::model::{LogArchive, LogLine};
-use crate::store::log_archive::{self, LogAppend, LogAppended};
+use crate::store::log_chunks::{self, LogAppend, LogAppended};
 use crate::store::{Result, StoreTx as _};
 
 /// The archive's totals in a row of `log_archives`.
@@ -39,7 +39,7 @@ pub(super) async fn append_logs<B: Backend>(
     Ok(outcomes)
 }
 
-/// One append of [`append_logs`], inside its transaction (see `log_archive::plan`). With row
+/// One append of [`append_logs`], inside its transaction (see `log_chunks::plan`). With row
 /// locks, the archive's row is created if need be, then locked, before anything is read.
 async fn append_log<D: Dialect>(
     conn: &mut D::Connection,
@@ -74,18 +74,18 @@ async fn append_log<D: Dialect>(
             return Ok(LogAppended::Stale);
         }
     }
-    let (lines, outcome) = log_archive::plan(archive, append, cap_bytes);
+    let (lines, outcome) = log_chunks::plan(archive, append, cap_bytes);
     if outcome == LogAppended::Closed {
         return Ok(outcome);
     }
     if !lines.is_empty() {
-        let bytes: i64 = lines.iter().map(log_archive::line_bytes).sum();
+        let bytes: i64 = lines.iter().map(log_chunks::line_bytes).sum();
         sql::<D>("INSERT INTO log_chunks (job_id, first_line, line_count, bytes, data) VALUES ($1, $2, $3, $4, $5)")
             .bind(job_id)
             .bind(archive.lines)
             .bind(lines.len() as i64)
             .bind(bytes)
-            .bind(log_archive::encode(&lines)?)
+            .bind(log_chunks::encode(&lines)?)
             .execute(&mut *conn)
             .await?;
         sql::<D>(
@@ -163,7 +163,7 @@ pub(super) async fn log_lines<B: Backend>(
         .iter()
         .map(|r| (r.col(0), r.col(1)))
         .collect();
-        if chunks.is_empty() || log_archive::select(chunks, next, max_lines, max_bytes, &mut out, &mut bytes)?
+        if chunks.is_empty() || log_chunks::select(chunks, next, max_lines, max_bytes, &mut out, &mut bytes)?
         {
             return Ok(out);
         }

@@ -18,10 +18,10 @@
 //!
 //! Everything it shares with PostgreSQL is written once in `sql/` (through its `Backend`); what
 //! is here is SQLite's own: the files, the data directory's lock, the write connection,
-//! cursor allocation, the outbox read, and the statements that name its indexes (`pages.rs`:
+//! cursor allocation, the outbox read, and the statements that name its indexes (`sqlite_pages.rs`:
 //! pages of jobs and the FTS5 name search).
 
-mod pages;
+mod sqlite_pages;
 
 use std::io::Read as _;
 use std::os::unix::fs::MetadataExt as _;
@@ -293,7 +293,7 @@ impl Backend for SqliteStore {
     }
 
     fn page_reads(plan: &ListPlan, before: i64, first: i64, budget: i64) -> PageReads {
-        pages::page_reads(plan, before, first, budget)
+        sqlite_pages::page_reads(plan, before, first, budget)
     }
 }
 
