@@ -1,7 +1,7 @@
 //! `jobs(first, after, filter)` through the real server over HTTP: every filter the API
 //! offers, alone and combined, pages newest first through cursors with nothing skipped or
 //! repeated, `totalCount` agrees with the pages, and `jobStats` and `namespaces` agree with
-//! them too (all read from indexes and kept counts, see tests/store.rs for the plans). A page
+//! them too (all read from indexes and kept counts, see tests/store/query_plans.rs for the plans). A page
 //! looks at a bounded number of candidates: one that runs out of them first is short, or
 //! empty, says so (`partial`) and where to go on, and paging through still finds exactly the
 //! jobs that match.

@@ -152,7 +152,7 @@ impl Server {
         // Sessions keep their own runtime but not a lower priority: many jobgates and test
         // processes share the test machine's cores, and a niced session could then start its
         // subscription long after a test acts (tests that need a live subscription wait for
-        // `jobgate_subscription_group_members`; not all do). tests/ws_protocol.rs checks the
+        // `jobgate_subscription_group_members`; not all do). tests/ws_protocol/shutdown.rs checks the
         // priority itself.
         if !extra.contains(&"--delivery-nice") {
             args.extend(["--delivery-nice".to_owned(), "0".to_owned()]);

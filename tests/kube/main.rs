@@ -1,0 +1,20 @@
+//! The Kubernetes executor end to end: the real jobgate binary, driven over GraphQL, runs jobs
+//! as batch/v1 Jobs on the Kubernetes API emulator (tests/kube-emulator), which kube-rs talks
+//! to over real HTTP. Pods are scripted per job through `EMULATOR_*` variables in `env` (see
+//! tests/kube-emulator/README.md); the tests inspect the cluster through kube-rs as a user of
+//! kubectl would.
+//!
+//! The modules: jobs running to their outcome (`running`), cancelling (`cancelling`), the
+//! API server or jobgate failing along the way (`faults`), inputs and clusters that refuse a
+//! job (`refusals`), and many jobs or subscribers at once (`scale`); `support` holds what they
+//! share (a job's input, its phase history, the forward-only check).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cancelling;
+mod faults;
+mod refusals;
+mod running;
+mod scale;
+mod support;
