@@ -136,7 +136,7 @@ enum ArmRead {
 /// `?5` namespaces checked per row (JSON, or NULL), `?6` text the name must contain (or
 /// NULL), `?7` the candidates a budgeted read may skip past (its budget less one). Each shape
 /// names the index it reads, ordered by `seq` after its equalities, so that the plan never
-/// falls back to sorting or scanning whatever the planner estimates (tests/store.rs checks
+/// falls back to sorting or scanning whatever the planner estimates (tests/store/query_plans.rs checks
 /// every shape's plan); the whole order (no equality) is the table.
 ///
 /// A budgeted page reads no lower than the budget-th candidate below the cursor (a scalar
