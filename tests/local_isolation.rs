@@ -338,7 +338,7 @@ async fn a_job_runs_in_a_directory_of_its_own_outside_the_data_directory_with_a_
 }
 
 /// The jobgate binary (as a user runs it, not the tests' in-process server) starts a job of
-/// another user through its launcher (`executor/local/launcher.rs`: this binary again, exec'd
+/// another user through its launcher (`executor/local/user_switch.rs`: this binary again, exec'd
 /// without forking jobgate, which drops to the user and execs the program in place).
 #[tokio::test]
 async fn the_binary_starts_jobs_through_its_launcher_with_no_privilege_left() {
