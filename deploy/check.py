@@ -18,7 +18,7 @@ data directory, the PodDisruptionBudget lets a pod be evicted but never all of s
 ServiceMonitor (a kind kubernetes-validate has no schema for: `--without-unschemaed` writes a
 copy without them for it) is well formed and scrapes jobgate's /metrics.
 It needs PyYAML (installed with kubernetes-validate), Python 3.11's tomllib, and reads
-src/config.rs; it changes nothing. Every problem is reported, then it exits 1.
+src/config/; it changes nothing. Every problem is reported, then it exits 1.
 """
 
 import re
@@ -109,8 +109,8 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "jobgate")
 
 # Settings announced for jobgate's authentication and limits, by the key they have in a
 # configuration file, with that key's TOML type; each is also the flag --kebab-case
-# and the variable JOBGATE_UPPER_SNAKE. They are accepted here ahead of src/config.rs, so the
-# manifests need not wait for the binary; once src/config.rs declares one, its declaration
+# and the variable JOBGATE_UPPER_SNAKE. They are accepted here ahead of src/config/, so the
+# manifests need not wait for the binary; once src/config/ declares one, its declaration
 # there is what counts (and must agree on the type), and the entry here is merely redundant.
 ANNOUNCED = {
     "anonymous": bool,
@@ -172,8 +172,8 @@ def rust_type(text):
 
 def settings():
     """{variable: (key, TOML type)} of every setting jobgate reads: each `env = "JOBGATE_…"` of
-    src/config.rs with the field it belongs to, plus ANNOUNCED."""
-    text = (REPO / "src" / "config.rs").read_text()
+    src/config/ with the field it belongs to, plus ANNOUNCED."""
+    text = "\n".join(p.read_text() for p in sorted((REPO / "src" / "config").glob("*.rs")))
     found = {}
     for env, field, typ in re.findall(
         r'env\s*=\s*"(JOBGATE_[A-Z0-9_]+)".*?\bpub\s+(\w+)\s*:\s*([^,\n]+),', text, re.S
@@ -186,9 +186,9 @@ def settings():
 
 
 def settings_errors(known):
-    """Announced settings that src/config.rs declares with another type."""
+    """Announced settings that src/config/ declares with another type."""
     return [
-        f"src/config.rs declares {key} as a {known[f'JOBGATE_{key.upper()}'][1].__name__}, "
+        f"src/config/ declares {key} as a {known[f'JOBGATE_{key.upper()}'][1].__name__}, "
         f"deploy/check.py's ANNOUNCED as a {typ.__name__}: make them agree"
         for key, typ in ANNOUNCED.items()
         if known[f"JOBGATE_{key.upper()}"][1] is not typ
@@ -624,7 +624,7 @@ def check(docs, known):
         env = env_of(c)
         for var in sorted(set(env) - set(known)):
             if var.startswith("JOBGATE_"):
-                errors.append(f"{cw}: {var} is not a variable jobgate reads (src/config.rs)")
+                errors.append(f"{cw}: {var} is not a variable jobgate reads (src/config/)")
         variables = env
         # From here on, `env` is every setting: the variables and the configuration file's keys.
         config_errors, env = effective(env, c, volumes, by_kind, home, known, cw)
