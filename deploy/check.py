@@ -18,7 +18,7 @@ data directory, the PodDisruptionBudget lets a pod be evicted but never all of s
 ServiceMonitor (a kind kubernetes-validate has no schema for: `--without-unschemaed` writes a
 copy without them for it) is well formed and scrapes jobgate's /metrics.
 It needs PyYAML (installed with kubernetes-validate), Python 3.11's tomllib, and reads
-src/config.rs; it changes nothing. Every problem is reported, then it exits 1.
+src/config/; it changes nothing. Every problem is reported, then it exits 1.
 """
 
 import sys

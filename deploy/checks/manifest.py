@@ -113,7 +113,7 @@ def check(docs, known):
         env = env_of(c)
         for var in sorted(set(env) - set(known)):
             if var.startswith("JOBGATE_"):
-                errors.append(f"{cw}: {var} is not a variable jobgate reads (src/config.rs)")
+                errors.append(f"{cw}: {var} is not a variable jobgate reads (src/config/)")
         variables = env
         # From here on, `env` is every setting: the variables and the configuration file's keys.
         config_errors, env = effective(env, c, volumes, by_kind, home, known, cw)

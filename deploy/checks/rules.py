@@ -89,8 +89,8 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "jobgate")
 
 # Settings announced for jobgate's authentication and limits, by the key they have in a
 # configuration file, with that key's TOML type; each is also the flag --kebab-case
-# and the variable JOBGATE_UPPER_SNAKE. They are accepted here ahead of src/config.rs, so the
-# manifests need not wait for the binary; once src/config.rs declares one, its declaration
+# and the variable JOBGATE_UPPER_SNAKE. They are accepted here ahead of src/config/, so the
+# manifests need not wait for the binary; once src/config/ declares one, its declaration
 # there is what counts (and must agree on the type), and the entry here is merely redundant.
 ANNOUNCED = {
     "anonymous": bool,

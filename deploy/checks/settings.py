@@ -1,4 +1,4 @@
-"""jobgate's settings as src/config.rs declares them (variables, configuration-file keys and
+"""jobgate's settings as src/config/ declares them (variables, configuration-file keys and
 their types), and the settings a container ends up with from its variables and a mounted
 jobgate.toml. It reads the source; it checks no manifest by itself."""
 
@@ -25,13 +25,15 @@ def rust_type(text):
 
 def settings():
     """{variable: (key, TOML type)} of every setting jobgate reads: each `env = "JOBGATE_…"` of
-    src/config.rs with the field it belongs to, plus ANNOUNCED."""
-    text = (REPO / "src" / "config.rs").read_text()
+    src/config/ with the field it belongs to, plus ANNOUNCED."""
     found = {}
-    for env, field, typ in re.findall(
-        r'env\s*=\s*"(JOBGATE_[A-Z0-9_]+)".*?\bpub\s+(\w+)\s*:\s*([^,\n]+),', text, re.S
-    ):
-        found[env] = (field, rust_type(typ))
+    # Each file on its own: a declaration never spans two files.
+    for path in sorted((REPO / "src" / "config").glob("*.rs")):
+        text = path.read_text()
+        for env, field, typ in re.findall(
+            r'env\s*=\s*"(JOBGATE_[A-Z0-9_]+)".*?\bpub\s+(\w+)\s*:\s*([^,\n]+),', text, re.S
+        ):
+            found[env] = (field, rust_type(typ))
     for key, typ in ANNOUNCED.items():
         found.setdefault(f"JOBGATE_{key.upper()}", (key, typ))
     found.setdefault(CONFIG_VAR, ("config", str))
@@ -39,10 +41,10 @@ def settings():
 
 
 def settings_errors(known):
-    """Announced settings that src/config.rs declares with another type."""
+    """Announced settings that src/config/ declares with another type."""
     return [
-        f"src/config.rs declares {key} as a {known[f'JOBGATE_{key.upper()}'][1].__name__}, "
-        f"deploy/check.py's ANNOUNCED as a {typ.__name__}: make them agree"
+        f"src/config/ declares {key} as a {known[f'JOBGATE_{key.upper()}'][1].__name__}, "
+        f"deploy/checks/rules.py's ANNOUNCED as a {typ.__name__}: make them agree"
         for key, typ in ANNOUNCED.items()
         if known[f"JOBGATE_{key.upper()}"][1] is not typ
     ]
