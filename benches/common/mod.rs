@@ -1,4 +1,4 @@
-//! What the benchmarks (`load`, `kube`, `replicas`) share: the jobgate process under test
+//! What the benchmarks (`load`, `kube`, `replicas`, `scale`) share: the jobgate process under test
 //! (`jobgate`), the `submitJob` clients (`submissions`), the `jobEvents` subscribers
 //! (`subscribers`), CPU and memory read from /proc (`procfs`), a `perf` profile of the server
 //! (`perf`), and a throwaway PostgreSQL
