@@ -64,8 +64,9 @@ const EVENT_COLUMNS: &str = "(seq, job_id, phase, previous_phase, at, reason, me
 /// SQLite's 32,766 and PostgreSQL's 65,535.
 const ACCEPT_CHUNK: usize = 500;
 
-/// `INSERT INTO {table} {columns} VALUES` with `rows` rows of `width` numbered placeholders.
-fn insert_rows(table: &str, columns: &str, width: usize, rows: usize) -> String {
+/// `INSERT INTO {table} {columns} VALUES` with `rows` rows of `width` placeholders, numbered
+/// or anonymous as the dialect binds many fastest ([`Dialect::NUMBERED_PARAMS`]).
+fn insert_rows<D: Dialect>(table: &str, columns: &str, width: usize, rows: usize) -> String {
     use std::fmt::Write as _;
     let mut sql = format!("INSERT INTO {table} {columns} VALUES ");
     sql.reserve(rows * width * 7);
@@ -73,7 +74,11 @@ fn insert_rows(table: &str, columns: &str, width: usize, rows: usize) -> String 
         sql.push_str(if row == 0 { "(" } else { ", (" });
         for i in 1..=width {
             let separator = if i == 1 { "" } else { ", " };
-            let _ = write!(sql, "{separator}${}", row * width + i);
+            if D::NUMBERED_PARAMS {
+                let _ = write!(sql, "{separator}${}", row * width + i);
+            } else {
+                let _ = write!(sql, "{separator}?");
+            }
         }
         sql.push(')');
     }
@@ -204,7 +209,7 @@ impl<T: WriteTx> StoreTx for T {
     }
 
     async fn insert_job(&mut self, job: &Job, fingerprint: &str) -> Result<()> {
-        let text = sql_text!(T::Db, "{}", insert_rows("jobs", JOB_COLUMNS, 9, 1));
+        let text = sql_text!(T::Db, "{}", insert_rows::<T::Db>("jobs", JOB_COLUMNS, 9, 1));
         bounded::<T::Db, _>(async move {
             let body = serde_json::to_string(job)?;
             bind_job_row(sql::<T::Db>(text), job, fingerprint, &body)
@@ -229,7 +234,7 @@ impl<T: WriteTx> StoreTx for T {
             .map(|(a, seq)| snapshot(a.job, *seq))
             .collect::<Result<Vec<_>>>()?;
         for (chunk, chunk_bodies) in accepted.chunks(ACCEPT_CHUNK).zip(bodies.chunks(ACCEPT_CHUNK)) {
-            let text = insert_rows("jobs", JOB_COLUMNS, 9, chunk.len());
+            let text = insert_rows::<T::Db>("jobs", JOB_COLUMNS, 9, chunk.len());
             let mut query = sql::<T::Db>(sqlx::AssertSqlSafe(text));
             for (a, body) in chunk.iter().zip(chunk_bodies) {
                 query = bind_job_row(query, a.job, a.fingerprint, body);
@@ -241,7 +246,7 @@ impl<T: WriteTx> StoreTx for T {
             .zip(bodies.chunks(ACCEPT_CHUNK))
             .zip(seqs.chunks(ACCEPT_CHUNK));
         for ((chunk, chunk_bodies), chunk_seqs) in chunks {
-            let text = insert_rows("events", EVENT_COLUMNS, 8, chunk.len());
+            let text = insert_rows::<T::Db>("events", EVENT_COLUMNS, 8, chunk.len());
             let mut query = sql::<T::Db>(sqlx::AssertSqlSafe(text));
             for ((a, body), seq) in chunk.iter().zip(chunk_bodies).zip(chunk_seqs) {
                 query = bind_event_row(query, *seq, &a.job.id, a.transition, a.at, body);
@@ -259,8 +264,8 @@ impl<T: WriteTx> StoreTx for T {
         transition: &Transition,
         at: DateTime<Utc>,
     ) -> Result<i64> {
-        let insert_job = sql_text!(T::Db, "{}", insert_rows("jobs", JOB_COLUMNS, 9, 1));
-        let insert_event = sql_text!(T::Db, "{}", insert_rows("events", EVENT_COLUMNS, 8, 1));
+        let insert_job = sql_text!(T::Db, "{}", insert_rows::<T::Db>("jobs", JOB_COLUMNS, 9, 1));
+        let insert_event = sql_text!(T::Db, "{}", insert_rows::<T::Db>("events", EVENT_COLUMNS, 8, 1));
         bounded::<T::Db, _>(async move {
             let seq = self.take_seqs(1).await?;
             let body = snapshot(job, seq)?;
@@ -276,7 +281,7 @@ impl<T: WriteTx> StoreTx for T {
     }
 
     async fn append_event(&mut self, job: &Job, transition: &Transition, at: DateTime<Utc>) -> Result<i64> {
-        let insert_event = sql_text!(T::Db, "{}", insert_rows("events", EVENT_COLUMNS, 8, 1));
+        let insert_event = sql_text!(T::Db, "{}", insert_rows::<T::Db>("events", EVENT_COLUMNS, 8, 1));
         bounded::<T::Db, _>(async move {
             let seq = self.take_seqs(1).await?;
             let body = snapshot(job, seq)?;
@@ -390,15 +395,21 @@ async fn run_by_id<T: WriteTx>(tx: &mut T, text: &'static str, id: &str) -> Resu
 
 #[cfg(test)]
 mod tests {
+    use sqlx::{Postgres, Sqlite};
+
     #[test]
-    fn multi_row_inserts_number_every_placeholder_in_order() {
+    fn multi_row_inserts_number_every_placeholder_in_order_where_the_dialect_must() {
         assert_eq!(
-            super::insert_rows("t", "(a, b)", 2, 2),
+            super::insert_rows::<Postgres>("t", "(a, b)", 2, 2),
             "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4)"
         );
         assert_eq!(
-            super::insert_rows("t", "(a)", 1, 1),
+            super::insert_rows::<Postgres>("t", "(a)", 1, 1),
             "INSERT INTO t (a) VALUES ($1)"
+        );
+        assert_eq!(
+            super::insert_rows::<Sqlite>("t", "(a, b)", 2, 2),
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?)"
         );
     }
 }
