@@ -28,6 +28,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,6 +57,8 @@ pub struct SqliteStore {
     /// The database file as opened: its path and (device, inode).
     db_path: PathBuf,
     db_identity: (u64, u64),
+    /// The longest the database file has been seen (see `check_storage`).
+    longest: Arc<AtomicU64>,
     /// An exclusive lock on `jobgate.lock`, held while the store is open: two jobgates on one
     /// data directory would each think they own its jobs. The OS releases it if we die.
     _lock: Arc<std::fs::File>,
@@ -111,9 +114,9 @@ impl SqliteStore {
             .await
             .map_err(StoreError::Open)?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        // Finish any checkpoint a crash interrupted, so that the database file is as long as
-        // its header says from now on (`check_storage` relies on it; we are the only process
-        // on this data directory, by the lock above).
+        // Finish any checkpoint a crash interrupted, so that the database file holds every
+        // committed page and its length is the floor `check_storage` measures against (we are
+        // the only process on this data directory, by the lock above).
         sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
             .execute(&pool)
             .await?;
@@ -128,6 +131,7 @@ impl SqliteStore {
             // A fresh write connection must never create an empty database where ours was.
             options: options.create_if_missing(false),
             db_identity: (meta.dev(), meta.ino()),
+            longest: Arc::new(AtomicU64::new(meta.len())),
             db_path,
             _lock: Arc::new(lock),
             unreadable: Arc::default(),
@@ -207,19 +211,17 @@ impl Backend for SqliteStore {
                 meta.len()
             )));
         }
-        // The header's page count is valid when its change counter matches the
-        // version-valid-for number; a checkpoint writes both, page 1 first. The writer runs
-        // every checkpoint itself and never asks during one.
-        let word =
-            |at: usize| u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
-        let page_size = match u16::from_be_bytes([header[16], header[17]]) {
-            1 => 65536,
-            n => u64::from(n),
-        };
-        let size = u64::from(word(28)) * page_size;
-        if word(24) == word(92) && size > meta.len() {
+        // Cut short with its header left: shorter than it has ever been seen. The file never
+        // shrinks by itself (nothing vacuums it), so that is someone else's doing. Its header's
+        // page count is no measure: in WAL mode the file holds only what checkpoints have
+        // copied, page 1 first, and the rest of a checkpoint that has not finished waits in
+        // the WAL, where SQLite reads it from: a header ahead of the file is a healthy
+        // database, and refusing to write would also refuse the checkpoint that brings the
+        // two together.
+        let longest = self.longest.fetch_max(meta.len(), Ordering::Relaxed);
+        if meta.len() < longest {
             return Err(StoreError::Files(format!(
-                "the database file {} was truncated: {} bytes where its header counts {size}; writes are refused; restore it and restart jobgate",
+                "the database file {} was truncated: {} bytes where it had {longest}; writes are refused; restore it and restart jobgate",
                 path.display(),
                 meta.len(),
             )));
