@@ -177,9 +177,16 @@ impl KubeShared {
         let container = info.container.clone();
         let holds = info.archiving;
         self.ctx.tasks.spawn(async move {
-            shared
-                .follow_pod(&namespace, &name, container, &job_id, holds)
-                .await;
+            // Tens of thousands of pods may wait for a slot at once: each waits in this small
+            // task, and the follow's much larger future is made (on the heap) only once the
+            // pod has its slot.
+            let slot = tokio::select! {
+                slot = shared.archive.slots.clone().acquire_owned() => slot.ok(),
+                _ = shared.ctx.shutdown.cancelled() => None,
+            };
+            if let Some(slot) = slot {
+                Box::pin(shared.follow_pod(&namespace, &name, container, &job_id, holds, slot)).await;
+            }
             if let Some(mut n) = shared.archive.per_job.get_mut(&job_id) {
                 *n = n.saturating_sub(1);
             }
@@ -282,16 +289,10 @@ impl KubeShared {
         container: Option<String>,
         job_id: &str,
         holds: bool,
+        _slot: tokio::sync::OwnedSemaphorePermit,
     ) {
         let key = format!("{namespace}/{pod}");
         let Some(sink) = self.archive.sink() else { return };
-        let _slot = tokio::select! {
-            slot = self.archive.slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => return,
-            },
-            _ = self.ctx.shutdown.cancelled() => return,
-        };
         self.ctx.config.metrics.log_follows.inc();
         let _open = scopeguard(self.ctx.config.metrics.clone());
         let api = self.ctx.pods_api(namespace);
