@@ -2,6 +2,10 @@
 //! a truncated database file. A success answer must mean durable; a failed write must answer
 //! an error and change nothing; jobgate must go unready while it cannot write, say why in its
 //! log, and (for a full disk) recover by itself once there is room again.
+//!
+//! The full-disk tests spawn the binary on a small disk of its own (`Server::spawn_on`); the
+//! others run jobgate in the test's process (`Server::start`); all on SQLite and the local
+//! executor.
 
 mod common;
 
