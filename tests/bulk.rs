@@ -3,6 +3,9 @@
 //! namespace's quota, the caller's namespaces), everything accepted is committed together, a
 //! retry of the whole batch creates nothing new, more than 1,000 inputs change nothing, the
 //! rate limit counts each job, and a store that cannot write accepts none of it.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor; the full-store
+//! test spawns the binary on a small disk of its own (`Server::spawn_on`).
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The command-line client (`jobgate submit | get | list | watch | logs | cancel`), run as the
-//! real binary against a real jobgate, as a user would run it: what it prints, on which
+//! real binary (`CARGO_BIN_EXE_jobgate`) against a jobgate served in the test's process
+//! (`Server::start`; on the Kubernetes API emulator for the pod logs test), as a user would run it: what it prints, on which
 //! stream, and its exit status. `watch` is cut off from the server (a proxy drops its
 //! connections and refuses new ones) and the server is restarted under it; it must print
 //! exactly the events the server recorded, in order, none twice and none missing.
@@ -336,6 +337,55 @@ async fn submit_wait_exits_zero_only_when_the_job_succeeds() {
         server.job(job["id"].as_str().unwrap()).await["phase"],
         "SUCCEEDED"
     );
+}
+
+#[tokio::test]
+async fn submit_wait_exits_four_when_the_job_is_cancelled_from_elsewhere() {
+    let server = Server::start(&[]).await;
+    let mut child = client(&server.url(""), &["submit", "--wait", "--", "sleep", "300"], &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the client starts");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let id = tokio::time::timeout(WAIT, stdout.next_line())
+        .await
+        .expect("the client prints the id")
+        .unwrap()
+        .expect("an id line");
+    // It says each phase it is told: once it says RUNNING, its jobStatus is live and the job
+    // runs, so the cancel below is one it follows.
+    let mut said = Vec::new();
+    while !said.contains(&format!("job {id} RUNNING")) {
+        let line = tokio::time::timeout(WAIT, stderr.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("the client never said RUNNING: {said:?}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("the client ended its errors after {said:?}"));
+        said.push(line);
+    }
+    assert_eq!(server.cancel(&id).await, "CANCELLED");
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the client did not exit within {WAIT:?}"))
+        .unwrap();
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        said.push(line);
+    }
+    assert_eq!(status.code(), Some(4), "CANCELLED exits 4: {said:?}");
+    assert_eq!(
+        stdout.next_line().await.unwrap(),
+        None,
+        "only the id goes to standard output"
+    );
+    assert!(said.contains(&format!("job {id} CANCELLED")), "{said:?}");
+    assert!(
+        said.last()
+            .is_some_and(|l| l.starts_with(&format!("job {id} ended CANCELLED"))),
+        "{said:?}"
+    );
+    assert_eq!(server.job(&id).await["phase"], "CANCELLED");
 }
 
 #[tokio::test]

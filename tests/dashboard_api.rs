@@ -1,6 +1,8 @@
 //! The queries the dashboard is built on, through the real server over HTTP and WebSocket:
 //! `jobStats` (counts, activity and the cursor they are consistent with), `templates`,
 //! `namespaces` and `Job.lastEventCursor`.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor.
 
 mod common;
 

@@ -2,6 +2,9 @@
 //! the environment or a file (`--database-url-file`), never with a password on the command
 //! line (every local user reads `/proc/<pid>/cmdline`), and only as a postgres:// or
 //! postgresql:// URL. No refusal quotes the URL.
+//!
+//! Every test runs the binary (`Server::spawn`, `CARGO_BIN_EXE_jobgate`): what it reads from its
+//! environment and command line is the point.
 
 mod common;
 

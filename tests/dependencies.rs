@@ -2,6 +2,9 @@
 //! (PENDING, `WaitingForDependencies`) until every dependency succeeded, fails with
 //! `DependencyFailed` (in cascade) when one does not, survives restarts while waiting, and the
 //! README's MapReduce example runs as written.
+//!
+//! jobgate runs in the test's process (`Server::start`); the restart test spawns the binary
+//! (`Server::spawn`) to kill it.
 
 mod common;
 

@@ -3,6 +3,10 @@
 //! mean durable; a failed write must answer an error and change nothing; jobgate must go
 //! unready while it cannot write, say why in its log, and recover by itself once writes work
 //! again. And what is no failure: a database file behind its write-ahead log.
+//!
+//! The full-disk, checkpoint and write-lock tests spawn the binary (on a small disk of its own
+//! for the full disk, `Server::spawn_on`; against PostgreSQL for one write-lock test); the
+//! others run jobgate in the test's process (`Server::start`); the local executor throughout.
 
 mod common;
 

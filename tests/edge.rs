@@ -1,7 +1,10 @@
-//! The edge of the server, through the real binary over raw TCP, HTTP and WebSocket: the Host
+//! The edge of the server, over raw TCP, HTTP and WebSocket: the Host
 //! check against DNS rebinding, JWT claims and the separation of JWT subjects from API
 //! tokens, and the connection limits (header, idle and body timeouts, the connection cap).
 //! Timeouts are set small here; no assertion depends on how long anything took.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor; the SIGTERM test
+//! spawns the binary (`Server::spawn`).
 
 mod common;
 

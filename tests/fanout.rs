@@ -4,6 +4,8 @@
 //! vanishing, and scopes (callers who may see different things never share); and sockets that
 //! do not keep up are let go: closed with the cursor to resume after when their queue stays
 //! full, dropped by the keepalive when they read nothing at all.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor.
 
 mod common;
 
@@ -305,8 +307,24 @@ async fn subscribers_joining_and_leaving_a_group_each_get_a_gapless_run_in_order
     assert_eq!(later.last(), full.last(), "the second subscriber's last frame");
     // The third left: what it got before is a gapless run, and nothing came after its
     // `complete` but what was already on the way (still no gap, no repeat).
+    // Its membership ends when its delivery is dropped (the member gauge: the first and the
+    // second remain), after which nothing more of it is queued on its socket; a `jobStatus`
+    // subscribed then answers at once, behind whatever of "t" was queued before.
+    wait_for_metric(&server, "jobgate_subscription_group_members", 2.0).await;
+    let probed = jobs.iter().next().expect("jobs").clone();
+    third
+        .subscribe(
+            "probe",
+            "subscription($id: ID!) { jobStatus(id: $id) { phase } }",
+            json!({"id": probed}),
+        )
+        .await;
     let mut left = Vec::new();
-    while let Some(message) = third.recv_within(Duration::from_millis(300)).await {
+    loop {
+        let message = third.recv().await;
+        if message["id"] == "probe" {
+            break;
+        }
         left.push(frame_of(&message));
     }
     assert_strictly_increasing("third", &left);
@@ -489,9 +507,11 @@ async fn a_subscriber_that_stops_reading_is_closed_with_the_cursor_to_resume_aft
         .unwrap_or_else(|| panic!("reason: {reason}"))
         .parse()
         .expect("a cursor");
-    // Keep reading the healthy subscriber until it has the whole stream so far.
-    while let Some(message) = reader.recv_within(Duration::from_millis(500)).await {
-        full.push(frame_of(&message));
+    // Keep reading the healthy subscriber until it has the whole stream so far: every event
+    // published by now (which includes every one the stalled client got) reaches it.
+    let published = metric(&scrape(&server).await, "jobgate_events_published_cursor") as i64;
+    while full.last().is_none_or(|f| f.cursor < published) {
+        full.push(frame_of(&reader.recv().await));
     }
     assert_strictly_increasing("reader", &full);
     assert_strictly_increasing("stalled", &got);

@@ -10,6 +10,9 @@
 //! unreadable. The shapes that once broke the store always run first.
 //!
 //! Cases: `JOBGATE_FUZZ_CASES` (default 500 per store); see docs/FUZZING.md.
+//!
+//! jobgate runs in the test's process (`Server::start`); for PostgreSQL, against the harness's
+//! throwaway server (`common::postgres`).
 
 mod common;
 

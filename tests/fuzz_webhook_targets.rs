@@ -12,6 +12,8 @@
 //!
 //! Cases per property: `JOBGATE_FUZZ_CASES` (default [`DEFAULT_CASES`]). The known bad shapes
 //! run every time as seeds.
+//!
+//! No jobgate runs: the policy and `Target` are called as the library's functions.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

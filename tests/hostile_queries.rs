@@ -7,6 +7,8 @@
 //! through them and whose peak memory they read.
 //!
 //! No test asserts a duration; timeouts only keep a broken test from hanging.
+//!
+//! The other tests run jobgate in the test's process (`Server::start`); all on the local executor.
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! Job lifecycle over the real server: phases, retries, deadlines, cancellation, parallel
 //! completions, results and logs, pagination, idempotency, restarts and crash recovery.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor; the crash, signal
+//! and restart tests spawn the binary (`Server::spawn`, `CARGO_BIN_EXE_jobgate`).
 
 mod common;
 
@@ -324,8 +327,13 @@ async fn cancel_stops_the_whole_process_group() {
         )
         .await;
     assert_eq!(again["errors"][0]["extensions"]["code"], "FAILED_PRECONDITION");
-    // The job stays CANCELLED; the killed runs do not turn it into FAILED.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The job stays CANCELLED; the killed runs do not turn it into FAILED. Runners report through
+    // one queue applied in order: a job started once this one's runner stopped ends after it.
+    server
+        .wait_log("local job cancelled; its processes are stopped")
+        .await;
+    let later = server.submit(json!({"command": ["true"]})).await;
+    assert_eq!(server.terminal_phase(&later).await, "SUCCEEDED");
     assert_eq!(server.job(&id).await["phase"], "CANCELLED");
 }
 
@@ -506,6 +514,7 @@ async fn job_events_filter_by_namespace() {
         json!({}),
     )
     .await;
+    server.wait_subscriptions_live(1).await;
     let red = server
         .submit(json!({"namespace": "red", "command": ["true"]}))
         .await;

@@ -1,4 +1,4 @@
-//! Kueue end to end: the real jobgate binary with `--kueue` (or `--default-queue`) on the
+//! Kueue end to end: jobgate, in the test's process (`Server::start`), with `--kueue` (or `--default-queue`) on the
 //! Kubernetes API emulator, whose simulated Kueue admits queued Jobs by a ClusterQueue's pod
 //! quota and evicts them on demand. What a user sees over GraphQL: a queued job waits PENDING
 //! with Kueue's reason, pushed over `jobEvents`; it is admitted (pushed) when quota frees; an

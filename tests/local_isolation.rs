@@ -4,6 +4,9 @@
 //!
 //! The tests that need a second uid need root; they skip loudly otherwise, never in CI
 //! (CI=true), which runs as root.
+//!
+//! These tests spawn the binary (`Server::spawn_with_env`, `Server::spawn_under`,
+//! `CARGO_BIN_EXE_jobgate`): its environment, open files and user are the point.
 
 mod common;
 

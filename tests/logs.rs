@@ -3,6 +3,8 @@
 //! pods' logs jobgate follows; a Job's TTL of 0 deletes its pods as soon as they may go) and
 //! on the local executor (whose log file rotates), across restarts of jobgate, with log
 //! streams cut mid-way, a per-job cap, and another tenant's job.
+//!
+//! jobgate runs in the test's process (`Server::start`, `Cluster::jobgate`).
 
 mod common;
 

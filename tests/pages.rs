@@ -5,6 +5,8 @@
 //! looks at a bounded number of candidates: one that runs out of them first is short, or
 //! empty, says so (`partial`) and where to go on, and paging through still finds exactly the
 //! jobs that match.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor.
 
 mod common;
 

@@ -1,6 +1,10 @@
-//! Production rules, through the real binary over HTTP and WebSocket: authentication (API
+//! Production rules, over HTTP and WebSocket: authentication (API
 //! tokens, JWTs, anonymous), tenancy, each limit with its own error, origins, `/metrics`, and
 //! the configuration file's precedence.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor; the configuration
+//! file's precedence and the refusals to start run the binary (`Server::spawn_with_env`,
+//! `CARGO_BIN_EXE_jobgate`), as they read its environment and exit status.
 
 mod common;
 
@@ -384,6 +388,8 @@ async fn another_tenants_jobs_are_invisible_to_queries_subscriptions_and_cancel(
     let mut ws = ws_as(&server, BOB).await;
     ws.subscribe("e", "subscription { jobEvents { job { id } phase } }", json!({}))
         .await;
+    // Live before alice acts, so that skipping her events is the stream's doing.
+    server.wait_subscriptions_live(1).await;
     let mut alice_ws = ws_as(&server, ALICE).await;
     alice_ws
         .subscribe(
@@ -561,7 +567,8 @@ async fn websocket_limits_frame_size_subscriptions_per_connection_and_idleness()
         refused["payload"][0]["extensions"]["code"], "LIMIT_EXCEEDED",
         "{refused}"
     );
-    // Completing one frees its place.
+    // Completing one frees its place. ("2" is live by then: the job below reaches the socket.)
+    server.wait_subscriptions_live(2).await;
     ws.send(json!({"id": "1", "type": "complete"})).await;
     ws.subscribe("3", query, json!({})).await;
     server.submit(json!({"command": ["true"]})).await;
@@ -676,6 +683,7 @@ async fn metrics_parse_and_their_counters_move_when_jobs_run() {
     let mut ws = GqlWs::connect(&server).await;
     ws.subscribe("e", "subscription { jobEvents { cursor } }", json!({}))
         .await;
+    server.wait_subscriptions_live(1).await;
     let id = server.submit(json!({"command": ["true"]})).await;
     assert_eq!(server.wait_terminal(&id).await.last().unwrap(), "SUCCEEDED");
     let body = submit_as(&server, None, json!({"command": []})).await;

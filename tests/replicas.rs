@@ -4,6 +4,10 @@
 //! tests start a throwaway PostgreSQL server (tests/common/postgres.rs) and, for the
 //! Kubernetes executor, the API emulator; replicas are real jobgate servers, driven over HTTP
 //! and WebSocket.
+//!
+//! The replicas run in the test's process (`Server::start`), except those a test kills, pauses
+//! or sends SIGTERM, which are spawned binaries (`Cluster::spawn_jobgate`), and the refused
+//! start, which runs the binary (`CARGO_BIN_EXE_jobgate`).
 
 mod common;
 

@@ -6,6 +6,8 @@
 //! Retention here is 0.0001 days (8.64 s: long enough that a test has always seen a job
 //! finish before it can go) and sweeps every 100 ms; each wait polls for what a user would
 //! see, with a limit.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor.
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! nothing else lost: a burst of subscriptions over the per-socket limit gets one error each
 //! while the socket and its live subscriptions stay, and `jobEvents` after a cursor no event
 //! has reached is refused rather than left waiting forever.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor.
 
 mod common;
 

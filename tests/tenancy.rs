@@ -3,6 +3,9 @@
 //! (`dependencies`) and `jobEvents` replayed from a cursor show nothing of another tenant,
 //! while an admin sees both. (The service's entry points are tested one by one in
 //! src/jobs/service/tests.rs.)
+//!
+//! jobgate runs in the test's process (`common::tenants_server`, `Server::start`) on the local
+//! executor.
 
 mod common;
 

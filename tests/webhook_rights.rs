@@ -10,6 +10,8 @@
 //! "Receives nothing" is never a wait followed by a look: a job that must not arrive runs to
 //! its end before a job that must arrive is submitted, and an endpoint delivers in cursor
 //! order, so once the later job's last event has arrived the earlier one's were passed over.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor.
 
 mod common;
 

@@ -3,6 +3,9 @@
 //! HMAC-SHA256): what arrives, in which order, for whom, through failures, parking and
 //! replay, restarts and deletes; and which targets are refused. Owners' rights changing under
 //! their endpoints are in tests/webhook_rights.rs.
+//!
+//! jobgate runs in the test's process (`Server::start`) on the local executor; the test of a
+//! restart while undeliverable spawns the binary (`Server::spawn`).
 
 mod common;
 

@@ -1,4 +1,5 @@
-//! Every built-in workload template end to end: the real jobgate binary creates the kind's
+//! Every built-in workload template end to end: jobgate, in the test's process
+//! (`Server::start`), creates the kind's
 //! object on the Kubernetes API emulator, whose simulated operator (Kubeflow Training Operator
 //! and Trainer, Argo, Tekton, KubeRay, Spark Operator) runs its pods and writes the upstream
 //! status shapes; jobgate must decode them into RUNNING → SUCCEEDED (with the result and the

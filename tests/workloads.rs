@@ -1,10 +1,12 @@
-//! Workload templates end to end, with the real jobgate binary on the Kubernetes API
-//! emulator: template files, availability per kind, parameter and field validation, the
+//! Workload templates end to end, with jobgate on the Kubernetes API emulator: template files, availability per kind, parameter and field validation, the
 //! object a job becomes, status decoding (including statuses nobody understands), cancel
 //! and retention. Here the test itself plays the operator of a made-up kind (a `Widget`,
 //! from a template file), writing its status through kube-rs as a controller would; the
 //! built-in templates against the emulator's simulated operators are in
 //! tests/workload_operators.rs.
+//!
+//! jobgate runs in the test's process (`Server::start`); the binary is spawned where a test
+//! kills it (`Server::spawn`) or reads how it refuses to start.
 
 mod common;
 

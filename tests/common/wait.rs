@@ -167,6 +167,33 @@ impl Server {
         }
     }
 
+    /// Waits until `n` subscriptions have joined their fan-out groups (the metric
+    /// `jobgate_subscription_group_members`): a subscription joins once it has its place in
+    /// the event stream, so whatever is recorded from then on reaches it. graphql-transport-ws
+    /// acknowledges no `subscribe`, and a `jobEvents` without `after` starts from now: a test
+    /// that acts for a subscriber to see waits for this first.
+    pub async fn wait_subscriptions_live(&self, n: usize) {
+        let polling = Polling::start();
+        loop {
+            let seen = super::scrape(self)
+                .await
+                .get("jobgate_subscription_group_members")
+                .copied()
+                .unwrap_or(0.0);
+            if seen == n as f64 {
+                return;
+            }
+            polling
+                .pause(|| {
+                    format!(
+                        "{seen} subscriptions live, never {n}; jobgate's log:\n{}",
+                        self.log_text()
+                    )
+                })
+                .await;
+        }
+    }
+
     /// The status `/readyz` answers.
     pub async fn readyz(&self) -> u16 {
         self.http()

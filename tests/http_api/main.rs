@@ -2,8 +2,9 @@
 //! (`media_types`), what each method runs (`operations`), GraphiQL and the dashboard
 //! (`browser_pages`), request limits (`limits`), refused input (`bad_input`), error codes
 //! (`error_codes`, `idempotency_keys`), authentication (`authentication`), no internal detail
-//! in errors (`no_internals`), and health endpoints (`health`). Every test starts the real
-//! `jobgate` binary and talks to it over real HTTP, through `support`.
+//! in errors (`no_internals`), and health endpoints (`health`). Every test starts jobgate in
+//! its own process (`Server::start`, through the binary's own configuration and serving path)
+//! on the local executor and talks to it over real HTTP, through `support`.
 
 #[path = "../common/mod.rs"]
 mod common;

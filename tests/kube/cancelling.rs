@@ -2,8 +2,6 @@
 //! the cancel is recorded as a Kubernetes Event on the Job; and a cancel made while the API
 //! server is away still stops the workload after jobgate restarts.
 
-use std::time::Duration;
-
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
@@ -66,7 +64,25 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
         .await;
     // The deletion does not turn the cancelled job into a vanished one.
     cluster.emu.simulation().open_gate("held");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // jobgate has seen those deletions once it has seen what its watches sent after them: a
+    // job started now, its pod shown running (its pods' watch), then ended (its Job's status).
+    let later = server
+        .submit(input(&[("EMULATOR_GATE", "later")], json!({})))
+        .await;
+    server
+        .job_until(
+            &later,
+            "pods { phase }",
+            "the later job's pod is shown running",
+            |job| {
+                job["pods"]
+                    .as_array()
+                    .is_some_and(|pods| pods.iter().any(|p| p["phase"] == "Running"))
+            },
+        )
+        .await;
+    cluster.emu.simulation().open_gate("later");
+    assert_eq!(server.terminal_phase(&later).await, "SUCCEEDED");
     let done = server.job_with(&id, JOB_FIELDS).await;
     assert_eq!(done["phase"], "CANCELLED");
     // Cancelling a finished job is refused and changes nothing.

@@ -1,4 +1,4 @@
-//! The Kubernetes executor end to end: the real jobgate binary, driven over GraphQL, runs jobs
+//! The Kubernetes executor end to end: jobgate, driven over GraphQL, runs jobs
 //! as batch/v1 Jobs on the Kubernetes API emulator (tests/kube-emulator), which kube-rs talks
 //! to over real HTTP. Pods are scripted per job through `EMULATOR_*` variables in `env` (see
 //! tests/kube-emulator/README.md); the tests inspect the cluster through kube-rs as a user of
@@ -8,6 +8,9 @@
 //! API server or jobgate failing along the way (`faults`), inputs and clusters that refuse a
 //! job (`refusals`), and many jobs or subscribers at once (`scale`); `support` holds what they
 //! share (a job's input, its phase history, the forward-only check).
+//!
+//! jobgate runs in the test's process (`Cluster::jobgate`, `Server::start`), except in the
+//! tests that kill it or restart it mid-way, which spawn the binary (`Cluster::spawn_jobgate`).
 
 #[path = "../common/mod.rs"]
 mod common;

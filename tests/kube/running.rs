@@ -164,6 +164,7 @@ async fn an_indexed_job_runs_every_index_within_its_parallelism() {
         json!({}),
     )
     .await;
+    server.wait_subscriptions_live(1).await;
     let id = server
         .submit(input(
             &[("EMULATOR_TERMINATION_MESSAGE", "done {index}")],
