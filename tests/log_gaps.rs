@@ -163,11 +163,16 @@ async fn a_follow_cut_while_the_kubelet_rotates_the_log_leaves_a_marked_gap() {
     cluster.emu.unthrottle();
     wait_job_and_pods_gone(&cluster, &id).await;
 
-    let marker = format!("[jobgate: lines lost: the kubelet rotated the log of pod {pod} before jobgate read them]");
+    let marker =
+        format!("[jobgate: lines lost: the kubelet rotated the log of pod {pod} before jobgate read them]");
     let mut expected = numbered(0, 4);
     expected.push(marker.clone());
     expected.extend(current);
-    assert_eq!(archived_texts(&server, &id).await, expected, "the gap stands where the lines were");
+    assert_eq!(
+        archived_texts(&server, &id).await,
+        expected,
+        "the gap stands where the lines were"
+    );
     let tail = server
         .gql_ok(
             "query($id: ID!) { job(id: $id) { logs(tailLines: 1000) } }",

@@ -75,9 +75,15 @@ impl LogLoss {
 
     /// The loss a stored code stands for; `None` for a code this version does not know.
     pub fn from_code(code: &str) -> Option<Self> {
-        [Self::Rotated, Self::Collected, Self::PodGone, Self::Capped, Self::Unwritten]
-            .into_iter()
-            .find(|l| l.code() == code)
+        [
+            Self::Rotated,
+            Self::Collected,
+            Self::PodGone,
+            Self::Capped,
+            Self::Unwritten,
+        ]
+        .into_iter()
+        .find(|l| l.code() == code)
     }
 
     /// Why the archive is not whole, as `Job.logIncompleteReason` says it.
@@ -128,7 +134,9 @@ impl LogGap {
         let why = match self.cause {
             LogLoss::Rotated => format!("the kubelet rotated the log of pod {pod} before jobgate read them"),
             LogLoss::Collected => {
-                format!("the kubelet removed the containers of pod {pod}, and their log, before jobgate read all of it")
+                format!(
+                    "the kubelet removed the containers of pod {pod}, and their log, before jobgate read all of it"
+                )
             }
             LogLoss::PodGone => format!("pod {pod} was deleted before jobgate read all of its log"),
             LogLoss::Capped | LogLoss::Unwritten => "the archive could not keep them".to_owned(),
@@ -167,7 +175,13 @@ mod tests {
         );
         let unknown = LogGap { lines: None, ..gap };
         assert!(unknown.marker().starts_with("[jobgate: lines lost: "));
-        for loss in [LogLoss::Rotated, LogLoss::Collected, LogLoss::PodGone, LogLoss::Capped, LogLoss::Unwritten] {
+        for loss in [
+            LogLoss::Rotated,
+            LogLoss::Collected,
+            LogLoss::PodGone,
+            LogLoss::Capped,
+            LogLoss::Unwritten,
+        ] {
             assert_eq!(LogLoss::from_code(loss.code()), Some(loss));
         }
     }

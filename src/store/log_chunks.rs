@@ -70,7 +70,11 @@ pub fn line_bytes(line: &LogLine) -> i64 {
 /// What to write for `append` on an archive that holds `archive`: the lines (markers
 /// included), the outcome, and what the archive holds after them. Nothing to write on a
 /// closed archive.
-pub(super) fn plan(archive: LogArchive, append: &LogAppend, cap_bytes: i64) -> (Vec<LogLine>, LogAppended, LogArchive) {
+pub(super) fn plan(
+    archive: LogArchive,
+    append: &LogAppend,
+    cap_bytes: i64,
+) -> (Vec<LogLine>, LogAppended, LogArchive) {
     if archive.truncated {
         return (Vec::new(), LogAppended::Closed, archive);
     }
@@ -215,7 +219,10 @@ mod tests {
         assert_eq!(outcome, LogAppended::Truncated);
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[2].text, cap_marker(13));
-        assert_eq!((after.lines, after.truncated, after.loss), (3, true, Some(LogLoss::Capped)));
+        assert_eq!(
+            (after.lines, after.truncated, after.loss),
+            (3, true, Some(LogLoss::Capped))
+        );
         let closed = LogArchive {
             truncated: true,
             ..LogArchive::default()
@@ -240,8 +247,20 @@ mod tests {
         };
         let (lines, outcome, after) = plan(LogArchive::default(), &append, 1 << 20);
         assert_eq!(outcome, LogAppended::Appended);
-        assert_eq!(lines, [LogLine { source: gap.source.clone(), text: gap.marker() }, line("after")]);
-        assert_eq!((after.lines, after.gaps, after.loss), (2, 1, Some(LogLoss::Rotated)));
+        assert_eq!(
+            lines,
+            [
+                LogLine {
+                    source: gap.source.clone(),
+                    text: gap.marker()
+                },
+                line("after")
+            ]
+        );
+        assert_eq!(
+            (after.lines, after.gaps, after.loss),
+            (2, 1, Some(LogLoss::Rotated))
+        );
         assert!(!after.complete() && !after.truncated);
     }
 }

@@ -174,7 +174,10 @@ async fn a_log_archive_closed_after_lost_lines_takes_nothing_more(store: Arc<dyn
 
 async fn a_gap_is_kept_in_order_and_the_archive_is_no_longer_complete(store: Arc<dyn Store>) {
     store
-        .append_logs(&[plain_append("j", vec![log_line(Some("pod-a"), "before".into())])], CAP)
+        .append_logs(
+            &[plain_append("j", vec![log_line(Some("pod-a"), "before".into())])],
+            CAP,
+        )
         .await
         .unwrap();
     assert!(store.log_archive("j").await.unwrap().unwrap().complete());
@@ -196,7 +199,10 @@ async fn a_gap_is_kept_in_order_and_the_archive_is_no_longer_complete(store: Arc
     assert_eq!(texts, ["before", gap.marker().as_str(), "after"]);
     assert_eq!(lines[1].1.source.as_deref(), Some("pod-a"));
     let archive = store.log_archive("j").await.unwrap().unwrap();
-    assert_eq!((archive.lines, archive.gaps, archive.loss), (3, 1, Some(LogLoss::Rotated)));
+    assert_eq!(
+        (archive.lines, archive.gaps, archive.loss),
+        (3, 1, Some(LogLoss::Rotated))
+    );
     assert!(!archive.complete() && !archive.truncated);
     // A later gap of another cause counts, and the first cause stays the reason.
     let collected = LogAppend {
@@ -208,5 +214,8 @@ async fn a_gap_is_kept_in_order_and_the_archive_is_no_longer_complete(store: Arc
     };
     store.append_logs(&[collected], CAP).await.unwrap();
     let archive = store.log_archive("j").await.unwrap().unwrap();
-    assert_eq!((archive.lines, archive.gaps, archive.loss), (4, 2, Some(LogLoss::Rotated)));
+    assert_eq!(
+        (archive.lines, archive.gaps, archive.loss),
+        (4, 2, Some(LogLoss::Rotated))
+    );
 }

@@ -369,7 +369,8 @@ impl KubeShared {
                         }
                     }
                     clean_end = matches!(outcome, Read::Ended)
-                        && (self.pods.pod_ended(job_id, pod) || self.container_stopped(namespace, pod, &container).await);
+                        && (self.pods.pod_ended(job_id, pod)
+                            || self.container_stopped(namespace, pod, &container).await);
                     match outcome {
                         // The run was over before this read began, and the read found nothing
                         // new: that is all. (A read that found lines may have been cut short
@@ -552,7 +553,14 @@ impl KubeShared {
     }
 
     /// Queues a gap at the cursor's position (which it leaves where it is).
-    fn record_gap(&self, sink: &dyn LogSink, job_id: &str, pod: &str, cursor: &mut Cursor, gap: LogGap) -> SinkState {
+    fn record_gap(
+        &self,
+        sink: &dyn LogSink,
+        job_id: &str,
+        pod: &str,
+        cursor: &mut Cursor,
+        gap: LogGap,
+    ) -> SinkState {
         let now = cursor.position();
         let state = sink.gap(job_id, pod, Some((cursor.stored.clone(), now.clone())), gap);
         if state == SinkState::Open {

@@ -20,7 +20,10 @@ fn archive_of(row: &impl super::dialect::Columns) -> LogArchive {
         bytes: row.col("bytes"),
         truncated: row.col::<i64>("truncated") != 0,
         gaps: row.col("gaps"),
-        loss: row.col::<Option<String>>("loss").as_deref().and_then(LogLoss::from_code),
+        loss: row
+            .col::<Option<String>>("loss")
+            .as_deref()
+            .and_then(LogLoss::from_code),
     }
 }
 

@@ -124,11 +124,15 @@ impl Store {
         if !st.pod_exists(&key) {
             return None;
         }
-        Some(st.logs.get(&key).map_or_else(PodLogView::default, |l| PodLogView {
-            lines: l.lines.clone(),
-            rotated: l.rotated,
-            collected: l.collected,
-        }))
+        Some(
+            st.logs
+                .get(&key)
+                .map_or_else(PodLogView::default, |l| PodLogView {
+                    lines: l.lines.clone(),
+                    rotated: l.rotated,
+                    collected: l.collected,
+                }),
+        )
     }
 
     /// The kubelet removed the pod's containers: from now on no read serves its log, and open

@@ -104,7 +104,14 @@ async fn a_rotated_log_serves_only_its_current_file_but_a_follow_goes_on_across_
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(
         &PostParams::default(),
-        &pod("rotator", &[("EMULATOR_GATE", "stop"), ("EMULATOR_LOG", "a1\na2"), ("EMULATOR_RUN_MS", "0")]),
+        &pod(
+            "rotator",
+            &[
+                ("EMULATOR_GATE", "stop"),
+                ("EMULATOR_LOG", "a1\na2"),
+                ("EMULATOR_RUN_MS", "0"),
+            ],
+        ),
     )
     .await
     .expect("pod");
@@ -130,7 +137,11 @@ async fn a_rotated_log_serves_only_its_current_file_but_a_follow_goes_on_across_
     let mut expected = vec!["a2".to_owned()];
     expected.extend(written.iter().cloned());
     for line in &expected {
-        assert_eq!(&next(&mut followed).await.expect("line"), line, "the follow goes on across rotations");
+        assert_eq!(
+            &next(&mut followed).await.expect("line"),
+            line,
+            "the follow goes on across rotations"
+        );
     }
     assert_eq!(
         pods.logs("rotator", &LogParams::default()).await.expect("read"),
@@ -162,8 +173,15 @@ async fn a_rotated_log_serves_only_its_current_file_but_a_follow_goes_on_across_
         )
         .await
         .expect("since");
-    let texts: Vec<&str> = resumed.lines().filter_map(|l| l.split_once(' ').map(|(_, t)| t)).collect();
-    assert_eq!(texts, ["b19", "b20"], "a sinceTime read sees only the current file");
+    let texts: Vec<&str> = resumed
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(_, t)| t))
+        .collect();
+    assert_eq!(
+        texts,
+        ["b19", "b20"],
+        "a sinceTime read sees only the current file"
+    );
     emulator.simulation().open_gate("stop");
     let rest: Vec<String> = tokio::time::timeout(WAIT, followed.try_collect())
         .await
@@ -200,15 +218,24 @@ async fn a_deleted_pods_log_is_collected_after_the_gc_delay_whatever_its_finaliz
     .await
     .expect("the pod ends");
     assert_eq!(log_with_lines(&pods, "held", 2).await, "one\ntwo\n");
-    let container_id = ended.status.as_ref().and_then(|s| s.container_statuses.as_ref()).expect("statuses")[0]
+    let container_id = ended
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .expect("statuses")[0]
         .container_id
         .clone()
         .expect("a container id");
-    pods.delete("held", &DeleteParams::default()).await.expect("delete");
+    pods.delete("held", &DeleteParams::default())
+        .await
+        .expect("delete");
     // The finalizer keeps the pod, not its containers: the kubelet's answer, relayed with 200.
     let answer = tokio::time::timeout(WAIT, async {
         loop {
-            let text = pods.logs("held", &LogParams::default()).await.expect("a 200 answer");
+            let text = pods
+                .logs("held", &LogParams::default())
+                .await
+                .expect("a 200 answer");
             if !text.ends_with('\n') {
                 break text;
             }
@@ -217,7 +244,10 @@ async fn a_deleted_pods_log_is_collected_after_the_gc_delay_whatever_its_finaliz
     })
     .await
     .expect("the containers are collected");
-    assert_eq!(answer, format!("unable to retrieve container logs for {container_id}"));
+    assert_eq!(
+        answer,
+        format!("unable to retrieve container logs for {container_id}")
+    );
     let kept = pods.get("held").await.expect("the pod object stays");
     assert!(kept.metadata.deletion_timestamp.is_some());
     let follow = pods
