@@ -140,8 +140,14 @@ async fn a_follow_cut_while_the_kubelet_rotates_the_log_leaves_a_marked_gap() {
     wait_archive_reaches(&server, &id, 5).await;
     // The follow is cut, and every log read is refused while the pod writes on: the kubelet
     // rotates its log several times before jobgate can read it again.
+    let refused = cluster.emu.requests().injected_failures;
     cluster.emu.throttle("pods/log", "log", 1);
     cluster.emu.drop_log_streams();
+    cluster
+        .until("jobgate opens the log again", || async {
+            cluster.emu.requests().injected_failures > refused
+        })
+        .await;
     for line in numbered(5, 59) {
         cluster.emu.store().append_log("default", &pod, &line);
     }
@@ -212,8 +218,15 @@ async fn a_follow_cut_before_the_kubelet_removes_a_deleted_pods_containers_leave
     wait_archive_reaches(&server, &id, 5).await;
     // The follow is cut and reads are refused while the pod writes on, ends, and is deleted
     // (the Job's TTL of 0): jobgate's finalizer keeps the pod object, not its containers.
+    let refused = cluster.emu.requests().injected_failures;
     cluster.emu.throttle("pods/log", "log", 1);
     cluster.emu.drop_log_streams();
+    // jobgate tries to read on (refused) while the container still runs: its stream was cut.
+    cluster
+        .until("jobgate opens the log again", || async {
+            cluster.emu.requests().injected_failures > refused
+        })
+        .await;
     for line in numbered(5, 9) {
         cluster.emu.store().append_log("default", &pod, &line);
     }
@@ -231,6 +244,7 @@ async fn a_follow_cut_before_the_kubelet_removes_a_deleted_pods_containers_leave
         "[jobgate: lines lost: the kubelet removed the containers of pod {pod}, and their log, before jobgate read all of it]"
     ));
     assert_eq!(archived_texts(&server, &id).await, expected);
+    server.wait_terminal(&id).await;
     let state = log_state(&server, &id).await;
     assert_eq!(state["phase"], "SUCCEEDED", "{state}");
     assert_eq!(state["logComplete"], false, "{state}");

@@ -254,7 +254,8 @@ fn follow(
             return Some((Ok::<_, Infallible>(Bytes::from(first)), s));
         }
         loop {
-            if s.done {
+            // A drop ends the stream now, whatever lines were written since.
+            if s.done || s.dropped.has_changed().unwrap_or(true) {
                 return None;
             }
             // Subscribe before reading, so a line written in between wakes us.
