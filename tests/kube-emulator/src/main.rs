@@ -60,7 +60,6 @@ async fn main() -> anyhow::Result<()> {
             log_max_bytes: args.kubelet_log_max_bytes,
             ..SimConfig::default()
         },
-        ..Options::default()
     };
     let emulator = Emulator::start_with(options).await?;
     if args.workload_crds {
