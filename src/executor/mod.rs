@@ -89,6 +89,17 @@ pub trait LogSink: Send + Sync + 'static {
         lines: Vec<LogLine>,
     ) -> SinkState;
 
+    /// Queues, in order with `source`'s lines, a stretch of its output that could not be read
+    /// (see [`LogGap`](crate::model::LogGap)): the archive keeps a marker line where it was
+    /// and no longer reads as whole. `position` as for [`LogSink::append`].
+    fn gap(
+        &self,
+        job_id: &str,
+        source: &str,
+        position: Option<(Option<String>, String)>,
+        gap: crate::model::LogGap,
+    ) -> SinkState;
+
     /// Resolves once every line queued for the job so far has been committed (or can never
     /// be: the archive closed, the sink stopped).
     async fn synced(&self, job_id: &str);

@@ -12,9 +12,11 @@
 //! the failures are counted (`jobgate_log_archive_write_failures_total`) and logged once per
 //! outage. A job whose lines no longer fit is cut: its archive is closed with a marker saying
 //! lines were lost (`jobgate_log_archive_lost_lines_total`), and its followers stop. Accepted
-//! jobs are never affected: this path writes only log tables. On Kubernetes nothing read is
-//! lost by a crash: a pod's position is committed with its lines, and a follower resumes
-//! from the last committed one.
+//! jobs are never affected: this path writes only log tables. A gap an executor reports
+//! ([`LogSink::gap`]: lines it could not read) is queued in order with the source's lines and
+//! never merged into the append before it, so its marker lands where the lines were. On
+//! Kubernetes nothing read is lost by a crash: a pod's position is committed with its lines,
+//! and a follower resumes from the last committed one.
 //!
 //! It must not decide what a job's output is (executors read it) nor who may read it (the
 //! service's feeds check the caller's scope).
@@ -29,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::executor::{ExecutorError, LogSink, SinkState};
 use crate::metrics::Metrics;
-use crate::model::LogLine;
+use crate::model::{LogGap, LogLine};
 use crate::store::{LogAppend, LogAppended, Store, log_chunks::line_bytes};
 
 /// How the archive behaves.
@@ -224,6 +226,7 @@ impl LogArchiver {
                 && last.job_id == append.job_id
                 && last.source == append.source
                 && !last.lost
+                && append.gap.is_none()
                 && last.lines.len() + append.lines.len() <= MAX_CHUNK_LINES
                 && *last_size + size <= MAX_CHUNK_BYTES
                 && chains(last, &append)
@@ -245,6 +248,53 @@ impl LogArchiver {
             bytes += size;
         }
         batch
+    }
+
+    /// Queues an append (see [`LogSink::append`] and [`LogSink::gap`]).
+    fn queue(
+        &self,
+        job_id: &str,
+        source: &str,
+        position: Option<(Option<String>, String)>,
+        lines: Vec<LogLine>,
+        gap: Option<LogGap>,
+    ) -> SinkState {
+        let mut state = self.lock();
+        if state.closed.contains(job_id) {
+            return SinkState::Closed;
+        }
+        if state.stale.contains(&(job_id.to_owned(), source.to_owned())) {
+            return SinkState::Stale;
+        }
+        let size: usize = lines.iter().map(|l| line_bytes(l) as usize).sum();
+        let (lines, lost, result) = if state.buffered + size > self.settings.buffer_bytes {
+            // No room: the job's archive ends here, saying lines were lost.
+            self.metrics.log_archive_lost_lines.inc_by(lines.len() as u64);
+            state.closed.insert(job_id.to_owned());
+            tracing::warn!(job = %job_id, "the archive's buffer is full while the store refuses writes: this job's archived output ends here, marked truncated");
+            (Vec::new(), true, SinkState::Closed)
+        } else {
+            (lines, false, SinkState::Open)
+        };
+        let size: usize = lines.iter().map(|l| line_bytes(l) as usize).sum();
+        state.queue.push_back((
+            LogAppend {
+                job_id: job_id.to_owned(),
+                source: source.to_owned(),
+                // A lost append must land whatever the position: it closes the archive.
+                position: if lost { None } else { position },
+                lines,
+                lost,
+                gap,
+            },
+            size,
+        ));
+        state.buffered += size;
+        *state.pending.entry(job_id.to_owned()).or_default() += 1;
+        self.metrics.log_archive_buffered_bytes.set(state.buffered as i64);
+        drop(state);
+        self.queued.notify_one();
+        result
     }
 
     fn written_ok(&self, batch: Vec<(LogAppend, usize, usize)>, outcomes: Vec<LogAppended>) {
@@ -314,41 +364,17 @@ impl LogSink for LogArchiver {
         position: Option<(Option<String>, String)>,
         lines: Vec<LogLine>,
     ) -> SinkState {
-        let mut state = self.lock();
-        if state.closed.contains(job_id) {
-            return SinkState::Closed;
-        }
-        if state.stale.contains(&(job_id.to_owned(), source.to_owned())) {
-            return SinkState::Stale;
-        }
-        let size: usize = lines.iter().map(|l| line_bytes(l) as usize).sum();
-        let (lines, lost, result) = if state.buffered + size > self.settings.buffer_bytes {
-            // No room: the job's archive ends here, saying lines were lost.
-            self.metrics.log_archive_lost_lines.inc_by(lines.len() as u64);
-            state.closed.insert(job_id.to_owned());
-            tracing::warn!(job = %job_id, "the archive's buffer is full while the store refuses writes: this job's archived output ends here, marked truncated");
-            (Vec::new(), true, SinkState::Closed)
-        } else {
-            (lines, false, SinkState::Open)
-        };
-        let size: usize = lines.iter().map(|l| line_bytes(l) as usize).sum();
-        state.queue.push_back((
-            LogAppend {
-                job_id: job_id.to_owned(),
-                source: source.to_owned(),
-                // A lost append must land whatever the position: it closes the archive.
-                position: if lost { None } else { position },
-                lines,
-                lost,
-            },
-            size,
-        ));
-        state.buffered += size;
-        *state.pending.entry(job_id.to_owned()).or_default() += 1;
-        self.metrics.log_archive_buffered_bytes.set(state.buffered as i64);
-        drop(state);
-        self.queued.notify_one();
-        result
+        self.queue(job_id, source, position, lines, None)
+    }
+
+    fn gap(
+        &self,
+        job_id: &str,
+        source: &str,
+        position: Option<(Option<String>, String)>,
+        gap: LogGap,
+    ) -> SinkState {
+        self.queue(job_id, source, position, Vec::new(), Some(gap))
     }
 
     async fn synced(&self, job_id: &str) {

@@ -1,16 +1,17 @@
 //! The archive of jobs' output, as both backends store it: what an append asks
-//! ([`LogAppend`]) and what came of it ([`LogAppended`]), the per-job cap and its marker, and
-//! the chunk format (each append becomes one chunk of lines, `source \t text \n` each,
+//! ([`LogAppend`]) and what came of it ([`LogAppended`]), the per-job cap and its marker, a
+//! gap's marker (archived in order, before the lines read after it), and the chunk format (each append becomes one chunk of lines, `source \t text \n` each,
 //! deflate-compressed).
 //!
 //! Used by the statements both backends share (`sql/log_tables.rs`), so that both keep the same rules: an append lands
 //! whole or not at all, a follower's position moves with its lines in the same transaction,
-//! an archive past its cap is closed with a marker line and takes nothing more. It must not
+//! an archive past its cap is closed with a marker line and takes nothing more, a gap is
+//! counted with its marker so that the archive never reads as whole. It must not
 //! know SQL, nor who follows what.
 
 use std::io::{Read as _, Write as _};
 
-use crate::model::{LogArchive, LogLine};
+use crate::model::{LogArchive, LogGap, LogLine, LogLoss};
 
 use super::{Result, StoreError};
 
@@ -31,6 +32,9 @@ pub struct LogAppend {
     /// Lines after these were lost (jobgate could not keep them while the store refused
     /// writes): the archive is closed after them, with a marker saying so.
     pub lost: bool,
+    /// Lines before these could not be read: the gap's marker is archived first, and the
+    /// archive counts it (it is no longer complete).
+    pub gap: Option<LogGap>,
 }
 
 /// What came of one [`LogAppend`].
@@ -63,33 +67,57 @@ pub fn line_bytes(line: &LogLine) -> i64 {
     line.text.len() as i64 + 1
 }
 
-/// What to write for `append` on an archive that holds `archive`: the lines (a marker
-/// included) and the outcome. Nothing to write on a closed archive.
-pub(super) fn plan(archive: LogArchive, append: &LogAppend, cap_bytes: i64) -> (Vec<LogLine>, LogAppended) {
+/// What to write for `append` on an archive that holds `archive`: the lines (markers
+/// included), the outcome, and what the archive holds after them. Nothing to write on a
+/// closed archive.
+pub(super) fn plan(
+    archive: LogArchive,
+    append: &LogAppend,
+    cap_bytes: i64,
+) -> (Vec<LogLine>, LogAppended, LogArchive) {
     if archive.truncated {
-        return (Vec::new(), LogAppended::Closed);
+        return (Vec::new(), LogAppended::Closed, archive);
     }
-    let mut bytes = archive.bytes;
-    let mut lines = Vec::with_capacity(append.lines.len() + 1);
-    for line in &append.lines {
-        if bytes + line_bytes(line) > cap_bytes {
+    let mut after = archive;
+    let mut lines = Vec::with_capacity(append.lines.len() + 2);
+    let gap = append.gap.as_ref().map(|gap| LogLine {
+        source: gap.source.clone(),
+        text: gap.marker(),
+    });
+    let mut outcome = LogAppended::Appended;
+    for (i, line) in gap.iter().chain(&append.lines).enumerate() {
+        if after.bytes + line_bytes(line) > cap_bytes {
             lines.push(LogLine {
                 source: None,
                 text: cap_marker(cap_bytes),
             });
-            return (lines, LogAppended::Truncated);
+            after.truncated = true;
+            after.loss = after.loss.or(Some(LogLoss::Capped));
+            outcome = LogAppended::Truncated;
+            break;
         }
-        bytes += line_bytes(line);
+        if i == 0
+            && let Some(gap) = &append.gap
+        {
+            after.gaps += 1;
+            after.loss = after.loss.or(Some(gap.cause));
+        }
+        after.bytes += line_bytes(line);
         lines.push(line.clone());
     }
-    if append.lost {
+    if append.lost && outcome == LogAppended::Appended {
         lines.push(LogLine {
             source: None,
             text: LOST_MARKER.to_owned(),
         });
-        return (lines, LogAppended::Truncated);
+        after.truncated = true;
+        after.loss = after.loss.or(Some(LogLoss::Unwritten));
+        outcome = LogAppended::Truncated;
     }
-    (lines, LogAppended::Appended)
+    // Markers count as lines (they have cursors) and bytes, as the cap's always has.
+    after.bytes = archive.bytes + lines.iter().map(line_bytes).sum::<i64>();
+    after.lines = archive.lines + lines.len() as i64;
+    (lines, outcome, after)
 }
 
 /// A chunk's stored form.
@@ -185,15 +213,54 @@ mod tests {
             position: None,
             lines: vec![line("12345"), line("12345"), line("12345")],
             lost: false,
+            gap: None,
         };
-        let (lines, outcome) = plan(LogArchive::default(), &append, 13);
+        let (lines, outcome, after) = plan(LogArchive::default(), &append, 13);
         assert_eq!(outcome, LogAppended::Truncated);
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[2].text, cap_marker(13));
+        assert_eq!(
+            (after.lines, after.truncated, after.loss),
+            (3, true, Some(LogLoss::Capped))
+        );
         let closed = LogArchive {
             truncated: true,
             ..LogArchive::default()
         };
         assert_eq!(plan(closed, &append, 13).1, LogAppended::Closed);
+    }
+
+    #[test]
+    fn a_gap_is_archived_before_its_lines_and_counted() {
+        let gap = LogGap {
+            source: Some("pod-a".into()),
+            lines: None,
+            cause: LogLoss::Rotated,
+        };
+        let append = LogAppend {
+            job_id: "j".into(),
+            source: "pod-a".into(),
+            position: None,
+            lines: vec![line("after")],
+            lost: false,
+            gap: Some(gap.clone()),
+        };
+        let (lines, outcome, after) = plan(LogArchive::default(), &append, 1 << 20);
+        assert_eq!(outcome, LogAppended::Appended);
+        assert_eq!(
+            lines,
+            [
+                LogLine {
+                    source: gap.source.clone(),
+                    text: gap.marker()
+                },
+                line("after")
+            ]
+        );
+        assert_eq!(
+            (after.lines, after.gaps, after.loss),
+            (2, 1, Some(LogLoss::Rotated))
+        );
+        assert!(!after.complete() && !after.truncated);
     }
 }

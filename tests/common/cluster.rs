@@ -22,7 +22,13 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Cluster {
-        let emu = Emulator::start().await.expect("emulator");
+        Self::start_with(kube_emulator::Options::default()).await
+    }
+
+    /// An emulated cluster started with `options` (e.g. the kubelet's log rotation and
+    /// container removal).
+    pub async fn start_with(options: kube_emulator::Options) -> Cluster {
+        let emu = Emulator::start_with(options).await.expect("emulator");
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         emu.write_kubeconfig(&kubeconfig, "default").unwrap();

@@ -1,10 +1,11 @@
 //! The archive of jobs' output: lines archived in order and paged by cursor, appends that
 //! land only from the stored position, and an archive closed at its cap (with a marker) or
-//! after lost lines.
+//! after lost lines; a gap (lines that could not be read) kept in order with its marker and
+//! counted, so that the archive never reads as whole.
 
 use std::sync::Arc;
 
-use jobgate::model::LogLine;
+use jobgate::model::{LogGap, LogLine, LogLoss};
 use jobgate::store::{LogAppend, LogAppended, Store};
 
 use crate::support::{CAP, log_line, plain_append};
@@ -14,6 +15,7 @@ backend_tests!(
     a_log_append_lands_only_from_the_stored_position,
     a_log_archive_is_closed_at_its_cap_with_a_marker,
     a_log_archive_closed_after_lost_lines_takes_nothing_more,
+    a_gap_is_kept_in_order_and_the_archive_is_no_longer_complete,
 );
 
 async fn log_lines_are_archived_in_order_and_paged_by_cursor(store: Arc<dyn Store>) {
@@ -73,6 +75,7 @@ async fn a_log_append_lands_only_from_the_stored_position(store: Arc<dyn Store>)
         position: Some((expected.map(str::to_owned), now.to_owned())),
         lines: vec![log_line(Some("pod-a"), text.to_owned())],
         lost: false,
+        gap: None,
     };
     let first = store
         .append_logs(&[append(None, "p1", "one")], CAP)
@@ -167,4 +170,52 @@ async fn a_log_archive_closed_after_lost_lines_takes_nothing_more(store: Arc<dyn
         .await
         .unwrap();
     assert_eq!(later, [LogAppended::Closed]);
+}
+
+async fn a_gap_is_kept_in_order_and_the_archive_is_no_longer_complete(store: Arc<dyn Store>) {
+    store
+        .append_logs(
+            &[plain_append("j", vec![log_line(Some("pod-a"), "before".into())])],
+            CAP,
+        )
+        .await
+        .unwrap();
+    assert!(store.log_archive("j").await.unwrap().unwrap().complete());
+    let gap = LogGap {
+        source: Some("pod-a".into()),
+        lines: None,
+        cause: LogLoss::Rotated,
+    };
+    let after_gap = LogAppend {
+        gap: Some(gap.clone()),
+        ..plain_append("j", vec![log_line(Some("pod-a"), "after".into())])
+    };
+    assert_eq!(
+        store.append_logs(&[after_gap], CAP).await.unwrap(),
+        [LogAppended::Appended]
+    );
+    let lines = store.log_lines("j", 0, 10, 1 << 20).await.unwrap();
+    let texts: Vec<&str> = lines.iter().map(|(_, l)| l.text.as_str()).collect();
+    assert_eq!(texts, ["before", gap.marker().as_str(), "after"]);
+    assert_eq!(lines[1].1.source.as_deref(), Some("pod-a"));
+    let archive = store.log_archive("j").await.unwrap().unwrap();
+    assert_eq!(
+        (archive.lines, archive.gaps, archive.loss),
+        (3, 1, Some(LogLoss::Rotated))
+    );
+    assert!(!archive.complete() && !archive.truncated);
+    // A later gap of another cause counts, and the first cause stays the reason.
+    let collected = LogAppend {
+        gap: Some(LogGap {
+            cause: LogLoss::Collected,
+            ..gap
+        }),
+        ..plain_append("j", Vec::new())
+    };
+    store.append_logs(&[collected], CAP).await.unwrap();
+    let archive = store.log_archive("j").await.unwrap().unwrap();
+    assert_eq!(
+        (archive.lines, archive.gaps, archive.loss),
+        (4, 2, Some(LogLoss::Rotated))
+    );
 }

@@ -197,6 +197,7 @@ pub(crate) fn plain_append(job: &str, lines: Vec<LogLine>) -> LogAppend {
         position: None,
         lines,
         lost: false,
+        gap: None,
     }
 }
 

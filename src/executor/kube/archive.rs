@@ -27,6 +27,17 @@
 //!   track (finished before it started, or another replica's): those are followed as before,
 //!   unheld. The hold is tried once per pod and process; the follow waits for its outcome
 //!   before letting go, so that a hold landing after the log was archived is removed too.
+//! - **Gaps.** What the kubelet no longer serves is recorded, in order, as a gap (a marker
+//!   line, and an archive that no longer reads as whole), never skipped silently. A stream
+//!   opened again from a position whose first line is later than the position's time found
+//!   the position's line rotated away (a read serves only the current log file): the lines
+//!   between are lost, how many the kubelet does not say (a rotation that fell right after
+//!   the position's line looks the same, and is counted as a gap too). A pod that is gone
+//!   (404), or whose containers the kubelet removed (its answer is `unable to retrieve
+//!   container logs for …`, sent as a `200` body, never a log line), before its log was read
+//!   to the end is a gap of unknown size, unless the last stream ended cleanly after the
+//!   container had stopped. A log rotated before its first read cannot be told apart from a
+//!   whole one.
 //! - **Ending.** A stream that ends after the pod was seen terminal has everything: the
 //!   position becomes `done`, and once the sink has committed it, the finalizer goes (a
 //!   merge patch conditional on the pod's resourceVersion, retried). A TTL deletion of the
@@ -51,7 +62,7 @@ use super::manifest::{CONTAINER_NAME, LOG_FINALIZER};
 use super::status::PodInfo;
 use super::{KubeShared, retry_delays};
 use crate::executor::{LogLine, LogSink, SinkState};
-use crate::model::{MAX_LOG_LINE, clip_log_line};
+use crate::model::{LogGap, LogLoss, MAX_LOG_LINE, clip_log_line};
 
 /// The executor's part that archives pods' logs: where to, and the pods this process follows
 /// or has finished with.
@@ -297,6 +308,9 @@ impl KubeShared {
         let _open = scopeguard(self.ctx.config.metrics.clone());
         let api = self.ctx.pods_api(namespace);
         let mut delays = retry_delays();
+        // Whether the last read ended with a clean end of body after the container had stopped
+        // (as the kubelet ends a followed log), not a cut.
+        let mut clean_end = false;
         'resume: loop {
             // Where the archive of this pod ends.
             let stored = loop {
@@ -337,6 +351,27 @@ impl KubeShared {
                             Read::Cut
                         }
                     };
+                    if let Read::Gone | Read::Collected = outcome
+                        && !(clean_end && self.pods.pod_ended(job_id, pod))
+                    {
+                        let gap = LogGap {
+                            source: Some(pod.to_owned()),
+                            lines: None,
+                            cause: if matches!(outcome, Read::Gone) {
+                                LogLoss::PodGone
+                            } else {
+                                LogLoss::Collected
+                            },
+                        };
+                        tracing::warn!(%pod, "the pod's log went before jobgate read all of it: its archive records a gap");
+                        match self.record_gap(&*sink, job_id, pod, &mut cursor, gap) {
+                            SinkState::Open | SinkState::Closed => {}
+                            SinkState::Stale => continue 'resume,
+                        }
+                    }
+                    clean_end = matches!(outcome, Read::Ended)
+                        && (self.pods.pod_ended(job_id, pod)
+                            || self.container_stopped(namespace, pod, &container).await);
                     match outcome {
                         // The run was over before this read began, and the read found nothing
                         // new: that is all. (A read that found lines may have been cut short
@@ -355,7 +390,8 @@ impl KubeShared {
                             }
                         }
                         Read::Stale => continue 'resume,
-                        Read::Closed => break,
+                        // The containers are gone, the pod not yet: nothing more to read.
+                        Read::Closed | Read::Collected => break,
                         // Gone: its log went with it; what was read is archived.
                         Read::Gone => {
                             self.archive.follows.insert(key, true);
@@ -409,6 +445,7 @@ impl KubeShared {
         let mut raw = Vec::new();
         let mut batch = Vec::new();
         cursor.seen = 0;
+        let mut first = true;
         loop {
             let next = tokio::select! {
                 next = next_line(&mut reader, &mut raw) => Some(next),
@@ -421,6 +458,24 @@ impl KubeShared {
                 Some(Ok(true)) => {
                     let text = String::from_utf8_lossy(&raw).into_owned();
                     raw.clear();
+                    if std::mem::take(&mut first) {
+                        if is_collected_notice(&text) {
+                            return Read::Collected;
+                        }
+                        if cursor.skipped_to(&text) {
+                            let gap = LogGap {
+                                source: Some(pod.to_owned()),
+                                lines: None,
+                                cause: LogLoss::Rotated,
+                            };
+                            tracing::warn!(%pod, "the kubelet rotated the pod's log before jobgate read all of it: its archive records a gap");
+                            match self.record_gap(sink, job_id, pod, cursor, gap) {
+                                SinkState::Open => {}
+                                SinkState::Closed => return Read::Closed,
+                                SinkState::Stale => return Read::Stale,
+                            }
+                        }
+                    }
                     if let Some(text) = cursor.accept(&text) {
                         cursor.taken += 1;
                         batch.push(LogLine {
@@ -474,6 +529,41 @@ impl KubeShared {
             Some((cursor.stored.clone(), now.clone())),
             std::mem::take(batch),
         );
+        if state == SinkState::Open {
+            cursor.stored = Some(now);
+        }
+        state
+    }
+
+    /// Whether the pod's container has stopped, as the API server has it now (the pod watch
+    /// may not have said so yet when a followed log ends). False when that cannot be read.
+    async fn container_stopped(&self, namespace: &str, pod: &str, container: &Option<String>) -> bool {
+        let name = container.as_deref().unwrap_or(CONTAINER_NAME);
+        let Ok(current) = self.ctx.pods_api(namespace).get(pod).await else {
+            return false;
+        };
+        let Some(status) = current.status else {
+            return false;
+        };
+        matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
+            || status
+                .container_statuses
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.name == name && c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+    }
+
+    /// Queues a gap at the cursor's position (which it leaves where it is).
+    fn record_gap(
+        &self,
+        sink: &dyn LogSink,
+        job_id: &str,
+        pod: &str,
+        cursor: &mut Cursor,
+        gap: LogGap,
+    ) -> SinkState {
+        let now = cursor.position();
+        let state = sink.gap(job_id, pod, Some((cursor.stored.clone(), now.clone())), gap);
         if state == SinkState::Open {
             cursor.stored = Some(now);
         }
@@ -540,6 +630,8 @@ enum Read {
     Closed,
     /// The pod is gone.
     Gone,
+    /// The kubelet removed the pod's containers, and their log.
+    Collected,
     Shutdown,
 }
 
@@ -610,6 +702,15 @@ impl Cursor {
             .and_then(|at| k8s_openapi::jiff::Timestamp::from_second(at.timestamp()).ok())
     }
 
+    /// Whether `line`, the first of a stream opened again from the position, is later than
+    /// the position's time: the line there (and maybe more) is no longer served.
+    fn skipped_to(&self, line: &str) -> bool {
+        let at = line
+            .split_once(' ')
+            .and_then(|(at, _)| DateTime::parse_from_rfc3339(at).ok());
+        matches!((self.last, at), (Some(last), Some(at)) if at.with_timezone(&Utc) > last)
+    }
+
     /// The text of a `timestamps=true` line, if it is past the position (which moves).
     fn accept<'a>(&mut self, line: &'a str) -> Option<&'a str> {
         let Some((at, text)) = line
@@ -638,6 +739,13 @@ impl Cursor {
             }
         }
     }
+}
+
+/// Whether `line`, the first of an answer, is the kubelet's word that the container is gone
+/// (removed with its log): a real API server relays it as the body of a `200`, without a
+/// timestamp even when asked for them, so it can never be a log line.
+pub(super) fn is_collected_notice(line: &str) -> bool {
+    line.starts_with("unable to retrieve container logs for ")
 }
 
 /// Reads one line into `raw` (without its newline), keeping at most [`MAX_LOG_LINE`] bytes

@@ -46,7 +46,7 @@ pub struct LogLineConnection {
 #[derive(SimpleObject)]
 #[graphql(name = "LogArchive")]
 pub struct LogArchiveView {
-    /// Lines archived (a truncation marker included): the next line's cursor.
+    /// Lines archived (markers included): the next line's cursor.
     pub lines: i64,
     /// Bytes of those lines, uncompressed (each line and its newline).
     pub bytes: i64,
@@ -54,6 +54,9 @@ pub struct LogArchiveView {
     /// (`--log-archive-max-bytes`), or after lines were lost while the store could not be
     /// written. Its last line says which.
     pub truncated: bool,
+    /// Stretches of output jobgate could not read (a pod's log rotated or removed by the
+    /// kubelet first), each marked by a line where it was; see `Job.logComplete`.
+    pub gaps: i64,
 }
 
 impl From<model::LogArchive> for LogArchiveView {
@@ -62,6 +65,7 @@ impl From<model::LogArchive> for LogArchiveView {
             lines: a.lines,
             bytes: a.bytes,
             truncated: a.truncated,
+            gaps: a.gaps,
         }
     }
 }

@@ -9,7 +9,7 @@
 use super::Backend;
 use super::dialect::{Columns as _, Dialect, sql, sql_text};
 use super::write_tx::{WriteTx, bounded};
-use crate::model::{LogArchive, LogLine};
+use crate::model::{LogArchive, LogLine, LogLoss};
 use crate::store::log_chunks::{self, LogAppend, LogAppended};
 use crate::store::{Result, StoreTx as _};
 
@@ -19,6 +19,11 @@ fn archive_of(row: &impl super::dialect::Columns) -> LogArchive {
         lines: row.col("lines"),
         bytes: row.col("bytes"),
         truncated: row.col::<i64>("truncated") != 0,
+        gaps: row.col("gaps"),
+        loss: row
+            .col::<Option<String>>("loss")
+            .as_deref()
+            .and_then(LogLoss::from_code),
     }
 }
 
@@ -55,7 +60,7 @@ async fn append_log<D: Dialect>(
     }
     let archive = sql::<D>(sql_text!(
         D,
-        "SELECT lines, bytes, truncated FROM log_archives WHERE job_id = $1{}",
+        "SELECT lines, bytes, truncated, gaps, loss FROM log_archives WHERE job_id = $1{}",
         if D::ROW_LOCKS { " FOR UPDATE" } else { "" }
     ))
     .bind(job_id)
@@ -74,29 +79,30 @@ async fn append_log<D: Dialect>(
             return Ok(LogAppended::Stale);
         }
     }
-    let (lines, outcome) = log_chunks::plan(archive, append, cap_bytes);
+    let (lines, outcome, after) = log_chunks::plan(archive, append, cap_bytes);
     if outcome == LogAppended::Closed {
         return Ok(outcome);
     }
     if !lines.is_empty() {
-        let bytes: i64 = lines.iter().map(log_chunks::line_bytes).sum();
         sql::<D>("INSERT INTO log_chunks (job_id, first_line, line_count, bytes, data) VALUES ($1, $2, $3, $4, $5)")
             .bind(job_id)
             .bind(archive.lines)
             .bind(lines.len() as i64)
-            .bind(bytes)
+            .bind(after.bytes - archive.bytes)
             .bind(log_chunks::encode(&lines)?)
             .execute(&mut *conn)
             .await?;
         sql::<D>(
-            "INSERT INTO log_archives (job_id, lines, bytes, truncated) VALUES ($1, $2, $3, $4) \
+            "INSERT INTO log_archives (job_id, lines, bytes, truncated, gaps, loss) VALUES ($1, $2, $3, $4, $5, $6) \
              ON CONFLICT (job_id) DO UPDATE SET lines = excluded.lines, bytes = excluded.bytes, \
-             truncated = excluded.truncated",
+             truncated = excluded.truncated, gaps = excluded.gaps, loss = excluded.loss",
         )
         .bind(job_id)
-        .bind(archive.lines + lines.len() as i64)
-        .bind(archive.bytes + bytes)
-        .bind(i64::from(outcome == LogAppended::Truncated))
+        .bind(after.lines)
+        .bind(after.bytes)
+        .bind(i64::from(after.truncated))
+        .bind(after.gaps)
+        .bind(after.loss.map(|l| l.code().to_owned()))
         .execute(&mut *conn)
         .await?;
     }
@@ -116,7 +122,7 @@ async fn append_log<D: Dialect>(
 
 pub(super) async fn log_archive<B: Backend>(store: &B, job_id: &str) -> Result<Option<LogArchive>> {
     let mut conn = store.pool().acquire().await?;
-    let row = sql::<B::Db>("SELECT lines, bytes, truncated FROM log_archives WHERE job_id = $1")
+    let row = sql::<B::Db>("SELECT lines, bytes, truncated, gaps, loss FROM log_archives WHERE job_id = $1")
         .bind(job_id)
         .fetch_optional(&mut *conn)
         .await?;

@@ -131,6 +131,7 @@ impl Emulator {
     pub async fn start_with(options: Options) -> anyhow::Result<Emulator> {
         let store = Store::with_options(StoreOptions {
             history: options.history,
+            log_max_bytes: options.simulation.log_max_bytes,
             ..StoreOptions::default()
         });
         let listener = TcpListener::bind(options.listen)

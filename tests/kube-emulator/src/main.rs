@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use kube_emulator::{Emulator, Options};
+use kube_emulator::{Emulator, Options, SimConfig};
 
 /// An emulated Kubernetes API server with a simulated Job controller and kubelet.
 #[derive(Parser, Debug)]
@@ -31,6 +31,15 @@ struct Args {
     /// operators.
     #[arg(long, env = "KUBE_EMULATOR_WORKLOAD_CRDS")]
     workload_crds: bool,
+    /// Seconds after a pod is deleted and its containers have stopped before the kubelet
+    /// removes them: its log becomes unreadable then, whatever finalizers keep the pod.
+    /// Unset: never.
+    #[arg(long, env = "KUBE_EMULATOR_KUBELET_GC_SECS")]
+    kubelet_gc_secs: Option<u64>,
+    /// The kubelet's containerLogMaxSize: a pod's log file is rotated when a line would take
+    /// it past this many bytes; reads that open the log see only the current file. Unset: never.
+    #[arg(long, env = "KUBE_EMULATOR_KUBELET_LOG_MAX_BYTES")]
+    kubelet_log_max_bytes: Option<usize>,
 }
 
 #[tokio::main]
@@ -46,7 +55,11 @@ async fn main() -> anyhow::Result<()> {
         listen: args.listen,
         bookmark_interval: Duration::from_millis(args.bookmark_ms),
         history: args.history,
-        ..Options::default()
+        simulation: SimConfig {
+            kubelet_gc: args.kubelet_gc_secs.map(Duration::from_secs),
+            log_max_bytes: args.kubelet_log_max_bytes,
+            ..SimConfig::default()
+        },
     };
     let emulator = Emulator::start_with(options).await?;
     if args.workload_crds {

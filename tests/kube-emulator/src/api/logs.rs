@@ -3,6 +3,13 @@
 //! `timestamps`, `limitBytes`, `previous` and `follow` (stream until the container terminates or
 //! the pod goes away).
 //!
+//! As on a node, a read that opens the log sees only its current file (earlier lines were
+//! rotated away, see `store::pod_logs`), while an open follow stream goes on across a rotation.
+//! Once the kubelet has removed the pod's containers, the answer is the one a real API server
+//! relays from the kubelet: `200` with the body `unable to retrieve container logs for
+//! <containerID>` (the kubelet has already sent its headers when the runtime says the
+//! container is gone, so the error lands in the body), and open follow streams end.
+//!
 //! Faults: [`crate::faults::Faults::drop_log_streams`] ends every open stream at once, and
 //! [`crate::faults::Faults::cut_log_answers`] ends the next answers after so many lines.
 //!
@@ -146,8 +153,20 @@ pub fn get(api: &Arc<ApiState>, t: &Target, q: &Query) -> Result<Response, ApiEr
         timestamps: q.flag("timestamps"),
         limit_bytes: q.int("limitBytes")?.filter(|n| *n > 0).map(|n| n as usize),
     };
-    let entries = api.store.log_entries(&ns, &name).unwrap_or_default();
-    let selected: Vec<&(DateTime<Utc>, String)> = entries
+    let log = api.store.log_view(&ns, &name).unwrap_or_default();
+    if log.collected {
+        let id = status
+            .and_then(|s| s.get("containerID"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut response = Response::new(Body::from(format!("unable to retrieve container logs for {id}")));
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        return Ok(response);
+    }
+    let selected: Vec<&(DateTime<Utc>, String)> = log
+        .current()
         .iter()
         .filter(|(at, _)| options.since.is_none_or(|s| *at >= s))
         .collect();
@@ -175,7 +194,7 @@ pub fn get(api: &Arc<ApiState>, t: &Target, q: &Query) -> Result<Response, ApiEr
             ns,
             name,
             options,
-            entries.len(),
+            log.lines.len(),
             text,
             cut.map(|c| c - shown),
         )
@@ -189,7 +208,9 @@ pub fn get(api: &Arc<ApiState>, t: &Target, q: &Query) -> Result<Response, ApiEr
     Ok(response)
 }
 
-/// The lines already known, then every new one until the container stops or the pod is gone.
+/// The lines already known, then every new one until the container stops, the pod is gone or
+/// its containers are collected. `sent` counts every line written so far, rotated ones
+/// included: the stream goes on from there whatever is rotated meanwhile.
 fn follow(
     api: Arc<ApiState>,
     ns: String,
@@ -233,13 +254,18 @@ fn follow(
             return Some((Ok::<_, Infallible>(Bytes::from(first)), s));
         }
         loop {
-            if s.done {
+            // A drop ends the stream now, whatever lines were written since.
+            if s.done || s.dropped.has_changed().unwrap_or(true) {
                 return None;
             }
             // Subscribe before reading, so a line written in between wakes us.
             let changed = s.api.store.log_changed(&s.ns, &s.pod);
             let pod = s.api.store.get("pods", Some(&s.ns), &s.pod);
-            let entries = s.api.store.log_entries(&s.ns, &s.pod).unwrap_or_default();
+            let log = s.api.store.log_view(&s.ns, &s.pod).unwrap_or_default();
+            if log.collected {
+                return None;
+            }
+            let entries = log.lines;
             let stopped = pod.as_ref().is_none_or(|p| finished(p, &s.options.container));
             if entries.len() > s.sent {
                 let mut end = entries.len();

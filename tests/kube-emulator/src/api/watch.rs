@@ -349,6 +349,7 @@ mod tests {
         let store = Store::with_options(StoreOptions {
             history: 100,
             broadcast_capacity: 4,
+            ..StoreOptions::default()
         });
         let api = ApiState::new(store.clone(), Arc::new(Faults::default()), ApiConfig::default());
         let from = store.current_rv();

@@ -83,6 +83,14 @@ pub struct SimConfig {
     /// Whether the controllers write core/v1 Events (SuccessfulCreate, Completed, Scheduled, …).
     /// Benchmarks that create many Jobs may turn them off to keep the store's history for watches.
     pub events: bool,
+    /// How long after a pod is deleted and all its containers have stopped the kubelet removes
+    /// them, and their log with them, whatever finalizers keep the pod object (`--kubelet-gc-secs`).
+    /// `None`: never; the log lives as long as the object.
+    pub kubelet_gc: Option<Duration>,
+    /// The kubelet's `containerLogMaxSize` (`--kubelet-log-max-bytes`): a pod's log file is
+    /// rotated when a line would take it past this many bytes. `None`: never rotated. Applied
+    /// by the store, where the lines are written ([`crate::store::StoreOptions::log_max_bytes`]).
+    pub log_max_bytes: Option<usize>,
 }
 
 impl Default for SimConfig {
@@ -98,6 +106,8 @@ impl Default for SimConfig {
             crash_loop_backoff: Duration::from_millis(50),
             crash_loop_backoff_max: Duration::from_secs(1),
             events: true,
+            kubelet_gc: None,
+            log_max_bytes: None,
         }
     }
 }

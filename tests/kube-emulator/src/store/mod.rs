@@ -22,7 +22,8 @@
 //! - `objects`: the object operations (get, list, create, modify, delete) and their rules.
 //! - `changes`: the committed changes: resourceVersion assignment, the bounded history, the live
 //!   channel, and the atomic subscription a watch starts from.
-//! - `pod_logs`: pod log lines and the wake-ups `follow=true` waits on.
+//! - `pod_logs`: pod log lines (rotated files and the current one, collection by the kubelet)
+//!   and the wake-ups `follow=true` waits on.
 
 mod changes;
 mod metadata;
@@ -43,6 +44,7 @@ pub use metadata::{now_timestamp, random_suffix, resource_version};
 pub use resource_type::ResourceType;
 
 use pod_logs::PodLog;
+pub use pod_logs::PodLogView;
 
 /// How many changes the store retains for watches unless told otherwise.
 pub const DEFAULT_HISTORY: usize = 10_000;
@@ -72,6 +74,9 @@ pub struct StoreOptions {
     pub history: usize,
     /// Capacity of the live change channel (per-receiver backlog before it lags).
     pub broadcast_capacity: usize,
+    /// The kubelet's `containerLogMaxSize`: a pod's log file is rotated when a line would take
+    /// it past this many bytes (see `pod_logs`). `None`: never rotated.
+    pub log_max_bytes: Option<usize>,
 }
 
 impl Default for StoreOptions {
@@ -79,6 +84,7 @@ impl Default for StoreOptions {
         StoreOptions {
             history: DEFAULT_HISTORY,
             broadcast_capacity: DEFAULT_BROADCAST_CAPACITY,
+            log_max_bytes: None,
         }
     }
 }
@@ -95,6 +101,7 @@ struct State {
     /// Every change with an rv above this is in `history`; a watch may start from any rv ≥ it.
     compacted_through: u64,
     logs: HashMap<ObjectKey, PodLog>,
+    log_max_bytes: Option<usize>,
 }
 
 /// The in-memory object store. Cloning is cheap (an `Arc`); all clones share one state.
@@ -152,6 +159,7 @@ impl Store {
                 history_limit: options.history.max(1),
                 compacted_through: 0,
                 logs: HashMap::new(),
+                log_max_bytes: options.log_max_bytes,
             })),
             changes,
         };

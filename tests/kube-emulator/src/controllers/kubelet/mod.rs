@@ -10,9 +10,12 @@
 //! back-off (`restartCount`, `lastState.terminated`, `waiting.reason: CrashLoopBackOff`). A pod
 //! marked for deletion is stopped (exit 143, reason `Error`, phase Failed); the store removes it
 //! once it is terminal and has no finalizers left. Log lines go to the store (`pods/{name}/log`).
+//! With [`SimConfig::kubelet_gc`], a pod that is deleted and whose containers have all stopped
+//! has them removed that long after, whatever finalizers keep the object: its log becomes
+//! unreadable (`Store::collect_log`), as on a node.
 //!
-//! It owns pod *status* and `spec.nodeName`, nothing else: it never deletes pods, never touches
-//! finalizers and never reads Jobs. What it remembers about a pod (timers, attempts, container
+//! It owns pod *status*, `spec.nodeName` and the removal of containers, nothing else: it never
+//! deletes pods, never touches finalizers and never reads Jobs. What it remembers about a pod (timers, attempts, container
 //! ids) lives in memory only; the status it writes is derived from that memory.
 //!
 //! # Layout
@@ -145,6 +148,9 @@ pub(crate) struct Kubelet {
     attempts: HashMap<(String, Option<u64>, String), u32>,
     /// Pods whose container waits on a closed gate, by gate name.
     gated: HashMap<String, HashSet<PodKey>>,
+    /// Deleted pods whose containers have stopped: the pod's uid and when its containers go
+    /// ([`SimConfig::kubelet_gc`]).
+    collect_at: HashMap<PodKey, (String, Instant)>,
     next_ip: u32,
 }
 
@@ -155,6 +161,7 @@ impl Kubelet {
             pods: HashMap::new(),
             attempts: HashMap::new(),
             gated: HashMap::new(),
+            collect_at: HashMap::new(),
             next_ip: 0,
         }
     }
@@ -540,6 +547,32 @@ impl Kubelet {
     }
 }
 
+impl Kubelet {
+    /// Removes the containers of a deleted, terminal pod once [`SimConfig::kubelet_gc`] has
+    /// passed since it was first seen so; until then, when to look again.
+    fn collect_if_due(&mut self, store: &Store, key: &PodKey, pod: &Value) -> Option<Duration> {
+        let delay = self.shared.config.kubelet_gc?;
+        if !is_deleting(pod) || store.log_collected(&key.0, &key.1) {
+            return None;
+        }
+        let uid = objects::uid(pod);
+        let now = Instant::now();
+        let due = match self.collect_at.get(key) {
+            Some((seen, due)) if seen == uid => *due,
+            _ => {
+                self.collect_at.insert(key.clone(), (uid.to_owned(), now + delay));
+                now + delay
+            }
+        };
+        if now < due {
+            return Some(due - now);
+        }
+        self.collect_at.remove(key);
+        store.collect_log(&key.0, &key.1);
+        None
+    }
+}
+
 impl Reconciler for Kubelet {
     type Key = PodKey;
     type Nudge = String;
@@ -578,11 +611,12 @@ impl Reconciler for Kubelet {
         let (namespace, name) = key;
         let Some(mut pod) = store.get("pods", Some(namespace), name) else {
             self.forget(key);
+            self.collect_at.remove(key);
             return Ok(None);
         };
         if pod_is_terminal(&pod) {
             self.forget(key);
-            return Ok(None);
+            return Ok(self.collect_if_due(store, key, &pod));
         }
         if self.pods.get(key).is_some_and(|r| r.uid != objects::uid(&pod)) {
             self.forget(key);
