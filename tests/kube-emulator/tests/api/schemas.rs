@@ -115,7 +115,7 @@ async fn create_prunes_unknown_fields_with_a_warning_each() {
     let stored = gadgets(&client).get("g").await.expect("get");
     assert_eq!(
         stored.data,
-        json!({"spec": {"image": "x", "labels": {"free": "form"}, "extra": {"anything": {"goes": [1]}}}, "status": {}})
+        json!({"spec": {"image": "x", "labels": {"free": "form"}, "extra": {"anything": {"goes": [1]}}}})
     );
     assert_eq!(created["spec"], stored.data["spec"]);
     assert_eq!(stored.metadata.labels.expect("labels")["a"], "b");
