@@ -4,7 +4,8 @@
 //! the object is created through kube-rs on the Kubernetes API emulator, whose bundled CRDs
 //! carry upstream's structural schemas. The API server must accept it and read it back exactly
 //! as sent: a field the real CRD lacks would be pruned, a value of the wrong type refused (422).
-//! A template that stops its workload by a patch has the patch applied the same way.
+//! A template that stops its workload by a patch has the patch applied the same way. A field
+//! no CRD has, added to each object, must be pruned: the control that the schemas are in force.
 
 mod common;
 
@@ -159,6 +160,23 @@ async fn every_built_in_template_renders_what_its_crd_accepts_unchanged() {
         let job = typical_job(&format!("{}-1", template.name), template, None);
         let object = template.render(&job, &stamp(&job));
         create_unchanged(&api, &object, &template.name).await;
+
+        // The control: the same object with a field no CRD has loses it, so the comparisons
+        // above would see a field the real CRD lacks.
+        let control = typical_job(&format!("{}-3", template.name), template, None);
+        let mut control_object = template.render(&control, &stamp(&control));
+        let spec = control_object["spec"].clone();
+        control_object["spec"]["notInTheCrd"] = json!(true);
+        let sent: DynamicObject = serde_json::from_value(control_object).expect("an object");
+        let created = api
+            .create(&PostParams::default(), &sent)
+            .await
+            .expect("the control is created");
+        assert_eq!(
+            created.data["spec"], spec,
+            "{}: an unknown field was kept",
+            template.name
+        );
 
         if template.kueue_suspend_field().is_ok() {
             let queued = typical_job(&format!("{}-2", template.name), template, Some("team-queue"));
