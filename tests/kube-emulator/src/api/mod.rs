@@ -24,6 +24,7 @@ pub mod kinds;
 pub mod logs;
 pub mod patch;
 pub mod resources;
+pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod status;

@@ -211,7 +211,13 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) -> Result<(), ApiEr
     validate_name(rt, &name, &mut errs);
     validate_labels(object, &mut errs);
     if rt.status_subresource && rt.key() != "customresourcedefinitions.apiextensions.k8s.io" {
-        object["status"] = json!({});
+        // A built-in kind's status is a struct (`{}` when empty); a custom resource's is
+        // dropped, as the custom resource strategy does, so its schema never sees an empty one.
+        if ResourceType::builtins().iter().any(|b| b.key() == rt.key()) {
+            object["status"] = json!({});
+        } else if let Some(map) = object.as_object_mut() {
+            map.remove("status");
+        }
     }
     match storage_key(rt).as_str() {
         "jobs.batch" => prepare_job(object, &mut errs),

@@ -4,12 +4,14 @@
 //!
 //! Each write is one store transaction; per-kind rules come from `kinds`. It must not delete.
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::{ApiResult, modify_object, ok, present, str_at};
 use crate::api::kinds;
 use crate::api::patch::{self, PatchType};
+use crate::api::schema;
 use crate::api::status::{ApiError, Cause, json_response};
 use crate::api::{ApiState, Form, Query, Target};
 use crate::store::{ResourceType, StoreError, now_timestamp, random_suffix};
@@ -51,12 +53,81 @@ fn check_namespace(t: &Target, body: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The structural schema a custom resource is held to: its CRD's, for the served version.
+/// `None` for built-in kinds (their rules are `kinds`') and CRDs without a schema.
+fn crd_schema(api: &ApiState, t: &Target) -> Option<Value> {
+    if ResourceType::builtins().iter().any(|b| b.key() == t.rt.key()) {
+        return None;
+    }
+    let crd = api.store.get(
+        "customresourcedefinitions.apiextensions.k8s.io",
+        None,
+        &format!("{}.{}", t.rt.plural, t.rt.group),
+    )?;
+    schema::crd_version_schema(&crd, &t.rt.version).cloned()
+}
+
+/// Prunes a custom resource per its schema and applies `fieldValidation` to the unknown fields
+/// dropped: `Strict` refuses the request (400), `Warn` (the default) adds a warning each,
+/// `Ignore` drops them silently.
+fn prune_unknown(
+    schema: Option<&Value>,
+    q: &Query,
+    object: &mut Value,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    let Some(schema) = schema else { return Ok(()) };
+    let dropped = schema::prune_object(schema, object);
+    if dropped.is_empty() {
+        return Ok(());
+    }
+    let unknown: Vec<String> = dropped.iter().map(|f| format!("unknown field {f:?}")).collect();
+    match q.get("fieldValidation").unwrap_or("Warn") {
+        "Strict" => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            unknown.join(", ")
+        ))),
+        "Ignore" => Ok(()),
+        _ => {
+            warnings.extend(unknown);
+            Ok(())
+        }
+    }
+}
+
+/// Validates a custom resource about to be stored against its schema (422 with field causes).
+fn validate_schema(t: &Target, schema: Option<&Value>, object: &Value) -> Result<(), ApiError> {
+    let Some(schema) = schema else { return Ok(()) };
+    let name = str_at(object, "/metadata/name").unwrap_or_default();
+    schema::validate_object(schema, object).into_result(&t.rt, name)
+}
+
+/// A response with one `Warning` header per warning, as the API server sends them
+/// (`299 - "unknown field \"spec.x\""`).
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {w:?}");
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append("warning", value);
+        }
+    }
+    response
+}
+
 /// Create, shared by POST and apply-on-absent. `body` is in the wire shape.
-fn create_object(api: &ApiState, t: &Target, q: &Query, body: Value) -> Result<Value, ApiError> {
+fn create_object(
+    api: &ApiState,
+    t: &Target,
+    q: &Query,
+    body: Value,
+    warnings: &mut Vec<String>,
+) -> Result<Value, ApiError> {
     check_type(&t.rt, &body)?;
     check_namespace(t, &body)?;
     let mut object = kinds::from_wire(&t.rt, body);
     kinds::check_shape(&t.rt, &object)?;
+    let schema = crd_schema(api, t);
+    prune_unknown(schema.as_ref(), q, &mut object, warnings)?;
     if !object.get("metadata").is_some_and(Value::is_object) {
         object["metadata"] = json!({});
     }
@@ -111,6 +182,7 @@ fn create_object(api: &ApiState, t: &Target, q: &Query, body: Value) -> Result<V
     meta.insert("name".into(), json!(name));
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     kinds::prepare_create(&t.rt, &mut object)?;
+    validate_schema(t, schema.as_ref(), &object)?;
     if q.dry_run() {
         object["metadata"]["creationTimestamp"] = json!(now_timestamp());
         object["metadata"]["generation"] = json!(1);
@@ -152,10 +224,11 @@ fn register_crd(api: &ApiState, crd: &Value) {
 
 pub fn create(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
     let body = parse_object(body)?;
-    let created = create_object(api, t, q, body)?;
-    Ok(json_response(
-        StatusCode::CREATED,
-        &present(t, &created, &Form::Full),
+    let mut warnings = Vec::new();
+    let created = create_object(api, t, q, body, &mut warnings)?;
+    Ok(with_warnings(
+        json_response(StatusCode::CREATED, &present(t, &created, &Form::Full)),
+        &warnings,
     ))
 }
 
@@ -215,7 +288,7 @@ pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
         kinds::check_shape(&t.rt, &body)?;
         let mut object = body.clone();
         object["metadata"]["name"] = json!(t.name());
-        match create_object(api, t, q, object) {
+        match create_object(api, t, q, object, &mut Vec::new()) {
             Ok(created) => {
                 return Ok(json_response(
                     StatusCode::CREATED,
@@ -244,6 +317,9 @@ pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
     }
     let mut incoming = kinds::from_wire(&t.rt, body);
     kinds::check_shape(&t.rt, &incoming)?;
+    let schema = crd_schema(api, t);
+    let mut warnings = Vec::new();
+    prune_unknown(schema.as_ref(), q, &mut incoming, &mut warnings)?;
     if !incoming.get("metadata").is_some_and(Value::is_object) {
         incoming["metadata"] = json!({});
     }
@@ -252,13 +328,14 @@ pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
         if !has_rv && let Some(m) = next["metadata"].as_object_mut() {
             m.remove("resourceVersion");
         }
+        validate_schema(t, schema.as_ref(), &next)?;
         *current = next;
         Ok(())
     })?;
     if t.storage == "customresourcedefinitions.apiextensions.k8s.io" && !q.dry_run() && !status_only {
         register_crd(api, &updated);
     }
-    ok(&present(t, &updated, &Form::Full))
+    Ok(with_warnings(ok(&present(t, &updated, &Form::Full))?, &warnings))
 }
 
 fn patch_options_invalid(field: &str, message: &str) -> ApiError {
@@ -319,12 +396,15 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
             )));
         }
         object["metadata"]["name"] = json!(t.name());
-        let created = create_object(api, t, q, object)?;
-        return Ok(json_response(
-            StatusCode::CREATED,
-            &present(t, &created, &Form::Full),
+        let mut warnings = Vec::new();
+        let created = create_object(api, t, q, object, &mut warnings)?;
+        return Ok(with_warnings(
+            json_response(StatusCode::CREATED, &present(t, &created, &Form::Full)),
+            &warnings,
         ));
     }
+    let schema = crd_schema(api, t);
+    let mut warnings = Vec::new();
     let updated = modify_object(api, t, q.dry_run(), &mut |current| {
         let mut wire = kinds::to_wire(&t.rt, current);
         patch::apply(kind, &mut wire, &patch_body, builtin).map_err(|e| match e {
@@ -341,16 +421,21 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
         })?;
         let mut patched = kinds::from_wire(&t.rt, wire);
         kinds::check_shape(&t.rt, &patched)?;
+        // The patched object is decoded as a request body is: pruned before it is merged.
+        warnings.clear();
+        prune_unknown(schema.as_ref(), q, &mut patched, &mut warnings)?;
         if !patched.get("metadata").is_some_and(Value::is_object) {
             patched["metadata"] = json!({});
         }
-        *current = merge_write(t, current, patched, status_only)?;
+        let next = merge_write(t, current, patched, status_only)?;
+        validate_schema(t, schema.as_ref(), &next)?;
+        *current = next;
         Ok(())
     })?;
     if t.storage == "customresourcedefinitions.apiextensions.k8s.io" && !q.dry_run() && !status_only {
         register_crd(api, &updated);
     }
-    ok(&present(t, &updated, &Form::Full))
+    Ok(with_warnings(ok(&present(t, &updated, &Form::Full))?, &warnings))
 }
 
 /// Creates an object through the API's create path (defaulting, validation), for the
@@ -386,5 +471,5 @@ pub fn create_from_value(api: &ApiState, object: Value, namespace: Option<&str>)
         sub: None,
         legacy_watch: false,
     };
-    create_object(api, &t, &Query::default(), object)
+    create_object(api, &t, &Query::default(), object, &mut Vec::new())
 }
