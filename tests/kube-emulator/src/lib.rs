@@ -143,7 +143,9 @@ impl Emulator {
     /// Starts an emulator with `options`; fails on RBAC YAML it cannot read.
     pub async fn start_with(options: Options) -> anyhow::Result<Emulator> {
         let rbac = match &options.rbac {
-            Some(yaml) => Some(Arc::new(Policy::from_yaml(yaml).context("loading the RBAC policy")?)),
+            Some(yaml) => Some(Arc::new(
+                Policy::from_yaml(yaml).context("loading the RBAC policy")?,
+            )),
             None => None,
         };
         let store = Store::with_options(StoreOptions {

@@ -56,9 +56,9 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let rbac = match &args.rbac {
-        Some(path) => Some(
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-        ),
+        Some(path) => {
+            Some(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
+        }
         None => None,
     };
     let options = Options {

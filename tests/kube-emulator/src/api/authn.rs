@@ -105,7 +105,10 @@ mod tests {
         let token = tokens.token_for(&sa);
         assert_eq!(tokens.token_for(&sa), token);
         let mut headers = HeaderMap::new();
-        assert_eq!(tokens.authenticate(&headers).map(|_| ()), Err(ApiError::unauthorized()));
+        assert_eq!(
+            tokens.authenticate(&headers).map(|_| ()),
+            Err(ApiError::unauthorized())
+        );
         headers.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());
         assert!(tokens.authenticate(&headers).is_err());
         headers.insert(header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());

@@ -56,7 +56,9 @@ impl Rule {
             if a.subresource.is_empty() {
                 r == "*" || *r == a.resource
             } else {
-                r == "*" || *r == format!("{}/{}", a.resource, a.subresource) || *r == format!("*/{}", a.subresource)
+                r == "*"
+                    || *r == format!("{}/{}", a.resource, a.subresource)
+                    || *r == format!("*/{}", a.subresource)
             }
         });
         let name_matches = self.names.is_empty() || (!a.name.is_empty() && self.names.contains(&a.name));
@@ -127,7 +129,13 @@ impl Policy {
                 continue;
             }
             let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default();
-            let text = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let text = |p: &str| {
+                value
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
             let name = text("/metadata/name");
             let namespace = text("/metadata/namespace");
             match kind {
@@ -174,7 +182,11 @@ impl Policy {
                         })
                         .unwrap_or_default();
                     policy.bindings.push(Binding {
-                        namespace: if kind == "RoleBinding" { namespace } else { String::new() },
+                        namespace: if kind == "RoleBinding" {
+                            namespace
+                        } else {
+                            String::new()
+                        },
                         role_kind: text("/roleRef/kind"),
                         role_name: text("/roleRef/name"),
                         subjects,
@@ -201,7 +213,9 @@ impl Policy {
                 continue;
             }
             let rules = match binding.role_kind.as_str() {
-                "Role" => self.roles.get(&(binding.namespace.clone(), binding.role_name.clone())),
+                "Role" => self
+                    .roles
+                    .get(&(binding.namespace.clone(), binding.role_name.clone())),
                 _ => self.cluster_roles.get(&binding.role_name),
             };
             match rules {
@@ -228,7 +242,11 @@ impl Policy {
 }
 
 fn strings_of(value: &Value, key: &str) -> String {
-    value.get(key).and_then(Value::as_str).unwrap_or_default().to_owned()
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The `403 Forbidden` the real server answers a refused resource request with:
@@ -325,15 +343,45 @@ metadata: {name: jobgate, namespace: jobgate}
         assert!(!allowed(ask("get", "", "pods", "", "team", "p")));
         assert!(allowed(ask("get", "", "pods", "log", "team", "p")));
         assert!(!allowed(ask("get", "batch", "jobs", "status", "team", "j")));
-        assert!(allowed(ask("update", "coordination.k8s.io", "leases", "", "team", "leader")));
-        assert!(!allowed(ask("update", "coordination.k8s.io", "leases", "", "team", "other")));
-        assert!(!allowed(ask("list", "coordination.k8s.io", "leases", "", "team", "")));
-        assert!(allowed(ask("watch", "apiextensions.k8s.io", "customresourcedefinitions", "", "", "")));
+        assert!(allowed(ask(
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "team",
+            "leader"
+        )));
+        assert!(!allowed(ask(
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "team",
+            "other"
+        )));
+        assert!(!allowed(ask(
+            "list",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "team",
+            ""
+        )));
+        assert!(allowed(ask(
+            "watch",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "",
+            "",
+            ""
+        )));
         let other = UserInfo::named("system:serviceaccount:other:jobgate", &[]);
         assert!(policy.authorize(&other, &ask("create", "batch", "jobs", "", "team", "")) != Decision::Allow);
         assert!(
-            policy.authorize(&UserInfo::named("x", &[MASTERS]), &ask("delete", "", "nodes", "", "", "n"))
-                == Decision::Allow
+            policy.authorize(
+                &UserInfo::named("x", &[MASTERS]),
+                &ask("delete", "", "nodes", "", "", "n")
+            ) == Decision::Allow
         );
         assert_eq!(
             policy.authorize(&sa, &ask("get", "", "pods", "", "other", "p")),
@@ -349,7 +397,18 @@ metadata: {name: jobgate, namespace: jobgate}
             e.body(),
             serde_json::from_str::<Value>(r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"x\" is forbidden: User \"system:serviceaccount:jobgate:jobgate\" cannot delete resource \"pods\" in API group \"\" in the namespace \"default\"","reason":"Forbidden","details":{"name":"x","kind":"pods"},"code":403}"#).unwrap()
         );
-        let e = forbidden(&sa, &ask("watch", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""), "");
+        let e = forbidden(
+            &sa,
+            &ask(
+                "watch",
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                "",
+                "",
+                "",
+            ),
+            "",
+        );
         assert_eq!(
             e.message,
             "customresourcedefinitions.apiextensions.k8s.io is forbidden: User \"system:serviceaccount:jobgate:jobgate\" cannot watch resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\" at the cluster scope"
@@ -359,7 +418,14 @@ metadata: {name: jobgate, namespace: jobgate}
             serde_json::json!({"group": "apiextensions.k8s.io", "kind": "customresourcedefinitions"})
         );
         let e = forbidden(&sa, &ask("get", "", "pods", "log", "default", "p"), "");
-        assert!(e.message.starts_with("pods \"p\" is forbidden: User"), "{}", e.message);
-        assert!(e.message.contains("cannot get resource \"pods/log\" in API group \"\" in the namespace \"default\""));
+        assert!(
+            e.message.starts_with("pods \"p\" is forbidden: User"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message
+                .contains("cannot get resource \"pods/log\" in API group \"\" in the namespace \"default\"")
+        );
     }
 }
