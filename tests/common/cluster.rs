@@ -1,6 +1,11 @@
 //! An emulated Kubernetes cluster for the tests that run jobgate's Kubernetes executor: the
 //! API emulator (tests/kube-emulator), a kubeconfig for jobgate, and a kube-rs client for the
 //! test's own look at the cluster, as kubectl would.
+//!
+//! With [`Cluster::start_as`], jobgate runs as the service account of deploy/ under the RBAC
+//! of the overlay a test models (deploy/rendered/<overlay>.yaml, which deploy/validate keeps
+//! equal to `kubectl kustomize`), so a verb missing from deploy/ fails the test; the test's own
+//! client is a cluster admin.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,32 +22,88 @@ pub struct Cluster {
     pub emu: Emulator,
     pub kubeconfig: PathBuf,
     pub client: kube::Client,
+    /// Whether RBAC is enforced (jobgate then watches only the namespaces its Roles grant).
+    rbac: bool,
     _dir: tempfile::TempDir,
 }
 
+/// The namespace the tests run jobs in: the overlays' own namespace (`jobgate`) becomes it.
+const TEST_NAMESPACE: &str = "default";
+
+/// The RBAC objects of deploy/rendered/`overlay`.yaml, with the Roles and RoleBindings of
+/// jobgate's own namespace moved to [`TEST_NAMESPACE`] (the subjects, and so jobgate's
+/// identity, stay `system:serviceaccount:jobgate:jobgate`).
+pub fn overlay_rbac(overlay: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/rendered")
+        .join(format!("{overlay}.yaml"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let mut documents = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let mut value = <serde_json::Value as serde::Deserialize>::deserialize(document).unwrap();
+        let kind = value["kind"].as_str().unwrap_or_default();
+        if !matches!(
+            kind,
+            "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
+        ) {
+            continue;
+        }
+        if value["metadata"]["namespace"] == "jobgate" {
+            value["metadata"]["namespace"] = TEST_NAMESPACE.into();
+        }
+        documents.push(value.to_string());
+    }
+    assert!(!documents.is_empty(), "{} holds no RBAC", path.display());
+    documents.join("\n---\n")
+}
+
+async fn client_of(kubeconfig: &std::path::Path) -> kube::Client {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
 impl Cluster {
+    /// A cluster that allows every request.
     pub async fn start() -> Cluster {
         Self::start_with(kube_emulator::Options::default()).await
     }
 
-    /// An emulated cluster started with `options` (e.g. the kubelet's log rotation and
+    /// A cluster where jobgate has the RBAC of deploy/overlays/`overlay` (`base` for
+    /// deploy/base).
+    pub async fn start_as(overlay: &str) -> Cluster {
+        Self::start_with_rbac(&overlay_rbac(overlay)).await
+    }
+
+    /// A cluster where jobgate has the RBAC in `rbac` (multi-document YAML).
+    pub async fn start_with_rbac(rbac: &str) -> Cluster {
+        Self::start_with(kube_emulator::Options {
+            rbac: Some(rbac.to_owned()),
+            ..kube_emulator::Options::default()
+        })
+        .await
+    }
+
+    /// An emulated cluster started with `options` (e.g. RBAC, the kubelet's log rotation and
     /// container removal).
     pub async fn start_with(options: kube_emulator::Options) -> Cluster {
+        let rbac = options.rbac.is_some();
         let emu = Emulator::start_with(options).await.expect("emulator");
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
-        emu.write_kubeconfig(&kubeconfig, "default").unwrap();
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .unwrap();
-        let client = kube::Client::try_from(config).unwrap();
+        emu.write_kubeconfig(&kubeconfig, TEST_NAMESPACE).unwrap();
+        let admin = dir.path().join("admin-kubeconfig");
+        emu.write_admin_kubeconfig(&admin, TEST_NAMESPACE).unwrap();
+        let client = client_of(&admin).await;
         Cluster {
             emu,
             kubeconfig,
             client,
+            rbac,
             _dir: dir,
         }
     }
@@ -54,6 +115,11 @@ impl Cluster {
             "--kubeconfig",
             self.kubeconfig.to_str().unwrap(),
         ];
+        // As deployed (deploy/base sets JOBGATE_ALLOWED_NAMESPACES to its own namespace):
+        // jobgate watches only the namespaces its Roles grant, unless the test names others.
+        if self.rbac && !extra.contains(&"--allowed-namespaces") {
+            args.extend_from_slice(&["--allowed-namespaces", TEST_NAMESPACE]);
+        }
         args.extend_from_slice(extra);
         args
     }

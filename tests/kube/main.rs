@@ -6,7 +6,7 @@
 //!
 //! The modules: jobs running to their outcome (`running`), cancelling (`cancelling`), the
 //! API server or jobgate failing along the way (`faults`), inputs and clusters that refuse a
-//! job (`refusals`), and many jobs or subscribers at once (`scale`); `support` holds what they
+//! job (`refusals`), the API server refusing jobgate itself (`forbidden`), and many jobs or subscribers at once (`scale`); `support` holds what they
 //! share (a job's input, its phase history, the forward-only check).
 //!
 //! jobgate runs in the test's process (`Cluster::jobgate`, `Server::start`), except in the
@@ -17,6 +17,7 @@ mod common;
 
 mod cancelling;
 mod faults;
+mod forbidden;
 mod refusals;
 mod running;
 mod scale;

@@ -45,8 +45,9 @@ pub(super) fn launch_error(action: &str, e: kube::Error) -> ExecutorError {
                     reason: "Unauthorized",
                     message,
                 },
-                // RBAC can be fixed by an operator; the job waits for it.
-                403 => ExecutorError::Unavailable {
+                // Refused by RBAC or by admission: asking again gets the same answer, so
+                // the job fails with the API server's word rather than waiting forever.
+                403 => ExecutorError::Rejected {
                     reason: "Forbidden",
                     message,
                 },

@@ -35,6 +35,8 @@ use tokio::task::JoinHandle;
 pub use controllers::SimConfig;
 pub use faults::RequestCounts;
 
+use api::authn::UserInfo;
+use api::rbac::Policy;
 use api::{ApiConfig, ApiState};
 use controllers::Simulation;
 use store::{Store, StoreOptions};
@@ -76,6 +78,12 @@ pub struct Options {
     pub history: usize,
     /// Timings of the simulated controllers.
     pub simulation: SimConfig,
+    /// RBAC objects (multi-document YAML: Roles, ClusterRoles and their bindings; other kinds
+    /// are ignored) every request is authorized against; requests must then carry a known
+    /// bearer token (401 otherwise). `None` allows every request.
+    pub rbac: Option<String>,
+    /// The user [`Emulator::kubeconfig_yaml`] authenticates as.
+    pub user: String,
 }
 
 impl Default for Options {
@@ -85,6 +93,8 @@ impl Default for Options {
             bookmark_interval: Duration::from_millis(500),
             history: store::DEFAULT_HISTORY,
             simulation: SimConfig::default(),
+            rbac: None,
+            user: api::authn::DEFAULT_USER.to_owned(),
         }
     }
 }
@@ -109,6 +119,8 @@ pub struct Emulator {
     store: Store,
     api: Arc<ApiState>,
     simulation: Arc<Simulation>,
+    /// Who [`Emulator::kubeconfig_yaml`] authenticates as.
+    user: UserInfo,
     /// The accept loop and its stop signal while the server is up. A std mutex: only swapped,
     /// never held across an `.await`.
     server: Mutex<Option<Server>>,
@@ -128,7 +140,14 @@ impl Emulator {
         Self::start_with(Options::default()).await
     }
 
+    /// Starts an emulator with `options`; fails on RBAC YAML it cannot read.
     pub async fn start_with(options: Options) -> anyhow::Result<Emulator> {
+        let rbac = match &options.rbac {
+            Some(yaml) => Some(Arc::new(
+                Policy::from_yaml(yaml).context("loading the RBAC policy")?,
+            )),
+            None => None,
+        };
         let store = Store::with_options(StoreOptions {
             history: options.history,
             log_max_bytes: options.simulation.log_max_bytes,
@@ -143,6 +162,7 @@ impl Emulator {
             Arc::new(faults::Faults::default()),
             ApiConfig {
                 bookmark_interval: options.bookmark_interval,
+                rbac,
             },
         );
         *api.advertise.lock().unwrap_or_else(|p| p.into_inner()) = addr.to_string();
@@ -154,6 +174,7 @@ impl Emulator {
             store,
             api,
             simulation,
+            user: UserInfo::named(&options.user, &[]),
             server: Mutex::new(Some(server)),
         })
     }
@@ -167,19 +188,34 @@ impl Emulator {
         self.addr
     }
 
-    /// A kubeconfig (cluster `emulator`, plain HTTP, no credentials) whose context uses
-    /// `namespace`.
+    /// A kubeconfig (cluster `emulator`, plain HTTP) whose context uses `namespace`, with the
+    /// bearer token of the configured user ([`Options::user`]).
     pub fn kubeconfig_yaml(&self, namespace: &str) -> String {
-        kubeconfig_yaml(&self.url(), namespace)
+        kubeconfig_yaml(&self.url(), namespace, &self.api.tokens.token_for(&self.user))
+    }
+
+    /// A kubeconfig like [`Emulator::kubeconfig_yaml`] for a cluster administrator
+    /// (`system:admin` in `system:masters`, allowed everything): a test's own look at the
+    /// cluster, as kubectl with admin rights.
+    pub fn admin_kubeconfig_yaml(&self, namespace: &str) -> String {
+        let admin = UserInfo::named(api::authn::ADMIN_USER, &[api::authn::MASTERS]);
+        kubeconfig_yaml(&self.url(), namespace, &self.api.tokens.token_for(&admin))
+    }
+
+    /// The user [`Emulator::kubeconfig_yaml`] authenticates as.
+    pub fn user(&self) -> &str {
+        &self.user.name
     }
 
     /// Writes [`Emulator::kubeconfig_yaml`] to `path` atomically (a temporary file renamed into
     /// place), so a process polling for the file never reads half of it.
     pub fn write_kubeconfig(&self, path: &Path, namespace: &str) -> std::io::Result<()> {
-        let mut temporary = path.as_os_str().to_owned();
-        temporary.push(".tmp");
-        std::fs::write(&temporary, self.kubeconfig_yaml(namespace))?;
-        std::fs::rename(&temporary, path)
+        write_atomically(path, &self.kubeconfig_yaml(namespace))
+    }
+
+    /// Writes [`Emulator::admin_kubeconfig_yaml`] to `path` atomically.
+    pub fn write_admin_kubeconfig(&self, path: &Path, namespace: &str) -> std::io::Result<()> {
+        write_atomically(path, &self.admin_kubeconfig_yaml(namespace))
     }
 
     pub fn store(&self) -> &Store {
@@ -392,11 +428,21 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// A kubeconfig for an API server at `url` (used by [`Emulator::kubeconfig_yaml`] and the binary).
-pub fn kubeconfig_yaml(url: &str, namespace: &str) -> String {
+/// Writes `text` to a temporary file renamed to `path`, so a process polling for the file
+/// never reads half of it.
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, path)
+}
+
+/// A kubeconfig for an API server at `url` whose user presents bearer `token` (used by
+/// [`Emulator::kubeconfig_yaml`]).
+pub fn kubeconfig_yaml(url: &str, namespace: &str, token: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n\
          contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: {namespace}\n\
-         current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\npreferences: {{}}\n"
+         current-context: emulator\nusers:\n- name: emulator\n  user:\n    token: {token}\npreferences: {{}}\n"
     )
 }

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
 use kube_emulator::{Emulator, Options, SimConfig};
 
@@ -40,6 +41,18 @@ struct Args {
     /// it past this many bytes; reads that open the log see only the current file. Unset: never.
     #[arg(long, env = "KUBE_EMULATOR_KUBELET_LOG_MAX_BYTES")]
     kubelet_log_max_bytes: Option<usize>,
+    /// Authorize every request against the Roles, ClusterRoles, RoleBindings and
+    /// ClusterRoleBindings in this multi-document YAML file (other kinds are ignored), e.g. the
+    /// output of `kubectl kustomize deploy/overlays/prod`. Requests must then carry the
+    /// kubeconfig's token (401 otherwise); refused ones get 403. Without it, all is allowed.
+    #[arg(long, env = "KUBE_EMULATOR_RBAC")]
+    rbac: Option<PathBuf>,
+    /// The user the written kubeconfig authenticates as.
+    #[arg(long, env = "KUBE_EMULATOR_USER", default_value = kube_emulator::api::authn::DEFAULT_USER)]
+    user: String,
+    /// Where to write a kubeconfig for a cluster administrator (allowed everything).
+    #[arg(long, env = "KUBE_EMULATOR_ADMIN_KUBECONFIG")]
+    admin_kubeconfig: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -51,6 +64,12 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let rbac = match &args.rbac {
+        Some(path) => {
+            Some(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
+        }
+        None => None,
+    };
     let options = Options {
         listen: args.listen,
         bookmark_interval: Duration::from_millis(args.bookmark_ms),
@@ -60,6 +79,9 @@ async fn main() -> anyhow::Result<()> {
             log_max_bytes: args.kubelet_log_max_bytes,
             ..SimConfig::default()
         },
+        rbac,
+        user: args.user.clone(),
+        ..Options::default()
     };
     let emulator = Emulator::start_with(options).await?;
     if args.workload_crds {
@@ -67,7 +89,11 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(path) = &args.kubeconfig {
         emulator.write_kubeconfig(path, &args.namespace)?;
-        tracing::info!(path = %path.display(), "kubeconfig written");
+        tracing::info!(path = %path.display(), user = %emulator.user(), "kubeconfig written");
+    }
+    if let Some(path) = &args.admin_kubeconfig {
+        emulator.write_admin_kubeconfig(path, &args.namespace)?;
+        tracing::info!(path = %path.display(), "administrator's kubeconfig written");
     }
     tracing::info!(url = %emulator.url(), "kube emulator ready");
     kube_emulator::shutdown_signal().await;

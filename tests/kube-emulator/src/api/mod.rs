@@ -17,12 +17,16 @@
 //! - [`logs`]: the `pods/{name}/log` subresource.
 //! - [`table`]: server-side printing (`as=Table`) for kubectl's human output.
 //! - [`kinds`], [`patch`], [`selector`], [`status`]: the rules those apply.
+//! - [`authn`], [`rbac`]: who a request comes from and whether it may (only with a policy
+//!   loaded; without one every request is allowed).
 //!
 
+pub mod authn;
 pub mod discovery;
 pub mod kinds;
 pub mod logs;
 pub mod patch;
+pub mod rbac;
 pub mod resources;
 pub mod schema;
 pub mod selector;
@@ -56,12 +60,16 @@ const MAX_SNAPSHOTS: usize = 256;
 pub struct ApiConfig {
     /// How often a watch with `allowWatchBookmarks=true` reports progress while its kind is idle.
     pub bookmark_interval: Duration,
+    /// The RBAC policy every request is authenticated and authorized against; `None` allows
+    /// every request, with or without credentials.
+    pub rbac: Option<Arc<rbac::Policy>>,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             bookmark_interval: Duration::from_secs(5),
+            rbac: None,
         }
     }
 }
@@ -87,6 +95,8 @@ pub struct ApiState {
     pub config: ApiConfig,
     /// `host:port` clients reach us at (for `/api`'s `serverAddressByClientCIDRs`).
     pub advertise: Mutex<String>,
+    /// The bearer tokens of the users the emulator knows.
+    pub tokens: authn::Tokens,
     pub(crate) snapshots: Mutex<Snapshots>,
 }
 
@@ -97,6 +107,7 @@ impl ApiState {
             faults,
             config,
             advertise: Mutex::new("127.0.0.1:6443".to_owned()),
+            tokens: authn::Tokens::default(),
             snapshots: Mutex::new(Snapshots::default()),
         })
     }
@@ -350,8 +361,48 @@ fn body_media_type_supported(content_type: &str) -> bool {
     )
 }
 
+/// What the authorizer is asked about a resource request: the verb as RBAC names it (a log
+/// read is `get` on `pods/log`), and the name a list or watch selects by `metadata.name`.
+fn attributes_of(target: &Target, verb: Verb, query: &Query) -> rbac::Attributes {
+    let mut name = target.name().to_owned();
+    if name.is_empty()
+        && let Some(selector) = query.value("fieldSelector")
+        && let Some(selected) = selector.strip_prefix("metadata.name=")
+        && !selected.contains(',')
+    {
+        name = selected.to_owned();
+    }
+    let mut namespace = target.ns().unwrap_or_default().to_owned();
+    // A namespace object is addressed in its own namespace.
+    if target.rt.key() == "namespaces" {
+        namespace = target.name().to_owned();
+    }
+    rbac::Attributes {
+        verb: match verb {
+            Verb::Log => "get",
+            other => other.as_str(),
+        }
+        .to_owned(),
+        group: target.rt.group.clone(),
+        resource: target.rt.plural.clone(),
+        subresource: target.sub.clone().unwrap_or_default(),
+        namespace,
+        name,
+    }
+}
+
 async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    // With a policy, every request (discovery included) must name a known user; discovery
+    // (non-resource paths) is then open to every authenticated user, as `system:discovery`
+    // and `system:public-info-viewer` grant on a real cluster.
+    let user = match &api.config.rbac {
+        Some(_) => match api.tokens.authenticate(&parts.headers) {
+            Ok(user) => Some(user),
+            Err(e) => return e.into_response(),
+        },
+        None => None,
+    };
     let path = parts.uri.path().to_owned();
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
@@ -381,6 +432,13 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
         }
     };
     api.faults.count(&target.counter_key(), verb.as_str());
+    if let (Some(policy), Some(user)) = (&api.config.rbac, &user) {
+        let attributes = attributes_of(&target, verb, &query);
+        if let rbac::Decision::Deny(reason) = policy.authorize(user, &attributes) {
+            tracing::debug!(user = %user.name, path = %path, "forbidden");
+            return rbac::forbidden(user, &attributes, &reason).into_response();
+        }
+    }
     if let Some(code) = api.faults.take_failure() {
         tracing::debug!(code, path = %path, "injected failure");
         return ApiError::injected(code).into_response();

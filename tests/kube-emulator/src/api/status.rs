@@ -156,6 +156,33 @@ impl ApiError {
         }
     }
 
+    /// `403 Forbidden` for `qualified` (`pods`, `jobs.batch`) and `name` (empty for a
+    /// collection), saying `why`; `details` names the plural resource (and group, and name).
+    pub fn forbidden(qualified: &str, group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let mut details = serde_json::Map::new();
+        if !name.is_empty() {
+            details.insert("name".into(), json!(name));
+        }
+        if !group.is_empty() {
+            details.insert("group".into(), json!(group));
+        }
+        details.insert("kind".into(), json!(resource));
+        let message = if name.is_empty() {
+            format!("{qualified} is forbidden: {why}")
+        } else {
+            format!("{qualified} {name:?} is forbidden: {why}")
+        };
+        ApiError {
+            details: Box::new(Value::Object(details)),
+            ..Self::new(403, "Forbidden", message)
+        }
+    }
+
+    /// `401 Unauthorized`: the request carries no credentials the server knows.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
     /// An unknown path, group or resource.
     pub fn no_route() -> Self {
         ApiError {
