@@ -12,6 +12,18 @@ use kube_emulator::Emulator;
 
 use super::{Polling, Server};
 
+/// The emulator's profile, from `JOBGATE_TEST_EMULATOR_PROFILE`: `fast` (the default) or
+/// `real-cluster` (kube-apiserver's watch pace, the controllers' back-offs, 30 s grace).
+fn emulator_options() -> kube_emulator::Options {
+    let profile = std::env::var("JOBGATE_TEST_EMULATOR_PROFILE").unwrap_or_else(|_| "fast".into());
+    kube_emulator::Options::profile(&profile).unwrap_or_else(|| {
+        panic!(
+            "JOBGATE_TEST_EMULATOR_PROFILE={profile:?} is none of {:?}",
+            kube_emulator::PROFILES
+        )
+    })
+}
+
 /// An emulated cluster, a kubeconfig pointing at it, and a kube-rs client for inspection.
 pub struct Cluster {
     pub emu: Emulator,
@@ -22,7 +34,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Cluster {
-        let emu = Emulator::start().await.expect("emulator");
+        let emu = Emulator::start_with(emulator_options()).await.expect("emulator");
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         emu.write_kubeconfig(&kubeconfig, "default").unwrap();

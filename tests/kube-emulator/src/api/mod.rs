@@ -55,12 +55,20 @@ const MAX_SNAPSHOTS: usize = 256;
 pub struct ApiConfig {
     /// How often a watch with `allowWatchBookmarks=true` reports progress while its kind is idle.
     pub bookmark_interval: Duration,
+    /// Up to this much is added at random to each watch's bookmark period, as the watch cache's
+    /// jittered bookmark timer does.
+    pub bookmark_jitter: Duration,
+    /// 429s are written as kube-apiserver's API Priority and Fairness filter writes them: plain
+    /// text, not a `Status`. Otherwise they are a `TooManyRequests` Status.
+    pub flow_control_429: bool,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             bookmark_interval: Duration::from_secs(5),
+            bookmark_jitter: Duration::ZERO,
+            flow_control_429: false,
         }
     }
 }
@@ -382,9 +390,15 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
     api.faults.count(&target.counter_key(), verb.as_str());
     if let Some(code) = api.faults.take_failure() {
         tracing::debug!(code, path = %path, "injected failure");
+        if code == 429 && api.config.flow_control_429 {
+            return status::flow_control_rejection(1);
+        }
         return ApiError::injected(code).into_response();
     }
     if let Some(seconds) = api.faults.throttled(&target.counter_key(), verb.as_str()) {
+        if api.config.flow_control_429 {
+            return status::flow_control_rejection(seconds);
+        }
         return ApiError::too_many_requests_after(seconds).into_response();
     }
     let body = match axum::body::to_bytes(Body::new(body), MAX_BODY).await {

@@ -34,6 +34,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -72,6 +73,9 @@ pub struct StoreOptions {
     pub history: usize,
     /// Capacity of the live change channel (per-receiver backlog before it lags).
     pub broadcast_capacity: usize,
+    /// How long a change stays in the history at most (`None`: until `history` newer ones push
+    /// it out); a watch from a resourceVersion that aged out answers `Expired`.
+    pub history_age: Option<Duration>,
 }
 
 impl Default for StoreOptions {
@@ -79,6 +83,7 @@ impl Default for StoreOptions {
         StoreOptions {
             history: DEFAULT_HISTORY,
             broadcast_capacity: DEFAULT_BROADCAST_CAPACITY,
+            history_age: None,
         }
     }
 }
@@ -92,6 +97,7 @@ struct State {
     rv: u64,
     history: VecDeque<Arc<Change>>,
     history_limit: usize,
+    history_age: Option<Duration>,
     /// Every change with an rv above this is in `history`; a watch may start from any rv ≥ it.
     compacted_through: u64,
     logs: HashMap<ObjectKey, PodLog>,
@@ -150,6 +156,7 @@ impl Store {
                 rv: 0,
                 history: VecDeque::new(),
                 history_limit: options.history.max(1),
+                history_age: options.history_age,
                 compacted_through: 0,
                 logs: HashMap::new(),
             })),

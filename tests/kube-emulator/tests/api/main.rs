@@ -17,6 +17,7 @@ mod faults;
 mod lists;
 mod logs;
 mod objects;
+mod pace;
 mod watches;
 
 use std::time::Duration;
