@@ -33,10 +33,7 @@ async fn raw_get(emulator: &Emulator, path: &str) -> (String, Vec<(String, Strin
 }
 
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 #[test]
@@ -131,7 +128,11 @@ async fn a_too_new_resource_version_is_504_too_large_after_the_wait() {
     match next(&mut stream).await.expect("an event") {
         WatchEvent::Error(status) => {
             assert_eq!((status.code, status.reason.as_str()), (504, "Timeout"));
-            assert!(status.message.starts_with("Timeout: Too large resource version: "));
+            assert!(
+                status
+                    .message
+                    .starts_with("Timeout: Too large resource version: ")
+            );
         }
         other => panic!("expected a 504 ERROR event, got {other:?}"),
     }

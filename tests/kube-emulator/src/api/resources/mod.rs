@@ -28,8 +28,8 @@ use super::{ApiState, Form, Query, Target, table};
 use crate::store::StoreError;
 
 pub use delete::{delete, delete_collection};
-pub(crate) use read::{too_large_rv, wait_for_rv};
 pub use read::{get, list};
+pub(crate) use read::{too_large_rv, wait_for_rv};
 pub use write::{create, create_from_value, patch, update};
 
 type ApiResult = Result<Response, ApiError>;
