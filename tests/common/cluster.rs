@@ -17,6 +17,19 @@ use kube_emulator::Emulator;
 
 use super::{Polling, Server};
 
+/// The emulator's options for the profile `JOBGATE_TEST_EMULATOR_PROFILE` names: `fast` (the
+/// default) or `real-cluster` (kube-apiserver's watch pace, the controllers' back-offs, 30 s
+/// grace). Every cluster of the tests starts from them.
+pub fn emulator_options() -> kube_emulator::Options {
+    let profile = std::env::var("JOBGATE_TEST_EMULATOR_PROFILE").unwrap_or_else(|_| "fast".into());
+    kube_emulator::Options::profile(&profile).unwrap_or_else(|| {
+        panic!(
+            "JOBGATE_TEST_EMULATOR_PROFILE={profile:?} is none of {:?}",
+            kube_emulator::PROFILES
+        )
+    })
+}
+
 /// An emulated cluster, a kubeconfig pointing at it, and a kube-rs client for inspection.
 pub struct Cluster {
     pub emu: Emulator,
@@ -70,7 +83,7 @@ async fn client_of(kubeconfig: &std::path::Path) -> kube::Client {
 impl Cluster {
     /// A cluster that allows every request.
     pub async fn start() -> Cluster {
-        Self::start_with(kube_emulator::Options::default()).await
+        Self::start_with(emulator_options()).await
     }
 
     /// A cluster where jobgate has the RBAC of deploy/overlays/`overlay` (`base` for
@@ -83,7 +96,7 @@ impl Cluster {
     pub async fn start_with_rbac(rbac: &str) -> Cluster {
         Self::start_with(kube_emulator::Options {
             rbac: Some(rbac.to_owned()),
-            ..kube_emulator::Options::default()
+            ..emulator_options()
         })
         .await
     }

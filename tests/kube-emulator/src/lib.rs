@@ -68,14 +68,22 @@ const KUEUE_CRDS: &str = include_str!("../crds/kueue.yaml");
 
 /// How to start an [`Emulator`]. `Default` is test-friendly: an ephemeral port on 127.0.0.1,
 /// bookmarks every 500 ms, 10,000 changes of history, fast controller timings.
+/// [`Options::real_cluster`] has kube-apiserver's and the controllers' own values.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Where to listen; port 0 picks a free one.
     pub listen: SocketAddr,
     /// Interval of BOOKMARK events on idle watches that asked for them.
     pub bookmark_interval: Duration,
+    /// Up to this much is added at random to each watch's bookmark interval.
+    pub bookmark_jitter: Duration,
     /// Changes retained for watches; a watch from an older resourceVersion gets `410 Expired`.
     pub history: usize,
+    /// How long a change is retained for watches at most (`None`: only `history` counts).
+    pub history_age: Option<Duration>,
+    /// `429` answers are plain text, as kube-apiserver's API Priority and Fairness filter
+    /// writes them, instead of a `TooManyRequests` Status.
+    pub flow_control_429: bool,
     /// Timings of the simulated controllers.
     pub simulation: SimConfig,
     /// RBAC objects (multi-document YAML: Roles, ClusterRoles and their bindings; other kinds
@@ -91,10 +99,43 @@ impl Default for Options {
         Options {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             bookmark_interval: Duration::from_millis(500),
+            bookmark_jitter: Duration::ZERO,
             history: store::DEFAULT_HISTORY,
+            history_age: None,
+            flow_control_429: false,
             simulation: SimConfig::default(),
             rbac: None,
             user: api::authn::DEFAULT_USER.to_owned(),
+        }
+    }
+}
+
+/// The profiles `kube-emulator --profile` offers.
+pub const PROFILES: &[&str] = &["fast", "real-cluster"];
+
+impl Options {
+    /// The pace of a real cluster (the values and their upstream sources are listed in the
+    /// crate's README): bookmarks about every minute, 75 s of watch history (at most 102,400
+    /// changes), plain-text 429s from flow control, and [`SimConfig::real_cluster`] timings.
+    pub fn real_cluster() -> Options {
+        Options {
+            bookmark_interval: Duration::from_secs(60),
+            bookmark_jitter: Duration::from_millis(1250),
+            history: 100 * 1024,
+            history_age: Some(Duration::from_secs(75)),
+            flow_control_429: true,
+            simulation: SimConfig::real_cluster(),
+            ..Options::default()
+        }
+    }
+
+    /// The options of a named profile (`fast` = [`Options::default`], `real-cluster` =
+    /// [`Options::real_cluster`]); `None` for an unknown name.
+    pub fn profile(name: &str) -> Option<Options> {
+        match name {
+            "fast" => Some(Options::default()),
+            "real-cluster" => Some(Options::real_cluster()),
+            _ => None,
         }
     }
 }
@@ -151,6 +192,7 @@ impl Emulator {
         let store = Store::with_options(StoreOptions {
             history: options.history,
             log_max_bytes: options.simulation.log_max_bytes,
+            history_age: options.history_age,
             ..StoreOptions::default()
         });
         let listener = TcpListener::bind(options.listen)
@@ -163,6 +205,8 @@ impl Emulator {
             ApiConfig {
                 bookmark_interval: options.bookmark_interval,
                 rbac,
+                bookmark_jitter: options.bookmark_jitter,
+                flow_control_429: options.flow_control_429,
             },
         );
         *api.advertise.lock().unwrap_or_else(|p| p.into_inner()) = addr.to_string();

@@ -22,12 +22,19 @@ struct Args {
     /// The namespace of the kubeconfig's context.
     #[arg(long, env = "KUBE_EMULATOR_NAMESPACE", default_value = "default")]
     namespace: String,
-    /// Milliseconds between BOOKMARK events on idle watches.
-    #[arg(long, env = "KUBE_EMULATOR_BOOKMARK_MS", default_value_t = 5000)]
-    bookmark_ms: u64,
-    /// Changes retained for watches (older resourceVersions expire).
-    #[arg(long, env = "KUBE_EMULATOR_HISTORY", default_value_t = 10_000)]
-    history: usize,
+    /// `fast` (quick controllers, short bookmark interval: for tests) or `real-cluster`
+    /// (kube-apiserver's and the controllers' own timings; see the README).
+    #[arg(long, env = "KUBE_EMULATOR_PROFILE", default_value = "fast",
+          value_parser = clap::builder::PossibleValuesParser::new(kube_emulator::PROFILES))]
+    profile: String,
+    /// Milliseconds between BOOKMARK events on idle watches (default: 5000 with the `fast`
+    /// profile, about 60,000 with `real-cluster`).
+    #[arg(long, env = "KUBE_EMULATOR_BOOKMARK_MS")]
+    bookmark_ms: Option<u64>,
+    /// Changes retained for watches (older resourceVersions expire; default: 10,000 with the
+    /// `fast` profile, 102,400 and at most 75 s with `real-cluster`).
+    #[arg(long, env = "KUBE_EMULATOR_HISTORY")]
+    history: Option<usize>,
     /// Serve the workload CRDs (Kubeflow, Argo, Tekton, KubeRay, Spark) and simulate their
     /// operators.
     #[arg(long, env = "KUBE_EMULATOR_WORKLOAD_CRDS")]
@@ -70,19 +77,22 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let options = Options {
-        listen: args.listen,
-        bookmark_interval: Duration::from_millis(args.bookmark_ms),
-        history: args.history,
-        simulation: SimConfig {
-            kubelet_gc: args.kubelet_gc_secs.map(Duration::from_secs),
-            log_max_bytes: args.kubelet_log_max_bytes,
-            ..SimConfig::default()
-        },
-        rbac,
-        user: args.user.clone(),
-        ..Options::default()
-    };
+    let mut options = Options::profile(&args.profile)
+        .ok_or_else(|| anyhow::anyhow!("unknown profile {:?}", args.profile))?;
+    options.listen = args.listen;
+    if args.profile == "fast" {
+        options.bookmark_interval = Duration::from_millis(5000);
+    }
+    if let Some(ms) = args.bookmark_ms {
+        options.bookmark_interval = Duration::from_millis(ms);
+    }
+    if let Some(history) = args.history {
+        options.history = history;
+    }
+    options.simulation.kubelet_gc = args.kubelet_gc_secs.map(Duration::from_secs);
+    options.simulation.log_max_bytes = args.kubelet_log_max_bytes;
+    options.rbac = rbac;
+    options.user = args.user.clone();
     let emulator = Emulator::start_with(options).await?;
     if args.workload_crds {
         emulator.register_all_workload_crds()?;

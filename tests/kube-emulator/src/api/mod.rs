@@ -63,6 +63,12 @@ pub struct ApiConfig {
     /// The RBAC policy every request is authenticated and authorized against; `None` allows
     /// every request, with or without credentials.
     pub rbac: Option<Arc<rbac::Policy>>,
+    /// Up to this much is added at random to each watch's bookmark period, as the watch cache's
+    /// jittered bookmark timer does.
+    pub bookmark_jitter: Duration,
+    /// 429s are written as kube-apiserver's API Priority and Fairness filter writes them: plain
+    /// text, not a `Status`. Otherwise they are a `TooManyRequests` Status.
+    pub flow_control_429: bool,
 }
 
 impl Default for ApiConfig {
@@ -70,6 +76,8 @@ impl Default for ApiConfig {
         ApiConfig {
             bookmark_interval: Duration::from_secs(5),
             rbac: None,
+            bookmark_jitter: Duration::ZERO,
+            flow_control_429: false,
         }
     }
 }
@@ -441,9 +449,15 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
     }
     if let Some(code) = api.faults.take_failure() {
         tracing::debug!(code, path = %path, "injected failure");
+        if code == 429 && api.config.flow_control_429 {
+            return status::flow_control_rejection(1);
+        }
         return ApiError::injected(code).into_response();
     }
     if let Some(seconds) = api.faults.throttled(&target.counter_key(), verb.as_str()) {
+        if api.config.flow_control_429 {
+            return status::flow_control_rejection(seconds);
+        }
         return ApiError::too_many_requests_after(seconds).into_response();
     }
     let body = match axum::body::to_bytes(Body::new(body), MAX_BODY).await {

@@ -411,6 +411,29 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A request refused by API Priority and Fairness, as kube-apiserver writes it: `429` with a
+/// `Retry-After` header and a plain-text body (Go's `http.Error`: `text/plain; charset=utf-8`,
+/// `X-Content-Type-Options: nosniff`, the message and a newline), not a `Status`. Clients see an
+/// error whose body does not parse as a Status.
+pub fn flow_control_rejection(retry_after_seconds: u64) -> Response {
+    let mut response = (
+        StatusCode::TOO_MANY_REQUESTS,
+        "Too many requests, please try again later.\n",
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds));
+    response
+}
+
 /// The `Status` a successful immediate delete answers with.
 pub fn delete_success(rt: &ResourceType, name: &str, uid: Option<&str>) -> Value {
     let mut details = object_details(rt, name);

@@ -8,6 +8,10 @@
 //!   then live; `N` older than the history → one `ERROR` event with a 410 `Expired` Status, then
 //!   the end of the stream (kube-rs relists on it; an HTTP 410 would make it retry forever).
 //!
+//! - with `sendInitialEvents=true` and a resourceVersion the store has not reached: after waiting
+//!   up to 3 s for it (the watch cache's `blockTimeout`), the state as above, or one `ERROR` event
+//!   with the `504` "Too large resource version" Status, then the end of the stream.
+//!
 //! Selector transitions follow the watch cache: an update into the selector is `ADDED`, out of it
 //! `DELETED` (old content, new resourceVersion). With `allowWatchBookmarks=true` a BOOKMARK
 //! reports progress every `bookmark_interval` when changes that did not match moved the
@@ -28,7 +32,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
-use super::resources::selectors;
+use super::resources::{selectors, too_large_rv, wait_for_rv};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Cause};
 use super::{ApiState, Form, Query, Target, kinds, table};
@@ -51,6 +55,9 @@ struct WatchStream {
     /// The newest resourceVersion the client has been told about (event or bookmark).
     reported: u64,
     deadline: Option<Instant>,
+    /// A `sendInitialEvents` start from a resourceVersion the store has not reached yet: the
+    /// stream waits for it before it lists.
+    wait_for: Option<u64>,
     ticker: Interval,
     dropper: watch::Receiver<u64>,
     done: bool,
@@ -61,6 +68,12 @@ fn line(kind: &str, object: &Value) -> Bytes {
     let mut out = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
     out.push(b'\n');
     Bytes::from(out)
+}
+
+/// A number in [0, 1), from a v4 uuid's random bits (no RNG dependency for one jitter).
+fn random_fraction() -> f64 {
+    let bits = uuid::Uuid::new_v4().as_u128() as u64 >> 11;
+    bits as f64 / (1u64 << 53) as f64
 }
 
 fn forbidden_option(field: &str, message: &str) -> ApiError {
@@ -119,7 +132,8 @@ pub fn start(api: &Arc<ApiState>, t: &Target, q: &Query, form: Form) -> Result<R
         .filter(|s| *s > 0)
         .map(|s| Duration::from_secs(s as u64));
     let interval = api.config.bookmark_interval.max(Duration::from_millis(10));
-    let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
+    let jitter = api.config.bookmark_jitter.mul_f64(random_fraction());
+    let mut ticker = tokio::time::interval_at(Instant::now() + interval + jitter, interval + jitter);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
 
     let mut stream = WatchStream {
@@ -135,6 +149,7 @@ pub fn start(api: &Arc<ApiState>, t: &Target, q: &Query, form: Form) -> Result<R
         seen: 0,
         reported: 0,
         deadline: timeout.map(|d| Instant::now() + d),
+        wait_for: None,
         ticker,
         dropper: api.faults.watch_dropper(),
         done: false,
@@ -144,7 +159,12 @@ pub fn start(api: &Arc<ApiState>, t: &Target, q: &Query, form: Form) -> Result<R
     // made right after the client sees the headers is part of this stream.
     let initial_events = send_initial == Some(true) || (send_initial.is_none() && from.is_none());
     if initial_events {
-        stream.begin_with_state(send_initial == Some(true));
+        match from {
+            Some(rv) if send_initial == Some(true) && rv > api.store.current_rv() => {
+                stream.wait_for = Some(rv);
+            }
+            _ => stream.begin_with_state(send_initial == Some(true)),
+        }
     } else {
         stream.begin_from(from.unwrap_or_else(|| api.store.current_rv()));
     }
@@ -270,6 +290,15 @@ impl WatchStream {
     }
 
     async fn next(&mut self) -> Option<Bytes> {
+        if let Some(rv) = self.wait_for.take() {
+            if wait_for_rv(&self.api.store, rv).await {
+                self.begin_with_state(true);
+            } else {
+                let status = too_large_rv(rv, self.api.store.current_rv());
+                self.pending.push_back(line("ERROR", &status.body()));
+                self.done = true;
+            }
+        }
         loop {
             if let Some(chunk) = self.pending.pop_front() {
                 return Some(chunk);

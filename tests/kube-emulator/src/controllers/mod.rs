@@ -68,18 +68,22 @@ pub struct SimConfig {
     pub pending: Duration,
     /// How long a container runs unless `EMULATOR_RUN_MS` says otherwise.
     pub run: Duration,
-    /// How long a container takes to exit after its pod is marked for deletion (SIGTERM → exit 143).
+    /// How long a container takes to exit after its pod is marked for deletion (SIGTERM → exit
+    /// 143); bounded by the pod's grace period, at whose end it is killed (exit 137).
     pub termination: Duration,
     /// The Job controller's pod-failure back-off before it replaces a failed pod (real: 10 s),
     /// doubling with each consecutive failure.
     pub pod_failure_backoff: Duration,
-    /// Cap of the pod-failure back-off (real: 6 min).
+    /// Cap of the pod-failure back-off (real: 10 min).
     pub pod_failure_backoff_max: Duration,
     /// The kubelet's back-off before restarting a failed container in place (`restartPolicy:
     /// OnFailure`; real: 10 s), doubling with each restart.
     pub crash_loop_backoff: Duration,
     /// Cap of the crash-loop back-off (real: 5 min).
     pub crash_loop_backoff_max: Duration,
+    /// The Job controller's batching of syncs triggered by pod changes and by Job status
+    /// updates (real: 1 s, `syncJobBatchPeriod`); a new Job or a spec change syncs at once.
+    pub job_sync_batch: Duration,
     /// Whether the controllers write core/v1 Events (SuccessfulCreate, Completed, Scheduled, …).
     /// Benchmarks that create many Jobs may turn them off to keep the store's history for watches.
     pub events: bool,
@@ -105,6 +109,7 @@ impl Default for SimConfig {
             pod_failure_backoff_max: Duration::from_secs(2),
             crash_loop_backoff: Duration::from_millis(50),
             crash_loop_backoff_max: Duration::from_secs(1),
+            job_sync_batch: Duration::ZERO,
             events: true,
             kubelet_gc: None,
             log_max_bytes: None,
@@ -113,6 +118,22 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// The real components' timings: the Job controller's 1 s sync batching and 10 s pod-failure
+    /// back-off (capped at 10 min), the kubelet's 10 s crash-loop back-off (capped at 5 min), and
+    /// a container that does not exit on SIGTERM (as a process running as PID 1 without a
+    /// handler): a deleted running pod stops when its grace period (30 s by default) ends.
+    pub fn real_cluster() -> SimConfig {
+        SimConfig {
+            termination: Duration::from_secs(30),
+            pod_failure_backoff: Duration::from_secs(10),
+            pod_failure_backoff_max: Duration::from_secs(600),
+            crash_loop_backoff: Duration::from_secs(10),
+            crash_loop_backoff_max: Duration::from_secs(300),
+            job_sync_batch: Duration::from_secs(1),
+            ..SimConfig::default()
+        }
+    }
+
     /// `base` doubled `n - 1` times, capped at `max` (`n == 0` → zero), the back-off formula of
     /// both the Job controller and the kubelet.
     pub(crate) fn backoff(base: Duration, max: Duration, n: u32) -> Duration {

@@ -41,6 +41,12 @@ pub(crate) trait Reconciler: Send + 'static {
     /// Keys concerned by one committed change; also keeps the controller's indexes current.
     fn keys_for(&mut self, change: &Change, keys: &mut Vec<Self::Key>);
 
+    /// How long the keys of `change` wait before they are reconciled (a controller's batching
+    /// period; keys already waiting keep their earlier time). Zero: at once.
+    fn batch_delay(&self, _change: &Change) -> Duration {
+        Duration::ZERO
+    }
+
     /// Keys concerned by a nudge.
     fn nudged(&mut self, _nudge: Self::Nudge, _keys: &mut Vec<Self::Key>) {}
 
@@ -154,6 +160,7 @@ async fn run<R: Reconciler>(
 ) {
     let mut queue = WorkQueue::new();
     let mut keys = Vec::new();
+    let mut delayed = Vec::new();
     for key in reconciler.resync(&store) {
         queue.add(key);
     }
@@ -167,7 +174,14 @@ async fn run<R: Reconciler>(
         let mut lagged = false;
         loop {
             match changes.try_recv() {
-                Ok(change) => reconciler.keys_for(&change, &mut keys),
+                Ok(change) => {
+                    let first = keys.len();
+                    reconciler.keys_for(&change, &mut keys);
+                    let delay = reconciler.batch_delay(&change);
+                    if !delay.is_zero() {
+                        delayed.extend(keys.drain(first..).map(|key| (key, delay)));
+                    }
+                }
                 Err(TryRecvError::Lagged(n)) => {
                     tracing::warn!(
                         controller = R::NAME,
@@ -185,6 +199,9 @@ async fn run<R: Reconciler>(
         }
         for key in keys.drain(..) {
             queue.add(key);
+        }
+        for (key, delay) in delayed.drain(..) {
+            queue.add_after(key, delay);
         }
         // Timers are also fired here, not only when the loop sleeps: under a steady stream of
         // changes the select below may never get to its timer branch.
@@ -224,7 +241,14 @@ async fn run<R: Reconciler>(
                 }
             }
             received = changes.recv() => match received {
-                Ok(change) => reconciler.keys_for(&change, &mut keys),
+                Ok(change) => {
+                    let first = keys.len();
+                    reconciler.keys_for(&change, &mut keys);
+                    let delay = reconciler.batch_delay(&change);
+                    if !delay.is_zero() {
+                        delayed.extend(keys.drain(first..).map(|key| (key, delay)));
+                    }
+                }
                 Err(RecvError::Lagged(n)) => {
                     tracing::warn!(controller = R::NAME, missed = n, "change stream lagged; relisting");
                     changes = changes.resubscribe();

@@ -6,6 +6,7 @@
 //! client (the API's watch does).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -32,9 +33,29 @@ pub struct Change {
     /// The object's state before this change (`None` for `Added`): lets a watch tell an update
     /// that moves an object into or out of its selector (sent as `ADDED`/`DELETED`).
     pub previous: Option<Arc<Value>>,
+    /// When the change was committed (history older than `StoreOptions::history_age` is forgotten).
+    pub at: Instant,
 }
 
 impl State {
+    /// Drops the changes beyond the retained count and, with a `history_age`, those older than
+    /// it: the watch cache's window (kube-apiserver keeps at least 75 s of events and evicts
+    /// them once its capacity is reached).
+    pub(super) fn forget_old_changes(&mut self) {
+        let now = Instant::now();
+        while let Some(oldest) = self.history.front() {
+            let too_many = self.history.len() > self.history_limit;
+            let too_old = self
+                .history_age
+                .is_some_and(|age| now.saturating_duration_since(oldest.at) > age);
+            if !(too_many || too_old) {
+                break;
+            }
+            self.compacted_through = oldest.rv;
+            self.history.pop_front();
+        }
+    }
+
     /// Assigns the next rv, records the change and publishes it. Must be called with the lock held.
     pub(super) fn commit(
         &mut self,
@@ -56,13 +77,10 @@ impl State {
             resource: resource.to_owned(),
             object: object.clone(),
             previous,
+            at: Instant::now(),
         });
         self.history.push_back(change.clone());
-        while self.history.len() > self.history_limit {
-            if let Some(old) = self.history.pop_front() {
-                self.compacted_through = old.rv;
-            }
-        }
+        self.forget_old_changes();
         // No receivers is fine: nobody watches right now.
         let _ = changes.send(change);
         object
@@ -74,11 +92,7 @@ impl Store {
     pub fn set_history_limit(&self, limit: usize) {
         let mut st = self.lock();
         st.history_limit = limit.max(1);
-        while st.history.len() > st.history_limit {
-            if let Some(old) = st.history.pop_front() {
-                st.compacted_through = old.rv;
-            }
-        }
+        st.forget_old_changes();
     }
 
     pub fn current_rv(&self) -> u64 {
@@ -87,7 +101,9 @@ impl Store {
 
     /// The oldest resourceVersion a watch may still start from.
     pub fn oldest_rv(&self) -> u64 {
-        self.lock().compacted_through
+        let mut st = self.lock();
+        st.forget_old_changes();
+        st.compacted_through
     }
 
     /// The retained changes with rv > `after` plus a receiver for later ones, taken atomically (no
@@ -100,7 +116,8 @@ impl Store {
         &self,
         after: Option<u64>,
     ) -> Result<(Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>), StoreError> {
-        let st = self.lock();
+        let mut st = self.lock();
+        st.forget_old_changes();
         let rx = self.changes.subscribe();
         let Some(after) = after else {
             return Ok((Vec::new(), rx));

@@ -35,6 +35,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -77,6 +78,9 @@ pub struct StoreOptions {
     /// The kubelet's `containerLogMaxSize`: a pod's log file is rotated when a line would take
     /// it past this many bytes (see `pod_logs`). `None`: never rotated.
     pub log_max_bytes: Option<usize>,
+    /// How long a change stays in the history at most (`None`: until `history` newer ones push
+    /// it out); a watch from a resourceVersion that aged out answers `Expired`.
+    pub history_age: Option<Duration>,
 }
 
 impl Default for StoreOptions {
@@ -85,6 +89,7 @@ impl Default for StoreOptions {
             history: DEFAULT_HISTORY,
             broadcast_capacity: DEFAULT_BROADCAST_CAPACITY,
             log_max_bytes: None,
+            history_age: None,
         }
     }
 }
@@ -98,6 +103,7 @@ struct State {
     rv: u64,
     history: VecDeque<Arc<Change>>,
     history_limit: usize,
+    history_age: Option<Duration>,
     /// Every change with an rv above this is in `history`; a watch may start from any rv ≥ it.
     compacted_through: u64,
     logs: HashMap<ObjectKey, PodLog>,
@@ -157,6 +163,7 @@ impl Store {
                 rv: 0,
                 history: VecDeque::new(),
                 history_limit: options.history.max(1),
+                history_age: options.history_age,
                 compacted_through: 0,
                 logs: HashMap::new(),
                 log_max_bytes: options.log_max_bytes,

@@ -18,6 +18,7 @@ mod lists;
 mod logs;
 mod objects;
 mod schemas;
+mod pace;
 mod watches;
 
 use std::time::Duration;

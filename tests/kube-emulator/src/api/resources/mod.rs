@@ -29,6 +29,7 @@ use crate::store::StoreError;
 
 pub use delete::{delete, delete_collection};
 pub use read::{get, list};
+pub(crate) use read::{too_large_rv, wait_for_rv};
 pub use write::{create, create_from_value, patch, update};
 
 type ApiResult = Result<Response, ApiError>;

@@ -15,8 +15,9 @@ use crate::api::status::{ApiError, Cause};
 use crate::api::{ApiState, Form, Query, Snapshot, Target, table};
 use crate::store::{ChangeKind, Store};
 
-/// How long a request for a future resourceVersion waits before `504 Too large resource version`.
-const FUTURE_RV_WAIT: Duration = Duration::from_secs(3);
+/// How long a request for a future resourceVersion waits before `504 Too large resource version`
+/// (the watch cache's `blockTimeout`).
+pub(crate) const FUTURE_RV_WAIT: Duration = Duration::from_secs(3);
 
 fn list_options_invalid(field: &str, message: &str) -> ApiError {
     ApiError::invalid_kind(
@@ -51,11 +52,27 @@ pub(crate) async fn wait_for_rv(store: &Store, rv: u64) -> bool {
     tokio::time::timeout(FUTURE_RV_WAIT, wait).await.is_ok()
 }
 
-fn too_large_rv() -> ApiError {
-    let mut e = ApiError::timeout("Too large resource version");
-    *e.details =
-        json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]});
+/// The watch cache's answer when it did not reach `requested` in time: `504 Timeout`, "Too large
+/// resource version: N, current: M", cause `ResourceVersionTooLarge`, retry after 1 s.
+pub(crate) fn too_large_rv(requested: u64, current: u64) -> ApiError {
+    let mut e = ApiError::timeout(format!(
+        "Timeout: Too large resource version: {requested}, current: {current}"
+    ));
+    *e.details = json!({
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    });
+    e.retry_after = Some(1);
     e
+}
+
+/// Waits for `rv` (see [`wait_for_rv`]), or the `504` a too-new resourceVersion gets.
+async fn fresh_enough(store: &Store, rv: u64) -> Result<(), ApiError> {
+    if wait_for_rv(store, rv).await {
+        Ok(())
+    } else {
+        Err(too_large_rv(rv, store.current_rv()))
+    }
 }
 
 fn parse_rv(s: &str) -> Result<u64, ApiError> {
@@ -66,9 +83,8 @@ fn parse_rv(s: &str) -> Result<u64, ApiError> {
 pub async fn get(api: &ApiState, t: &Target, q: &Query, form: &Form) -> ApiResult {
     if let Some(rv) = q.value("resourceVersion")
         && rv != "0"
-        && !wait_for_rv(&api.store, parse_rv(rv)?).await
     {
-        return Err(too_large_rv());
+        fresh_enough(&api.store, parse_rv(rv)?).await?;
     }
     let object = api
         .store
@@ -206,10 +222,8 @@ pub async fn list(api: &ApiState, t: &Target, q: &Query, form: &Form) -> ApiResu
             (None, Some(rv)) if rv != "0" && limit.is_some() => Some(parse_rv(rv)?),
             (None, _) => None,
         };
-        if let Some(rv) = rv_param.filter(|r| *r != "0")
-            && !wait_for_rv(&api.store, parse_rv(rv)?).await
-        {
-            return Err(too_large_rv());
+        if let Some(rv) = rv_param.filter(|r| *r != "0") {
+            fresh_enough(&api.store, parse_rv(rv)?).await?;
         }
         match exact {
             Some(rv) if rv < api.store.current_rv() => {

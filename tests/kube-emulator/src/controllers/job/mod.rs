@@ -565,6 +565,25 @@ impl Reconciler for JobController {
         }
     }
 
+    /// The real controller's batching: pod changes and Job updates that keep the generation
+    /// (its own status writes among them) sync after `job_sync_batch`; a new Job or a spec
+    /// change syncs at once.
+    fn batch_delay(&self, change: &Change) -> Duration {
+        let batch = self.shared.config.job_sync_batch;
+        match change.resource.as_str() {
+            "pods" => batch,
+            "jobs.batch" if change.kind == ChangeKind::Modified => {
+                let generation = |o: &Value| o.pointer("/metadata/generation").cloned();
+                let same = change
+                    .previous
+                    .as_deref()
+                    .is_some_and(|p| generation(p) == generation(&change.object));
+                if same { batch } else { Duration::ZERO }
+            }
+            _ => Duration::ZERO,
+        }
+    }
+
     fn reconcile(&mut self, store: &Store, key: &JobKey) -> Result<Option<Duration>, JobError> {
         let (ns, name) = key;
         let job = store.get("jobs.batch", Some(ns), name);

@@ -329,7 +329,14 @@ impl Kubelet {
         let now = Instant::now();
         let config = self.shared.config.clone();
         if is_deleting(pod) {
-            let kill_at = *run.kill_at.get_or_insert(now + config.termination);
+            // SIGTERM now; a container that has not exited when the grace period ends is killed.
+            let grace = pod
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_u64)
+                .map_or(config.termination, Duration::from_secs);
+            let killed_at_grace = config.termination >= grace;
+            let kill_at = *run.kill_at.get_or_insert(now + config.termination.min(grace));
+            let exit_code = if killed_at_grace { 137 } else { 143 };
             if now < kill_at {
                 self.write_status(store, pod, run)?;
                 return Ok(Some(kill_at - now));
@@ -344,7 +351,7 @@ impl Kubelet {
                         exit_at: _,
                     } => {
                         stopped.push(c.name.clone());
-                        terminated(c, run.index, &run.name, 143, &started_at, &stamp)
+                        terminated(c, run.index, &run.name, exit_code, &started_at, &stamp)
                     }
                     ContainerState::Terminated(t) => t,
                     ContainerState::BackOff { .. } => c
