@@ -1,46 +1,132 @@
-//! An emulated Kubernetes cluster for the tests that run jobgate's Kubernetes executor: the
-//! API emulator (tests/kube-emulator), a kubeconfig for jobgate, and a kube-rs client for the
-//! test's own look at the cluster, as kubectl would.
+//! The Kubernetes cluster of the tests that run jobgate's Kubernetes executor, from one place:
+//! the API emulator (tests/kube-emulator) by default, or the cluster of the kubeconfig named by
+//! `JOBGATE_TEST_KUBECONFIG` (kind, k3d, a staging cluster: see scripts/test-cluster). Both
+//! take the same path: a kubeconfig (the emulator's, or the user's) whose context is switched
+//! to a namespace of the test's own, created at start and, on a real cluster, deleted when the
+//! [`Cluster`] is dropped; jobgate gets that kubeconfig and namespace, and the test a kube-rs
+//! client for its own look at the cluster, as kubectl would.
+//!
+//! A test that needs what only the emulator can do (go down, throttle, drop watches, evict a
+//! Kueue workload, scripted pod outcomes through `EMULATOR_*` variables) starts its cluster
+//! with [`Cluster::emulated`], which on a real cluster skips it through the one skip decision
+//! (tests/common/skip.rs) as expected there; [`Cluster::emu`] is the emulator's handle.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::batch::v1::Job as K8sJob;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube_emulator::Emulator;
+use serde_json::json;
 
+use super::skip::{Skip, skip_or_fail};
 use super::{Polling, Server};
 
-/// An emulated cluster, a kubeconfig pointing at it, and a kube-rs client for inspection.
+/// The variable naming a real cluster's kubeconfig; unset, the tests start an emulator.
+pub const KUBECONFIG_VAR: &str = "JOBGATE_TEST_KUBECONFIG";
+/// The variable naming scripts/test-cluster's run, a label on each test's namespace.
+const RUN_VAR: &str = "JOBGATE_TEST_RUN";
+
+/// A cluster (emulated or real), a kubeconfig for jobgate pointing at the test's namespace,
+/// and a kube-rs client for inspection.
 pub struct Cluster {
-    pub emu: Emulator,
+    emu: Option<Emulator>,
+    namespace: String,
     pub kubeconfig: PathBuf,
     pub client: kube::Client,
     _dir: tempfile::TempDir,
 }
 
 impl Cluster {
+    /// The test's cluster: `$JOBGATE_TEST_KUBECONFIG`'s if set, else a new emulator.
     pub async fn start() -> Cluster {
+        match std::env::var_os(KUBECONFIG_VAR) {
+            Some(path) => Self::real(Path::new(&path)).await,
+            None => Self::emulator().await,
+        }
+    }
+
+    /// A cluster for a test that needs the emulator's powers (`why` says which): `None` on a
+    /// real cluster, after a `JOBGATE-TEST-SKIPPED (needs the emulator)` line.
+    pub async fn emulated(why: &str) -> Option<Cluster> {
+        if std::env::var_os(KUBECONFIG_VAR).is_some() {
+            skip_or_fail(Skip::NeedsEmulator(why.to_owned()));
+            return None;
+        }
+        Some(Self::emulator().await)
+    }
+
+    /// A new emulator, reached through the kubeconfig it writes.
+    async fn emulator() -> Cluster {
         let emu = Emulator::start().await.expect("emulator");
+        let kubeconfig = Kubeconfig::from_yaml(&emu.kubeconfig_yaml("default")).expect("the emulator's kubeconfig");
+        Self::from_kubeconfig(kubeconfig, Some(emu)).await
+    }
+
+    /// The cluster of the kubeconfig at `path` (its current context), as a real one: no
+    /// emulator powers, and its namespace deleted on drop.
+    pub async fn real(path: &Path) -> Cluster {
+        let kubeconfig = Kubeconfig::read_from(path)
+            .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: not a kubeconfig: {e}", path.display()));
+        Self::from_kubeconfig(kubeconfig, None).await
+    }
+
+    async fn from_kubeconfig(mut kubeconfig: Kubeconfig, emu: Option<Emulator>) -> Cluster {
+        let namespace = unique_namespace();
+        let current = kubeconfig.current_context.clone().expect("the kubeconfig has a current context");
+        let context = kubeconfig
+            .contexts
+            .iter_mut()
+            .find(|c| c.name == current)
+            .and_then(|c| c.context.as_mut())
+            .unwrap_or_else(|| panic!("the kubeconfig has no context {current:?}"));
+        context.namespace = Some(namespace.clone());
         let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        emu.write_kubeconfig(&kubeconfig, "default").unwrap();
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .unwrap();
-        let client = kube::Client::try_from(config).unwrap();
+        let path = dir.path().join("kubeconfig");
+        // JSON is YAML: kube-rs (jobgate's and the test's) reads it as a kubeconfig.
+        std::fs::write(&path, serde_json::to_vec_pretty(&kubeconfig).unwrap()).unwrap();
+        let client = client_of(&path).await;
+        // Labelled with scripts/test-cluster's run, which deletes what a killed test left.
+        let mut labels = json!({"app.kubernetes.io/created-by": "jobgate-tests"});
+        if let Ok(run) = std::env::var(RUN_VAR) {
+            labels["jobgate.io/test-run"] = json!(run);
+        }
+        let created: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": namespace, "labels": labels}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &created)
+            .await
+            .unwrap_or_else(|e| panic!("creating the test's namespace {namespace}: {e}"));
         Cluster {
             emu,
-            kubeconfig,
+            namespace,
+            kubeconfig: path,
             client,
             _dir: dir,
         }
     }
 
+    /// The emulator's handle, for the tests started with [`Cluster::emulated`].
+    pub fn emu(&self) -> &Emulator {
+        self.emu
+            .as_ref()
+            .expect("a real cluster has no emulator: start this test's cluster with Cluster::emulated")
+    }
+
+    /// The emulator's handle, if the cluster is emulated.
+    pub fn emulator(&self) -> Option<&Emulator> {
+        self.emu.as_ref()
+    }
+
+    /// The test's own namespace: jobgate's default namespace, and the kubeconfig's.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// jobgate's flags for this cluster, then `extra` (a `--namespace` there wins).
     pub fn args<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec![
             "--executor",
@@ -48,6 +134,9 @@ impl Cluster {
             "--kubeconfig",
             self.kubeconfig.to_str().unwrap(),
         ];
+        if !extra.iter().any(|a| *a == "--namespace" || *a == "--default-namespace") {
+            args.extend(["--namespace", self.namespace.as_str()]);
+        }
         args.extend_from_slice(extra);
         args
     }
@@ -62,11 +151,11 @@ impl Cluster {
     }
 
     pub fn jobs(&self) -> Api<K8sJob> {
-        Api::namespaced(self.client.clone(), "default")
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
     pub fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), "default")
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
     /// The pods of jobgate's job `id`, found by the label jobgate puts on what it creates.
@@ -105,4 +194,55 @@ impl Cluster {
             polling.pause(|| format!("never: {what}")).await;
         }
     }
+}
+
+impl Drop for Cluster {
+    /// On a real cluster, deletes the test's namespace and everything in it (the cluster
+    /// finishes that in the background); an emulator goes away whole.
+    fn drop(&mut self) {
+        if self.emu.is_some() {
+            return;
+        }
+        // On a runtime of its own, in a thread of its own: the test's runtime may be the
+        // current thread's, blocked here, and the test's client lives on it.
+        let path = self.kubeconfig.clone();
+        let namespace = self.namespace.clone();
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let client = client_of(&path).await;
+                Api::<Namespace>::all(client)
+                    .delete(&namespace, &DeleteParams::background())
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = deleted {
+            eprintln!("could not delete the test's namespace {}: {e}", self.namespace);
+        }
+    }
+}
+
+/// A kube-rs client of the kubeconfig at `path` (its current context).
+async fn client_of(path: &Path) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// A namespace name no other test (of this process, of another, or of an earlier run) uses:
+/// `jobgate-test-<pid>-<time>-<count>`, a DNS label of at most 63 characters.
+fn unique_namespace() -> String {
+    static COUNT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "jobgate-test-{:x}-{nanos:x}-{}",
+        std::process::id(),
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    )
 }
