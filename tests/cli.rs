@@ -792,7 +792,10 @@ async fn a_jobs_result_is_shown_escaped_and_its_logs_as_they_are() {
 
 #[tokio::test]
 async fn a_jobs_message_is_shown_escaped_by_get_and_watch() {
-    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_EXIT_CODE, EMULATOR_TERMINATION_MESSAGE").await else {
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_EXIT_CODE, EMULATOR_TERMINATION_MESSAGE")
+            .await
+    else {
         return;
     };
     let server = cluster.jobgate(&[]).await;

@@ -229,7 +229,9 @@ async fn queued_jobs_wait_for_quota_are_admitted_evicted_and_readmitted() {
 
     // Kueue preempts it: the job says so, goes back to PENDING, and is readmitted (the quota
     // is free again once its pod is gone).
-    let evicted = cluster.emu().evict_workload(cluster.namespace(), &job_name(&second), true);
+    let evicted = cluster
+        .emu()
+        .evict_workload(cluster.namespace(), &job_name(&second), true);
     assert!(evicted.is_some(), "the second job's workload holds quota");
     // The watchers of the Workload and of the Job see Kueue's steps in either order: the
     // preemption's event and the move back may come one before the other.

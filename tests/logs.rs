@@ -256,7 +256,9 @@ async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubernetes_job_with_ttl_zero_keeps_all_5000_lines() {
-    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES").await else {
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES").await
+    else {
         return;
     };
     let server = cluster.jobgate(&[]).await;
@@ -354,7 +356,9 @@ async fn a_workload_templates_pod_is_held_until_its_whole_log_is_archived() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubernetes_job_over_the_cap_is_marked_truncated() {
-    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES").await else {
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES").await
+    else {
         return;
     };
     let server = cluster.jobgate(&["--log-archive-max-bytes", "1000"]).await;

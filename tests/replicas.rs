@@ -462,7 +462,11 @@ async fn job_status_and_job_logs_follow_on_a_replica_that_did_not_accept_the_job
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) = Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG").await else {
+    let Some(cluster) = Cluster::emulated(
+        "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG",
+    )
+    .await
+    else {
         return;
     };
     let servers = replicas(&cluster, &pg.url(), 2).await;
@@ -535,7 +539,10 @@ async fn a_cancel_through_another_replica_stops_the_workload_and_every_replica_r
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) = Cluster::emulated("it counts the API server's requests, scripts its pods through EMULATOR_GATE").await else {
+    let Some(cluster) =
+        Cluster::emulated("it counts the API server's requests, scripts its pods through EMULATOR_GATE")
+            .await
+    else {
         return;
     };
     let servers = replicas(&cluster, &pg.url(), 2).await;
@@ -601,7 +608,9 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) = Cluster::emulated("it throttles the API server, counts the API server's requests").await else {
+    let Some(cluster) =
+        Cluster::emulated("it throttles the API server, counts the API server's requests").await
+    else {
         return;
     };
     let url = pg.url();
@@ -709,7 +718,9 @@ async fn a_replica_joining_takes_over_running_jobs_of_its_shards_and_one_leaving
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) = Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE").await else {
+    let Some(cluster) =
+        Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE").await
+    else {
         return;
     };
     let url = pg.url();

@@ -3,7 +3,7 @@
 //! that needs the API emulator skip on a real cluster; scripts/test-skips, which scripts/test
 //! and scripts/test-cluster run after the tests, fails a CI run that recorded a skip; `.ci/run`
 //! sets `CI=true` itself. The decision is checked as a function and in a child process (this
-//! binary, running its one ignored probe test); the scripts run as bash processes.
+//! binary, running that test again as the one that skips); the scripts run as bash processes.
 
 #[path = "common/skip.rs"]
 mod skip;
@@ -31,7 +31,10 @@ fn a_missing_tool_skips_outside_ci_and_fails_in_ci() {
         let Decision::Fail(message) = decide("t", &why, Some(ci)) else {
             panic!("CI={ci} must fail a skip");
         };
-        assert!(message.starts_with("JOBGATE-TEST-SKIPPED: t: it needs kubectl on PATH"), "{message}");
+        assert!(
+            message.starts_with("JOBGATE-TEST-SKIPPED: t: it needs kubectl on PATH"),
+            "{message}"
+        );
     }
 }
 
@@ -49,20 +52,19 @@ fn a_test_needing_the_emulator_skips_on_a_real_cluster_even_in_ci() {
     }
 }
 
-/// Run only as a child of [`skipping_is_loud_recorded_and_fails_in_ci`]: it skips.
-#[test]
-#[ignore = "a probe: run as a child process by skipping_is_loud_recorded_and_fails_in_ci"]
-fn probe_that_skips() {
-    if skip::skip_or_fail(Skip::Missing("the probe lacks everything".to_owned())) {
-        return;
-    }
-    unreachable!("skip_or_fail answers true or panics");
-}
+/// Set in the child process of [`skipping_is_loud_recorded_and_fails_in_ci`], which then
+/// only skips.
+const PROBE_VAR: &str = "JOBGATE_SKIP_PROBE";
 
 fn run_probe(ci: Option<&str>, skips: &Path) -> Output {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
-        .args(["--exact", "probe_that_skips", "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "skipping_is_loud_recorded_and_fails_in_ci",
+            "--nocapture",
+        ])
+        .env(PROBE_VAR, "1")
         .env(skip::SKIPS_FILE_VAR, skips)
         .env_remove("CI");
     if let Some(ci) = ci {
@@ -73,9 +75,16 @@ fn run_probe(ci: Option<&str>, skips: &Path) -> Output {
 
 #[test]
 fn skipping_is_loud_recorded_and_fails_in_ci() {
+    if std::env::var_os(PROBE_VAR).is_some() {
+        // The child: the skip decision acts, and the parent checks what it did.
+        assert!(skip::skip_or_fail(Skip::Missing(
+            "the probe lacks everything".to_owned()
+        )));
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let skips = dir.path().join("skips");
-    let line = "JOBGATE-TEST-SKIPPED: probe_that_skips: the probe lacks everything";
+    let line = "JOBGATE-TEST-SKIPPED: skipping_is_loud_recorded_and_fails_in_ci: the probe lacks everything";
 
     let output = run_probe(None, &skips);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -87,15 +96,24 @@ fn skipping_is_loud_recorded_and_fails_in_ci() {
         std::fs::remove_file(&skips).unwrap();
         let output = run_probe(Some(ci), &skips);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "CI={ci}: a skip fails the test: {stderr}");
+        assert!(
+            !output.status.success(),
+            "CI={ci}: a skip fails the test: {stderr}"
+        );
         assert!(stderr.contains(line), "CI={ci}: {stderr}");
-        assert!(std::fs::read_to_string(&skips).unwrap().starts_with(line), "CI={ci}: recorded");
+        assert!(
+            std::fs::read_to_string(&skips).unwrap().starts_with(line),
+            "CI={ci}: recorded"
+        );
     }
 }
 
 fn test_skips(args: &[&str], ci: Option<&str>) -> Output {
     let mut command = Command::new("bash");
-    command.arg(root().join("scripts/test-skips")).args(args).env_remove("CI");
+    command
+        .arg(root().join("scripts/test-skips"))
+        .args(args)
+        .env_remove("CI");
     if let Some(ci) = ci {
         command.env("CI", ci);
     }
@@ -109,7 +127,10 @@ fn a_recorded_skip_fails_the_run_in_ci_only() {
     let file = skips.to_str().unwrap();
 
     std::fs::write(&skips, "").unwrap();
-    assert!(test_skips(&[file], Some("true")).status.success(), "no skip, no failure");
+    assert!(
+        test_skips(&[file], Some("true")).status.success(),
+        "no skip, no failure"
+    );
 
     std::fs::write(&skips, "JOBGATE-TEST-SKIPPED: a::b: it needs chromium on PATH\n").unwrap();
     let listed = test_skips(&[file], None);
@@ -154,4 +175,11 @@ fn ci_sets_ci_itself_before_running_the_tests() {
         script.contains("scripts/test-skips \"$JOBGATE_TEST_SKIPS\""),
         "scripts/test checks the recorded skips"
     );
+}
+
+#[test]
+fn tools_are_found_on_path() {
+    let sh = skip::tool_on_path("sh").expect("sh is on PATH");
+    assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+    assert_eq!(skip::tool_on_path("no-such-tool-on-any-path"), None);
 }

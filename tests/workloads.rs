@@ -90,7 +90,8 @@ retentionSeconds: ${job.ttlSecondsAfterFinished}
 /// A cluster that serves Widgets, and a template directory with the widget template; `None`
 /// (skipped) on a real cluster.
 async fn widget_cluster() -> Option<(Cluster, tempfile::TempDir)> {
-    let Some(cluster) = Cluster::emulated("it serves kinds whose operators the emulator simulates").await else {
+    let Some(cluster) = Cluster::emulated("it serves kinds whose operators the emulator simulates").await
+    else {
         return None;
     };
     cluster

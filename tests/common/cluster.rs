@@ -45,7 +45,7 @@ impl Cluster {
     pub async fn start() -> Cluster {
         match std::env::var_os(KUBECONFIG_VAR) {
             Some(path) => Self::real(Path::new(&path)).await,
-            None => Self::emulator().await,
+            None => Self::start_emulator().await,
         }
     }
 
@@ -56,13 +56,14 @@ impl Cluster {
             skip_or_fail(Skip::NeedsEmulator(why.to_owned()));
             return None;
         }
-        Some(Self::emulator().await)
+        Some(Self::start_emulator().await)
     }
 
     /// A new emulator, reached through the kubeconfig it writes.
-    async fn emulator() -> Cluster {
+    async fn start_emulator() -> Cluster {
         let emu = Emulator::start().await.expect("emulator");
-        let kubeconfig = Kubeconfig::from_yaml(&emu.kubeconfig_yaml("default")).expect("the emulator's kubeconfig");
+        let kubeconfig =
+            Kubeconfig::from_yaml(&emu.kubeconfig_yaml("default")).expect("the emulator's kubeconfig");
         Self::from_kubeconfig(kubeconfig, Some(emu)).await
     }
 
@@ -76,7 +77,10 @@ impl Cluster {
 
     async fn from_kubeconfig(mut kubeconfig: Kubeconfig, emu: Option<Emulator>) -> Cluster {
         let namespace = unique_namespace();
-        let current = kubeconfig.current_context.clone().expect("the kubeconfig has a current context");
+        let current = kubeconfig
+            .current_context
+            .clone()
+            .expect("the kubeconfig has a current context");
         let context = kubeconfig
             .contexts
             .iter_mut()
@@ -134,7 +138,10 @@ impl Cluster {
             "--kubeconfig",
             self.kubeconfig.to_str().unwrap(),
         ];
-        if !extra.iter().any(|a| *a == "--namespace" || *a == "--default-namespace") {
+        if !extra
+            .iter()
+            .any(|a| *a == "--namespace" || *a == "--default-namespace")
+        {
             args.extend(["--namespace", self.namespace.as_str()]);
         }
         args.extend_from_slice(extra);
@@ -208,7 +215,10 @@ impl Drop for Cluster {
         let path = self.kubeconfig.clone();
         let namespace = self.namespace.clone();
         let deleted = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             runtime.block_on(async {
                 let client = client_of(&path).await;
                 Api::<Namespace>::all(client)

@@ -480,7 +480,8 @@ enum Started {
 /// `/usr/lib/postgresql/<version>/bin` (Debian keeps them off `PATH`).
 fn bin_dir() -> Option<PathBuf> {
     let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
-    if let Some(dir) = super::skip::tool_on_path("initdb").and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+    if let Some(dir) =
+        super::skip::tool_on_path("initdb").and_then(|initdb| initdb.parent().map(Path::to_path_buf))
         && has_server(&dir)
     {
         return Some(dir);

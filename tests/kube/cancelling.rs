@@ -12,7 +12,9 @@ use crate::support::{JOB_FIELDS, input};
 
 #[tokio::test]
 async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
-    let Some(cluster) = Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE").await else {
+    let Some(cluster) =
+        Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE").await
+    else {
         return;
     };
     let server = cluster.jobgate(&[]).await;
@@ -92,7 +94,8 @@ async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
         .await;
     server.wait_phase(&id, "RUNNING").await;
     server.cancel(&id).await;
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), cluster.namespace());
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(cluster.client.clone(), cluster.namespace());
     let name = format!("jobgate-{id}");
     cluster
         .until("jobgate records why it deleted the Job", || async {
@@ -113,7 +116,11 @@ async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
 
 #[tokio::test]
 async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_restart() {
-    let Some(cluster) = Cluster::emulated("it takes the API server down, drives the emulated kubelet, scripts its pods through EMULATOR_GATE").await else {
+    let Some(cluster) = Cluster::emulated(
+        "it takes the API server down, drives the emulated kubelet, scripts its pods through EMULATOR_GATE",
+    )
+    .await
+    else {
         return;
     };
     let mut server = cluster.spawn_jobgate(&[]).await;

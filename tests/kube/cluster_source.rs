@@ -21,7 +21,10 @@ fn has_active_namespace(emu: &Emulator, name: &str) -> bool {
 async fn runs_a_job_in_its_namespace(cluster: &Cluster) {
     let server = cluster.jobgate(&[]).await;
     let id = server.submit(input(&[], json!({}))).await;
-    assert_eq!(server.wait_terminal(&id).await.pop().as_deref(), Some("SUCCEEDED"));
+    assert_eq!(
+        server.wait_terminal(&id).await.pop().as_deref(),
+        Some("SUCCEEDED")
+    );
     let job = server.job_with(&id, &format!("namespace {JOB_FIELDS}")).await;
     assert_eq!(job["namespace"], cluster.namespace(), "{job}");
     assert!(job["logs"].as_str().is_some_and(|l| l.contains("hello")), "{job}");
@@ -36,7 +39,11 @@ async fn the_emulator_gives_each_test_a_namespace_of_its_own() {
     assert!(first.emulator().is_some());
     assert_ne!(first.namespace(), second.namespace());
     for cluster in [&first, &second] {
-        assert!(cluster.namespace().starts_with("jobgate-test-"), "{}", cluster.namespace());
+        assert!(
+            cluster.namespace().starts_with("jobgate-test-"),
+            "{}",
+            cluster.namespace()
+        );
         assert!(has_active_namespace(cluster.emu(), cluster.namespace()));
     }
     runs_a_job_in_its_namespace(&first).await;
@@ -52,14 +59,23 @@ async fn a_cluster_from_a_kubeconfig_runs_jobs_in_its_own_namespace_and_deletes_
     emu.write_kubeconfig(&path, "default").unwrap();
 
     let cluster = Cluster::real(&path).await;
-    assert!(cluster.emulator().is_none(), "a real cluster offers no emulator powers");
+    assert!(
+        cluster.emulator().is_none(),
+        "a real cluster offers no emulator powers"
+    );
     let namespace = cluster.namespace().to_owned();
     assert!(has_active_namespace(&emu, &namespace), "created at start");
     let labels: &Value = &emu.store().get("namespaces", None, &namespace).unwrap()["metadata"]["labels"];
-    assert_eq!(labels["app.kubernetes.io/created-by"], "jobgate-tests", "{labels}");
+    assert_eq!(
+        labels["app.kubernetes.io/created-by"], "jobgate-tests",
+        "{labels}"
+    );
     runs_a_job_in_its_namespace(&cluster).await;
 
     drop(cluster);
-    assert!(!has_active_namespace(&emu, &namespace), "deleted when the test ends");
+    assert!(
+        !has_active_namespace(&emu, &namespace),
+        "deleted when the test ends"
+    );
     assert!(has_active_namespace(&emu, "default"), "nothing else deleted");
 }

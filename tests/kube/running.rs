@@ -10,7 +10,9 @@ use crate::support::{JOB_FIELDS, input, reason_of, status_events};
 
 #[tokio::test]
 async fn a_job_runs_as_a_batch_v1_job_with_its_result_and_logs() {
-    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_TERMINATION_MESSAGE").await else {
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_TERMINATION_MESSAGE").await
+    else {
         return;
     };
     let server = cluster.jobgate(&[]).await;
@@ -161,7 +163,8 @@ async fn a_deadline_fails_the_job_with_deadline_exceeded() {
 
 #[tokio::test]
 async fn an_indexed_job_runs_every_index_within_its_parallelism() {
-    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_TERMINATION_MESSAGE").await else {
+    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_TERMINATION_MESSAGE").await
+    else {
         return;
     };
     let server = cluster.jobgate(&[]).await;
@@ -209,7 +212,9 @@ async fn an_indexed_job_runs_every_index_within_its_parallelism() {
 
 #[tokio::test]
 async fn a_job_removed_by_its_ttl_keeps_its_history_result_and_logs() {
-    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_TERMINATION_MESSAGE").await else {
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_TERMINATION_MESSAGE").await
+    else {
         return;
     };
     let server = cluster.jobgate(&[]).await;
@@ -245,7 +250,11 @@ async fn a_job_removed_by_its_ttl_keeps_its_history_result_and_logs() {
 
 #[tokio::test]
 async fn job_logs_follow_the_pods_as_they_write() {
-    let Some(cluster) = Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG").await else {
+    let Some(cluster) = Cluster::emulated(
+        "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG",
+    )
+    .await
+    else {
         return;
     };
     let server = cluster.jobgate(&[]).await;
