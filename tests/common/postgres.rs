@@ -89,8 +89,8 @@ impl Postgres {
 
     fn start_options(durable: bool, tls: bool) -> Option<Postgres> {
         let Some(bin) = bin_dir() else {
-            let why = "it needs PostgreSQL's server binaries (initdb and postgres on PATH, in \
-                       `pg_config --bindir` or in /usr/lib/postgresql/*/bin): apt-get install postgresql";
+            let why = "it needs PostgreSQL's server binaries (initdb, postgres and createdb: on PATH, \
+                       in `pg_config --bindir` or in /usr/lib/postgresql/*/bin): apt-get install postgresql";
             super::skip::skip_or_fail(super::skip::Skip::Missing(why.to_owned()));
             return None;
         };
@@ -474,14 +474,21 @@ enum Started {
     PortTaken,
 }
 
-/// The directory of PostgreSQL's server binaries: the one holding `initdb` on `PATH` (if
-/// `postgres` is beside it), else `pg_config --bindir` if it holds `initdb` (not every
+/// The directory of PostgreSQL's server binaries (the harness runs `initdb`, `postgres` and
+/// `createdb` from it): that of `initdb` on `PATH`, its links followed (a link in
+/// /usr/local/bin has no `createdb` beside it), else `pg_config --bindir` (not every
 /// `pg_config` belongs to a server), else the newest of Debian's
-/// `/usr/lib/postgresql/<version>/bin` (Debian keeps them off `PATH`).
+/// `/usr/lib/postgresql/<version>/bin` (Debian keeps them off `PATH`); each only if it holds
+/// all three.
 fn bin_dir() -> Option<PathBuf> {
-    let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
-    if let Some(dir) =
-        super::skip::tool_on_path("initdb").and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+    let has_server = |dir: &Path| {
+        ["initdb", "postgres", "createdb"]
+            .iter()
+            .all(|b| dir.join(b).is_file())
+    };
+    if let Some(dir) = super::skip::tool_on_path("initdb")
+        .and_then(|initdb| std::fs::canonicalize(initdb).ok())
+        .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
         && has_server(&dir)
     {
         return Some(dir);
