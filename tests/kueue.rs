@@ -31,9 +31,7 @@ fn gated(gate: &str, extra: Value) -> Value {
 /// A cluster with Kueue installed and a LocalQueue `team-a` (ClusterQueue `cluster-queue`)
 /// admitting `pods` pods at once; `None` (skipped) on a real cluster.
 async fn kueue_cluster(pods: u32) -> Option<Cluster> {
-    let Some(cluster) = Cluster::emulated("it installs the emulator's Kueue").await else {
-        return None;
-    };
+    let cluster = Cluster::emulated("it installs the emulator's Kueue").await?;
     cluster.emu().register_kueue().unwrap();
     cluster
         .emu()
