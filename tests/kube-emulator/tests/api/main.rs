@@ -17,8 +17,8 @@ mod faults;
 mod lists;
 mod logs;
 mod objects;
-mod schemas;
 mod pace;
+mod schemas;
 mod watches;
 
 use std::time::Duration;
