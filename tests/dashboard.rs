@@ -7,8 +7,9 @@
 //! this process, and asks this test (through files, see `harness.mjs`'s `askTheRustTest`) for
 //! what only the emulator's handle can do.
 //!
-//! Chromium is not on every developer's machine: without it (or without `web/node_modules`)
-//! these tests say so loudly and pass, except in CI (`CI=true`), where they fail instead.
+//! Chromium (`$CHROMIUM`, else `chromium` on `PATH`) is not on every developer's machine:
+//! without it (or without `web/node_modules`) these tests skip through the harness's one skip
+//! decision (tests/common/skip.rs), which fails them in CI (`CI=true` or `CI=1`) instead.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -17,24 +18,28 @@ use std::time::Duration;
 
 use kube_emulator::Emulator;
 
+// Only the skip decision of the harness: this binary starts no jobgate through it.
+#[path = "common/skip.rs"]
+#[allow(dead_code)]
+mod skip;
+
 fn web_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("web")
 }
 
-fn chromium() -> PathBuf {
-    std::env::var_os("CHROMIUM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+/// The Chromium the browser tests drive: `$CHROMIUM`, else `chromium` on `PATH`.
+fn chromium() -> Option<PathBuf> {
+    match std::env::var_os("CHROMIUM") {
+        Some(path) => Some(PathBuf::from(path)).filter(|path| path.exists()),
+        None => skip::tool_on_path("chromium"),
+    }
 }
 
 /// What is missing to run browser tests here, if anything.
 fn missing() -> Vec<String> {
     let mut missing = Vec::new();
-    if !chromium().exists() {
-        missing.push(format!(
-            "Chromium at {} (`apt-get install chromium`, or set CHROMIUM)",
-            chromium().display()
-        ));
+    if chromium().is_none() {
+        missing.push("Chromium: `chromium` on PATH (`apt-get install chromium`) or $CHROMIUM".to_owned());
     }
     if !web_dir().join("node_modules/playwright-core").exists() {
         missing.push("web/node_modules/playwright-core (`npm ci --prefix web`)".to_owned());
@@ -45,19 +50,15 @@ fn missing() -> Vec<String> {
     missing
 }
 
-/// The node command that runs `web/e2e/{file}`, or `None` (said loudly) when this machine
-/// cannot run browser tests; in CI that is a failure.
+/// The node command that runs `web/e2e/{file}`, or `None` when this machine cannot run
+/// browser tests (after [`skip::skip_or_fail`], which fails in CI).
 fn e2e_command(file: &str) -> Option<Command> {
     let missing = missing();
     if !missing.is_empty() {
-        let what = missing.join("\n  - ");
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("the dashboard's browser tests must run in CI, but these are missing:\n  - {what}");
-        }
-        eprintln!(
-            "\n{bar}\nSKIPPED: the dashboard's browser test web/e2e/{file} did not run.\nMissing:\n  - {what}\nInstall them to run it; CI (CI=true) never skips it.\n{bar}\n",
-            bar = "!".repeat(78)
-        );
+        let what = missing.join("; ");
+        skip::skip_or_fail(skip::Skip::Missing(format!(
+            "the dashboard's browser test web/e2e/{file} needs: {what}"
+        )));
         return None;
     }
     let mut command = Command::new("node");
@@ -65,6 +66,7 @@ fn e2e_command(file: &str) -> Option<Command> {
         .args(["--test", "--test-reporter=spec", "--test-concurrency=1"])
         .arg(format!("e2e/{file}"))
         .current_dir(web_dir())
+        .env("CHROMIUM", chromium().expect("checked above"))
         .env("JOBGATE_BIN", env!("CARGO_BIN_EXE_jobgate"));
     Some(command)
 }

@@ -125,14 +125,20 @@ fn gated_job() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_cut_while_the_kubelet_rotates_the_log_leaves_a_marked_gap() {
-    let cluster = Cluster::start_with(Options {
-        simulation: SimConfig {
-            log_max_bytes: Some(64),
-            ..SimConfig::default()
+    let Some(cluster) = Cluster::emulated_with(
+        "the kubelet's log rotation and container removal, cut log streams",
+        Options {
+            simulation: SimConfig {
+                log_max_bytes: Some(64),
+                ..SimConfig::default()
+            },
+            ..Options::default()
         },
-        ..Options::default()
-    })
-    .await;
+    )
+    .await
+    else {
+        return;
+    };
     let args = cluster.args(&[]);
     let mut server = Server::start(&args).await;
     let id = server.submit(gated_job()).await;
@@ -140,23 +146,23 @@ async fn a_follow_cut_while_the_kubelet_rotates_the_log_leaves_a_marked_gap() {
     wait_archive_reaches(&server, &id, 5).await;
     // The follow is cut, and every log read is refused while the pod writes on: the kubelet
     // rotates its log several times before jobgate can read it again.
-    let refused = cluster.emu.requests().injected_failures;
-    cluster.emu.throttle("pods/log", "log", 1);
-    cluster.emu.drop_log_streams();
+    let refused = cluster.emu().requests().injected_failures;
+    cluster.emu().throttle("pods/log", "log", 1);
+    cluster.emu().drop_log_streams();
     cluster
         .until("jobgate opens the log again", || async {
-            cluster.emu.requests().injected_failures > refused
+            cluster.emu().requests().injected_failures > refused
         })
         .await;
     for line in numbered(5, 59) {
-        cluster.emu.store().append_log("default", &pod, &line);
+        cluster.emu().store().append_log(cluster.namespace(), &pod, &line);
     }
-    cluster.emu.simulation().open_gate("more");
+    cluster.emu().simulation().open_gate("more");
     wait_pod_succeeded(&cluster, &pod).await;
     let current: Vec<String> = cluster
-        .emu
+        .emu()
         .store()
-        .log_view("default", &pod)
+        .log_view(cluster.namespace(), &pod)
         .unwrap()
         .current()
         .iter()
@@ -166,7 +172,7 @@ async fn a_follow_cut_while_the_kubelet_rotates_the_log_leaves_a_marked_gap() {
         current.len() < 50 && current.last().map(String::as_str) == Some("line 59"),
         "the log was rotated: {current:?}"
     );
-    cluster.emu.unthrottle();
+    cluster.emu().unthrottle();
     wait_job_and_pods_gone(&cluster, &id).await;
 
     let marker =
@@ -204,39 +210,45 @@ async fn a_follow_cut_while_the_kubelet_rotates_the_log_leaves_a_marked_gap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_cut_before_the_kubelet_removes_a_deleted_pods_containers_leaves_a_marked_gap() {
-    let cluster = Cluster::start_with(Options {
-        simulation: SimConfig {
-            kubelet_gc: Some(Duration::ZERO),
-            ..SimConfig::default()
+    let Some(cluster) = Cluster::emulated_with(
+        "the kubelet's log rotation and container removal, cut log streams",
+        Options {
+            simulation: SimConfig {
+                kubelet_gc: Some(Duration::ZERO),
+                ..SimConfig::default()
+            },
+            ..Options::default()
         },
-        ..Options::default()
-    })
-    .await;
+    )
+    .await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server.submit(gated_job()).await;
     let pod = pod_of(&cluster, &id).await;
     wait_archive_reaches(&server, &id, 5).await;
     // The follow is cut and reads are refused while the pod writes on, ends, and is deleted
     // (the Job's TTL of 0): jobgate's finalizer keeps the pod object, not its containers.
-    let refused = cluster.emu.requests().injected_failures;
-    cluster.emu.throttle("pods/log", "log", 1);
-    cluster.emu.drop_log_streams();
+    let refused = cluster.emu().requests().injected_failures;
+    cluster.emu().throttle("pods/log", "log", 1);
+    cluster.emu().drop_log_streams();
     // jobgate tries to read on (refused) while the container still runs: its stream was cut.
     cluster
         .until("jobgate opens the log again", || async {
-            cluster.emu.requests().injected_failures > refused
+            cluster.emu().requests().injected_failures > refused
         })
         .await;
     for line in numbered(5, 9) {
-        cluster.emu.store().append_log("default", &pod, &line);
+        cluster.emu().store().append_log(cluster.namespace(), &pod, &line);
     }
-    cluster.emu.simulation().open_gate("more");
+    cluster.emu().simulation().open_gate("more");
     cluster
         .until("the kubelet removes the deleted pod's containers", || async {
-            cluster.emu.store().log_collected("default", &pod)
+            cluster.emu().store().log_collected(cluster.namespace(), &pod)
         })
         .await;
-    cluster.emu.unthrottle();
+    cluster.emu().unthrottle();
     wait_job_and_pods_gone(&cluster, &id).await;
 
     let mut expected = numbered(0, 4);
@@ -256,24 +268,30 @@ async fn a_follow_cut_before_the_kubelet_removes_a_deleted_pods_containers_leave
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_from_start_to_end_stays_whole_across_rotations() {
-    let cluster = Cluster::start_with(Options {
-        simulation: SimConfig {
-            log_max_bytes: Some(64),
-            kubelet_gc: Some(Duration::ZERO),
-            ..SimConfig::default()
+    let Some(cluster) = Cluster::emulated_with(
+        "the kubelet's log rotation and container removal, cut log streams",
+        Options {
+            simulation: SimConfig {
+                log_max_bytes: Some(64),
+                kubelet_gc: Some(Duration::ZERO),
+                ..SimConfig::default()
+            },
+            ..Options::default()
         },
-        ..Options::default()
-    })
-    .await;
+    )
+    .await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server.submit(gated_job()).await;
     let pod = pod_of(&cluster, &id).await;
     wait_archive_reaches(&server, &id, 5).await;
     // The follow is open: it reads on across every rotation.
     for line in numbered(5, 59) {
-        cluster.emu.store().append_log("default", &pod, &line);
+        cluster.emu().store().append_log(cluster.namespace(), &pod, &line);
     }
-    cluster.emu.simulation().open_gate("more");
+    cluster.emu().simulation().open_gate("more");
     wait_job_and_pods_gone(&cluster, &id).await;
     assert_eq!(archived_texts(&server, &id).await, numbered(0, 59));
     let state = log_state(&server, &id).await;

@@ -163,11 +163,13 @@ async fn wait_archive_reaches(server: &Server, id: &str, lines: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_restarts() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it cuts log streams, drives the emulated kubelet, writes to the emulator's store directly, scripts its pods through EMULATOR_GATE, EMULATOR_LOG, EMULATOR_LOG_LINES").await else {
+        return;
+    };
     // The first log answer is cut after 700 of the pod's first 2,000 lines (written within
     // the same second or two): the follow resumes from the second of its last line and must
     // drop exactly the lines it already has.
-    cluster.emu.cut_log_answers(1, 700);
+    cluster.emu().cut_log_answers(1, 700);
     let args = cluster.args(&[]);
     let mut server = Server::start(&args).await;
     let id = server
@@ -193,14 +195,14 @@ async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_r
     let write = |from: usize, to: usize| {
         for i in from..to {
             cluster
-                .emu
+                .emu()
                 .store()
-                .append_log("default", &pod, &format!("line {i}"));
+                .append_log(cluster.namespace(), &pod, &format!("line {i}"));
         }
     };
     wait_archive_reaches(&server, &id, 2000).await;
     // The stream is cut while the pod writes on.
-    cluster.emu.drop_log_streams();
+    cluster.emu().drop_log_streams();
     write(2000, 3000);
     wait_archive_reaches(&server, &id, 3000).await;
     // jobgate stops while the pod writes on, and starts again.
@@ -208,9 +210,9 @@ async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_r
     write(3000, 4000);
     let server = server.start_again(&args).await;
     wait_archive_reaches(&server, &id, 4000).await;
-    cluster.emu.drop_log_streams();
+    cluster.emu().drop_log_streams();
     write(4000, 5000);
-    cluster.emu.simulation().open_gate("more");
+    cluster.emu().simulation().open_gate("more");
     server.wait_terminal(&id).await;
     wait_archived(&server, &id, 5000).await;
     let resumes = common::scrape(&server)
@@ -256,7 +258,11 @@ async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubernetes_job_with_ttl_zero_keeps_all_5000_lines() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES").await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(kube_input(
@@ -283,11 +289,13 @@ async fn a_kubernetes_job_with_ttl_zero_keeps_all_5000_lines() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_templates_pod_is_held_until_its_whole_log_is_archived() {
-    let cluster = Cluster::start().await;
-    cluster.emu.register_workload_crds(&["PyTorchJob"]).unwrap();
+    let Some(cluster) = Cluster::emulated("it throttles the API server, serves kinds whose operators the emulator simulates, scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES").await else {
+        return;
+    };
+    cluster.emu().register_workload_crds(&["PyTorchJob"]).unwrap();
     // No log can be read until the pod has been deleted: whatever the archive gets, it gets
     // from a pod its deletion would have taken at once but for jobgate's finalizer.
-    cluster.emu.throttle("pods/log", "log", 1);
+    cluster.emu().throttle("pods/log", "log", 1);
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(json!({
@@ -337,7 +345,7 @@ async fn a_workload_templates_pod_is_held_until_its_whole_log_is_archived() {
             .is_some_and(|p| held(p) && p.metadata.deletion_timestamp.is_some()),
         "the deleted pod waits for its log to be archived: {deleting:?}"
     );
-    cluster.emu.unthrottle();
+    cluster.emu().unthrottle();
     // Once its whole log is archived, jobgate removes the finalizer and the deletion ends.
     cluster
         .until("the pod goes once its log is archived", || async {
@@ -350,7 +358,11 @@ async fn a_workload_templates_pod_is_held_until_its_whole_log_is_archived() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubernetes_job_over_the_cap_is_marked_truncated() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES").await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&["--log-archive-max-bytes", "1000"]).await;
     let id = server
         .submit(kube_input(

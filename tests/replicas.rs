@@ -93,7 +93,9 @@ async fn a_job_submitted_on_any_replica_reaches_subscribers_of_every_replica_in_
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it counts the API server's requests").await else {
+        return;
+    };
     let servers = replicas(&cluster, &pg.url(), 3).await;
     // Live subscribers on every replica before anything is submitted.
     let mut sockets = Vec::new();
@@ -151,7 +153,7 @@ async fn a_job_submitted_on_any_replica_reaches_subscribers_of_every_replica_in_
     let managed = cluster.managed_jobs().await;
     assert_eq!(managed.len(), 30);
     assert!(managed.values().all(|jobs| jobs.len() == 1), "one Job per job");
-    let counts = cluster.emu.requests();
+    let counts = cluster.emu().requests();
     assert_eq!(counts.of("jobs.batch", "create"), 30, "{counts:?}");
 }
 
@@ -464,7 +466,13 @@ async fn job_status_and_job_logs_follow_on_a_replica_that_did_not_accept_the_job
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated(
+        "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG",
+    )
+    .await
+    else {
+        return;
+    };
     let servers = replicas(&cluster, &pg.url(), 2).await;
     let mut job = input("gated");
     job["env"] = json!([
@@ -504,7 +512,7 @@ async fn job_status_and_job_logs_follow_on_a_replica_that_did_not_accept_the_job
                     // Its pod is listed here too, while it runs.
                     let pods = &servers[1].job_with(&id, "pods { name }").await["pods"];
                     assert_eq!(pods.as_array().map(Vec::len), Some(1), "{pods}");
-                    cluster.emu.simulation().open_gate("logs");
+                    cluster.emu().simulation().open_gate("logs");
                 }
             }
             (Some("next"), "status") => {
@@ -535,7 +543,12 @@ async fn a_cancel_through_another_replica_stops_the_workload_and_every_replica_r
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let cluster = Cluster::start().await;
+    let Some(cluster) =
+        Cluster::emulated("it counts the API server's requests, scripts its pods through EMULATOR_GATE")
+            .await
+    else {
+        return;
+    };
     let servers = replicas(&cluster, &pg.url(), 2).await;
     let mut job = input("held");
     job["env"] = json!([{"name": "EMULATOR_GATE", "value": "held"}]);
@@ -568,7 +581,7 @@ async fn a_cancel_through_another_replica_stops_the_workload_and_every_replica_r
         );
     }
     // The workload that was cancelled does not come back, nor is it recreated.
-    let counts = cluster.emu.requests();
+    let counts = cluster.emu().requests();
     assert_eq!(counts.of("jobs.batch", "create"), 1, "{counts:?}");
 }
 
@@ -599,7 +612,11 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let cluster = Cluster::start().await;
+    let Some(cluster) =
+        Cluster::emulated("it throttles the API server, counts the API server's requests").await
+    else {
+        return;
+    };
     let url = pg.url();
     // A alone: every shard is its own.
     let paused = cluster.spawn_jobgate(&shared(&url)).await;
@@ -607,10 +624,10 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
 
     // Its create of the next job is held up: the API server answers 429 and asks it to come
     // back in 40 s, which its Kubernetes client (kube-rs retries 429s) waits out.
-    cluster.emu.throttle("jobs.batch", "create", 40);
+    cluster.emu().throttle("jobs.batch", "create", 40);
     let id = paused.submit(input("fenced")).await;
     let polling = common::Polling::start();
-    while cluster.emu.requests().injected_failures == 0 {
+    while cluster.emu().requests().injected_failures == 0 {
         polling
             .pause(|| "jobgate never tried to create the job".to_owned())
             .await;
@@ -621,7 +638,7 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
     // The successor counts it dead once its Lease has not moved for a lease duration, and
     // takes every shard.
     until_shards_divided(&[&successor]).await;
-    cluster.emu.unthrottle();
+    cluster.emu().unthrottle();
     // It launches the job (once the paused replica's claim on it has expired) and follows it
     // to the end; then the Job is cleaned up, as its TTL would.
     loop {
@@ -655,7 +672,7 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
     }
     until_shards_divided(&[&paused, &successor]).await;
     // One Job was ever created for the job (the successor's), and it is gone: no second run.
-    let counts = cluster.emu.requests();
+    let counts = cluster.emu().requests();
     assert_eq!(
         counts.of("jobs.batch", "create") - counts.injected_failures,
         1,
@@ -705,7 +722,11 @@ async fn a_replica_joining_takes_over_running_jobs_of_its_shards_and_one_leaving
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let cluster = Cluster::start().await;
+    let Some(cluster) =
+        Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE").await
+    else {
+        return;
+    };
     let url = pg.url();
     let first = cluster.jobgate(&shared(&url)).await;
     until_shards_divided(&[&first]).await;
@@ -729,7 +750,7 @@ async fn a_replica_joining_takes_over_running_jobs_of_its_shards_and_one_leaving
     assert!(!moved.is_empty(), "24 random jobs, none in half the shards");
     // They finish: the second, which adopted them, reports it; every subscriber sees every
     // job finish once, in order.
-    cluster.emu.simulation().open_gate("rebalance");
+    cluster.emu().simulation().open_gate("rebalance");
     let all: HashSet<String> = ids.iter().cloned().collect();
     let seen = until_all_terminal(&mut subscriber, &all).await;
     assert_in_order_once(&seen);

@@ -148,9 +148,11 @@ async fn create_unchanged(api: &Api<DynamicObject>, object: &Value, what: &str) 
 
 #[tokio::test]
 async fn every_built_in_template_renders_what_its_crd_accepts_unchanged() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("serves the bundled CRDs").await else {
+        return;
+    };
     cluster
-        .emu
+        .emu()
         .register_all_workload_crds()
         .expect("the bundled CRDs");
     let templates = TemplateSet::load(None).expect("the built-in templates");

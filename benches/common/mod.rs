@@ -19,6 +19,10 @@ mod log;
 #[path = "../../tests/common/postgres.rs"]
 pub mod postgres;
 pub mod procfs;
+// The PostgreSQL harness's skip decision and tool lookup (`super::skip`), as in tests/common.
+#[path = "../../tests/common/skip.rs"]
+#[allow(dead_code)]
+mod skip;
 pub mod submissions;
 pub mod subscribers;
 // The PostgreSQL harness's certificates (`super::tls`), as in tests/common.

@@ -1,25 +1,44 @@
-//! An emulated Kubernetes cluster for the tests that run jobgate's Kubernetes executor: the
-//! API emulator (tests/kube-emulator), a kubeconfig for jobgate, and a kube-rs client for the
-//! test's own look at the cluster, as kubectl would.
+//! The Kubernetes cluster of the tests that run jobgate's Kubernetes executor, from one place:
+//! the API emulator (tests/kube-emulator) by default, or the cluster of the kubeconfig named by
+//! `JOBGATE_TEST_KUBECONFIG` (kind, k3d, a staging cluster: see scripts/test-cluster). Both
+//! take the same path: a kubeconfig (the emulator's, or the user's) whose context is switched
+//! to a namespace of the test's own, created at start and, on a real cluster, deleted when the
+//! [`Cluster`] is dropped; jobgate gets that kubeconfig and namespace, and the test a kube-rs
+//! client for its own look at the cluster, as kubectl would.
 //!
-//! With [`Cluster::start_as`], jobgate runs as the service account of deploy/ under the RBAC
+//! A test that needs what only the emulator can do (go down, throttle, drop watches, evict a
+//! Kueue workload, scripted pod outcomes through `EMULATOR_*` variables) starts its cluster
+//! with [`Cluster::emulated`], which on a real cluster skips it through the one skip decision
+//! (tests/common/skip.rs) as expected there; [`Cluster::emu`] is the emulator's handle.
+//!
+//! With [`Cluster::emulated_as`], jobgate runs as the service account of deploy/ under the RBAC
 //! of the overlay a test models (deploy/rendered/<overlay>.yaml, which deploy/validate keeps
 //! equal to `kubectl kustomize`), so a verb missing from deploy/ fails the test; the test's own
-//! client is a cluster admin.
+//! client is then a cluster admin. Every emulator starts from the profile
+//! `JOBGATE_TEST_EMULATOR_PROFILE` names ([`emulator_options`]).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::batch::v1::Job as K8sJob;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube_emulator::Emulator;
+use serde_json::json;
 
+use super::skip::{Skip, skip_or_fail};
 use super::{Polling, Server};
+
+/// The variable naming a real cluster's kubeconfig; unset, the tests start an emulator.
+pub const KUBECONFIG_VAR: &str = "JOBGATE_TEST_KUBECONFIG";
+/// The variable naming scripts/test-cluster's run, a label on each test's namespace.
+const RUN_VAR: &str = "JOBGATE_TEST_RUN";
 
 /// The emulator's options for the profile `JOBGATE_TEST_EMULATOR_PROFILE` names: `fast` (the
 /// default) or `real-cluster` (kube-apiserver's watch pace, the controllers' back-offs, 30 s
-/// grace). Every cluster of the tests starts from them.
+/// grace). Every emulator of the tests starts from them.
 pub fn emulator_options() -> kube_emulator::Options {
     let profile = std::env::var("JOBGATE_TEST_EMULATOR_PROFILE").unwrap_or_else(|_| "fast".into());
     kube_emulator::Options::profile(&profile).unwrap_or_else(|| {
@@ -30,97 +49,189 @@ pub fn emulator_options() -> kube_emulator::Options {
     })
 }
 
-/// An emulated cluster, a kubeconfig pointing at it, and a kube-rs client for inspection.
-pub struct Cluster {
-    pub emu: Emulator,
-    pub kubeconfig: PathBuf,
-    pub client: kube::Client,
-    /// Whether RBAC is enforced (jobgate then watches only the namespaces its Roles grant).
-    rbac: bool,
-    _dir: tempfile::TempDir,
-}
+/// The namespace deploy/ installs jobgate in, whose Roles grant it rights there.
+const DEPLOY_NAMESPACE: &str = "jobgate";
 
-/// The namespace the tests run jobs in: the overlays' own namespace (`jobgate`) becomes it.
-const TEST_NAMESPACE: &str = "default";
-
-/// The RBAC objects of deploy/rendered/`overlay`.yaml, with the Roles and RoleBindings of
-/// jobgate's own namespace moved to [`TEST_NAMESPACE`] (the subjects, and so jobgate's
-/// identity, stay `system:serviceaccount:jobgate:jobgate`).
+/// The RBAC objects of deploy/rendered/`overlay`.yaml (JSON documents separated by `---`).
+/// The Roles and RoleBindings of deploy/'s own namespace are moved to the test's namespace
+/// when the cluster starts ([`Cluster::emulated_with`]); the subjects, and so jobgate's
+/// identity, stay `system:serviceaccount:jobgate:jobgate`.
 pub fn overlay_rbac(overlay: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy/rendered")
         .join(format!("{overlay}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let mut documents = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(&text) {
-        let mut value = <serde_json::Value as serde::Deserialize>::deserialize(document).unwrap();
+        let value = <serde_json::Value as serde::Deserialize>::deserialize(document).unwrap();
         let kind = value["kind"].as_str().unwrap_or_default();
-        if !matches!(
+        if matches!(
             kind,
             "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
         ) {
-            continue;
+            documents.push(value.to_string());
         }
-        if value["metadata"]["namespace"] == "jobgate" {
-            value["metadata"]["namespace"] = TEST_NAMESPACE.into();
-        }
-        documents.push(value.to_string());
     }
     assert!(!documents.is_empty(), "{} holds no RBAC", path.display());
     documents.join("\n---\n")
 }
 
-async fn client_of(kubeconfig: &std::path::Path) -> kube::Client {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).unwrap(),
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    kube::Client::try_from(config).unwrap()
+/// `rbac` with the Roles and RoleBindings of deploy/'s namespace moved to `namespace`.
+fn rbac_in(rbac: &str, namespace: &str) -> String {
+    let mut documents = Vec::new();
+    for text in rbac.split("\n---\n") {
+        let mut value: serde_json::Value = serde_json::from_str(text).expect("RBAC as JSON documents");
+        if value["metadata"]["namespace"] == DEPLOY_NAMESPACE {
+            value["metadata"]["namespace"] = namespace.into();
+        }
+        documents.push(value.to_string());
+    }
+    documents.join("\n---\n")
+}
+
+/// A cluster (emulated or real), a kubeconfig for jobgate pointing at the test's namespace,
+/// and a kube-rs client for inspection.
+pub struct Cluster {
+    emu: Option<Emulator>,
+    namespace: String,
+    /// Whether RBAC is enforced (jobgate then watches only the namespaces its Roles grant).
+    rbac: bool,
+    pub kubeconfig: PathBuf,
+    pub client: kube::Client,
+    _dir: tempfile::TempDir,
 }
 
 impl Cluster {
-    /// A cluster that allows every request.
+    /// The test's cluster: `$JOBGATE_TEST_KUBECONFIG`'s if set, else a new emulator.
     pub async fn start() -> Cluster {
-        Self::start_with(emulator_options()).await
+        match std::env::var_os(KUBECONFIG_VAR) {
+            Some(path) => Self::real(Path::new(&path)).await,
+            None => Self::start_emulator().await,
+        }
     }
 
-    /// A cluster where jobgate has the RBAC of deploy/overlays/`overlay` (`base` for
-    /// deploy/base).
-    pub async fn start_as(overlay: &str) -> Cluster {
-        Self::start_with_rbac(&overlay_rbac(overlay)).await
+    /// A cluster for a test that needs the emulator's powers (`why` says which): `None` on a
+    /// real cluster, after a `JOBGATE-TEST-SKIPPED (needs the emulator)` line.
+    pub async fn emulated(why: &str) -> Option<Cluster> {
+        if std::env::var_os(KUBECONFIG_VAR).is_some() {
+            skip_or_fail(Skip::NeedsEmulator(why.to_owned()));
+            return None;
+        }
+        Some(Self::start_emulator().await)
     }
 
-    /// A cluster where jobgate has the RBAC in `rbac` (multi-document YAML).
-    pub async fn start_with_rbac(rbac: &str) -> Cluster {
-        Self::start_with(kube_emulator::Options {
+    /// [`Cluster::emulated`] with jobgate under the RBAC of deploy/overlays/`overlay` (`base`
+    /// for deploy/base).
+    pub async fn emulated_as(why: &str, overlay: &str) -> Option<Cluster> {
+        Self::emulated_with_rbac(why, &overlay_rbac(overlay)).await
+    }
+
+    /// [`Cluster::emulated`] with jobgate under the RBAC in `rbac` (as [`overlay_rbac`] gives).
+    pub async fn emulated_with_rbac(why: &str, rbac: &str) -> Option<Cluster> {
+        let options = kube_emulator::Options {
             rbac: Some(rbac.to_owned()),
             ..emulator_options()
-        })
-        .await
+        };
+        Self::emulated_with(why, options).await
     }
 
-    /// An emulated cluster started with `options` (e.g. RBAC, the kubelet's log rotation and
-    /// container removal).
-    pub async fn start_with(options: kube_emulator::Options) -> Cluster {
+    /// [`Cluster::emulated`] with an emulator started with `options` (RBAC, the kubelet's log
+    /// rotation and container removal, …).
+    pub async fn emulated_with(why: &str, options: kube_emulator::Options) -> Option<Cluster> {
+        if std::env::var_os(KUBECONFIG_VAR).is_some() {
+            skip_or_fail(Skip::NeedsEmulator(why.to_owned()));
+            return None;
+        }
+        Some(Self::start_emulator_with(options).await)
+    }
+
+    /// A new emulator of the tests' profile, reached through the kubeconfig it writes.
+    async fn start_emulator() -> Cluster {
+        Self::start_emulator_with(emulator_options()).await
+    }
+
+    async fn start_emulator_with(mut options: kube_emulator::Options) -> Cluster {
+        let namespace = unique_namespace();
         let rbac = options.rbac.is_some();
+        options.rbac = options.rbac.map(|rbac| rbac_in(&rbac, &namespace));
         let emu = Emulator::start_with(options).await.expect("emulator");
+        let kubeconfig =
+            Kubeconfig::from_yaml(&emu.kubeconfig_yaml("default")).expect("the emulator's kubeconfig");
+        // Under RBAC, the test looks (and makes its namespace) as a cluster admin.
+        let admin = rbac.then(|| {
+            Kubeconfig::from_yaml(&emu.admin_kubeconfig_yaml("default"))
+                .expect("the emulator's admin kubeconfig")
+        });
+        Self::from_kubeconfig(kubeconfig, admin, namespace, Some(emu)).await
+    }
+
+    /// The cluster of the kubeconfig at `path` (its current context), as a real one: no
+    /// emulator powers, and its namespace deleted on drop.
+    pub async fn real(path: &Path) -> Cluster {
+        let kubeconfig = Kubeconfig::read_from(path)
+            .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: not a kubeconfig: {e}", path.display()));
+        Self::from_kubeconfig(kubeconfig, None, unique_namespace(), None).await
+    }
+
+    /// jobgate's cluster through `kubeconfig`, the test's through `admin` (or the same),
+    /// both in `namespace`, which is made now.
+    async fn from_kubeconfig(
+        kubeconfig: Kubeconfig,
+        admin: Option<Kubeconfig>,
+        namespace: String,
+        emu: Option<Emulator>,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        emu.write_kubeconfig(&kubeconfig, TEST_NAMESPACE).unwrap();
-        let admin = dir.path().join("admin-kubeconfig");
-        emu.write_admin_kubeconfig(&admin, TEST_NAMESPACE).unwrap();
-        let client = client_of(&admin).await;
+        let path = dir.path().join("kubeconfig");
+        write_in_namespace(kubeconfig, &namespace, &path);
+        let rbac = admin.is_some();
+        let client = match admin {
+            Some(admin) => {
+                let admin_path = dir.path().join("admin-kubeconfig");
+                write_in_namespace(admin, &namespace, &admin_path);
+                client_of(&admin_path).await
+            }
+            None => client_of(&path).await,
+        };
+        // Labelled with scripts/test-cluster's run, which deletes what a killed test left.
+        let mut labels = json!({"app.kubernetes.io/created-by": "jobgate-tests"});
+        if let Ok(run) = std::env::var(RUN_VAR) {
+            labels["jobgate.io/test-run"] = json!(run);
+        }
+        let created: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": namespace, "labels": labels}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &created)
+            .await
+            .unwrap_or_else(|e| panic!("creating the test's namespace {namespace}: {e}"));
         Cluster {
             emu,
-            kubeconfig,
-            client,
+            namespace,
             rbac,
+            kubeconfig: path,
+            client,
             _dir: dir,
         }
     }
 
+    /// The emulator's handle, for the tests started with [`Cluster::emulated`].
+    pub fn emu(&self) -> &Emulator {
+        self.emu
+            .as_ref()
+            .expect("a real cluster has no emulator: start this test's cluster with Cluster::emulated")
+    }
+
+    /// The emulator's handle, if the cluster is emulated.
+    pub fn emulator(&self) -> Option<&Emulator> {
+        self.emu.as_ref()
+    }
+
+    /// The test's own namespace: jobgate's default namespace, and the kubeconfig's.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// jobgate's flags for this cluster, then `extra` (a `--namespace` there wins).
     pub fn args<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec![
             "--executor",
@@ -128,10 +239,16 @@ impl Cluster {
             "--kubeconfig",
             self.kubeconfig.to_str().unwrap(),
         ];
+        if !extra
+            .iter()
+            .any(|a| *a == "--namespace" || *a == "--default-namespace")
+        {
+            args.extend(["--namespace", self.namespace.as_str()]);
+        }
         // As deployed (deploy/base sets JOBGATE_ALLOWED_NAMESPACES to its own namespace):
         // jobgate watches only the namespaces its Roles grant, unless the test names others.
         if self.rbac && !extra.contains(&"--allowed-namespaces") {
-            args.extend_from_slice(&["--allowed-namespaces", TEST_NAMESPACE]);
+            args.extend(["--allowed-namespaces", self.namespace.as_str()]);
         }
         args.extend_from_slice(extra);
         args
@@ -147,11 +264,11 @@ impl Cluster {
     }
 
     pub fn jobs(&self) -> Api<K8sJob> {
-        Api::namespaced(self.client.clone(), "default")
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
     pub fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), "default")
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
     /// The pods of jobgate's job `id`, found by the label jobgate puts on what it creates.
@@ -190,4 +307,75 @@ impl Cluster {
             polling.pause(|| format!("never: {what}")).await;
         }
     }
+}
+
+impl Drop for Cluster {
+    /// On a real cluster, deletes the test's namespace and everything in it (the cluster
+    /// finishes that in the background); an emulator goes away whole.
+    fn drop(&mut self) {
+        if self.emu.is_some() {
+            return;
+        }
+        // On a runtime of its own, in a thread of its own: the test's runtime may be the
+        // current thread's, blocked here, and the test's client lives on it.
+        let path = self.kubeconfig.clone();
+        let namespace = self.namespace.clone();
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let client = client_of(&path).await;
+                Api::<Namespace>::all(client)
+                    .delete(&namespace, &DeleteParams::background())
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = deleted {
+            eprintln!("could not delete the test's namespace {}: {e}", self.namespace);
+        }
+    }
+}
+
+/// Writes `kubeconfig` to `path` with its current context switched to `namespace`.
+fn write_in_namespace(mut kubeconfig: Kubeconfig, namespace: &str, path: &Path) {
+    let current = kubeconfig
+        .current_context
+        .clone()
+        .expect("the kubeconfig has a current context");
+    let context = kubeconfig
+        .contexts
+        .iter_mut()
+        .find(|c| c.name == current)
+        .and_then(|c| c.context.as_mut())
+        .unwrap_or_else(|| panic!("the kubeconfig has no context {current:?}"));
+    context.namespace = Some(namespace.to_owned());
+    // JSON is YAML: kube-rs (jobgate's and the test's) reads it as a kubeconfig.
+    std::fs::write(path, serde_json::to_vec_pretty(&kubeconfig).unwrap()).unwrap();
+}
+
+/// A kube-rs client of the kubeconfig at `path` (its current context).
+async fn client_of(path: &Path) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// A namespace name no other test (of this process, of another, or of an earlier run) uses:
+/// `jobgate-test-<pid>-<time>-<count>`, a DNS label of at most 63 characters.
+fn unique_namespace() -> String {
+    static COUNT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "jobgate-test-{:x}-{nanos:x}-{}",
+        std::process::id(),
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    )
 }

@@ -59,16 +59,16 @@ impl SmallDisk {
         })
     }
 
-    /// A small disk, or `None` with a loud notice where namespaces are not allowed; in CI
-    /// (`CI=true`) it must work.
+    /// A small disk, or `None` where namespaces are not allowed, after
+    /// [`skip_or_fail`](super::skip::skip_or_fail) (a failure in CI).
     pub fn or_skip(size: &str) -> Option<SmallDisk> {
         match Self::create(size) {
             Ok(disk) => Some(disk),
-            Err(why) if std::env::var("CI").as_deref() != Ok("true") => {
-                eprintln!("SKIPPED: this test needs a tmpfs in a mount namespace of its own: {why}");
+            Err(why) => {
+                let why = format!("it needs a tmpfs in a mount namespace of its own: {why}");
+                super::skip::skip_or_fail(super::skip::Skip::Missing(why));
                 None
             }
-            Err(why) => panic!("CI=true, and this test needs a tmpfs in a mount namespace: {why}"),
         }
     }
 

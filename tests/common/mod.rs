@@ -5,7 +5,8 @@
 //! namespace), the binary spawned (`process`). Its log is in `log`, its waits in `wait`, its
 //! WebSocket clients in `ws`, a small disk to fill under it in `disk`, an emulated Kubernetes
 //! cluster in `cluster`, a throwaway PostgreSQL server (for the PostgreSQL store) in
-//! `postgres`, a webhook receiver that verifies signatures in `receiver`. The harness never
+//! `postgres`, a webhook receiver that verifies signatures in `receiver`, the one
+//! decision whether a test may skip (and the tools found on `PATH`) in `skip`. The harness never
 //! asserts what a test is about, only that jobgate answered at all.
 // Each test binary uses a part of the harness; the rest is unused there, not dead.
 #![allow(dead_code, unused_imports)]
@@ -18,6 +19,7 @@ mod log;
 pub mod postgres;
 mod process;
 pub mod receiver;
+pub mod skip;
 pub mod tls;
 mod wait;
 mod ws;

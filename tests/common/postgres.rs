@@ -63,9 +63,9 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    /// Starts a server with an empty database `jobgate` (see [`Postgres::url`]). `None`, after
-    /// a loud notice, when PostgreSQL is not installed here; with `CI=true` that panics
-    /// instead: CI must run these tests, never skip them. Any other failure to start panics
+    /// Starts a server with an empty database `jobgate` (see [`Postgres::url`]). `None` when
+    /// PostgreSQL is not installed here, after [`skip_or_fail`](super::skip::skip_or_fail)
+    /// (which fails instead in CI). Any other failure to start panics
     /// with the server's log. It blocks for the second or two that takes.
     pub fn start() -> Option<Postgres> {
         Self::start_flushing(false)
@@ -89,12 +89,9 @@ impl Postgres {
 
     fn start_options(durable: bool, tls: bool) -> Option<Postgres> {
         let Some(bin) = bin_dir() else {
-            let why =
-                "PostgreSQL not installed (no initdb in `pg_config --bindir` or /usr/lib/postgresql/*/bin)";
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("CI=true, and this test needs PostgreSQL: {why}; apt-get install postgresql");
-            }
-            eprintln!("SKIPPED: {why}: skipping this PostgreSQL test; apt-get install postgresql to run it");
+            let why = "it needs PostgreSQL's server binaries (initdb, postgres and createdb: on PATH, \
+                       in `pg_config --bindir` or in /usr/lib/postgresql/*/bin): apt-get install postgresql";
+            super::skip::skip_or_fail(super::skip::Skip::Missing(why.to_owned()));
             return None;
         };
         Some(Self::start_in(bin, durable, tls))
@@ -477,11 +474,25 @@ enum Started {
     PortTaken,
 }
 
-/// The directory of PostgreSQL's server binaries: `pg_config --bindir` if it holds `initdb`
-/// (not every `pg_config` belongs to a server), else the newest of Debian's
-/// `/usr/lib/postgresql/<version>/bin`.
+/// The directory of PostgreSQL's server binaries (the harness runs `initdb`, `postgres` and
+/// `createdb` from it): that of `initdb` on `PATH`, its links followed (a link in
+/// /usr/local/bin has no `createdb` beside it), else `pg_config --bindir` (not every
+/// `pg_config` belongs to a server), else the newest of Debian's
+/// `/usr/lib/postgresql/<version>/bin` (Debian keeps them off `PATH`); each only if it holds
+/// all three.
 fn bin_dir() -> Option<PathBuf> {
-    let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    let has_server = |dir: &Path| {
+        ["initdb", "postgres", "createdb"]
+            .iter()
+            .all(|b| dir.join(b).is_file())
+    };
+    if let Some(dir) = super::skip::tool_on_path("initdb")
+        .and_then(|initdb| std::fs::canonicalize(initdb).ok())
+        .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+        && has_server(&dir)
+    {
+        return Some(dir);
+    }
     if let Ok(output) = Command::new("pg_config").arg("--bindir").output()
         && output.status.success()
     {

@@ -10,7 +10,11 @@ use crate::support::{JOB_FIELDS, input};
 
 #[tokio::test]
 async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) =
+        Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE").await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
@@ -63,7 +67,7 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
         })
         .await;
     // The deletion does not turn the cancelled job into a vanished one.
-    cluster.emu.simulation().open_gate("held");
+    cluster.emu().simulation().open_gate("held");
     // jobgate has seen those deletions once it has seen what its watches sent after them: a
     // job started now, its pod shown running (its pods' watch), then ended (its Job's status).
     let later = server
@@ -81,7 +85,7 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
             },
         )
         .await;
-    cluster.emu.simulation().open_gate("later");
+    cluster.emu().simulation().open_gate("later");
     assert_eq!(server.terminal_phase(&later).await, "SUCCEEDED");
     let done = server.job_with(&id, JOB_FIELDS).await;
     assert_eq!(done["phase"], "CANCELLED");
@@ -97,14 +101,17 @@ async fn cancel_records_cancelled_then_deletes_the_job_and_its_pods() {
 
 #[tokio::test]
 async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_GATE").await else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
         .await;
     server.wait_phase(&id, "RUNNING").await;
     server.cancel(&id).await;
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), "default");
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(cluster.client.clone(), cluster.namespace());
     let name = format!("jobgate-{id}");
     cluster
         .until("jobgate records why it deleted the Job", || async {
@@ -125,18 +132,24 @@ async fn a_cancel_is_recorded_as_a_kubernetes_event_on_the_job() {
 
 #[tokio::test]
 async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_restart() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated(
+        "it takes the API server down, drives the emulated kubelet, scripts its pods through EMULATOR_GATE",
+    )
+    .await
+    else {
+        return;
+    };
     let mut server = cluster.spawn_jobgate(&[]).await;
     let id = server
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
         .await;
     server.wait_phase(&id, "RUNNING").await;
     let name = format!("jobgate-{id}");
-    cluster.emu.go_down().await;
+    cluster.emu().go_down().await;
     assert_eq!(server.cancel(&id).await, "CANCELLED");
     // jobgate dies before the API server is back: only what it stored can stop the Job now.
     server.kill9();
-    cluster.emu.come_up().await.unwrap();
+    cluster.emu().come_up().await.unwrap();
     assert!(
         cluster.jobs().get_opt(&name).await.unwrap().is_some(),
         "the Job outlived the first jobgate"
@@ -149,7 +162,7 @@ async fn a_cancel_made_while_the_api_server_is_away_stops_the_workload_after_a_r
         )
         .await;
     // Its pods never get to finish the work.
-    cluster.emu.simulation().open_gate("held");
+    cluster.emu().simulation().open_gate("held");
     assert_eq!(server.job_with(&id, JOB_FIELDS).await["phase"], "CANCELLED");
     cluster
         .until("its pods are deleted", || async {

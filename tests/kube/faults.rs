@@ -16,10 +16,12 @@ use crate::support::{
 
 #[tokio::test]
 async fn jobs_submitted_while_the_api_server_is_down_wait_then_run_once() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it takes the API server down").await else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     server.wait_ready_is(200).await;
-    cluster.emu.go_down().await;
+    cluster.emu().go_down().await;
     let mut ids = HashSet::new();
     for i in 0..10 {
         ids.insert(
@@ -43,7 +45,7 @@ async fn jobs_submitted_while_the_api_server_is_down_wait_then_run_once() {
         }
     }
     server.wait_ready_is(503).await;
-    cluster.emu.come_up().await.unwrap();
+    cluster.emu().come_up().await.unwrap();
     let events = history_until_all_terminal(&server, &ids).await;
     assert_forward_only(&events);
     for id in &ids {
@@ -60,13 +62,15 @@ async fn jobs_submitted_while_the_api_server_is_down_wait_then_run_once() {
 
 #[tokio::test]
 async fn server_errors_and_throttling_delay_launches_without_losing_or_duplicating() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it makes the API server fail requests").await else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     server.wait_ready_is(200).await;
-    cluster.emu.fail_next(6, 500);
+    cluster.emu().fail_next(6, 500);
     let a = server.submit(input(&[], json!({}))).await;
     let b = server.submit(input(&[], json!({}))).await;
-    cluster.emu.fail_next(4, 429);
+    cluster.emu().fail_next(4, 429);
     let c = server.submit(input(&[], json!({}))).await;
     for id in [&a, &b, &c] {
         assert_eq!(status_events(&server, id).await.last().unwrap().0, "SUCCEEDED");
@@ -78,10 +82,12 @@ async fn server_errors_and_throttling_delay_launches_without_losing_or_duplicati
 
 #[tokio::test]
 async fn dropped_watches_and_expired_versions_miss_no_transition() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it takes the API server down, drops watches and compacts their history, counts the API server's requests, drives the emulated kubelet, writes to the emulator's store directly, scripts its pods through EMULATOR_GATE").await else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     server.wait_ready_is(200).await;
-    let lists_before = cluster.emu.requests().verb("list");
+    let lists_before = cluster.emu().requests().verb("list");
     let mut ids = Vec::new();
     for i in 0..8 {
         let gate = format!("g{i}");
@@ -91,20 +97,20 @@ async fn dropped_watches_and_expired_versions_miss_no_transition() {
         server.wait_phase(id, "RUNNING").await;
     }
     // Dropped watches: jobgate re-watches from the last version it saw.
-    cluster.emu.drop_watches();
+    cluster.emu().drop_watches();
     for i in 0..4 {
-        cluster.emu.simulation().open_gate(&format!("g{i}"));
+        cluster.emu().simulation().open_gate(&format!("g{i}"));
     }
     // An API server that goes away while jobs finish and comes back compacted: the versions
     // jobgate holds have expired (410 Gone), so it must re-list, and reconcile.
-    cluster.emu.go_down().await;
+    cluster.emu().go_down().await;
     for i in 4..8 {
-        cluster.emu.simulation().open_gate(&format!("g{i}"));
+        cluster.emu().simulation().open_gate(&format!("g{i}"));
     }
-    let store = cluster.emu.store().clone();
+    let store = cluster.emu().store().clone();
     cluster
         .until("the last jobs finish in the cluster", || async {
-            let (jobs, _) = store.list("jobs.batch", Some("default"), &|j| {
+            let (jobs, _) = store.list("jobs.batch", Some(cluster.namespace()), &|j| {
                 j.pointer("/status/conditions")
                     .and_then(Value::as_array)
                     .is_some_and(|c| c.iter().any(|c| c["type"] == "Complete" && c["status"] == "True"))
@@ -112,8 +118,8 @@ async fn dropped_watches_and_expired_versions_miss_no_transition() {
             jobs.len() == 8
         })
         .await;
-    cluster.emu.restart_compacted();
-    cluster.emu.come_up().await.unwrap();
+    cluster.emu().restart_compacted();
+    cluster.emu().come_up().await.unwrap();
     let ids: HashSet<String> = ids.into_iter().collect();
     let events = history_until_all_terminal(&server, &ids).await;
     assert_forward_only(&events);
@@ -128,7 +134,7 @@ async fn dropped_watches_and_expired_versions_miss_no_transition() {
         assert_eq!(phases.last(), Some(&"SUCCEEDED"), "{phases:?}");
     }
     assert!(
-        cluster.emu.requests().verb("list") > lists_before,
+        cluster.emu().requests().verb("list") > lists_before,
         "the expired versions forced a re-list"
     );
     server.wait_ready_is(200).await;
@@ -136,7 +142,9 @@ async fn dropped_watches_and_expired_versions_miss_no_transition() {
 
 #[tokio::test]
 async fn jobs_that_finish_or_vanish_while_jobgate_is_down_get_their_true_outcome() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_EXIT_CODE, EMULATOR_GATE, EMULATOR_TERMINATION_MESSAGE").await else {
+        return;
+    };
     let mut server = cluster.spawn_jobgate(&[]).await;
     let ok = server
         .submit(input(
@@ -161,7 +169,7 @@ async fn jobs_that_finish_or_vanish_while_jobgate_is_down_get_their_true_outcome
     }
     server.kill9();
     // Meanwhile in the cluster: two jobs finish, one Job is deleted by someone, one runs on.
-    let sim = cluster.emu.simulation();
+    let sim = cluster.emu().simulation();
     sim.open_gate("ok");
     sim.open_gate("bad");
     cluster
@@ -219,7 +227,9 @@ async fn jobs_that_finish_or_vanish_while_jobgate_is_down_get_their_true_outcome
 
 #[tokio::test]
 async fn a_job_deleted_while_running_fails_with_workload_deleted() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_GATE").await else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(input(&[("EMULATOR_GATE", "held")], json!({})))
@@ -248,16 +258,18 @@ async fn a_job_deleted_while_running_fails_with_workload_deleted() {
 
 #[tokio::test]
 async fn a_kill_between_accepting_and_creating_leaves_exactly_one_job() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it takes the API server down").await else {
+        return;
+    };
     let mut server = cluster.spawn_jobgate(&[]).await;
     // Accepted while the cluster is away: nothing created yet when jobgate dies.
-    cluster.emu.go_down().await;
+    cluster.emu().go_down().await;
     let mut ids = HashSet::new();
     for _ in 0..5 {
         ids.insert(server.submit(input(&[], json!({}))).await);
     }
     server.kill9();
-    cluster.emu.come_up().await.unwrap();
+    cluster.emu().come_up().await.unwrap();
     let mut server = server.start_again(&cluster.args(&[])).await;
     // And killed right after answering, creates in flight or done but not yet recorded.
     let burst = (0..20).map(|_| {

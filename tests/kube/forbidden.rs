@@ -49,7 +49,14 @@ const USER: &str = "system:serviceaccount:jobgate:jobgate";
 
 #[tokio::test]
 async fn a_forbidden_create_fails_the_job_with_the_api_servers_message_once() {
-    let cluster = Cluster::start_with_rbac(&overlay_without("base", "jobs", Some("create"))).await;
+    let Some(cluster) = Cluster::emulated_with_rbac(
+        "RBAC with a right taken away",
+        &overlay_without("base", "jobs", Some("create")),
+    )
+    .await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server.submit(input(&[], json!({}))).await;
     assert_eq!(
@@ -58,7 +65,8 @@ async fn a_forbidden_create_fails_the_job_with_the_api_servers_message_once() {
     );
     let job = server.job_with(&id, JOB_FIELDS).await;
     let expected = format!(
-        "jobs.batch is forbidden: User \"{USER}\" cannot create resource \"jobs\" in API group \"batch\" in the namespace \"default\""
+        "jobs.batch is forbidden: User \"{USER}\" cannot create resource \"jobs\" in API group \"batch\" in the namespace \"{}\"",
+        cluster.namespace()
     );
     assert!(job["message"].as_str().unwrap().contains(&expected), "{job}");
     let events = server
@@ -80,7 +88,7 @@ async fn a_forbidden_create_fails_the_job_with_the_api_servers_message_once() {
         "{failed}"
     );
     // Refused once, and not asked again.
-    assert_eq!(cluster.emu.requests().of("jobs.batch", "create"), 1);
+    assert_eq!(cluster.emu().requests().of("jobs.batch", "create"), 1);
     assert!(cluster.managed_jobs().await.is_empty());
 }
 
@@ -113,9 +121,16 @@ const CRD_WARNING: &str = "cannot watch CustomResourceDefinitions";
 async fn without_rights_on_crds_and_a_kind_jobgate_finds_kinds_at_start_and_says_so_once() {
     // deploy/overlays/workload-kinds grants the workload kinds, not CustomResourceDefinitions;
     // here RayJobs are not granted either.
-    let cluster = Cluster::start_with_rbac(&overlay_without("workload-kinds", "rayjobs", None)).await;
+    let Some(cluster) = Cluster::emulated_with_rbac(
+        "RBAC with a right taken away",
+        &overlay_without("workload-kinds", "rayjobs", None),
+    )
+    .await
+    else {
+        return;
+    };
     cluster
-        .emu
+        .emu()
         .register_workload_crds(&["PyTorchJob", "RayJob"])
         .unwrap();
     let server = cluster.jobgate(&[]).await;
@@ -126,7 +141,7 @@ async fn without_rights_on_crds_and_a_kind_jobgate_finds_kinds_at_start_and_says
             .await;
     }
     // A kind installed after start is not found until the next start.
-    cluster.emu.register_workload_crds(&["TFJob"]).unwrap();
+    cluster.emu().register_workload_crds(&["TFJob"]).unwrap();
     let ray = loop {
         let ray = template(&server, "rayjob").await;
         if ray["available"] == false {
@@ -157,7 +172,7 @@ async fn without_rights_on_crds_and_a_kind_jobgate_finds_kinds_at_start_and_says
         "{}",
         server.log_text()
     );
-    let counts = cluster.emu.requests();
+    let counts = cluster.emu().requests();
     assert_eq!(
         counts.of("customresourcedefinitions.apiextensions.k8s.io", "list"),
         1,

@@ -1,10 +1,13 @@
 //! The Kubernetes executor end to end: jobgate, driven over GraphQL, runs jobs
 //! as batch/v1 Jobs on the Kubernetes API emulator (tests/kube-emulator), which kube-rs talks
-//! to over real HTTP. Pods are scripted per job through `EMULATOR_*` variables in `env` (see
-//! tests/kube-emulator/README.md); the tests inspect the cluster through kube-rs as a user of
-//! kubectl would.
+//! to over real HTTP, or on the real cluster of `JOBGATE_TEST_KUBECONFIG` (scripts/test-cluster),
+//! each test in a namespace of its own. Pods are scripted per job through `EMULATOR_*` variables
+//! in `env` (see tests/kube-emulator/README.md): those tests start with `Cluster::emulated` and
+//! skip on a real cluster; the tests inspect the cluster through kube-rs as a user of kubectl
+//! would.
 //!
-//! The modules: jobs running to their outcome (`running`), cancelling (`cancelling`), the
+//! The modules: where the cluster comes from, the emulator or a kubeconfig
+//! (`cluster_source`), jobs running to their outcome (`running`), cancelling (`cancelling`), the
 //! API server or jobgate failing along the way (`faults`), inputs and clusters that refuse a
 //! job (`refusals`), the API server refusing jobgate itself (`forbidden`), and many jobs or subscribers at once (`scale`); `support` holds what they
 //! share (a job's input, its phase history, the forward-only check).
@@ -16,6 +19,7 @@
 mod common;
 
 mod cancelling;
+mod cluster_source;
 mod faults;
 mod forbidden;
 mod refusals;

@@ -10,7 +10,11 @@ use crate::support::{JOB_FIELDS, input, reason_of, status_events};
 
 #[tokio::test]
 async fn a_job_runs_as_a_batch_v1_job_with_its_result_and_logs() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_TERMINATION_MESSAGE").await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     server.wait_ready_is(200).await;
     let id = server
@@ -95,7 +99,9 @@ async fn a_job_runs_as_a_batch_v1_job_with_its_result_and_logs() {
 
 #[tokio::test]
 async fn a_failing_job_is_retried_then_fails_with_the_controllers_reason() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_EXIT_CODE, EMULATOR_FAIL_ATTEMPTS, EMULATOR_TERMINATION_MESSAGE").await else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(input(
@@ -119,7 +125,7 @@ async fn a_failing_job_is_retried_then_fails_with_the_controllers_reason() {
             && message.contains("bad input"),
         "the controller's summary and the last pod's cause: {message}"
     );
-    assert_eq!(cluster.emu.simulation().pods_created(), 3);
+    assert_eq!(cluster.emu().simulation().pods_created(), 3);
 
     // A job whose first two runs fail, with room to retry: it succeeds.
     let id = server
@@ -136,7 +142,9 @@ async fn a_failing_job_is_retried_then_fails_with_the_controllers_reason() {
 
 #[tokio::test]
 async fn a_deadline_fails_the_job_with_deadline_exceeded() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_GATE").await else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(input(
@@ -155,7 +163,10 @@ async fn a_deadline_fails_the_job_with_deadline_exceeded() {
 
 #[tokio::test]
 async fn an_indexed_job_runs_every_index_within_its_parallelism() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated("it scripts its pods through EMULATOR_TERMINATION_MESSAGE").await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let mut ws = GqlWs::connect(&server).await;
     ws.subscribe(
@@ -202,7 +213,11 @@ async fn an_indexed_job_runs_every_index_within_its_parallelism() {
 
 #[tokio::test]
 async fn a_job_removed_by_its_ttl_keeps_its_history_result_and_logs() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) =
+        Cluster::emulated("it scripts its pods through EMULATOR_LOG, EMULATOR_TERMINATION_MESSAGE").await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(input(
@@ -236,7 +251,13 @@ async fn a_job_removed_by_its_ttl_keeps_its_history_result_and_logs() {
 
 #[tokio::test]
 async fn job_logs_follow_the_pods_as_they_write() {
-    let cluster = Cluster::start().await;
+    let Some(cluster) = Cluster::emulated(
+        "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG",
+    )
+    .await
+    else {
+        return;
+    };
     let server = cluster.jobgate(&[]).await;
     let id = server
         .submit(input(
@@ -263,7 +284,7 @@ async fn job_logs_follow_the_pods_as_they_write() {
     );
     let second = ws.recv().await;
     assert_eq!(second["payload"]["data"]["jobLogs"]["text"], "beta");
-    cluster.emu.simulation().open_gate("logs");
+    cluster.emu().simulation().open_gate("logs");
     let end = ws.recv().await;
     assert_eq!(end["type"], "complete", "the stream ends with the job: {end}");
     assert_eq!(server.job_with(&id, JOB_FIELDS).await["phase"], "SUCCEEDED");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use kube_emulator::{Emulator, Options, SimConfig};
+use kube_emulator::{Emulator, Options};
 
 /// An emulated Kubernetes API server with a simulated Job controller and kubelet.
 #[derive(Parser, Debug)]
