@@ -197,7 +197,9 @@ async fn pytorchjob() {
         kind: "PyTorchJob",
         plural: "pytorchjobs",
         extra: json!({"parameters": {"workers": 2, "restartPolicy": "Never"}}),
-        failure: ("PyTorchJobFailed", "is failed because 1 Master replica(s) failed"),
+        // Every replica fails: the operator names whichever replica type it finds failed first
+        // (Master or Worker), as Kubeflow's does.
+        failure: ("PyTorchJobFailed", "replica(s) failed"),
         result: Some("42"),
         cancel_patch: None,
     })
