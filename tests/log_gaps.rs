@@ -110,6 +110,19 @@ async fn wait_job_and_pods_gone(cluster: &Cluster, id: &str) {
         .await;
 }
 
+/// Cuts jobgate's log streams and refuses every log read from now on, until jobgate has tried
+/// (and been refused) to open the log again: its stream is cut while the container runs.
+async fn cut_follow_and_refuse_reads(cluster: &Cluster) {
+    let refused = cluster.emu().requests().injected_failures;
+    cluster.emu().throttle("pods/log", "log", 1);
+    cluster.emu().drop_log_streams();
+    cluster
+        .until("jobgate opens the log again", || async {
+            cluster.emu().requests().injected_failures > refused
+        })
+        .await;
+}
+
 fn numbered(from: usize, to: usize) -> Vec<String> {
     (from..=to).map(|i| format!("line {i}")).collect()
 }
@@ -146,14 +159,7 @@ async fn a_follow_cut_while_the_kubelet_rotates_the_log_leaves_a_marked_gap() {
     wait_archive_reaches(&server, &id, 5).await;
     // The follow is cut, and every log read is refused while the pod writes on: the kubelet
     // rotates its log several times before jobgate can read it again.
-    let refused = cluster.emu().requests().injected_failures;
-    cluster.emu().throttle("pods/log", "log", 1);
-    cluster.emu().drop_log_streams();
-    cluster
-        .until("jobgate opens the log again", || async {
-            cluster.emu().requests().injected_failures > refused
-        })
-        .await;
+    cut_follow_and_refuse_reads(&cluster).await;
     for line in numbered(5, 59) {
         cluster.emu().store().append_log(cluster.namespace(), &pod, &line);
     }
@@ -230,15 +236,7 @@ async fn a_follow_cut_before_the_kubelet_removes_a_deleted_pods_containers_leave
     wait_archive_reaches(&server, &id, 5).await;
     // The follow is cut and reads are refused while the pod writes on, ends, and is deleted
     // (the Job's TTL of 0): jobgate's finalizer keeps the pod object, not its containers.
-    let refused = cluster.emu().requests().injected_failures;
-    cluster.emu().throttle("pods/log", "log", 1);
-    cluster.emu().drop_log_streams();
-    // jobgate tries to read on (refused) while the container still runs: its stream was cut.
-    cluster
-        .until("jobgate opens the log again", || async {
-            cluster.emu().requests().injected_failures > refused
-        })
-        .await;
+    cut_follow_and_refuse_reads(&cluster).await;
     for line in numbered(5, 9) {
         cluster.emu().store().append_log(cluster.namespace(), &pod, &line);
     }
