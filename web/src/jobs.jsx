@@ -1,8 +1,10 @@
 // The jobs table: one page of `jobs`, filtered, kept current by the live model's events.
 //
-// The page is loaded once per filter or page change; afterwards each `jobEvents` event updates
-// its row in place (only if it is newer than what the row shows, by cursor), adds a new job at
-// the top of the first page, or removes a job that no longer matches the filter.
+// The page is loaded once per filter or page change, after the live model's first snapshot;
+// afterwards each `jobEvents` event updates its row in place (only if it is newer than what
+// the row shows, by cursor), adds a new job at the top of the first page, adds a job that
+// changed into the filtered phase where the loaded rows reach, or removes a job that no longer
+// matches the filter.
 //
 // The server looks at a bounded number of jobs per request: a filter that few jobs match (a
 // name with a namespace none of its jobs are in) answers short or empty pages that still have
@@ -27,14 +29,16 @@ const FOLLOW_UPS = 4;
 
 /**
  * Jobs from after `cursor` (null: the newest) until `have` rows and these make a page, the
- * server has no more, or `requests` requests were made. `total` is the first answer's.
+ * server has no more, `requests` requests were made, or `stopped()` says the answer is no
+ * longer wanted. `total` is the first answer's.
  */
-async function readOn(api, filter, cursor, have, requests) {
+async function readOn(api, filter, cursor, have, requests, stopped) {
   const rows = [];
   let hasNext = true;
   let endCursor = cursor;
   let total = null;
   for (let i = 0; i < requests && hasNext && have + rows.length < PAGE_SIZE; i++) {
+    if (stopped()) break;
     const data = await api.request(JOBS_QUERY, { first: PAGE_SIZE - have - rows.length, after: endCursor, filter });
     const c = data.jobs;
     rows.push(...c.edges.map((e) => e.node));
@@ -158,14 +162,20 @@ export function JobsView({ api, live, params }) {
   const [namespaces, setNamespaces] = useState([]);
   const rowsRef = useRef(state);
   const after = pages.length ? pages[pages.length - 1] : null;
+  // Until the live model's first snapshot is in (or has failed), a page loaded now would load
+  // again when it arrives: the table waits for it and loads once.
+  const waiting = !live.loaded && !live.tried;
 
   useEffect(() => {
     let cancelled = false;
     buffered.current = [];
-    rowsRef.current = { ...rowsRef.current, loading: true };
-    setState(rowsRef.current);
+    if (!rowsRef.current.loading) {
+      rowsRef.current = { ...rowsRef.current, loading: true };
+      setState(rowsRef.current);
+    }
     setNewJobs(0);
-    readOn(api, apiFilter(filter), after, 0, 1 + FOLLOW_UPS)
+    if (waiting) return undefined;
+    readOn(api, apiFilter(filter), after, 0, 1 + FOLLOW_UPS, () => cancelled)
       .then((read) => {
         if (cancelled) return;
         let loaded = {
@@ -192,7 +202,7 @@ export function JobsView({ api, live, params }) {
     // The page reloads when the filter or the page changes, and when the live model has
     // (re)loaded (a first load that failed while the server was away, or a fresh snapshot
     // after the server said our cursor had expired).
-  }, [filterKey, after, live.loaded, live.generation]);
+  }, [filterKey, after, live.loaded, live.generation, waiting]);
 
   useEffect(() => {
     api
@@ -217,11 +227,20 @@ export function JobsView({ api, live, params }) {
       rows.splice(at, 1);
       return { ...current, rows, total: current.total - 1 };
     }
-    // A job enters the view when it is new, or when it changes into the filtered phase.
-    if (!matches(filter, job) || event.previousPhase === event.phase) return current;
+    // A job enters the view when it is new, or when it changes into the filtered phase; one
+    // that matched before and is not shown lies beyond the rows loaded, and stays there.
+    const isNew = event.previousPhase == null;
+    const entering = isNew || !matches(filter, { ...job, phase: event.previousPhase });
+    if (!matches(filter, job) || !entering) return current;
     if (pages.length > 0) {
-      if (event.previousPhase == null) setNewJobs((n) => n + 1);
+      if (isNew) setNewJobs((n) => n + 1);
       return current;
+    }
+    // It shows only where the rows loaded reach: older than the last of a page that stopped
+    // short (the server had more to look at), it belongs to a later answer.
+    const last = current.rows[current.rows.length - 1];
+    if (!isNew && current.hasNext && !(last && newestFirst(job, last) < 0)) {
+      return { ...current, total: current.total + 1 };
     }
     const rows = [...current.rows, job].sort(newestFirst);
     const hasNext = current.hasNext || rows.length > PAGE_SIZE;
@@ -290,14 +309,14 @@ export function JobsView({ api, live, params }) {
   const load = useRef(0);
   useEffect(() => {
     load.current += 1;
-  }, [filterKey, after, live.loaded, live.generation]);
+  }, [filterKey, after, live.loaded, live.generation, waiting]);
   // On the user's request: as many requests again, from where the page stopped, appending.
   const searchFurther = () => {
     const mine = load.current;
     const from = rowsRef.current;
     rowsRef.current = { ...from, searching: true };
     setState(rowsRef.current);
-    readOn(api, apiFilter(filter), from.endCursor, from.rows.length, 1 + FOLLOW_UPS)
+    readOn(api, apiFilter(filter), from.endCursor, from.rows.length, 1 + FOLLOW_UPS, () => mine !== load.current)
       .then((read) => {
         if (mine !== load.current) return;
         const current = rowsRef.current;

@@ -28,6 +28,9 @@ export class LiveModel {
     this.buckets = []; // [{ start: ms, submitted, succeeded, failed, cancelled }]
     this.variables = { after: null };
     this.loaded = false;
+    // True once the first snapshot has been tried, whether it loaded or failed: views that
+    // hold data of their own wait for it rather than load twice.
+    this.tried = false;
     this.generation = 0;
     this.loading = null;
     this.error = null;
@@ -70,6 +73,7 @@ export class LiveModel {
         this.error = error;
       } finally {
         this.loading = null;
+        this.tried = true;
         this.changed();
       }
     })();
