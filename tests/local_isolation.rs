@@ -2,10 +2,11 @@
 //! them as an unprivileged user when jobgate is root, and refuses to serve several tenants
 //! when it cannot.
 //!
-//! The tests that need a second uid need root; they skip loudly otherwise, never in CI
-//! (CI=true), which runs as root.
+//! The tests that need a second uid run jobgate as root: directly when the test is root,
+//! otherwise in a user namespace where the test's user is root (`common::root`); where neither
+//! can be done they skip loudly, never in CI (CI=true).
 //!
-//! These tests spawn the binary (`Server::spawn_with_env`, `Server::spawn_under`,
+//! These tests spawn the binary (`Server::spawn_with_env`, `Server::spawn_as_root`,
 //! `CARGO_BIN_EXE_jobgate`): its environment, open files and user are the point.
 
 mod common;
@@ -25,15 +26,6 @@ const NOBODY: u32 = 65534;
 
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
-}
-
-/// Whether a test that needs root must skip (through the harness's one skip decision, which
-/// fails it in CI instead).
-fn skip_unless_root() -> bool {
-    !is_root()
-        && common::skip::skip_or_fail(common::skip::Skip::Missing(
-            "it needs root (jobs run as another user only when jobgate is root)".to_owned(),
-        ))
 }
 
 /// A tokens file for alice (team-a) and bob (team-b).
@@ -139,9 +131,6 @@ fn check_env(log: &str, own: &[&str], forbidden_values: &[&str]) {
 
 #[tokio::test]
 async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
-    if skip_unless_root() {
-        return;
-    }
     // Credentials kept as an operator should: readable by jobgate's user only (jobgate
     // cannot hide a world-readable file; docs/CONFIG.md says so).
     let secrets = tempfile::tempdir().unwrap();
@@ -150,7 +139,8 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
     let jwt_secret = secrets.path().join("jwt.secret");
     std::fs::write(&jwt_secret, JWT_SECRET).unwrap();
     // As an operator would: the secret file named in jobgate's environment, with a token.
-    let server = Server::spawn_with_env(
+    let Some(server) = Server::spawn_as_root(
+        &[],
         &[
             "--api-tokens-file",
             tokens.to_str().unwrap(),
@@ -164,7 +154,10 @@ async fn a_tenants_job_can_read_none_of_jobgates_files_nor_another_tenants() {
             ("JOBGATE_RUN_AS_USER", "65534:65534"),
         ],
     )
-    .await;
+    .await
+    else {
+        return;
+    };
 
     // Alice's job leaves a mark in its log, its directory and its result.
     let alice = submit_as(
@@ -338,12 +331,12 @@ async fn a_job_runs_in_a_directory_of_its_own_outside_the_data_directory_with_a_
 /// without forking jobgate, which drops to the user and execs the program in place).
 #[tokio::test]
 async fn the_binary_starts_jobs_through_its_launcher_with_no_privilege_left() {
-    if skip_unless_root() {
-        return;
-    }
     // jobgate inherits descriptor 7, open without close-on-exec, from the shell that starts
     // it: the job must not.
-    let server = Server::spawn_under(&["sh", "-c", "exec 7</dev/null; exec \"$@\"", "sh"], &[]).await;
+    let wrapper = ["sh", "-c", "exec 7</dev/null; exec \"$@\"", "sh"];
+    let Some(server) = Server::spawn_as_root(&wrapper, &[], &[]).await else {
+        return;
+    };
     let id = server
         .submit(json!({
             "command": sh("echo \"ids $(id -u) $(id -g) $(id -G)\"; \
@@ -460,8 +453,13 @@ async fn jobgate_refuses_to_serve_several_tenants_when_every_job_would_run_as_it
             std::os::unix::fs::chown(owned, Some(NOBODY), Some(NOBODY)).unwrap();
         }
     }
+    // nobody may be unable to reach the binary where it was built (a checkout under a 0700
+    // directory, such as root's home): it runs a copy in this test's directory.
+    let binary = dir.path().join("jobgate");
+    std::fs::copy(env!("CARGO_BIN_EXE_jobgate"), &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
     let run = |args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_jobgate"));
+        let mut command = Command::new(&binary);
         command.args(["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()]);
         command.args(["--local-work-dir", work.to_str().unwrap()]);
         command.args(args);

@@ -5,8 +5,8 @@
 //! namespace), the binary spawned (`process`). Its log is in `log`, its waits in `wait`, its
 //! WebSocket clients in `ws`, a small disk to fill under it in `disk`, an emulated Kubernetes
 //! cluster in `cluster`, a throwaway PostgreSQL server (for the PostgreSQL store) in
-//! `postgres`, a webhook receiver that verifies signatures in `receiver`, the one
-//! decision whether a test may skip (and the tools found on `PATH`) in `skip`. The harness never
+//! `postgres`, a webhook receiver that verifies signatures in `receiver`, how to run jobgate
+//! as root whoever runs the test in `root`, the one decision whether a test may skip (and the tools found on `PATH`) in `skip`. The harness never
 //! asserts what a test is about, only that jobgate answered at all.
 // Each test binary uses a part of the harness; the rest is unused there, not dead.
 #![allow(dead_code, unused_imports)]
@@ -19,6 +19,7 @@ mod log;
 pub mod postgres;
 mod process;
 pub mod receiver;
+pub mod root;
 pub mod skip;
 pub mod tls;
 mod wait;
@@ -103,6 +104,35 @@ impl Server {
             wrapper: wrapper.iter().map(|s| s.to_string()).collect(),
         };
         Self::start_fresh(how, extra, &[]).await
+    }
+
+    /// Starts the jobgate binary as root (`root::wrapper`: directly, or in a user namespace
+    /// where this user is root), under `wrapper` inside that, with a fresh data directory and
+    /// these environment variables; `None` when it cannot be done here (a skip, or a failure
+    /// in CI: `skip::skip_or_fail`).
+    pub async fn spawn_as_root(wrapper: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Option<Server> {
+        let mut outer = match root::wrapper() {
+            Ok(outer) => outer,
+            Err(why) => {
+                skip::skip_or_fail(skip::Skip::Missing(why));
+                return None;
+            }
+        };
+        outer.extend(wrapper.iter().map(|s| s.to_string()));
+        // Its data directory and its jobs' directories side by side in one of the test's own,
+        // open for the jobs' user to pass through: the default work directory,
+        // /tmp/jobgate-0, is the real root's when jobgate is root in a namespace.
+        let temp = Arc::new(tempfile::tempdir().expect("tempdir"));
+        std::fs::set_permissions(temp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("opening the test's directory to the jobs' user");
+        let data = temp.path().join("data");
+        let work = temp.path().join("work");
+        let mut args = vec!["--local-work-dir", work.to_str().expect("a UTF-8 path")];
+        args.extend_from_slice(extra);
+        let how = How::Process { wrapper: outer };
+        let mut server = Self::start_how(how, &data, &args, env).await;
+        server._temp = Some(temp);
+        Some(server)
     }
 
     /// Starts the jobgate binary on a small disk of its own, with its data directory there
