@@ -471,7 +471,9 @@ async fn job_status_and_job_logs_follow_on_a_replica_that_did_not_accept_the_job
         return;
     };
     let Some(cluster) = Cluster::emulated_as(
-        "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG", HA)
+        "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG",
+        HA,
+    )
     .await
     else {
         return;
@@ -546,9 +548,11 @@ async fn a_cancel_through_another_replica_stops_the_workload_and_every_replica_r
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) =
-        Cluster::emulated_as("it counts the API server's requests, scripts its pods through EMULATOR_GATE", HA)
-            .await
+    let Some(cluster) = Cluster::emulated_as(
+        "it counts the API server's requests, scripts its pods through EMULATOR_GATE",
+        HA,
+    )
+    .await
     else {
         return;
     };
@@ -615,8 +619,11 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) =
-        Cluster::emulated_as("it throttles the API server, counts the API server's requests", HA).await
+    let Some(cluster) = Cluster::emulated_as(
+        "it throttles the API server, counts the API server's requests",
+        HA,
+    )
+    .await
     else {
         return;
     };
@@ -725,8 +732,11 @@ async fn a_replica_joining_takes_over_running_jobs_of_its_shards_and_one_leaving
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) =
-        Cluster::emulated_as("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE", HA).await
+    let Some(cluster) = Cluster::emulated_as(
+        "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE",
+        HA,
+    )
+    .await
     else {
         return;
     };

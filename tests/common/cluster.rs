@@ -161,11 +161,7 @@ impl Cluster {
         Self::emulated_under(why, options, overlay_rbac(BASE)).await
     }
 
-    async fn emulated_under(
-        why: &str,
-        options: kube_emulator::Options,
-        rbac: Vec<Value>,
-    ) -> Option<Cluster> {
+    async fn emulated_under(why: &str, options: kube_emulator::Options, rbac: Vec<Value>) -> Option<Cluster> {
         if std::env::var_os(KUBECONFIG_VAR).is_some() {
             skip_or_fail(Skip::NeedsEmulator(why.to_owned()));
             return None;

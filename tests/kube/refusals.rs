@@ -20,12 +20,7 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
     let allowed = [SECOND_NAMESPACE, cluster.namespace()];
     let joined = allowed.join(",");
     let server = cluster
-        .jobgate(&[
-            "--allowed-namespaces",
-            &joined,
-            "--service-accounts",
-            "trainer",
-        ])
+        .jobgate(&["--allowed-namespaces", &joined, "--service-accounts", "trainer"])
         .await;
     for (bad, field) in [
         (json!({"command": ["true"]}), "input.image"),
