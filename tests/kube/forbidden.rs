@@ -121,7 +121,8 @@ const CRD_WARNING: &str = "cannot watch CustomResourceDefinitions";
 
 #[tokio::test]
 async fn without_rights_on_crds_and_a_kind_jobgate_finds_kinds_at_start_and_says_so_once() {
-    // deploy/overlays/workload-kinds without its CustomResourceDefinitions, nor RayJobs.
+    // deploy/overlays/workload-kinds without its right on CustomResourceDefinitions, and
+    // without RayJobs.
     let Some(cluster) = Cluster::emulated_with_rbac(
         "RBAC with a right taken away",
         without(
