@@ -31,7 +31,7 @@ fn gated(gate: &str, extra: Value) -> Value {
 /// A cluster with Kueue installed and a LocalQueue `team-a` (ClusterQueue `cluster-queue`)
 /// admitting `pods` pods at once; `None` (skipped) on a real cluster.
 async fn kueue_cluster(pods: u32) -> Option<Cluster> {
-    let cluster = Cluster::emulated("it installs the emulator's Kueue").await?;
+    let cluster = Cluster::emulated_as("it installs the emulator's Kueue", "kueue").await?;
     cluster.emu().register_kueue().unwrap();
     cluster
         .emu()

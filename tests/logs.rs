@@ -289,7 +289,7 @@ async fn a_kubernetes_job_with_ttl_zero_keeps_all_5000_lines() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_templates_pod_is_held_until_its_whole_log_is_archived() {
-    let Some(cluster) = Cluster::emulated("it throttles the API server, serves kinds whose operators the emulator simulates, scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES").await else {
+    let Some(cluster) = Cluster::emulated_as("it throttles the API server, serves kinds whose operators the emulator simulates, scripts its pods through EMULATOR_LOG, EMULATOR_LOG_LINES", "workload-kinds").await else {
         return;
     };
     cluster.emu().register_workload_crds(&["PyTorchJob"]).unwrap();

@@ -19,6 +19,10 @@ use common::{GqlWs, Server};
 use jobgate::model::shard_of;
 use serde_json::{Value, json};
 
+/// The overlay the replicas are deployed with, whose RBAC they run under on the emulator:
+/// deploy/overlays/ha (the base's Role, and the Leases they divide the work through).
+const HA: &str = "ha";
+
 /// A job input for the emulated kubelet (`image` is required on Kubernetes).
 fn input(name: &str) -> Value {
     json!({"name": name, "image": "busybox:1.36", "command": ["echo", "hello"]})
@@ -93,7 +97,7 @@ async fn a_job_submitted_on_any_replica_reaches_subscribers_of_every_replica_in_
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) = Cluster::emulated("it counts the API server's requests").await else {
+    let Some(cluster) = Cluster::emulated_as("it counts the API server's requests", HA).await else {
         return;
     };
     let servers = replicas(&cluster, &pg.url(), 3).await;
@@ -162,7 +166,7 @@ async fn a_client_resumes_on_another_replica_after_its_cursor_with_no_gap() {
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_as(HA).await;
     let servers = replicas(&cluster, &pg.url(), 3).await;
     let first: HashSet<String> = [servers[0].submit(input("before")).await].into();
     let mut ws = events_socket(&servers[0], "0").await;
@@ -388,7 +392,7 @@ async fn kill_9_of_one_replica_then_another_mid_burst_loses_no_job_and_the_survi
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_as(HA).await;
     let url = pg.url();
     let mut doomed = vec![
         cluster.spawn_jobgate(&shared(&url)).await,
@@ -466,8 +470,9 @@ async fn job_status_and_job_logs_follow_on_a_replica_that_did_not_accept_the_job
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) = Cluster::emulated(
+    let Some(cluster) = Cluster::emulated_as(
         "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE, EMULATOR_LOG",
+        HA,
     )
     .await
     else {
@@ -543,9 +548,11 @@ async fn a_cancel_through_another_replica_stops_the_workload_and_every_replica_r
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) =
-        Cluster::emulated("it counts the API server's requests, scripts its pods through EMULATOR_GATE")
-            .await
+    let Some(cluster) = Cluster::emulated_as(
+        "it counts the API server's requests, scripts its pods through EMULATOR_GATE",
+        HA,
+    )
+    .await
     else {
         return;
     };
@@ -612,8 +619,11 @@ async fn a_replica_paused_longer_than_its_lease_does_not_act_when_it_resumes() {
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) =
-        Cluster::emulated("it throttles the API server, counts the API server's requests").await
+    let Some(cluster) = Cluster::emulated_as(
+        "it throttles the API server, counts the API server's requests",
+        HA,
+    )
+    .await
     else {
         return;
     };
@@ -722,8 +732,11 @@ async fn a_replica_joining_takes_over_running_jobs_of_its_shards_and_one_leaving
     let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let Some(cluster) =
-        Cluster::emulated("it drives the emulated kubelet, scripts its pods through EMULATOR_GATE").await
+    let Some(cluster) = Cluster::emulated_as(
+        "it drives the emulated kubelet, scripts its pods through EMULATOR_GATE",
+        HA,
+    )
+    .await
     else {
         return;
     };

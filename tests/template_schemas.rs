@@ -148,7 +148,7 @@ async fn create_unchanged(api: &Api<DynamicObject>, object: &Value, what: &str) 
 
 #[tokio::test]
 async fn every_built_in_template_renders_what_its_crd_accepts_unchanged() {
-    let Some(cluster) = Cluster::emulated("serves the bundled CRDs").await else {
+    let Some(cluster) = Cluster::emulated_as("serves the bundled CRDs", "workload-kinds").await else {
         return;
     };
     cluster

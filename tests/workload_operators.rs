@@ -58,7 +58,7 @@ const FIELDS: &str = "id phase message result logs(tailLines: 50) progress { suc
     conditions { type status reason message }";
 
 async fn run_case(case: Case) {
-    let Some(cluster) = Cluster::emulated("it serves kinds whose operators the emulator simulates, scripts its pods through EMULATOR_EXIT_CODE, EMULATOR_GATE, EMULATOR_LOG, EMULATOR_RUN_MS, EMULATOR_TERMINATION_MESSAGE").await else {
+    let Some(cluster) = Cluster::emulated_as("it serves kinds whose operators the emulator simulates, scripts its pods through EMULATOR_EXIT_CODE, EMULATOR_GATE, EMULATOR_LOG, EMULATOR_RUN_MS, EMULATOR_TERMINATION_MESSAGE", "workload-kinds").await else {
         return;
     };
     cluster.emu().register_workload_crds(&[case.kind]).unwrap();

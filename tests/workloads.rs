@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::cluster::Cluster;
+use common::cluster::{Cluster, overlay_rbac};
 use common::{Polling, Server};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -89,10 +89,33 @@ cancel:
 retentionSeconds: ${job.ttlSecondsAfterFinished}
 "#;
 
+/// deploy/overlays/workload-kinds's RBAC with what a template of one's own needs on top
+/// (docs/TEMPLATES.md, "RBAC"): the widget template's kind as the overlay grants each built-in
+/// kind (`patch`: it cancels by patch), and its child ConfigMap (created, or read back).
+fn widget_rbac() -> Vec<Value> {
+    let mut rbac = overlay_rbac("workload-kinds");
+    let role = rbac
+        .iter_mut()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "jobgate-workloads")
+        .expect("the workload-kinds overlay's Role");
+    let rules = role["rules"].as_array_mut().unwrap();
+    rules.push(json!({
+        "apiGroups": ["example.jobgate.io"],
+        "resources": ["widgets"],
+        "verbs": ["create", "get", "list", "watch", "delete", "patch"],
+    }));
+    rules.push(json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get"]}));
+    rbac
+}
+
 /// A cluster that serves Widgets, and a template directory with the widget template; `None`
 /// (skipped) on a real cluster.
 async fn widget_cluster() -> Option<(Cluster, tempfile::TempDir)> {
-    let cluster = Cluster::emulated("it serves kinds whose operators the emulator simulates").await?;
+    let cluster = Cluster::emulated_with_rbac(
+        "it serves kinds whose operators the emulator simulates",
+        widget_rbac(),
+    )
+    .await?;
     cluster
         .emu()
         .register_crd_yaml(&crd("example.jobgate.io", "v1", "Widget", "widgets"))

@@ -9,7 +9,7 @@ from .budget import check_disruption_budget
 from .egress import check_database_egress
 from .monitors import check_service_monitors
 from .objects import env_of, is_dev, matches, name, value_from
-from .rbac import check_rbac
+from .rbac import check_cluster_rbac, check_rbac
 from .rules import (
     DATABASE_FILE_VAR,
     DATABASE_VAR,
@@ -209,6 +209,7 @@ def check(docs, known):
 
     if env.get("JOBGATE_EXECUTOR") == "kubernetes":
         errors += check_rbac(by_kind, env, home, account, shared)
+    errors += check_cluster_rbac(by_kind, home, account)
     if shared:
         errors += check_database_egress(by_kind, home, pod_labels)
     errors += check_disruption_budget(by_kind, home, replicas, pod_labels)

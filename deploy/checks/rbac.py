@@ -1,8 +1,11 @@
 """RBAC: Roles grant exactly what jobgate uses, to its own account, in exactly the namespaces
-it may run jobs in, and Leases only in its own namespace with a shared database."""
+it may run jobs in, and Leases only in its own namespace with a shared database; the one
+ClusterRole grants exactly the watch of CustomResourceDefinitions, with the workload kinds."""
 
 from .objects import name
 from .rules import (
+    CRD_ROLE,
+    CRDS_NEEDED,
     DATABASE_FILE_VAR,
     KUEUE_NEEDED,
     KUEUE_ROLE,
@@ -12,6 +15,70 @@ from .rules import (
     WORKLOAD_ROLE,
     workload_needed,
 )
+
+
+def grants(role, errors):
+    """The (apiGroup, resource, verb) a Role or ClusterRole grants; a rule narrowed to names or
+    granting non-resource URLs is reported in `errors`."""
+    granted = set()
+    for rule in role.get("rules") or []:
+        if rule.get("resourceNames") or rule.get("nonResourceURLs"):
+            errors.append(f"{name(role)}: unexpected resourceNames/nonResourceURLs")
+        for g in rule.get("apiGroups") or []:
+            for r in rule.get("resources") or []:
+                for v in rule.get("verbs") or []:
+                    granted.add((g, r, v))
+    return granted
+
+
+def binds_only(binding, account, home, errors):
+    """Whether `binding` names jobgate's ServiceAccount and no other subject (each other one is
+    reported in `errors`)."""
+    ok = bool(binding.get("subjects"))
+    for subject in binding.get("subjects") or []:
+        if (subject.get("kind"), subject.get("name"), subject.get("namespace")) != ("ServiceAccount", account, home):
+            errors.append(f"{name(binding)}: binds {subject}, not jobgate's ServiceAccount {home}/{account}")
+            ok = False
+    return ok
+
+
+def check_cluster_rbac(by_kind, home, account):
+    """No ClusterRole or ClusterRoleBinding but CRD_ROLE, granting exactly CRDS_NEEDED to
+    jobgate's account, and that one exactly when the workload kinds' Role is there."""
+    errors = []
+    roles = set()
+    for role in by_kind.get("ClusterRole", []):
+        if role["metadata"].get("name") != CRD_ROLE:
+            errors.append(
+                f"{name(role)}: jobgate's only cluster-wide right is the ClusterRole {CRD_ROLE} "
+                "(watching CustomResourceDefinitions)"
+            )
+            continue
+        granted = grants(role, errors)
+        if extra := sorted(granted - CRDS_NEEDED):
+            errors.append(f"{name(role)}: grants more than jobgate needs: {extra}")
+        if lacking := sorted(CRDS_NEEDED - granted):
+            errors.append(f"{name(role)}: lacks what jobgate needs: {lacking}")
+        roles.add(CRD_ROLE)
+    bound = False
+    for binding in by_kind.get("ClusterRoleBinding", []):
+        ref = binding.get("roleRef") or {}
+        if binding["metadata"].get("name") != CRD_ROLE or ref.get("kind") != "ClusterRole" or ref.get("name") not in roles:
+            errors.append(f"{name(binding)}: jobgate's only ClusterRoleBinding binds the ClusterRole {CRD_ROLE} defined here")
+        elif binds_only(binding, account, home, errors):
+            bound = True
+    workloads = any(r["metadata"].get("name") == WORKLOAD_ROLE for r in by_kind.get("Role", []))
+    if (roles or by_kind.get("ClusterRoleBinding")) and not workloads:
+        errors.append(
+            f"the ClusterRole {CRD_ROLE} is there without the Role {WORKLOAD_ROLE}: jobgate could not use a "
+            "workload kind it found through CustomResourceDefinitions"
+        )
+    if workloads and not bound:
+        errors.append(
+            f"the Role {WORKLOAD_ROLE} is there, so the ClusterRole {CRD_ROLE}, bound to {home}/{account}, must "
+            "let jobgate list and watch CustomResourceDefinitions (to find a kind installed after it started)"
+        )
+    return errors
 
 
 def check_rbac(by_kind, env, home, account, shared):
@@ -35,14 +102,7 @@ def check_rbac(by_kind, env, home, account, shared):
     workloads, errors_of_templates = workload_needed()
     errors.extend(errors_of_templates)
     for role in by_kind.get("Role", []):
-        granted = set()
-        for rule in role.get("rules") or []:
-            if rule.get("resourceNames") or rule.get("nonResourceURLs"):
-                errors.append(f"{name(role)}: unexpected resourceNames/nonResourceURLs")
-            for g in rule.get("apiGroups") or []:
-                for r in rule.get("resources") or []:
-                    for v in rule.get("verbs") or []:
-                        granted.add((g, r, v))
+        granted = grants(role, errors)
         needed = {WORKLOAD_ROLE: workloads, LEASE_ROLE: LEASES_NEEDED, KUEUE_ROLE: KUEUE_NEEDED}.get(
             role["metadata"]["name"], NEEDED
         )
@@ -69,13 +129,7 @@ def check_rbac(by_kind, env, home, account, shared):
         ref = rb.get("roleRef") or {}
         if ref.get("kind") != "Role" or (ns, ref.get("name")) not in roles:
             errors.append(f"{name(rb)}: must refer to a Role defined here in {ns}")
-        for subject in rb.get("subjects") or []:
-            if (subject.get("kind"), subject.get("name"), subject.get("namespace")) != (
-                "ServiceAccount",
-                account,
-                home,
-            ):
-                errors.append(f"{name(rb)}: binds {subject}, not jobgate's ServiceAccount {home}/{account}")
+        binds_only(rb, account, home, errors)
         # The Lease Role is no right to run jobs: it does not make a namespace one jobgate works in.
         if ref.get("name") == LEASE_ROLE:
             leases_bound_in.add(ns)

@@ -1,7 +1,7 @@
 """What jobgate needs and forbids in its manifests: the Role's grants (per namespace, for
-Kueue and for Leases), the variables and files that say how it runs, the kinds it must not
-ship, what marks the dev overlay, and the grants jobgate's job templates need (read from
-templates/). It checks nothing."""
+Kueue and for Leases), the one ClusterRole's (CustomResourceDefinitions), the variables and
+files that say how it runs, the kinds it must not ship, what marks the dev overlay, and the
+grants jobgate's job templates need (read from templates/). It checks nothing."""
 
 from pathlib import Path
 
@@ -80,9 +80,17 @@ def workload_needed():
     return needed, errors
 
 
-# Objects that would widen jobgate's reach beyond the namespaces it was given, or ship a
-# credential in a manifest.
-FORBIDDEN_KINDS = {"ClusterRole", "ClusterRoleBinding", "Secret"}
+# The one cluster-wide right jobgate may have (deploy/overlays/workload-kinds/
+# clusterrole-crds.yaml): list and watch CustomResourceDefinitions, through which it finds a
+# workload kind installed after it started. Granted by a ClusterRole of this name, bound by a
+# ClusterRoleBinding of this name to jobgate's account, held to exactly this, allowed only
+# with the workload kinds' Role (without it a kind found later could not be used), and
+# required then. Any other ClusterRole or ClusterRoleBinding fails.
+CRD_ROLE = "jobgate-crds"
+CRDS_NEEDED = {("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")}
+
+# Objects that would ship a credential in a manifest.
+FORBIDDEN_KINDS = {"Secret"}
 # The label on the Jobs and Pods jobgate creates, which its watchers select on.
 MANAGED_BY = ("app.kubernetes.io/managed-by", "jobgate")
 

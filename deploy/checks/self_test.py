@@ -8,6 +8,8 @@ from .manifest import check
 from .objects import env_of
 from .rules import (
     CONFIG_VAR,
+    CRD_ROLE,
+    CRDS_NEEDED,
     DATABASE_FILE_VAR,
     DATABASE_VAR,
     DEV_MARKER,
@@ -170,6 +172,38 @@ def self_test(docs, known):
                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
             }
         )
+
+    def crd_objects(d):
+        return [o for o in d if o["kind"] in ("ClusterRole", "ClusterRoleBinding") and o["metadata"]["name"] == CRD_ROLE]
+
+    def crd_role(d):
+        return next(o for o in crd_objects(d) if o["kind"] == "ClusterRole")
+
+    def grant_crds(d):  # the CRD ClusterRole and its binding, as deploy/overlays/workload-kinds has them
+        verbs = sorted(v for _, _, v in CRDS_NEEDED)
+        rules = [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": verbs}]
+        subjects = [{"kind": "ServiceAccount", "name": pod(d)["serviceAccountName"], "namespace": home}]
+        ref = {"kind": "ClusterRole", "name": CRD_ROLE}
+        d.append({"kind": "ClusterRole", "metadata": {"name": CRD_ROLE}, "rules": rules})
+        d.append({"kind": "ClusterRoleBinding", "metadata": {"name": CRD_ROLE}, "roleRef": ref, "subjects": subjects})
+
+    if crd_objects(docs):
+        breakages |= {
+            "no CustomResourceDefinitions ClusterRole with the workload kinds": lambda d: [
+                d.remove(o) for o in crd_objects(d)
+            ],
+            "a CustomResourceDefinitions ClusterRole granting get": lambda d: crd_role(d)["rules"][0]["verbs"].append(
+                "get"
+            ),
+            "a CustomResourceDefinitions ClusterRole granting Secrets": lambda d: crd_role(d)["rules"].append(
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}
+            ),
+            "a CustomResourceDefinitions ClusterRoleBinding to another subject": lambda d: next(
+                o for o in crd_objects(d) if o["kind"] == "ClusterRoleBinding"
+            )["subjects"].append({"kind": "Group", "name": "system:authenticated"}),
+        }
+    else:
+        breakages["a CustomResourceDefinitions ClusterRole without the workload kinds"] = grant_crds
 
     if not shared:
         breakages |= {

@@ -6,16 +6,22 @@
 //! [`Cluster`] is dropped; jobgate gets that kubeconfig and namespace, and the test a kube-rs
 //! client for its own look at the cluster, as kubectl would.
 //!
+//! On the emulator jobgate always runs as the service account of deploy/ under the RBAC of the
+//! overlay the test models (deploy/rendered/<overlay>.yaml, which deploy/validate keeps equal
+//! to `kubectl kustomize`): deploy/base's by default ([`Cluster::start`],
+//! [`Cluster::emulated`]), another overlay's with [`Cluster::start_as`] and
+//! [`Cluster::emulated_as`], so a verb missing from deploy/ fails a test with the API server's
+//! 403. A test that is about other rights says so with the RBAC it gives
+//! ([`Cluster::emulated_with_rbac`], [`Cluster::start_with_rbac`]). The test's own client is a
+//! cluster admin. On a real cluster the RBAC is the cluster's own: jobgate and the test use the
+//! kubeconfig's identity.
+//!
 //! A test that needs what only the emulator can do (go down, throttle, drop watches, evict a
 //! Kueue workload, scripted pod outcomes through `EMULATOR_*` variables) starts its cluster
-//! with [`Cluster::emulated`], which on a real cluster skips it through the one skip decision
-//! (tests/common/skip.rs) as expected there; [`Cluster::emu`] is the emulator's handle.
-//!
-//! With [`Cluster::emulated_as`], jobgate runs as the service account of deploy/ under the RBAC
-//! of the overlay a test models (deploy/rendered/<overlay>.yaml, which deploy/validate keeps
-//! equal to `kubectl kustomize`), so a verb missing from deploy/ fails the test; the test's own
-//! client is then a cluster admin. Every emulator starts from the profile
-//! `JOBGATE_TEST_EMULATOR_PROFILE` names ([`emulator_options`]).
+//! with [`Cluster::emulated`] (or `emulated_as`, …), which on a real cluster skips it through
+//! the one skip decision (tests/common/skip.rs) as expected there; [`Cluster::emu`] is the
+//! emulator's handle. Every emulator starts from the profile `JOBGATE_TEST_EMULATOR_PROFILE`
+//! names ([`emulator_options`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,7 +32,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube_emulator::Emulator;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::skip::{Skip, skip_or_fail};
 use super::{Polling, Server};
@@ -52,40 +58,43 @@ pub fn emulator_options() -> kube_emulator::Options {
 /// The namespace deploy/ installs jobgate in, whose Roles grant it rights there.
 const DEPLOY_NAMESPACE: &str = "jobgate";
 
-/// The RBAC objects of deploy/rendered/`overlay`.yaml (JSON documents separated by `---`).
-/// The Roles and RoleBindings of deploy/'s own namespace are moved to the test's namespace
-/// when the cluster starts ([`Cluster::emulated_with`]); the subjects, and so jobgate's
+/// The overlay of the tests that name none: deploy/base.
+const BASE: &str = "base";
+
+/// The RBAC objects (Roles, ClusterRoles and their bindings) of deploy/rendered/`overlay`.yaml
+/// (`base` for deploy/base). When the cluster starts, the Roles and RoleBindings of deploy/'s
+/// own namespace are moved to the test's namespace, and those of any other namespace (the
+/// multi-namespace overlay's `batch-jobs`) stay where they are; the subjects, and so jobgate's
 /// identity, stay `system:serviceaccount:jobgate:jobgate`.
-pub fn overlay_rbac(overlay: &str) -> String {
+pub fn overlay_rbac(overlay: &str) -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy/rendered")
         .join(format!("{overlay}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let mut documents = Vec::new();
+    let mut objects = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(&text) {
-        let value = <serde_json::Value as serde::Deserialize>::deserialize(document).unwrap();
+        let value = <Value as serde::Deserialize>::deserialize(document).unwrap();
         let kind = value["kind"].as_str().unwrap_or_default();
         if matches!(
             kind,
             "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
         ) {
-            documents.push(value.to_string());
+            objects.push(value);
         }
     }
-    assert!(!documents.is_empty(), "{} holds no RBAC", path.display());
-    documents.join("\n---\n")
+    assert!(!objects.is_empty(), "{} holds no RBAC", path.display());
+    objects
 }
 
-/// `rbac` with the Roles and RoleBindings of deploy/'s namespace moved to `namespace`.
-fn rbac_in(rbac: &str, namespace: &str) -> String {
-    let mut documents = Vec::new();
-    for text in rbac.split("\n---\n") {
-        let mut value: serde_json::Value = serde_json::from_str(text).expect("RBAC as JSON documents");
-        if value["metadata"]["namespace"] == DEPLOY_NAMESPACE {
-            value["metadata"]["namespace"] = namespace.into();
+/// `rbac` with the Roles and RoleBindings of deploy/'s namespace moved to `namespace`, as the
+/// emulator's `--rbac` text (JSON documents, which are YAML, separated by `---`).
+fn rbac_in(mut rbac: Vec<Value>, namespace: &str) -> String {
+    for object in &mut rbac {
+        if object["metadata"]["namespace"] == DEPLOY_NAMESPACE {
+            object["metadata"]["namespace"] = namespace.into();
         }
-        documents.push(value.to_string());
     }
+    let documents: Vec<String> = rbac.iter().map(Value::to_string).collect();
     documents.join("\n---\n")
 }
 
@@ -102,67 +111,75 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The test's cluster: `$JOBGATE_TEST_KUBECONFIG`'s if set, else a new emulator.
+    /// The test's cluster: `$JOBGATE_TEST_KUBECONFIG`'s if set, else a new emulator with
+    /// jobgate under deploy/base's RBAC.
     pub async fn start() -> Cluster {
+        Self::start_as(BASE).await
+    }
+
+    /// [`Cluster::start`] with jobgate, on the emulator, under the RBAC of
+    /// deploy/overlays/`overlay`.
+    pub async fn start_as(overlay: &str) -> Cluster {
+        Self::start_with_rbac(overlay_rbac(overlay)).await
+    }
+
+    /// [`Cluster::start`] with jobgate, on the emulator, under the RBAC objects `rbac` (as
+    /// [`overlay_rbac`] gives them), for a test about rights no overlay has.
+    pub async fn start_with_rbac(rbac: Vec<Value>) -> Cluster {
         match std::env::var_os(KUBECONFIG_VAR) {
             Some(path) => Self::real(Path::new(&path)).await,
-            None => Self::start_emulator().await,
+            None => Self::start_emulator(emulator_options(), rbac).await,
         }
     }
 
-    /// A cluster for a test that needs the emulator's powers (`why` says which): `None` on a
-    /// real cluster, after a `JOBGATE-TEST-SKIPPED (needs the emulator)` line.
+    /// A cluster for a test that needs the emulator's powers (`why` says which), with jobgate
+    /// under deploy/base's RBAC: `None` on a real cluster, after a
+    /// `JOBGATE-TEST-SKIPPED (needs the emulator)` line.
     pub async fn emulated(why: &str) -> Option<Cluster> {
-        if std::env::var_os(KUBECONFIG_VAR).is_some() {
-            skip_or_fail(Skip::NeedsEmulator(why.to_owned()));
-            return None;
-        }
-        Some(Self::start_emulator().await)
+        Self::emulated_as(why, BASE).await
     }
 
-    /// [`Cluster::emulated`] with jobgate under the RBAC of deploy/overlays/`overlay` (`base`
-    /// for deploy/base).
+    /// [`Cluster::emulated`] with jobgate under the RBAC of deploy/overlays/`overlay`.
     pub async fn emulated_as(why: &str, overlay: &str) -> Option<Cluster> {
-        Self::emulated_with_rbac(why, &overlay_rbac(overlay)).await
+        Self::emulated_with_rbac(why, overlay_rbac(overlay)).await
     }
 
-    /// [`Cluster::emulated`] with jobgate under the RBAC in `rbac` (as [`overlay_rbac`] gives).
-    pub async fn emulated_with_rbac(why: &str, rbac: &str) -> Option<Cluster> {
-        let options = kube_emulator::Options {
-            rbac: Some(rbac.to_owned()),
-            ..emulator_options()
-        };
-        Self::emulated_with(why, options).await
+    /// [`Cluster::emulated`] with jobgate under the RBAC objects `rbac` (as [`overlay_rbac`]
+    /// gives them), for a test about rights no overlay has.
+    pub async fn emulated_with_rbac(why: &str, rbac: Vec<Value>) -> Option<Cluster> {
+        Self::emulated_under(why, emulator_options(), rbac).await
     }
 
-    /// [`Cluster::emulated`] with an emulator started with `options` (RBAC, the kubelet's log
-    /// rotation and container removal, …).
+    /// [`Cluster::emulated`] with an emulator started with `options` (the kubelet's log
+    /// rotation and container removal, …), jobgate under deploy/base's RBAC. The RBAC comes
+    /// from the overlay, so `options.rbac` must be `None`.
     pub async fn emulated_with(why: &str, options: kube_emulator::Options) -> Option<Cluster> {
+        assert!(
+            options.rbac.is_none(),
+            "the cluster's RBAC is an overlay's: Cluster::emulated_as or emulated_with_rbac"
+        );
+        Self::emulated_under(why, options, overlay_rbac(BASE)).await
+    }
+
+    async fn emulated_under(why: &str, options: kube_emulator::Options, rbac: Vec<Value>) -> Option<Cluster> {
         if std::env::var_os(KUBECONFIG_VAR).is_some() {
             skip_or_fail(Skip::NeedsEmulator(why.to_owned()));
             return None;
         }
-        Some(Self::start_emulator_with(options).await)
+        Some(Self::start_emulator(options, rbac).await)
     }
 
-    /// A new emulator of the tests' profile, reached through the kubeconfig it writes.
-    async fn start_emulator() -> Cluster {
-        Self::start_emulator_with(emulator_options()).await
-    }
-
-    async fn start_emulator_with(mut options: kube_emulator::Options) -> Cluster {
+    /// A new emulator started with `options`, jobgate under `rbac` (moved to the test's
+    /// namespace), reached through the kubeconfig it writes; the test's client is an admin's.
+    async fn start_emulator(mut options: kube_emulator::Options, rbac: Vec<Value>) -> Cluster {
         let namespace = unique_namespace();
-        let rbac = options.rbac.is_some();
-        options.rbac = options.rbac.map(|rbac| rbac_in(&rbac, &namespace));
+        options.rbac = Some(rbac_in(rbac, &namespace));
         let emu = Emulator::start_with(options).await.expect("emulator");
         let kubeconfig =
             Kubeconfig::from_yaml(&emu.kubeconfig_yaml("default")).expect("the emulator's kubeconfig");
-        // Under RBAC, the test looks (and makes its namespace) as a cluster admin.
-        let admin = rbac.then(|| {
-            Kubeconfig::from_yaml(&emu.admin_kubeconfig_yaml("default"))
-                .expect("the emulator's admin kubeconfig")
-        });
-        Self::from_kubeconfig(kubeconfig, admin, namespace, Some(emu)).await
+        let admin = Kubeconfig::from_yaml(&emu.admin_kubeconfig_yaml("default"))
+            .expect("the emulator's admin kubeconfig");
+        Self::from_kubeconfig(kubeconfig, Some(admin), namespace, Some(emu)).await
     }
 
     /// The cluster of the kubeconfig at `path` (its current context), as a real one: no

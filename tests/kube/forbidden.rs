@@ -14,10 +14,13 @@ use crate::support::{JOB_FIELDS, input};
 /// The RBAC of deploy/`overlay` without `verb` on `resource` (`jobs`, `pods/log`, …): the
 /// verb is dropped from every rule naming the resource, and a rule left with no verb or no
 /// resource goes.
-fn overlay_without(overlay: &str, resource: &str, verb: Option<&str>) -> String {
-    let mut documents = Vec::new();
-    for text in overlay_rbac(overlay).split("\n---\n") {
-        let mut object: Value = serde_json::from_str(text).unwrap();
+fn overlay_without(overlay: &str, resource: &str, verb: Option<&str>) -> Vec<Value> {
+    without(overlay_rbac(overlay), resource, verb)
+}
+
+/// `rbac` without `verb` on `resource`, as [`overlay_without`] takes it away.
+fn without(mut rbac: Vec<Value>, resource: &str, verb: Option<&str>) -> Vec<Value> {
+    for object in &mut rbac {
         if let Some(rules) = object["rules"].as_array_mut() {
             for rule in rules.iter_mut() {
                 let names = rule["resources"]
@@ -40,9 +43,8 @@ fn overlay_without(overlay: &str, resource: &str, verb: Option<&str>) -> String 
                 !r["verbs"].as_array().unwrap().is_empty() && !r["resources"].as_array().unwrap().is_empty()
             });
         }
-        documents.push(object.to_string());
     }
-    documents.join("\n---\n")
+    rbac
 }
 
 const USER: &str = "system:serviceaccount:jobgate:jobgate";
@@ -51,7 +53,7 @@ const USER: &str = "system:serviceaccount:jobgate:jobgate";
 async fn a_forbidden_create_fails_the_job_with_the_api_servers_message_once() {
     let Some(cluster) = Cluster::emulated_with_rbac(
         "RBAC with a right taken away",
-        &overlay_without("base", "jobs", Some("create")),
+        overlay_without("base", "jobs", Some("create")),
     )
     .await
     else {
@@ -119,11 +121,15 @@ const CRD_WARNING: &str = "cannot watch CustomResourceDefinitions";
 
 #[tokio::test]
 async fn without_rights_on_crds_and_a_kind_jobgate_finds_kinds_at_start_and_says_so_once() {
-    // deploy/overlays/workload-kinds grants the workload kinds, not CustomResourceDefinitions;
-    // here RayJobs are not granted either.
+    // deploy/overlays/workload-kinds without its right on CustomResourceDefinitions, and
+    // without RayJobs.
     let Some(cluster) = Cluster::emulated_with_rbac(
         "RBAC with a right taken away",
-        &overlay_without("workload-kinds", "rayjobs", None),
+        without(
+            overlay_without("workload-kinds", "customresourcedefinitions", None),
+            "rayjobs",
+            None,
+        ),
     )
     .await
     else {

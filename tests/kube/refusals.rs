@@ -1,25 +1,26 @@
 //! What refuses a job: Kubernetes inputs validated before anything is created, a namespace
 //! the cluster does not have, and a foreign Job already under the job's name.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::common::cluster::Cluster;
+use crate::common::cluster::{Cluster, overlay_rbac};
 use crate::support::{JOB_FIELDS, input, status_events};
+
+/// The namespace deploy/overlays/multi-namespace grants jobgate besides its own.
+const SECOND_NAMESPACE: &str = "batch-jobs";
 
 #[tokio::test]
 async fn kubernetes_inputs_are_validated_before_anything_is_created() {
-    let Some(cluster) = Cluster::emulated("it counts the API server's requests").await else {
+    // Two allowed namespaces, as deploy/overlays/multi-namespace has them: the test's own (in
+    // place of `jobgate`) and `batch-jobs`.
+    let Some(cluster) = Cluster::emulated_as("it counts the API server's requests", "multi-namespace").await
+    else {
         return;
     };
+    let allowed = [SECOND_NAMESPACE, cluster.namespace()];
+    let joined = allowed.join(",");
     let server = cluster
-        .jobgate(&[
-            "--namespace",
-            "default",
-            "--allowed-namespaces",
-            "default,ml",
-            "--service-accounts",
-            "trainer",
-        ])
+        .jobgate(&["--allowed-namespaces", &joined, "--service-accounts", "trainer"])
         .await;
     for (bad, field) in [
         (json!({"command": ["true"]}), "input.image"),
@@ -66,35 +67,61 @@ async fn kubernetes_inputs_are_validated_before_anything_is_created() {
             .clone()
     };
     assert_eq!(field("image")["required"], true);
-    assert_eq!(field("namespace")["choices"], json!(["default", "ml"]));
+    // (`batch-jobs` sorts before `jobgate-test-…`: the order given is the sorted one.)
+    assert_eq!(field("namespace")["choices"], json!(allowed));
     assert_eq!(field("serviceAccountName")["choices"], json!(["trainer"]));
     assert_eq!(field("ttlSecondsAfterFinished")["default"], 3600);
     field("resources");
-    assert_eq!(templates["namespaces"], json!(["default", "ml"]));
-    // Watched per allowed namespace: one Jobs and one Pods watch in each, and one watch of
-    // CustomResourceDefinitions (no workload kind is installed here).
+    assert_eq!(templates["namespaces"], json!(allowed));
+    // Watched per allowed namespace: one Jobs and one Pods watch in each. The overlay grants
+    // no CustomResourceDefinitions (deploy/overlays/workload-kinds does), so that watch is
+    // refused once and not asked again.
     server.wait_ready_is(200).await;
     // Ready once every list is answered; each watch opens as its (empty) list ends.
     cluster
         .until("the watches open", || async {
-            cluster.emu().requests().open_watches >= 5
+            cluster.emu().requests().open_watches >= 4
         })
         .await;
-    assert_eq!(cluster.emu().requests().open_watches, 5);
+    assert_eq!(cluster.emu().requests().open_watches, 4);
+}
+
+/// deploy/base's rights in every namespace: its Role as a ClusterRole, bound to jobgate's
+/// account by a ClusterRoleBinding.
+fn base_rights_everywhere() -> Vec<Value> {
+    let mut rbac = overlay_rbac("base");
+    for object in &mut rbac {
+        let cluster_kind = match object["kind"].as_str() {
+            Some("Role") => "ClusterRole",
+            Some("RoleBinding") => {
+                object["roleRef"]["kind"] = json!("ClusterRole");
+                "ClusterRoleBinding"
+            }
+            other => panic!("deploy/base has a {other:?}"),
+        };
+        object["kind"] = json!(cluster_kind);
+        object["metadata"].as_object_mut().unwrap().remove("namespace");
+    }
+    rbac
 }
 
 #[tokio::test]
 async fn a_job_for_a_missing_namespace_fails_with_the_clusters_answer() {
-    let cluster = Cluster::start().await;
-    let server = cluster.jobgate(&[]).await;
-    let id = server.submit(input(&[], json!({"namespace": "nowhere"}))).await;
+    // The API server says a namespace is missing only to a client allowed there (it authorizes
+    // before it looks): under deploy/'s Roles, which live only in namespaces that exist, the
+    // answer is a 403. So jobgate has base's rights cluster-wide here.
+    let cluster = Cluster::start_with_rbac(base_rights_everywhere()).await;
+    let missing = format!("{}-missing", cluster.namespace());
+    let allowed = format!("{},{missing}", cluster.namespace());
+    let server = cluster.jobgate(&["--allowed-namespaces", &allowed]).await;
+    let id = server.submit(input(&[], json!({"namespace": missing}))).await;
     let events = status_events(&server, &id).await;
     assert_eq!(
         events.last().unwrap(),
         &("FAILED".to_owned(), Some("NamespaceNotFound".to_owned()))
     );
     let j = server.job_with(&id, JOB_FIELDS).await;
-    assert!(j["message"].as_str().unwrap().contains("nowhere"), "{j}");
+    assert!(j["message"].as_str().unwrap().contains(&missing), "{j}");
 }
 
 #[tokio::test]
