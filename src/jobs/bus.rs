@@ -2,7 +2,8 @@
 //!
 //! The bus owns the `tokio::broadcast` channel that carries every committed [`JobEvent`] and
 //! turns it into per-subscriber streams that never skip one: a stream first replays from the
-//! store what came after its cursor, then follows the channel, dropping what it already
+//! store what came after its cursor, up to the last event published (never ahead of the
+//! service's cache), then follows the channel, dropping what it already
 //! yielded (events carry a strictly increasing `seq`). A subscriber that lags the channel is
 //! caught up from the store. The bus does not write events; only the job service does, after
 //! they are committed, in `seq` order. With [`EventBus::relay_from_own_thread`] (the server
@@ -200,14 +201,26 @@ impl Cursor {
                 return Some(Ok(event));
             }
             if self.catching_up {
+                // Only as far as the head: an event committed but not yet published is not
+                // yet in the service's cache either, and a subscriber that heard of it first
+                // would then read the job as it was before it. It comes on the channel, which
+                // this stream was subscribed to before the head was read.
+                let head = self.bus.head();
                 match self
                     .bus
                     .store
                     .events_after(self.last, REPLAY_PAGE, self.job_id.as_deref(), &self.scope)
                     .await
                 {
-                    Ok(page) if page.is_empty() => self.catching_up = false,
-                    Ok(page) => self.backlog.extend(page.into_iter().map(Arc::new)),
+                    Ok(page) => {
+                        let full = page.len() as i64 == REPLAY_PAGE;
+                        let before = page.len();
+                        self.backlog
+                            .extend(page.into_iter().filter(|e| e.seq <= head).map(Arc::new));
+                        if !full || self.backlog.len() < before {
+                            self.catching_up = false;
+                        }
+                    }
                     Err(e) => return Some(Err(e)),
                 }
                 continue;
@@ -312,6 +325,51 @@ pub(crate) mod tests {
         bus.publish(event(2, "team-a"));
         assert_eq!(next_seq(&mut team_a).await, 2);
         assert_eq!(next_seq(&mut everyone).await, 1);
+    }
+
+    /// A catch-up from the store stops at the head: an event committed but not yet published
+    /// (the service's cache does not hold it yet) is left to the channel.
+    #[tokio::test]
+    async fn a_catch_up_reads_the_store_only_as_far_as_the_head() {
+        let (_dir, bus) = empty_bus(16).await;
+        let mut tx = bus.store.begin().await.expect("a write transaction");
+        for name in ["job-a", "job-b"] {
+            let spec = SubmitRequest {
+                namespace: Some("team-a".into()),
+                command: Some(vec!["true".into()]),
+                ..SubmitRequest::default()
+            }
+            .validate(&ValidationLimits::default())
+            .expect("a valid job");
+            let fingerprint = spec.fingerprint();
+            let job = Job::accepted(name.into(), spec, None, Utc::now());
+            let pending = crate::model::Transition {
+                previous_phase: None,
+                phase: JobPhase::Pending,
+                reason: None,
+                message: None,
+            };
+            tx.accept_job(&job, &fingerprint, &pending, Utc::now())
+                .await
+                .expect("the job is stored");
+        }
+        tx.commit().await.expect("committed");
+        let stored = bus
+            .store
+            .events_after(0, 10, None, &Scope::All)
+            .await
+            .expect("the event log reads");
+        let [published, unpublished] = <[JobEvent; 2]>::try_from(stored).expect("two events");
+        let (first, second) = (published.seq, unpublished.seq);
+        // Both committed; only the first published (the second stands for one the service
+        // has committed and not yet published).
+        bus.publish(std::sync::Arc::new(published));
+
+        let mut events = bus.events(Some(0), None, Scope::All).boxed();
+        assert_eq!(next_seq(&mut events).await, first);
+        // What comes next is what the channel brings, not the unpublished event.
+        bus.publish(event(second + 1, "team-a"));
+        assert_eq!(next_seq(&mut events).await, second + 1);
     }
 
     /// Through the relay thread every published event arrives, in order; the head moves at
