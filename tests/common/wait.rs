@@ -92,7 +92,8 @@ impl Server {
     pub async fn wait_archived(&self, id: &str, lines: i64) -> Value {
         let what = format!("job {id} finished with {lines} lines archived");
         self.job_until(id, ARCHIVE, &what, |job| {
-            job["logArchive"]["lines"] == lines && !matches!(job["phase"].as_str(), Some("RUNNING" | "PENDING"))
+            job["logArchive"]["lines"] == lines
+                && !matches!(job["phase"].as_str(), Some("RUNNING" | "PENDING"))
         })
         .await
     }
