@@ -54,20 +54,6 @@ async fn archived_texts(server: &Server, id: &str) -> Vec<String> {
         .collect()
 }
 
-/// Waits until the job's archive holds at least `lines` lines.
-async fn wait_archive_reaches(server: &Server, id: &str, lines: i64) {
-    let polling = Polling::start();
-    loop {
-        let job = log_state(server, id).await;
-        if job["logArchive"]["lines"].as_i64().unwrap_or(0) >= lines {
-            return;
-        }
-        polling
-            .pause(|| format!("the archive never reached {lines} lines: {job}"))
-            .await;
-    }
-}
-
 /// The name of the job's (first) pod, once it exists.
 async fn pod_of(cluster: &Cluster, id: &str) -> String {
     let polling = Polling::start();
@@ -156,7 +142,7 @@ async fn a_follow_cut_while_the_kubelet_rotates_the_log_leaves_a_marked_gap() {
     let mut server = Server::start(&args).await;
     let id = server.submit(gated_job()).await;
     let pod = pod_of(&cluster, &id).await;
-    wait_archive_reaches(&server, &id, 5).await;
+    server.wait_archive_reaches(&id, 5).await;
     // The follow is cut, and every log read is refused while the pod writes on: the kubelet
     // rotates its log several times before jobgate can read it again.
     cut_follow_and_refuse_reads(&cluster).await;
@@ -233,7 +219,7 @@ async fn a_follow_cut_before_the_kubelet_removes_a_deleted_pods_containers_leave
     let server = cluster.jobgate(&[]).await;
     let id = server.submit(gated_job()).await;
     let pod = pod_of(&cluster, &id).await;
-    wait_archive_reaches(&server, &id, 5).await;
+    server.wait_archive_reaches(&id, 5).await;
     // The follow is cut and reads are refused while the pod writes on, ends, and is deleted
     // (the Job's TTL of 0): jobgate's finalizer keeps the pod object, not its containers.
     cut_follow_and_refuse_reads(&cluster).await;
@@ -284,7 +270,7 @@ async fn a_follow_from_start_to_end_stays_whole_across_rotations() {
     let server = cluster.jobgate(&[]).await;
     let id = server.submit(gated_job()).await;
     let pod = pod_of(&cluster, &id).await;
-    wait_archive_reaches(&server, &id, 5).await;
+    server.wait_archive_reaches(&id, 5).await;
     // The follow is open: it reads on across every rotation.
     for line in numbered(5, 59) {
         cluster.emu().store().append_log(cluster.namespace(), &pod, &line);
@@ -305,7 +291,7 @@ async fn a_local_jobs_output_is_whole() {
         .submit(json!({"command": ["sh", "-c", "echo one; echo two"]}))
         .await;
     server.wait_terminal(&id).await;
-    wait_archive_reaches(&server, &id, 2).await;
+    server.wait_archive_reaches(&id, 2).await;
     assert_eq!(archived_texts(&server, &id).await, ["one", "two"]);
     let state = log_state(&server, &id).await;
     assert_eq!(state["logComplete"], true, "{state}");

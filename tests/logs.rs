@@ -124,20 +124,6 @@ async fn log_archive(server: &Server, id: &str) -> Value {
         .clone()
 }
 
-/// Waits until the job has finished and its archive holds `lines` lines.
-async fn wait_archived(server: &Server, id: &str, lines: i64) {
-    let polling = Polling::start();
-    loop {
-        let job = log_archive(server, id).await;
-        if job["logArchive"]["lines"] == lines && job["phase"] != "RUNNING" && job["phase"] != "PENDING" {
-            return;
-        }
-        polling
-            .pause(|| format!("the archive never held {lines} lines: {job}"))
-            .await;
-    }
-}
-
 fn kube_input(env: &[(&str, &str)], ttl: i32) -> Value {
     json!({
         "image": "busybox:1.36",
@@ -145,20 +131,6 @@ fn kube_input(env: &[(&str, &str)], ttl: i32) -> Value {
         "env": env.iter().map(|(k, v)| json!({"name": k, "value": v})).collect::<Vec<_>>(),
         "ttlSecondsAfterFinished": ttl,
     })
-}
-
-/// Waits until the job's archive holds at least `lines` lines.
-async fn wait_archive_reaches(server: &Server, id: &str, lines: i64) {
-    let polling = Polling::start();
-    loop {
-        let job = log_archive(server, id).await;
-        if job["logArchive"]["lines"].as_i64().unwrap_or(0) >= lines {
-            return;
-        }
-        polling
-            .pause(|| format!("the archive never reached {lines} lines: {job}"))
-            .await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,21 +172,21 @@ async fn a_kubernetes_job_keeps_its_whole_output_after_its_ttl_cut_streams_and_r
                 .append_log(cluster.namespace(), &pod, &format!("line {i}"));
         }
     };
-    wait_archive_reaches(&server, &id, 2000).await;
+    server.wait_archive_reaches(&id, 2000).await;
     // The stream is cut while the pod writes on.
     cluster.emu().drop_log_streams();
     write(2000, 3000);
-    wait_archive_reaches(&server, &id, 3000).await;
+    server.wait_archive_reaches(&id, 3000).await;
     // jobgate stops while the pod writes on, and starts again.
     server.stop().await;
     write(3000, 4000);
     let server = server.start_again(&args).await;
-    wait_archive_reaches(&server, &id, 4000).await;
+    server.wait_archive_reaches(&id, 4000).await;
     cluster.emu().drop_log_streams();
     write(4000, 5000);
     cluster.emu().simulation().open_gate("more");
     server.wait_terminal(&id).await;
-    wait_archived(&server, &id, 5000).await;
+    server.wait_archived(&id, 5000).await;
     let resumes = common::scrape(&server)
         .await
         .get("jobgate_log_follow_resumes_total")
@@ -352,7 +324,7 @@ async fn a_workload_templates_pod_is_held_until_its_whole_log_is_archived() {
             cluster.pods().get_opt(&pod).await.unwrap().is_none()
         })
         .await;
-    wait_archived(&server, &id, 5000).await;
+    server.wait_archived(&id, 5000).await;
     assert_whole(&all_log_lines(&server, &id, 1000).await, &numbered(0, 4999));
 }
 
@@ -415,7 +387,7 @@ async fn a_local_job_keeps_its_whole_output_beyond_rotation_and_restarts() {
         )
         .await;
     assert_eq!(server.wait_terminal(&id).await.pop().unwrap(), "SUCCEEDED");
-    wait_archived(&server, &id, 5000).await;
+    server.wait_archived(&id, 5000).await;
     let expected = numbered(1, 5000);
     assert_whole(&all_log_lines(&server, &id, 1000).await, &expected);
     server.stop().await;

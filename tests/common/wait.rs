@@ -47,6 +47,9 @@ struct Followed {
     completed: bool,
 }
 
+/// The job's fields the archive waits read.
+const ARCHIVE: &str = "phase logArchive { lines bytes gaps truncated }";
+
 fn is_terminal(phase: &str) -> bool {
     matches!(phase, "SUCCEEDED" | "FAILED" | "CANCELLED")
 }
@@ -72,6 +75,27 @@ impl Server {
                 .pause(|| format!("never: {what}; last {job}; jobgate's log:\n{}", self.log_text()))
                 .await;
         }
+    }
+
+    /// Waits until the job's archived output holds at least `lines` lines (its log may still
+    /// be followed); returns the job's phase and `logArchive`.
+    pub async fn wait_archive_reaches(&self, id: &str, lines: i64) -> Value {
+        let what = format!("job {id}'s archive reaches {lines} lines");
+        self.job_until(id, ARCHIVE, &what, |job| {
+            job["logArchive"]["lines"].as_i64().unwrap_or(0) >= lines
+        })
+        .await
+    }
+
+    /// Waits until the job has finished and its archived output holds exactly `lines` lines;
+    /// returns the job's phase and `logArchive`.
+    pub async fn wait_archived(&self, id: &str, lines: i64) -> Value {
+        let what = format!("job {id} finished with {lines} lines archived");
+        self.job_until(id, ARCHIVE, &what, |job| {
+            job["logArchive"]["lines"] == lines
+                && !matches!(job["phase"].as_str(), Some("RUNNING" | "PENDING"))
+        })
+        .await
     }
 
     /// Waits (through a jobStatus subscription, never by polling) until the job is terminal

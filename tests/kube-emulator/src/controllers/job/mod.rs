@@ -187,6 +187,10 @@ pub(crate) struct JobController {
     /// Each indexed pod's Job, to unindex it when it goes or changes owner.
     owner_of: HashMap<(String, String), JobKey>,
     backoff: HashMap<JobKey, BackoffRecord>,
+    /// When each pod of a Job was first seen finished (the pod-failure back-off counts from
+    /// there, as upstream counts from the pod's finish time), and whether it had ended then or
+    /// was only being deleted (a deleted pod's finish is estimated from its deletion until it ends).
+    finished: HashMap<(String, String), (Instant, bool)>,
     /// When this controller set a Job's `startTime` (by uid): `startTime` has second precision,
     /// the deadline timer uses the instant.
     started: HashMap<String, (String, Instant)>,
@@ -199,6 +203,7 @@ impl JobController {
             pods_by_job: HashMap::new(),
             owner_of: HashMap::new(),
             backoff: HashMap::new(),
+            finished: HashMap::new(),
             started: HashMap::new(),
         }
     }
@@ -307,18 +312,27 @@ impl JobController {
                 && !uncounted.contains(objects::uid(p))
                 && (!spec.indexed || spec.valid_index(p).is_some())
         };
-        let new_succeeded = pods
+        let finished_at = |p: &&Value| {
+            let at = objects::namespace(p)
+                .and_then(|ns| self.finished.get(&(ns.to_owned(), objects::name(p).to_owned())));
+            at.map_or(now_instant, |(at, _)| *at)
+        };
+        let new_succeeded_at: Vec<Instant> = pods
             .iter()
             .filter(|p| counts_as_new(p, &uncounted_succeeded) && pod_phase(p) == "Succeeded")
-            .count();
+            .map(|p| finished_at(&p))
+            .collect();
+        let new_succeeded = new_succeeded_at.len();
         let new_failed: Vec<&Value> = pods
             .iter()
             .filter(|p| counts_as_new(p, &uncounted_failed) && spec.is_pod_failed(p))
             .collect();
-        let new_failed_counted = new_failed
+        let new_failed_counted_at: Vec<Instant> = new_failed
             .iter()
             .filter(|p| failure_policy::match_pod(spec.failure_policy, p).count)
-            .count();
+            .map(finished_at)
+            .collect();
+        let new_failed_counted = new_failed_counted_at.len();
         let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         let failed = st.failed + as_i64(new_failed_counted) + as_i64(uncounted_failed.len());
 
@@ -339,7 +353,7 @@ impl JobController {
             succeeded: st.succeeded + as_i64(new_succeeded) + as_i64(uncounted_succeeded.len()),
             prev_indexes: Intervals::default(),
             succeeded_indexes: Intervals::default(),
-            backoff: previous_backoff.updated(&uid, new_succeeded, new_failed_counted, now_instant),
+            backoff: previous_backoff.updated(&uid, &new_succeeded_at, &new_failed_counted_at),
             requeue: None,
             error: None,
             now: now.clone(),
@@ -519,6 +533,11 @@ impl Reconciler for JobController {
         self.pods_by_job.clear();
         self.owner_of.clear();
         let (pods, _) = store.list("pods", None, &|p| owning_job(p).is_some());
+        let present: HashSet<(String, String)> = pods
+            .iter()
+            .filter_map(|p| Some((objects::namespace(p)?.to_owned(), objects::name(p).to_owned())))
+            .collect();
+        self.finished.retain(|pod, _| present.contains(pod));
         for pod in &pods {
             if let (Some(ns), Some(owner)) = (objects::namespace(pod), owning_job(pod)) {
                 self.index_pod(ns, objects::name(pod), Some(owner));
@@ -551,6 +570,17 @@ impl Reconciler for JobController {
                 } else {
                     owning_job(object)
                 };
+                let pod_key = (ns.to_owned(), objects::name(object).to_owned());
+                if owner.is_none() {
+                    self.finished.remove(&pod_key);
+                } else if pod_is_terminal(object) {
+                    let seen = self.finished.entry(pod_key).or_insert((Instant::now(), true));
+                    if !seen.1 {
+                        *seen = (Instant::now(), true);
+                    }
+                } else if is_deleting(object) {
+                    self.finished.entry(pod_key).or_insert((Instant::now(), false));
+                }
                 let previous = self.index_pod(ns, objects::name(object), owner.clone());
                 if let Some(previous) = previous
                     && Some(&previous) != owner.as_ref()

@@ -8,7 +8,8 @@
 //! termination message (`terminationMessagePolicy: FallbackToLogsOnError` uses the log tail).
 //! `restartPolicy: OnFailure`/`Always` restarts a failed container in place after a crash-loop
 //! back-off (`restartCount`, `lastState.terminated`, `waiting.reason: CrashLoopBackOff`). A pod
-//! marked for deletion is stopped (exit 143, reason `Error`, phase Failed); the store removes it
+//! marked for deletion is stopped (exit 143, reason `Error`, phase Failed; exit 137 when its grace
+//! period ends first), unless its own run ends sooner (then its own exit code); the store removes it
 //! once it is terminal and has no finalizers left. Log lines go to the store (`pods/{name}/log`).
 //! With [`SimConfig::kubelet_gc`], a pod that is deleted and whose containers have all stopped
 //! has them removed that long after, whatever finalizers keep the object: its log becomes
@@ -337,9 +338,17 @@ impl Kubelet {
             let killed_at_grace = config.termination >= grace;
             let kill_at = *run.kill_at.get_or_insert(now + config.termination.min(grace));
             let exit_code = if killed_at_grace { 137 } else { 143 };
+            // A container whose own run ends before it is killed exits then, with its own code,
+            // as a program that finishes during its grace period does.
+            let own_exit = self.exit_on_their_own(key, run, kill_at, now);
+            if run.is_terminal() {
+                self.write_status(store, pod, run)?;
+                return Ok(None);
+            }
             if now < kill_at {
                 self.write_status(store, pod, run)?;
-                return Ok(Some(kill_at - now));
+                let wake = own_exit.map_or(kill_at, |at| at.min(kill_at));
+                return Ok(Some(wake.saturating_duration_since(now)));
             }
             let stamp = now_timestamp();
             let mut stopped = Vec::new();
@@ -529,6 +538,57 @@ impl Kubelet {
         }
         self.write_status(store, pod, run)?;
         Ok(next.map(|at| at.saturating_duration_since(Instant::now())))
+    }
+
+    /// For a pod being deleted: ends the running containers whose run is over (and whose gate,
+    /// if any, is open) before `kill_at`, with their own exit code and without a restart.
+    /// Returns when the next of the others would end on its own before `kill_at`.
+    fn exit_on_their_own(
+        &mut self,
+        key: &PodKey,
+        run: &mut PodRun,
+        kill_at: Instant,
+        now: Instant,
+    ) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for c in &mut run.containers {
+            let ContainerState::Running {
+                exit_at,
+                started_at,
+                attempt,
+            } = &c.state
+            else {
+                continue;
+            };
+            if *exit_at >= kill_at {
+                continue;
+            }
+            if *exit_at > now {
+                next = Some(next.map_or(*exit_at, |n| n.min(*exit_at)));
+                continue;
+            }
+            if let Some(gate) = c.behaviour.as_ref().ok().and_then(|b| b.gate.clone())
+                && !self.shared.gate_open(&gate)
+            {
+                self.gated.entry(gate).or_default().insert(key.clone());
+                continue;
+            }
+            let (started_at, attempt) = (started_at.clone(), *attempt);
+            let code = c
+                .behaviour
+                .as_ref()
+                .map(|b| b.exit_code_for(run.index, attempt))
+                .unwrap_or(1);
+            c.state = ContainerState::Terminated(terminated(
+                c,
+                run.index,
+                &run.name,
+                code,
+                &started_at,
+                &now_timestamp(),
+            ));
+        }
+        next
     }
 
     fn write_status(&self, store: &Store, pod: &Value, run: &PodRun) -> Result<(), KubeletError> {
