@@ -371,11 +371,16 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    let ready = state.service.is_ready().await;
-    let body = Json(serde_json::json!({
+    let reason = state.service.unready_reason().await;
+    let ready = reason.is_none();
+    let mut body = serde_json::json!({
         "status": if ready { "ready" } else { "not ready" },
         "executor": state.service.executor_kind(),
-    }));
+    });
+    if let Some(reason) = reason {
+        body["reason"] = reason.into();
+    }
+    let body = Json(body);
     let status = if ready {
         StatusCode::OK
     } else {

@@ -220,6 +220,11 @@ pub trait Executor: Send + Sync + 'static {
     /// Whether the executor can take work now.
     fn is_ready(&self) -> bool;
 
+    /// Why the executor cannot take work now, in words for `/readyz`; `None` when it can.
+    fn unready_reason(&self) -> Option<String> {
+        (!self.is_ready()).then(|| format!("the {} executor does not take work now", self.kind()))
+    }
+
     /// Stops every workload this process runs and waits for them; no observation follows.
     async fn shutdown(&self);
 }

@@ -11,7 +11,7 @@ pub struct LogLine {
 }
 
 /// What the archive holds of a job's output.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LogArchive {
     /// Lines archived, markers included: the next line's cursor.
     pub lines: i64,
@@ -24,6 +24,9 @@ pub struct LogArchive {
     pub gaps: i64,
     /// The first reason lines are missing, when known (gaps and truncation both count).
     pub loss: Option<LogLoss>,
+    /// What the source said of that loss, when it said something ([`LogGap::detail`]: the
+    /// API server's refusal).
+    pub loss_detail: Option<String>,
 }
 
 impl LogArchive {
@@ -33,14 +36,17 @@ impl LogArchive {
     }
 
     /// Why the archive is not whole, in words; `None` when it is.
-    pub fn incomplete_reason(&self) -> Option<&'static str> {
+    pub fn incomplete_reason(&self) -> Option<String> {
         if self.complete() {
             return None;
         }
-        Some(self.loss.map_or(
-            "the archive stopped before the output ended; its last line says why",
-            LogLoss::reason,
-        ))
+        Some(match (self.loss, self.loss_detail.as_deref()) {
+            (Some(LogLoss::Forbidden), Some(detail)) => format!(
+                "the API server refused jobgate a pod's log ({detail}); a marker line stands where lines are missing"
+            ),
+            (Some(loss), _) => loss.reason().to_owned(),
+            (None, _) => "the archive stopped before the output ended; its last line says why".to_owned(),
+        })
     }
 }
 
@@ -59,6 +65,9 @@ pub enum LogLoss {
     Capped,
     /// Lines were lost while the store could not be written.
     Unwritten,
+    /// The API server refused jobgate the pod's log (RBAC without `get` on `pods/log`) until
+    /// the pod had ended.
+    Forbidden,
 }
 
 impl LogLoss {
@@ -70,6 +79,25 @@ impl LogLoss {
             Self::PodGone => "pod-gone",
             Self::Capped => "capped",
             Self::Unwritten => "unwritten",
+            Self::Forbidden => "forbidden",
+        }
+    }
+
+    /// How the store keeps it with what the source said of it ([`LogArchive::loss_detail`]):
+    /// its code, then `: ` and the detail.
+    pub fn stored(self, detail: Option<&str>) -> String {
+        match detail {
+            Some(detail) => format!("{}: {detail}", self.code()),
+            None => self.code().to_owned(),
+        }
+    }
+
+    /// The loss and detail [`LogLoss::stored`] wrote; no loss for a code this version does
+    /// not know.
+    pub fn from_stored(stored: &str) -> (Option<Self>, Option<String>) {
+        match stored.split_once(": ") {
+            Some((code, detail)) => (Self::from_code(code), Some(detail.to_owned())),
+            None => (Self::from_code(stored), None),
         }
     }
 
@@ -81,6 +109,7 @@ impl LogLoss {
             Self::PodGone,
             Self::Capped,
             Self::Unwritten,
+            Self::Forbidden,
         ]
         .into_iter()
         .find(|l| l.code() == code)
@@ -104,6 +133,9 @@ impl LogLoss {
             Self::Unwritten => {
                 "lines were lost while the store could not be written; the archive's last line says where"
             }
+            Self::Forbidden => {
+                "the API server refused jobgate a pod's log; a marker line stands where lines are missing"
+            }
         }
     }
 }
@@ -117,9 +149,11 @@ pub struct LogGap {
     /// How many lines are missing, when known (the kubelet does not say how many lines it no
     /// longer serves).
     pub lines: Option<u64>,
-    /// Why they are missing: [`LogLoss::Rotated`], [`LogLoss::Collected`] or
-    /// [`LogLoss::PodGone`].
+    /// Why they are missing: [`LogLoss::Rotated`], [`LogLoss::Collected`],
+    /// [`LogLoss::PodGone`] or [`LogLoss::Forbidden`].
     pub cause: LogLoss,
+    /// What the source said, when it said why (the API server's message for a refusal).
+    pub detail: Option<String>,
 }
 
 impl LogGap {
@@ -139,6 +173,10 @@ impl LogGap {
                 )
             }
             LogLoss::PodGone => format!("pod {pod} was deleted before jobgate read all of its log"),
+            LogLoss::Forbidden => format!(
+                "the API server refused jobgate the log of pod {pod}: {}",
+                self.detail.as_deref().unwrap_or("forbidden")
+            ),
             LogLoss::Capped | LogLoss::Unwritten => "the archive could not keep them".to_owned(),
         };
         format!("[jobgate: {lost}: {why}]")
@@ -168,6 +206,7 @@ mod tests {
             source: Some("pod-a".into()),
             lines: Some(12),
             cause: LogLoss::Rotated,
+            detail: None,
         };
         assert_eq!(
             gap.marker(),
@@ -181,8 +220,43 @@ mod tests {
             LogLoss::PodGone,
             LogLoss::Capped,
             LogLoss::Unwritten,
+            LogLoss::Forbidden,
         ] {
             assert_eq!(LogLoss::from_code(loss.code()), Some(loss));
+            assert_eq!(LogLoss::from_stored(&loss.stored(None)), (Some(loss), None));
         }
+    }
+
+    #[test]
+    fn a_refusal_is_quoted_by_its_marker_and_the_archives_reason() {
+        let refusal = "pods \"p\" is forbidden: User \"u\" cannot get resource \"pods/log\" in API group \"\" in the namespace \"n\" (403 Forbidden)";
+        let gap = LogGap {
+            source: Some("p".into()),
+            lines: None,
+            cause: LogLoss::Forbidden,
+            detail: Some(refusal.into()),
+        };
+        assert_eq!(
+            gap.marker(),
+            format!("[jobgate: lines lost: the API server refused jobgate the log of pod p: {refusal}]")
+        );
+        let stored = LogLoss::Forbidden.stored(Some(refusal));
+        let (loss, loss_detail) = LogLoss::from_stored(&stored);
+        assert_eq!(loss_detail.as_deref(), Some(refusal));
+        let archive = LogArchive {
+            lines: 1,
+            bytes: 1,
+            gaps: 1,
+            loss,
+            loss_detail,
+            ..LogArchive::default()
+        };
+        let reason = archive.incomplete_reason().unwrap();
+        assert!(reason.contains(refusal), "{reason}");
+        // A code a later version wrote is no known loss.
+        assert_eq!(
+            LogLoss::from_stored("later: something"),
+            (None, Some("something".into()))
+        );
     }
 }

@@ -78,7 +78,7 @@ pub(super) fn plan(
     if archive.truncated {
         return (Vec::new(), LogAppended::Closed, archive);
     }
-    let mut after = archive;
+    let mut after = archive.clone();
     let mut lines = Vec::with_capacity(append.lines.len() + 2);
     let gap = append.gap.as_ref().map(|gap| LogLine {
         source: gap.source.clone(),
@@ -100,7 +100,10 @@ pub(super) fn plan(
             && let Some(gap) = &append.gap
         {
             after.gaps += 1;
-            after.loss = after.loss.or(Some(gap.cause));
+            if after.loss.is_none() {
+                after.loss = Some(gap.cause);
+                after.loss_detail = gap.detail.clone();
+            }
         }
         after.bytes += line_bytes(line);
         lines.push(line.clone());
@@ -236,6 +239,7 @@ mod tests {
             source: Some("pod-a".into()),
             lines: None,
             cause: LogLoss::Rotated,
+            detail: None,
         };
         let append = LogAppend {
             job_id: "j".into(),

@@ -238,6 +238,16 @@ impl Cluster {
             .expect("a real cluster has no emulator: start this test's cluster with Cluster::emulated")
     }
 
+    /// Grants or takes away rights while jobgate runs: the RBAC objects in `rbac` (as
+    /// [`overlay_rbac`] gives), those of deploy/'s namespace moved to the test's, created or
+    /// replaced in the emulator's policy ([`Emulator::apply_rbac`]), in force from the next
+    /// request on.
+    pub fn apply_rbac(&self, rbac: &str) {
+        self.emu()
+            .apply_rbac(&rbac_in(rbac, &self.namespace))
+            .expect("applying RBAC objects");
+    }
+
     /// The emulator's handle, if the cluster is emulated.
     pub fn emulator(&self) -> Option<&Emulator> {
         self.emu.as_ref()

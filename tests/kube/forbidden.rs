@@ -1,13 +1,17 @@
 //! What jobgate does when the API server refuses it (403, RBAC): each path run end to end
 //! against the emulator enforcing deploy/'s RBAC with one right taken away, seen through
-//! GraphQL as a user sees it. A forbidden create fails the job with the API server's message
-//! and is not retried; a forbidden CustomResourceDefinition watch leaves
-//! workload kinds as found at start (said once in the log), and a kind jobgate may not watch
-//! is reported unavailable.
+//! GraphQL (and `/readyz`, `/metrics`, jobgate's log) as a user and an operator see it. A
+//! forbidden create fails the job with the API server's message and is not retried; a
+//! forbidden CustomResourceDefinition watch leaves workload kinds as found at start (said once
+//! in the log), and a kind jobgate may not watch is reported unavailable; a pod whose log
+//! jobgate may not read leaves the job's log marked incomplete with the API server's message,
+//! across a restart, and the pod let go; a replica refused its Lease is not ready, says why
+//! once, and becomes ready by itself once the right is granted.
 
 use serde_json::{Value, json};
 
 use crate::common::cluster::{Cluster, overlay_rbac};
+use crate::common::postgres::Postgres;
 use crate::common::{Polling, Server};
 use crate::support::{JOB_FIELDS, input};
 
@@ -189,4 +193,199 @@ async fn without_rights_on_crds_and_a_kind_jobgate_finds_kinds_at_start_and_says
         0,
         "{counts:?}"
     );
+}
+
+/// What the tests read of a job's archived log.
+const LOG_FIELDS: &str = "phase logComplete logIncompleteReason logs(tailLines: 10) \
+    logLines(first: 10) { edges { node { text source } } } logArchive { lines gaps truncated }";
+
+const LOG_REFUSED: &str = "the API server refuses jobgate pods' logs";
+
+#[tokio::test]
+async fn a_pods_log_jobgate_may_not_read_is_marked_missing_with_the_api_servers_message() {
+    let Some(cluster) = Cluster::emulated_with_rbac(
+        "RBAC with a right taken away",
+        &overlay_without("base", "pods/log", None),
+    )
+    .await
+    else {
+        return;
+    };
+    let mut server = cluster.jobgate(&[]).await;
+    let id = server
+        .submit(input(
+            &[
+                ("EMULATOR_LOG", "a line jobgate may not read"),
+                ("EMULATOR_GATE", "refused"),
+            ],
+            json!({}),
+        ))
+        .await;
+    // Refused while the pod runs: said in jobgate's log, then tried again with back-off.
+    let polling = Polling::start();
+    while !server.log_text().contains(LOG_REFUSED) {
+        polling
+            .pause(|| format!("never said: {LOG_REFUSED}; log:\n{}", server.log_text()))
+            .await;
+    }
+    cluster.emu().simulation().open_gate("refused");
+    // The job itself completes with its own outcome.
+    assert_eq!(
+        server.wait_terminal(&id).await.last().map(String::as_str),
+        Some("SUCCEEDED")
+    );
+    let pods = cluster.pods_of(&id).await;
+    let pod = pods[0].metadata.name.clone().unwrap();
+    let refusal = format!(
+        "pods \"{pod}\" is forbidden: User \"{USER}\" cannot get resource \"pods/log\" in API group \"\" in the namespace \"{}\"",
+        cluster.namespace()
+    );
+    let check = |job: &Value| {
+        assert_eq!(job["phase"], "SUCCEEDED", "{job}");
+        assert_eq!(job["logComplete"], false, "{job}");
+        let reason = job["logIncompleteReason"].as_str().unwrap();
+        assert!(reason.contains(&refusal), "{job}");
+        // Where the pod's lines would stand, a marker quoting the API server: not an empty
+        // log that reads as whole, nor the line jobgate was refused.
+        let marker = format!("the API server refused jobgate the log of pod {pod}: {refusal}");
+        let logs = job["logs"].as_str().unwrap();
+        assert!(
+            logs.starts_with("[jobgate: lines lost: ") && logs.contains(&marker),
+            "{job}"
+        );
+        assert!(!logs.contains("a line jobgate may not read"), "{job}");
+        let edges = job["logLines"]["edges"].as_array().unwrap();
+        assert_eq!(edges.len(), 1, "{job}");
+        assert_eq!(edges[0]["node"]["source"], pod.as_str(), "{job}");
+        assert!(
+            edges[0]["node"]["text"].as_str().unwrap().contains(&marker),
+            "{job}"
+        );
+        assert_eq!(job["logArchive"]["gaps"], 1, "{job}");
+        assert_eq!(job["logArchive"]["truncated"], false, "{job}");
+    };
+    let job = server
+        .job_until(&id, LOG_FIELDS, "the log marked incomplete", |job| {
+            job["logComplete"] == false
+        })
+        .await;
+    check(&job);
+    // The pod is let go (its log-archive finalizer removed): nothing waits for a right that
+    // may never come.
+    cluster
+        .until("the pod let go of its log-archive finalizer", || async {
+            let pods = cluster.pods_of(&id).await;
+            pods.iter().all(|p| {
+                p.metadata
+                    .finalizers
+                    .as_ref()
+                    .is_none_or(|f| !f.iter().any(|f| f == "jobgate.io/log-archive"))
+            })
+        })
+        .await;
+    // Said once; asked again with back-off, not in a loop: a pod that ran for a moment is
+    // asked for its log a handful of times (a loop without back-off asks hundreds).
+    assert_eq!(
+        server.log_text().matches(LOG_REFUSED).count(),
+        1,
+        "{}",
+        server.log_text()
+    );
+    let asked = cluster.emu().requests().of("pods/log", "log");
+    assert!((2..=15).contains(&asked), "asked {asked} times for the pod's log");
+
+    // Across a restart, the job's log says the same.
+    server.stop().await;
+    let server = server.start_again(&cluster.args(&[])).await;
+    check(&server.job_with(&id, LOG_FIELDS).await);
+}
+
+/// The RBAC of deploy/overlays/ha (replicas sharing PostgreSQL, coordinated by Leases).
+const HA: &str = "ha";
+
+#[tokio::test]
+async fn a_replica_refused_its_lease_is_unready_says_why_once_and_recovers_once_granted() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let Some(cluster) = Cluster::emulated_with_rbac(
+        "it grants a right while jobgate runs",
+        &overlay_without(HA, "leases", None),
+    )
+    .await
+    else {
+        return;
+    };
+    let url = pg.url();
+    let server = cluster
+        .jobgate(&["--database-url", &url, "--lease-duration-secs", "4"])
+        .await;
+    let refusal = format!(
+        "leases.coordination.k8s.io is forbidden: User \"{USER}\" cannot create resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{}\"",
+        cluster.namespace()
+    );
+    // Not ready, and /readyz says why in the API server's words.
+    let polling = Polling::start();
+    let body = loop {
+        let reply = server.http().get(server.url("/readyz")).send().await.unwrap();
+        let status = reply.status().as_u16();
+        let body: Value = reply.json().await.unwrap();
+        if body["reason"].as_str().is_some_and(|r| r.contains(&refusal)) {
+            assert_eq!(status, 503, "{body}");
+            break body;
+        }
+        polling.pause(|| format!("/readyz never said why: {body}")).await;
+    };
+    assert_eq!(body["status"], "not ready", "{body}");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cannot renew its Lease"),
+        "{body}"
+    );
+    // Tried again, counted each time, logged once.
+    while common_metric(&server, "jobgate_lease_renew_failures_total").await < 3.0 {
+        polling
+            .pause(|| format!("no retries counted; log:\n{}", server.log_text()))
+            .await;
+    }
+    const RENEW_WARNING: &str = "cannot renew this replica's Lease";
+    assert_eq!(
+        server.log_text().matches(RENEW_WARNING).count(),
+        1,
+        "{}",
+        server.log_text()
+    );
+    assert!(server.log_text().contains(&refusal), "{}", server.log_text());
+    assert_eq!(server.readyz().await, 503);
+
+    // The right is granted: it becomes ready by itself, and acts as a replica.
+    cluster.apply_rbac(&overlay_rbac(HA));
+    server.wait_ready_is(200).await;
+    let reply = server.http().get(server.url("/readyz")).send().await.unwrap();
+    let body: Value = reply.json().await.unwrap();
+    assert_eq!(body["status"], "ready", "{body}");
+    assert!(body.get("reason").is_none(), "{body}");
+    assert!(
+        server
+            .log_text()
+            .contains("this replica's Lease is renewed again"),
+        "{}",
+        server.log_text()
+    );
+    let id = server.submit(input(&[], json!({}))).await;
+    assert_eq!(
+        server.wait_terminal(&id).await.last().map(String::as_str),
+        Some("SUCCEEDED")
+    );
+}
+
+/// One value of the server's `/metrics`.
+async fn common_metric(server: &Server, name: &str) -> f64 {
+    crate::common::scrape(server)
+        .await
+        .get(name)
+        .copied()
+        .unwrap_or_default()
 }

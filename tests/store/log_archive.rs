@@ -185,6 +185,7 @@ async fn a_gap_is_kept_in_order_and_the_archive_is_no_longer_complete(store: Arc
         source: Some("pod-a".into()),
         lines: None,
         cause: LogLoss::Rotated,
+        detail: None,
     };
     let after_gap = LogAppend {
         gap: Some(gap.clone()),
@@ -208,6 +209,7 @@ async fn a_gap_is_kept_in_order_and_the_archive_is_no_longer_complete(store: Arc
     let collected = LogAppend {
         gap: Some(LogGap {
             cause: LogLoss::Collected,
+            detail: None,
             ..gap
         }),
         ..plain_append("j", Vec::new())

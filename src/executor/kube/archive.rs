@@ -38,6 +38,12 @@
 //!   to the end is a gap of unknown size, unless the last stream ended cleanly after the
 //!   container had stopped. A log rotated before its first read cannot be told apart from a
 //!   whole one.
+//! - **Refused.** While the API server refuses jobgate a running pod's log (`403`: RBAC
+//!   without `get` on `pods/log`), the read is tried again with back-off (up to 5 s apart),
+//!   and said once in jobgate's log until a read is allowed again: a right granted meanwhile
+//!   loses nothing. A pod that has ended with its log still refused has its archive record a
+//!   gap quoting the API server's answer ([`LogLoss::Forbidden`]), and is let go: its log is
+//!   not archived, the job says why, and the pod is not kept for a right that may never come.
 //! - **Ending.** A stream that ends after the pod was seen terminal has everything: the
 //!   position becomes `done`, and once the sink has committed it, the finalizer goes (a
 //!   merge patch conditional on the pod's resourceVersion, retried). A TTL deletion of the
@@ -79,6 +85,8 @@ pub(super) struct PodLogArchiver {
     holds: DashMap<String, tokio::sync::watch::Receiver<Option<bool>>>,
     /// Slots for pod log streams (`--log-follow-concurrency`).
     slots: Arc<tokio::sync::Semaphore>,
+    /// The API server refused the last log read: said once, until a read is allowed again.
+    refused: std::sync::atomic::AtomicBool,
 }
 
 impl PodLogArchiver {
@@ -90,6 +98,7 @@ impl PodLogArchiver {
             per_job: DashMap::new(),
             holds: DashMap::new(),
             slots: Arc::new(tokio::sync::Semaphore::new(concurrency.max(1))),
+            refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -344,8 +353,14 @@ impl KubeShared {
                     };
                     cursor.taken = 0;
                     let outcome = match api.log_stream(pod, &params).await {
-                        Ok(reader) => self.read_stream(reader, &*sink, job_id, pod, &mut cursor).await,
+                        Ok(reader) => {
+                            self.log_allowed();
+                            self.read_stream(reader, &*sink, job_id, pod, &mut cursor).await
+                        }
                         Err(kube::Error::Api(s)) if s.code == 404 => Read::Gone,
+                        Err(e @ kube::Error::Api(_)) if is_forbidden(&e) => {
+                            Read::Forbidden(super::api_error_text(&e))
+                        }
                         Err(e) => {
                             tracing::debug!(%pod, error = %e, "cannot follow the pod's log; retrying");
                             Read::Cut
@@ -362,6 +377,7 @@ impl KubeShared {
                             } else {
                                 LogLoss::Collected
                             },
+                            detail: None,
                         };
                         tracing::warn!(%pod, "the pod's log went before jobgate read all of it: its archive records a gap");
                         match self.record_gap(&*sink, job_id, pod, &mut cursor, gap) {
@@ -390,6 +406,29 @@ impl KubeShared {
                             }
                         }
                         Read::Stale => continue 'resume,
+                        // Refused after the pod ended: what it wrote is lost to the archive,
+                        // which says so where it would stand; the pod is let go.
+                        Read::Forbidden(refusal) if ended_before => {
+                            let gap = LogGap {
+                                source: Some(pod.to_owned()),
+                                lines: None,
+                                cause: LogLoss::Forbidden,
+                                detail: Some(refusal),
+                            };
+                            tracing::warn!(%pod, "the pod ended with its log refused to jobgate: its archive records a gap");
+                            match self.record_gap(&*sink, job_id, pod, &mut cursor, gap) {
+                                SinkState::Open | SinkState::Closed => break,
+                                SinkState::Stale => continue 'resume,
+                            }
+                        }
+                        // Refused while it runs: a right granted meanwhile loses nothing.
+                        Read::Forbidden(refusal) => {
+                            self.log_refused(pod, &refusal);
+                            if !self.pause(&mut delays).await {
+                                self.archive.follows.remove(&key);
+                                return;
+                            }
+                        }
                         // The containers are gone, the pod not yet: nothing more to read.
                         Read::Closed | Read::Collected => break,
                         // Gone: its log went with it; what was read is archived.
@@ -467,6 +506,7 @@ impl KubeShared {
                                 source: Some(pod.to_owned()),
                                 lines: None,
                                 cause: LogLoss::Rotated,
+                                detail: None,
                             };
                             tracing::warn!(%pod, "the kubelet rotated the pod's log before jobgate read all of it: its archive records a gap");
                             match self.record_gap(sink, job_id, pod, cursor, gap) {
@@ -553,6 +593,30 @@ impl KubeShared {
                 .any(|c| c.name == name && c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
     }
 
+    /// The API server refused a pod's log: logged once, until a read is allowed again.
+    fn log_refused(&self, pod: &str, refusal: &str) {
+        if self
+            .archive
+            .refused
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::debug!(%pod, error = %refusal, "the pod's log is refused to jobgate; retrying");
+        } else {
+            tracing::warn!(%pod, error = %refusal, "the API server refuses jobgate pods' logs; retrying with back-off while each pod runs (the archive of a pod that ends refused records a gap)");
+        }
+    }
+
+    /// A log read was allowed: a later refusal is logged again.
+    fn log_allowed(&self) {
+        if self
+            .archive
+            .refused
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!("the API server lets jobgate read pods' logs again");
+        }
+    }
+
     /// Queues a gap at the cursor's position (which it leaves where it is).
     fn record_gap(
         &self,
@@ -632,7 +696,15 @@ enum Read {
     Gone,
     /// The kubelet removed the pod's containers, and their log.
     Collected,
+    /// The API server refused the read (`403`), in its words.
+    Forbidden(String),
     Shutdown,
+}
+
+/// Whether the API server refused the request (`403`: RBAC, or an admission or authorization
+/// webhook): asking again gets the same answer until someone changes a right.
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
 }
 
 /// Decrements the open-follows gauge when a follow ends, however it ends.

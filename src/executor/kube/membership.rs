@@ -25,6 +25,13 @@
 //! moment it acts, every write to the cluster made for a job is checked by it, and the shards
 //! it publishes drive what is watched and adopted.
 //!
+//! **Refusals.** A replica whose Lease cannot be written (RBAC without `leases` in
+//! `coordination.k8s.io`, an API server away) is not ready, and `/readyz` says why in the API
+//! server's words; the failure is logged when it starts or changes, not at every attempt, and
+//! counted (`jobgate_lease_renew_failures_total`). While it is not a member it tries again with
+//! back-off, from a renewal interval up to one lease duration, and becomes ready by itself once
+//! a renewal succeeds (a right granted meanwhile); a member keeps renewing at its usual pace.
+//!
 //! No crate does this for kube 5: kube-lease-manager and kube-coordinate elect one holder of
 //! one Lease (leader election, and for kube 4), while dividing work among every live replica
 //! needs each one's liveness; the Lease API itself is all it takes.
@@ -83,6 +90,9 @@ pub struct Membership {
     fence: Arc<Fence>,
     /// When the last successful renewal started, for readiness.
     last_renewal: Mutex<Option<Instant>>,
+    /// Why the last renewal failed (the API server's message), until one succeeds: for
+    /// `/readyz`, and so that a failure is logged once, not at every attempt.
+    renew_problem: Mutex<Option<String>>,
     metrics: Arc<crate::metrics::Metrics>,
     /// The watch of the members' Leases, for `/readyz` and `/metrics`.
     health: Arc<WatcherHealth>,
@@ -129,6 +139,7 @@ impl Membership {
             duration: config.lease_duration,
             fence,
             last_renewal: Mutex::new(None),
+            renew_problem: Mutex::new(None),
             metrics,
             health,
         })
@@ -144,10 +155,33 @@ impl Membership {
         self.fence.shards()
     }
 
-    /// Ready while its Lease is renewed (whether or not it owns shards yet) and the watch
-    /// of the others' works.
-    pub(super) fn is_ready(&self) -> bool {
-        self.health.is_ready() && self.renewed_recently()
+    /// Why this replica is not ready, in words for `/readyz`; `None` while its Lease is
+    /// renewed (whether or not it owns shards yet) and the watch of the others' works.
+    pub(super) fn unready_reason(&self) -> Option<String> {
+        if !self.renewed_recently() {
+            let problem = self
+                .renew_problem
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            return Some(match problem {
+                Some(problem) => format!(
+                    "this replica cannot renew its Lease {}/{}: {problem}",
+                    self.namespace(),
+                    self.lease_name
+                ),
+                None => format!(
+                    "this replica has not renewed its Lease {}/{} yet",
+                    self.namespace(),
+                    self.lease_name
+                ),
+            });
+        }
+        self.health.unready_reason()
+    }
+
+    fn namespace(&self) -> &str {
+        self.api.namespace().unwrap_or_default()
     }
 
     fn renewed_recently(&self) -> bool {
@@ -175,15 +209,21 @@ impl Membership {
         let mut own: Option<Own> = None;
         let config = watcher::Config::default().labels(&format!("{LEASE_ROLE_LABEL}={MEMBER}"));
         let mut events = std::pin::pin!(watch_stream(self.api.clone(), config));
-        let mut renew = tokio::time::interval(self.renew_every());
-        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_renewal = Instant::now();
+        // Failed renewals in a row, for the back-off of a replica that is not a member.
+        let mut failures = 0;
         loop {
             let deadline = self.next_deadline(&members, own.as_ref());
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
-                _ = renew.tick() => {
-                    self.renew(&mut own).await;
+                _ = tokio::time::sleep_until(next_renewal) => {
+                    let started = Instant::now();
+                    failures = if self.renew(&mut own).await { 0 } else { failures + 1 };
+                    let member = own
+                        .as_ref()
+                        .is_some_and(|o| started.duration_since(o.renewed_at) < self.renew_deadline());
+                    next_renewal = started + self.renewal_delay(member, failures);
                     self.confirm_expired(&mut members).await;
                 }
                 // A member's Lease expires, this replica's join wait ends, or its fence
@@ -209,8 +249,32 @@ impl Membership {
         self.leave(own).await;
     }
 
-    /// Creates or renews this replica's Lease.
-    async fn renew(&self, own: &mut Option<Own>) {
+    /// How long after an attempt to renew again: the renewal interval while a member (or
+    /// after a success), else doubling with each failure in a row up to one lease duration.
+    fn renewal_delay(&self, member: bool, failures: u32) -> Duration {
+        if member || failures == 0 {
+            return self.renew_every();
+        }
+        let doubled = self.renew_every().saturating_mul(1 << (failures - 1).min(16));
+        doubled.min(self.duration.max(self.renew_every()))
+    }
+
+    /// Records a failed attempt on this replica's Lease: counted, logged when the failure
+    /// starts or its message changes (not at every attempt), and kept for `/readyz`.
+    fn renewal_failed(&self, e: &kube::Error) {
+        self.metrics.lease_renew_failures.inc();
+        let message = super::api_error_text(e);
+        let mut problem = self.renew_problem.lock().unwrap_or_else(PoisonError::into_inner);
+        if problem.as_deref() == Some(message.as_str()) {
+            tracing::debug!(replica = %self.identity, error = %message, "renewing this replica's Lease failed again");
+        } else {
+            tracing::warn!(replica = %self.identity, lease = %self.lease_name, error = %message, "cannot renew this replica's Lease; retrying (without a renewal for 2/3 of the lease duration it is not ready and acts for no shard)");
+        }
+        *problem = Some(message);
+    }
+
+    /// Creates or renews this replica's Lease; true if it did.
+    async fn renew(&self, own: &mut Option<Own>) -> bool {
         let started = Instant::now();
         let lapsed = own
             .as_ref()
@@ -239,17 +303,27 @@ impl Membership {
                     renewed_at: started,
                 });
                 *self.last_renewal.lock().unwrap_or_else(PoisonError::into_inner) = Some(started);
+                let problem = self
+                    .renew_problem
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                if problem.is_some() {
+                    tracing::info!(replica = %self.identity, lease = %self.lease_name, "this replica's Lease is renewed again");
+                }
+                true
             }
             Err(e) => {
-                self.metrics.lease_renew_failures.inc();
                 if matches!(&e, kube::Error::Api(s) if s.is_conflict() || s.is_not_found()) {
                     // Changed or deleted by someone else (a survivor forgetting this replica
                     // while it was paused): join again, and wait as any newcomer.
+                    self.metrics.lease_renew_failures.inc();
                     tracing::warn!(replica = %self.identity, error = %e, "this replica's Lease was taken from it; joining again");
                     *own = None;
                 } else {
-                    tracing::warn!(replica = %self.identity, error = %e, "renewing this replica's Lease failed");
+                    self.renewal_failed(&e);
                 }
+                false
             }
         }
     }

@@ -355,6 +355,16 @@ fn resource_version(meta: &ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
 
+/// An API call's failure in words for people (`/readyz`, logs, a job's log): the API server's
+/// own message and code for a refusal (kube-rs' display of one repeats the whole Status),
+/// else the error as it displays.
+fn api_error_text(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
+}
+
 /// The back-off between attempts of an action retried until it lands (a cancel's delete or
 /// patch, a kind's discovery): from 200 ms up to 30 s, with jitter, never giving up.
 fn retry_delays() -> impl Iterator<Item = Duration> {
@@ -437,7 +447,11 @@ impl Executor for KubeExecutor {
     }
 
     fn is_ready(&self) -> bool {
-        self.shared.is_ready()
+        self.shared.unready_reason().is_none()
+    }
+
+    fn unready_reason(&self) -> Option<String> {
+        self.shared.unready_reason()
     }
 
     async fn shutdown(&self) {

@@ -41,9 +41,11 @@ impl ShardOwnership {
         self.membership.is_some()
     }
 
-    /// With replicas: whether this replica's Lease is renewed (see [`Membership::is_ready`]).
-    pub(super) fn membership_ready(&self) -> Option<bool> {
-        self.membership.as_ref().map(|m| m.is_ready())
+    /// With replicas: why this replica is not ready as a member (its Lease not renewed, or
+    /// the watch of the others' failing: see [`Membership::unready_reason`]); `None` when it
+    /// is, or without replicas.
+    pub(super) fn membership_problem(&self) -> Option<String> {
+        self.membership.as_ref().and_then(|m| m.unready_reason())
     }
 
     /// Whether this replica may act on the job now (always, without replicas): asked right

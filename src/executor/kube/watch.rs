@@ -68,6 +68,9 @@ pub(super) struct WatcherHealth {
     listed: AtomicBool,
     /// Its last item was not an error.
     healthy: AtomicBool,
+    /// Its last failure, in words, until an item arrives: for `/readyz`, and so that a
+    /// failure repeated at every retry is logged once.
+    failure: std::sync::Mutex<Option<String>>,
     metrics: Arc<crate::metrics::Metrics>,
     /// When it last received anything (Unix milliseconds), read by `/metrics`.
     last_event: Arc<std::sync::atomic::AtomicU64>,
@@ -82,6 +85,7 @@ impl WatcherHealth {
             answered: AtomicBool::new(false),
             listed: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
+            failure: std::sync::Mutex::new(None),
             metrics: metrics.clone(),
             last_event,
         })
@@ -100,6 +104,23 @@ impl WatcherHealth {
         self.healthy.load(Ordering::Relaxed)
     }
 
+    /// Why it is not ready (see [`WatcherHealth::is_ready`]), in words for `/readyz`; `None`
+    /// when it is.
+    pub(super) fn unready_reason(&self) -> Option<String> {
+        if self.is_ready() {
+            return None;
+        }
+        let failure = self
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Some(match failure {
+            Some(failure) => format!("the watch of {} fails: {failure}", self.name),
+            None => format!("the watch of {} has had no answer to its list yet", self.name),
+        })
+    }
+
     /// An item arrived; `relist` when it begins a full list.
     pub(super) fn seen(&self, relist: bool) {
         self.last_event
@@ -113,6 +134,7 @@ impl WatcherHealth {
         if !self.healthy.swap(true, Ordering::Relaxed) {
             tracing::info!(watcher = %self.name, "watch recovered");
         }
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     /// A full list is done; after the first one, every job the watcher follows has been
@@ -125,10 +147,18 @@ impl WatcherHealth {
     }
 
     /// The watch failed; kube-rs' watcher retries with back-off.
+    /// Logged when the failure starts or its words change, not at every retry.
     pub(super) fn failed(&self, error: &watcher::Error) {
         self.metrics.watcher_restart(&self.name);
-        self.healthy.store(false, Ordering::Relaxed);
-        tracing::warn!(watcher = %self.name, %error, "watch failed; retrying with back-off");
+        let was_healthy = self.healthy.swap(false, Ordering::Relaxed);
+        let text = watch_error_text(error);
+        let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        if !was_healthy && failure.as_deref() == Some(text.as_str()) {
+            tracing::debug!(watcher = %self.name, error = %text, "watch failed again");
+        } else {
+            tracing::warn!(watcher = %self.name, error = %text, "watch failed; retrying with back-off");
+        }
+        *failure = Some(text);
     }
 }
 
@@ -139,6 +169,18 @@ impl Drop for WatcherHealth {
         if !self.listed.load(Ordering::Relaxed) {
             self.metrics.kube_first_lists_pending.dec();
         }
+    }
+}
+
+/// A watcher's failure in words: what it was doing, and the API server's message for a
+/// refusal (see [`super::api_error_text`]).
+fn watch_error_text(error: &watcher::Error) -> String {
+    match error {
+        watcher::Error::InitialListFailed(e) => format!("listing: {}", super::api_error_text(e)),
+        watcher::Error::WatchStartFailed(e) => format!("watching: {}", super::api_error_text(e)),
+        watcher::Error::WatchFailed(e) => format!("watching: {}", super::api_error_text(e)),
+        watcher::Error::WatchError(s) => format!("watching: {} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
     }
 }
 
@@ -436,25 +478,45 @@ impl KubeShared {
     /// With replicas, it also needs its Lease renewed; its Job and workload watchers then
     /// need only not to fail, so that a change of shards does not make it unready while the
     /// new ones list.
-    pub(super) fn is_ready(&self) -> bool {
+    ///
+    /// Returns why it is not ready, in words for `/readyz` (the first reason found); `None`
+    /// when it is.
+    pub(super) fn unready_reason(&self) -> Option<String> {
+        if self.ctx.shutdown.is_cancelled() {
+            return Some("shutting down".to_owned());
+        }
+        if !self.watches.started.load(Ordering::SeqCst) {
+            return Some("the Kubernetes watchers have not started yet".to_owned());
+        }
+        if let Some(problem) = self.ownership.membership_problem() {
+            return Some(problem);
+        }
         let watchers = self
             .watches
             .unsharded
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if let Some(reason) = watchers.iter().find_map(|w| w.unready_reason()) {
+            return Some(reason);
+        }
         let sharded = self
             .watches
             .sharded
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let sharded_ready = match self.ownership.membership_ready() {
-            None => sharded.shards.is_some() && sharded.health.iter().all(|w| w.is_ready()),
-            Some(renewed) => renewed && sharded.health.iter().all(|w| w.is_healthy()),
-        };
-        !self.ctx.shutdown.is_cancelled()
-            && self.watches.started.load(Ordering::SeqCst)
-            && watchers.iter().all(|w| w.is_ready())
-            && sharded_ready
+        if self.ownership.has_replicas() {
+            // Only not failing: a change of shards must not make it unready while the new
+            // watchers list.
+            return sharded
+                .health
+                .iter()
+                .find(|w| !w.is_healthy())
+                .and_then(|w| w.unready_reason());
+        }
+        if sharded.shards.is_none() {
+            return Some("the Job watchers have not started yet".to_owned());
+        }
+        sharded.health.iter().find_map(|w| w.unready_reason())
     }
 }
 

@@ -55,7 +55,8 @@ pub struct LogArchiveView {
     /// written. Its last line says which.
     pub truncated: bool,
     /// Stretches of output jobgate could not read (a pod's log rotated or removed by the
-    /// kubelet first), each marked by a line where it was; see `Job.logComplete`.
+    /// kubelet first, or refused by the API server), each marked by a line where it was; see
+    /// `Job.logComplete`.
     pub gaps: i64,
 }
 

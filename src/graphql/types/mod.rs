@@ -439,18 +439,20 @@ impl JobObject {
     }
     /// Whether jobgate's archive holds every line the job wrote, as far as jobgate can know.
     /// False when lines are missing: the kubelet rotated a pod's log, or removed a deleted
-    /// pod's containers, before jobgate read all of it (a marker line such as `[jobgate: lines
-    /// lost: …]` stands in `logs`, `logLines` and `jobLogs` where lines are missing, in order),
-    /// or the archive was truncated (`logArchive.truncated`). True while nothing is archived.
-    /// `logIncompleteReason` says why when false.
+    /// pod's containers, before jobgate read all of it, or the API server refused jobgate a
+    /// pod's log until the pod had ended (RBAC without `get` on `pods/log`) (a marker line such
+    /// as `[jobgate: lines lost: …]` stands in `logs`, `logLines` and `jobLogs` where lines are
+    /// missing, in order, quoting the API server's refusal), or the archive was truncated
+    /// (`logArchive.truncated`). True while nothing is archived. `logIncompleteReason` says why
+    /// when false.
     async fn log_complete(&self, ctx: &Context<'_>) -> async_graphql::Result<bool> {
         let service = ctx.data::<JobService>()?;
         let archive = service.log_archive(&self.0.id, &caller(ctx)?.scope).await.api()?;
         Ok(archive.is_none_or(|a| a.complete()))
     }
-    /// Why `logComplete` is false (the first reason lines went missing), in words; null when
-    /// it is true.
-    async fn log_incomplete_reason(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<&'static str>> {
+    /// Why `logComplete` is false (the first reason lines went missing, with the API
+    /// server's words when it refused jobgate a pod's log), in words; null when it is true.
+    async fn log_incomplete_reason(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<String>> {
         let service = ctx.data::<JobService>()?;
         let archive = service.log_archive(&self.0.id, &caller(ctx)?.scope).await.api()?;
         Ok(archive.and_then(|a| a.incomplete_reason()))

@@ -257,7 +257,7 @@ impl JobService {
         }
         let archive = self.inner.store.log_archive(id).await?;
         let from = after.map_or(0, |a| a.saturating_add(1)).max(0);
-        let lines = match archive {
+        let lines = match &archive {
             Some(a) if from < a.lines && first > 0 => {
                 self.inner
                     .store
@@ -268,7 +268,7 @@ impl JobService {
         };
         let end = lines.last().map_or(from, |(at, _)| at + 1);
         Ok(LogPage {
-            has_next_page: archive.is_some_and(|a| end < a.lines),
+            has_next_page: archive.as_ref().is_some_and(|a| end < a.lines),
             lines,
             archive,
         })

@@ -670,10 +670,27 @@ impl JobService {
 
     /// Whether the store answers and the executor takes work.
     pub async fn is_ready(&self) -> bool {
-        !self.inner.shutdown.is_cancelled()
-            && self.inner.executor.is_ready()
-            && self.inner.store_problem().is_none()
-            && self.inner.store.ping().await
+        self.unready_reason().await.is_none()
+    }
+
+    /// Why this replica is not ready, in words for `/readyz` (the first reason found);
+    /// `None` when the store answers and the executor takes work.
+    pub async fn unready_reason(&self) -> Option<String> {
+        if self.inner.shutdown.is_cancelled() {
+            return Some("shutting down".to_owned());
+        }
+        if let Some(reason) = self.inner.executor.unready_reason() {
+            return Some(reason);
+        }
+        // Its error (paths, database details) stays in jobgate's log: /readyz asks for no
+        // credentials.
+        if self.inner.store_problem().is_some() {
+            return Some("the store takes no writes (jobgate's log says why)".to_owned());
+        }
+        if !self.inner.store.ping().await {
+            return Some("the store does not answer".to_owned());
+        }
+        None
     }
 
     pub fn executor_kind(&self) -> &'static str {

@@ -14,16 +14,19 @@ use crate::store::log_chunks::{self, LogAppend, LogAppended};
 use crate::store::{Result, StoreTx as _};
 
 /// The archive's totals in a row of `log_archives`.
+/// `loss` holds the first loss and what its source said of it ([`LogLoss::stored`]).
 fn archive_of(row: &impl super::dialect::Columns) -> LogArchive {
+    let (loss, loss_detail) = row
+        .col::<Option<String>>("loss")
+        .as_deref()
+        .map_or((None, None), LogLoss::from_stored);
     LogArchive {
         lines: row.col("lines"),
         bytes: row.col("bytes"),
         truncated: row.col::<i64>("truncated") != 0,
         gaps: row.col("gaps"),
-        loss: row
-            .col::<Option<String>>("loss")
-            .as_deref()
-            .and_then(LogLoss::from_code),
+        loss,
+        loss_detail,
     }
 }
 
@@ -79,7 +82,7 @@ async fn append_log<D: Dialect>(
             return Ok(LogAppended::Stale);
         }
     }
-    let (lines, outcome, after) = log_chunks::plan(archive, append, cap_bytes);
+    let (lines, outcome, after) = log_chunks::plan(archive.clone(), append, cap_bytes);
     if outcome == LogAppended::Closed {
         return Ok(outcome);
     }
@@ -102,7 +105,7 @@ async fn append_log<D: Dialect>(
         .bind(after.bytes)
         .bind(i64::from(after.truncated))
         .bind(after.gaps)
-        .bind(after.loss.map(|l| l.code().to_owned()))
+        .bind(after.loss.map(|l| l.stored(after.loss_detail.as_deref())))
         .execute(&mut *conn)
         .await?;
     }

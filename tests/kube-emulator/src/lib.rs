@@ -270,6 +270,19 @@ impl Emulator {
         &self.simulation
     }
 
+    /// Creates or replaces the RBAC objects in `yaml` (Roles, ClusterRoles and their bindings,
+    /// as [`Options::rbac`] takes them), as a cluster admin's `kubectl apply` would: each
+    /// replaces the object of its kind, namespace and name, and the next request is decided by
+    /// the new policy (to grant or take away a right while clients run). Fails, changing
+    /// nothing, on YAML it cannot read or an emulator started without RBAC (which allows every
+    /// request).
+    pub fn apply_rbac(&self, yaml: &str) -> anyhow::Result<()> {
+        let Some(policy) = &self.api.config.rbac else {
+            anyhow::bail!("this emulator was started without RBAC: every request is allowed");
+        };
+        policy.apply_yaml(yaml).context("applying RBAC objects")
+    }
+
     /// Registers the CustomResourceDefinitions in `yaml` (one or more documents) through the
     /// API's create path, so their kinds are served at once.
     pub fn register_crd_yaml(&self, yaml: &str) -> anyhow::Result<()> {

@@ -4,11 +4,14 @@
 //! every namespace and at the cluster scope) to Users, Groups and ServiceAccounts. Members of
 //! `system:masters` may do anything, as on a real server.
 //!
-//! The policy is loaded once, at start, from multi-document YAML; objects of other kinds are
-//! ignored. It must not authenticate (that is [`super::authn`]) nor serve RBAC objects over
-//! the API.
+//! The policy is loaded at start from multi-document YAML (objects of other kinds are ignored)
+//! and changed while the emulator runs by applying more ([`Policy::apply_yaml`]: an object
+//! replaces the one of its kind, namespace and name), as RBAC changes apply at once on a real
+//! cluster: the next request is decided by the new policy. It must not authenticate (that is
+//! [`super::authn`]) nor serve RBAC objects over the API.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{PoisonError, RwLock};
 
 use anyhow::Context;
 use serde_json::Value;
@@ -103,12 +106,20 @@ struct Binding {
     subjects: Vec<Subject>,
 }
 
-/// The loaded RBAC objects.
-#[derive(Clone, Debug, Default)]
+/// The RBAC objects in force, changed as a whole by each [`Policy::apply_yaml`].
+#[derive(Debug, Default)]
 pub struct Policy {
+    objects: RwLock<Objects>,
+}
+
+/// RBAC objects by namespace (empty for cluster-scoped ones) and name.
+#[derive(Clone, Debug, Default)]
+struct Objects {
     roles: HashMap<(String, String), Vec<Rule>>,
     cluster_roles: HashMap<String, Vec<Rule>>,
-    bindings: Vec<Binding>,
+    /// RoleBindings (namespace set) and ClusterRoleBindings (namespace empty), in the order
+    /// a refusal names missing roles in.
+    bindings: BTreeMap<(String, String), Binding>,
 }
 
 /// How a request was decided, with the reason a refusal carries (a binding to a missing role).
@@ -122,7 +133,21 @@ impl Policy {
     /// Reads Role, ClusterRole, RoleBinding and ClusterRoleBinding objects from multi-document
     /// YAML (e.g. `kubectl kustomize deploy/overlays/prod`); other kinds are skipped.
     pub fn from_yaml(yaml: &str) -> anyhow::Result<Policy> {
-        let mut policy = Policy::default();
+        let policy = Policy::default();
+        policy.apply_yaml(yaml)?;
+        Ok(policy)
+    }
+
+    /// Creates or replaces the RBAC objects of `yaml` (as [`Policy::from_yaml`] reads them),
+    /// as `kubectl apply` would: each replaces the object of its kind, namespace and name, and
+    /// requests decided from then on see it. All or nothing: YAML with an invalid object
+    /// changes nothing.
+    pub fn apply_yaml(&self, yaml: &str) -> anyhow::Result<()> {
+        let mut policy = self
+            .objects
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         for document in serde_yaml_ng::Deserializer::from_str(yaml) {
             let value = <Value as serde::Deserialize>::deserialize(document).context("parsing RBAC YAML")?;
             if value.is_null() {
@@ -181,21 +206,24 @@ impl Policy {
                                 .collect()
                         })
                         .unwrap_or_default();
-                    policy.bindings.push(Binding {
-                        namespace: if kind == "RoleBinding" {
-                            namespace
-                        } else {
-                            String::new()
-                        },
+                    let namespace = if kind == "RoleBinding" {
+                        namespace
+                    } else {
+                        String::new()
+                    };
+                    let binding = Binding {
+                        namespace: namespace.clone(),
                         role_kind: text("/roleRef/kind"),
                         role_name: text("/roleRef/name"),
                         subjects,
-                    });
+                    };
+                    policy.bindings.insert((namespace, name), binding);
                 }
                 _ => {}
             }
         }
-        Ok(policy)
+        *self.objects.write().unwrap_or_else(PoisonError::into_inner) = policy;
+        Ok(())
     }
 
     /// Decides `attributes` for `user`.
@@ -203,8 +231,15 @@ impl Policy {
         if user.in_group(MASTERS) {
             return Decision::Allow;
         }
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        objects.authorize(user, attributes)
+    }
+}
+
+impl Objects {
+    fn authorize(&self, user: &UserInfo, attributes: &Attributes) -> Decision {
         let mut missing = Vec::new();
-        for binding in &self.bindings {
+        for binding in self.bindings.values() {
             // A RoleBinding grants only in its own namespace.
             if !binding.namespace.is_empty() && binding.namespace != attributes.namespace {
                 continue;
@@ -330,6 +365,56 @@ metadata: {name: jobgate, namespace: jobgate}
             namespace: namespace.into(),
             name: name.into(),
         }
+    }
+
+    #[test]
+    fn applied_objects_take_effect_at_once_and_replace_their_namesakes() {
+        let policy = Policy::from_yaml(POLICY).expect("policy");
+        let sa = UserInfo::named(DEFAULT_USER, &[]);
+        let lease = ask("create", "coordination.k8s.io", "leases", "", "team", "");
+        assert!(policy.authorize(&sa, &lease) != Decision::Allow);
+        // A new Role and its binding: allowed from the next request on.
+        policy
+            .apply_yaml(
+                r#"
+kind: Role
+metadata: {name: leases, namespace: team}
+rules: [{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [create]}]
+---
+kind: RoleBinding
+metadata: {name: leases, namespace: team}
+roleRef: {kind: Role, name: leases}
+subjects: [{kind: ServiceAccount, name: jobgate, namespace: jobgate}]
+"#,
+            )
+            .expect("apply");
+        assert_eq!(policy.authorize(&sa, &lease), Decision::Allow);
+        // What was there before stays.
+        assert_eq!(
+            policy.authorize(&sa, &ask("create", "batch", "jobs", "", "team", "")),
+            Decision::Allow
+        );
+        // The Role replaced by one without the verb: refused again.
+        policy
+            .apply_yaml("kind: Role\nmetadata: {name: leases, namespace: team}\nrules: []\n")
+            .expect("apply");
+        assert!(policy.authorize(&sa, &lease) != Decision::Allow);
+        // The binding replaced by one naming a missing role: the refusal says so.
+        policy
+            .apply_yaml(
+                "kind: RoleBinding\nmetadata: {name: leases, namespace: team}\nroleRef: {kind: Role, name: gone}\nsubjects: [{kind: ServiceAccount, name: jobgate, namespace: jobgate}]\n",
+            )
+            .expect("apply");
+        assert_eq!(
+            policy.authorize(&sa, &lease),
+            Decision::Deny("RBAC: role.rbac.authorization.k8s.io \"gone\" not found".into())
+        );
+        // An invalid object changes nothing, not even the valid ones beside it.
+        let refused = policy.apply_yaml(
+            "kind: Role\nmetadata: {name: gone, namespace: team}\nrules: [{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [create]}]\n---\nkind: Role\nmetadata: {name: x}\n",
+        );
+        assert!(refused.is_err());
+        assert!(policy.authorize(&sa, &lease) != Decision::Allow);
     }
 
     #[test]

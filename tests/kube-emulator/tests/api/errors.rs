@@ -211,3 +211,54 @@ async fn status_errors_surface_as_kube_rs_api_errors() {
     assert_eq!(emulator.requests().injected_failures, 4);
     emulator.shutdown().await;
 }
+
+/// Leases in namespace `team` for jobgate's service account, as deploy/'s `ha` overlay grants
+/// them (its verb list in `verbs`).
+fn lease_rights(verbs: &str) -> String {
+    format!(
+        "kind: Role\nmetadata: {{name: leases, namespace: team}}\nrules: [{{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [{verbs}]}}]\n---\n\
+         kind: RoleBinding\nmetadata: {{name: leases, namespace: team}}\nroleRef: {{kind: Role, name: leases}}\n\
+         subjects: [{{kind: ServiceAccount, name: jobgate, namespace: jobgate}}]\n"
+    )
+}
+
+#[tokio::test]
+async fn rbac_applied_at_run_time_decides_the_next_request() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let options = Options {
+        rbac: Some(lease_rights("get")),
+        ..Options::default()
+    };
+    let emulator = Emulator::start_with(options).await.expect("emulator starts");
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&emulator.kubeconfig_yaml("team")).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    let leases: Api<Lease> = Api::namespaced(Client::try_from(config).expect("client"), "team");
+    assert!(leases.get_opt("member").await.expect("get is granted").is_none());
+    let status = api_error(leases.list(&ListParams::default()).await);
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "leases.coordination.k8s.io is forbidden: User \"system:serviceaccount:jobgate:jobgate\" cannot list resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"team\""
+    );
+
+    // Granted while the client runs: its next request is allowed.
+    emulator.apply_rbac(&lease_rights("get, list")).expect("apply");
+    assert!(
+        leases
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    // Taken away again.
+    emulator.apply_rbac(&lease_rights("list")).expect("apply");
+    let status = api_error(leases.get("member").await);
+    assert_eq!(status.code, 403, "{status:?}");
+    // An emulator without RBAC has no policy to change.
+    let open = Emulator::start().await.expect("emulator starts");
+    assert!(open.apply_rbac(&lease_rights("get")).is_err());
+}
