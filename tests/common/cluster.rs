@@ -242,7 +242,7 @@ impl Cluster {
     /// [`overlay_rbac`] gives), those of deploy/'s namespace moved to the test's, created or
     /// replaced in the emulator's policy ([`Emulator::apply_rbac`]), in force from the next
     /// request on.
-    pub fn apply_rbac(&self, rbac: &str) {
+    pub fn apply_rbac(&self, rbac: Vec<Value>) {
         self.emu()
             .apply_rbac(&rbac_in(rbac, &self.namespace))
             .expect("applying RBAC objects");

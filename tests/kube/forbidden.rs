@@ -205,7 +205,7 @@ const LOG_REFUSED: &str = "the API server refuses jobgate pods' logs";
 async fn a_pods_log_jobgate_may_not_read_is_marked_missing_with_the_api_servers_message() {
     let Some(cluster) = Cluster::emulated_with_rbac(
         "RBAC with a right taken away",
-        &overlay_without("base", "pods/log", None),
+        overlay_without("base", "pods/log", None),
     )
     .await
     else {
@@ -310,7 +310,7 @@ async fn a_replica_refused_its_lease_is_unready_says_why_once_and_recovers_once_
     };
     let Some(cluster) = Cluster::emulated_with_rbac(
         "it grants a right while jobgate runs",
-        &overlay_without(HA, "leases", None),
+        overlay_without(HA, "leases", None),
     )
     .await
     else {
@@ -361,7 +361,7 @@ async fn a_replica_refused_its_lease_is_unready_says_why_once_and_recovers_once_
     assert_eq!(server.readyz().await, 503);
 
     // The right is granted: it becomes ready by itself, and acts as a replica.
-    cluster.apply_rbac(&overlay_rbac(HA));
+    cluster.apply_rbac(overlay_rbac(HA));
     server.wait_ready_is(200).await;
     let reply = server.http().get(server.url("/readyz")).send().await.unwrap();
     let body: Value = reply.json().await.unwrap();
