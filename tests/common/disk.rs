@@ -10,12 +10,16 @@ use std::process::{Child, Command, Stdio};
 /// tmpfs mounted in a mount namespace of its own (so nothing on the machine sees it), held
 /// open by a `sleep` in that namespace. jobgate runs in it through `nsenter`; the test reaches
 /// its files through `/proc/<holder>/root`. As root this needs only a mount namespace; as
-/// another user, a user namespace mapping that user to itself.
+/// another user, also a user namespace where that user is root (`root::wrapper`), so that
+/// jobgate there is root as it is in CI. Its jobs' directories are in a directory of the
+/// disk's own beside it (the default, /tmp/jobgate-0, is the real root's).
 pub struct SmallDisk {
     holder: Child,
     /// The mount point, as seen inside the namespace.
     dir: PathBuf,
     _temp: tempfile::TempDir,
+    /// The jobs' directories, open for the jobs' user to pass through.
+    work: tempfile::TempDir,
 }
 
 impl SmallDisk {
@@ -23,11 +27,12 @@ impl SmallDisk {
     pub fn create(size: &str) -> Result<SmallDisk, String> {
         let temp = tempfile::tempdir().map_err(|e| e.to_string())?;
         let dir = temp.path().to_owned();
-        let root = nix::unistd::geteuid().is_root();
+        let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+        std::fs::set_permissions(work.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
         let mut command = Command::new("unshare");
-        if !root {
-            command.args(["--user", "--map-current-user"]);
-        }
+        // Empty as root; otherwise `unshare` and the user namespace's arguments.
+        command.args(super::root::wrapper()?.iter().skip(1));
         let script = format!(
             "mount -t tmpfs -o size={size},mode=0755 tmpfs '{}' && echo mounted && exec sleep 600",
             dir.display()
@@ -56,6 +61,7 @@ impl SmallDisk {
             holder,
             dir,
             _temp: temp,
+            work,
         })
     }
 
@@ -86,6 +92,8 @@ impl SmallDisk {
     /// The command that runs a program in the disk's namespace.
     pub(super) fn wrapper(&self) -> Vec<String> {
         let mut wrapper = vec![
+            "env".to_owned(),
+            format!("JOBGATE_LOCAL_WORK_DIR={}", self.work.path().display()),
             "nsenter".to_owned(),
             "--target".to_owned(),
             self.holder.id().to_string(),
