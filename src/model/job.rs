@@ -231,7 +231,9 @@ impl Job {
     pub fn launch_delayed_since(&self, reason: &str) -> Option<DateTime<Utc>> {
         self.conditions
             .iter()
-            .find(|c| c.type_ == WORKLOAD_CREATED && c.status == "False" && c.reason.as_deref() == Some(reason))
+            .find(|c| {
+                c.type_ == WORKLOAD_CREATED && c.status == "False" && c.reason.as_deref() == Some(reason)
+            })
             .and_then(|c| c.last_transition_time)
     }
 

@@ -197,9 +197,9 @@ fn rule_matches(rule: &Value, operation: Operation, t: &Target) -> bool {
 /// A structured label selector over `labels`; the empty selector matches everything.
 fn selects(selector: &Value, labels: &Map<String, Value>) -> bool {
     let empty = |field: &str| {
-        selector
-            .get(field)
-            .is_none_or(|v| v.as_object().is_some_and(Map::is_empty) || v.as_array().is_some_and(Vec::is_empty))
+        selector.get(field).is_none_or(|v| {
+            v.as_object().is_some_and(Map::is_empty) || v.as_array().is_some_and(Vec::is_empty)
+        })
     };
     (empty("matchLabels") && empty("matchExpressions")) || kinds::label_selector_matches(selector, labels)
 }
@@ -346,13 +346,19 @@ async fn call(clients: &WebhookClients, hook: &Webhook, review: &Value) -> Resul
     };
     let (status, body) = match tokio::time::timeout(hook.timeout, exchange).await {
         Ok(answer) => answer?,
-        Err(_) => return Err(format!("failed to call webhook: Post {url:?}: context deadline exceeded")),
+        Err(_) => {
+            return Err(format!(
+                "failed to call webhook: Post {url:?}: context deadline exceeded"
+            ));
+        }
     };
     if !status.is_success() {
         let text = String::from_utf8_lossy(&body);
         let text = text.trim();
         return Err(if status.as_u16() == 500 && !text.is_empty() {
-            format!("failed to call webhook: an error on the server ({text:?}) has prevented the request from succeeding")
+            format!(
+                "failed to call webhook: an error on the server ({text:?}) has prevented the request from succeeding"
+            )
         } else {
             format!(
                 "failed to call webhook: the server responded with the status code {} but did not return more information",
@@ -360,9 +366,12 @@ async fn call(clients: &WebhookClients, hook: &Webhook, review: &Value) -> Resul
             )
         });
     }
-    let answer: Value = serde_json::from_slice(&body)
-        .map_err(|e| format!("received invalid webhook response: {e}"))?;
-    let api_version = answer.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let answer: Value =
+        serde_json::from_slice(&body).map_err(|e| format!("received invalid webhook response: {e}"))?;
+    let api_version = answer
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let kind = answer.get("kind").and_then(Value::as_str).unwrap_or_default();
     if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
         return Err(format!(
@@ -480,20 +489,34 @@ mod tests {
 
     #[test]
     fn a_denial_keeps_the_webhooks_code_and_reason_and_defaults_to_400() {
-        let e = denied("deny.example.com", Some(&json!({"message": "no", "code": 403, "reason": "Forbidden"})));
+        let e = denied(
+            "deny.example.com",
+            Some(&json!({"message": "no", "code": 403, "reason": "Forbidden"})),
+        );
         assert_eq!(
             (e.code, e.reason, e.message.as_str()),
-            (403, "Forbidden", "admission webhook \"deny.example.com\" denied the request: no")
+            (
+                403,
+                "Forbidden",
+                "admission webhook \"deny.example.com\" denied the request: no"
+            )
         );
         let e = denied("deny.example.com", None);
         assert_eq!(
             (e.code, e.reason, e.message.as_str()),
-            (400, "", "admission webhook \"deny.example.com\" denied the request without explanation")
+            (
+                400,
+                "",
+                "admission webhook \"deny.example.com\" denied the request without explanation"
+            )
         );
         let e = denied("d.example.com", Some(&json!({"reason": "Custom", "code": 200})));
         assert_eq!(
             (e.code, e.message.as_str()),
-            (400, "admission webhook \"d.example.com\" denied the request: Custom")
+            (
+                400,
+                "admission webhook \"d.example.com\" denied the request: Custom"
+            )
         );
     }
 

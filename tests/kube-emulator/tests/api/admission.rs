@@ -131,7 +131,12 @@ async fn configurations_are_served_defaulted_and_validated() {
     let created = api
         .create(
             &PostParams::default(),
-            &configuration("policy", "deny.example.com", "https://webhook.example.com/x", json!({})),
+            &configuration(
+                "policy",
+                "deny.example.com",
+                "https://webhook.example.com/x",
+                json!({}),
+            ),
         )
         .await
         .expect("created");
@@ -140,14 +145,24 @@ async fn configurations_are_served_defaulted_and_validated() {
     assert_eq!(hook.match_policy.as_deref(), Some("Equivalent"));
     assert_eq!(hook.timeout_seconds, Some(10));
     assert_eq!(hook.rules.as_ref().expect("rules")[0].scope.as_deref(), Some("*"));
-    assert_eq!(api.list(&ListParams::default()).await.expect("list").items.len(), 1);
-    api.delete("policy", &DeleteParams::default()).await.expect("delete");
+    assert_eq!(
+        api.list(&ListParams::default()).await.expect("list").items.len(),
+        1
+    );
+    api.delete("policy", &DeleteParams::default())
+        .await
+        .expect("delete");
 
     // A cluster calls https:// URLs only; the emulator also takes http:// on loopback.
     let status = api_error(
         api.create(
             &PostParams::default(),
-            &configuration("plain", "deny.example.com", "http://webhook.example.com/x", json!({})),
+            &configuration(
+                "plain",
+                "deny.example.com",
+                "http://webhook.example.com/x",
+                json!({}),
+            ),
         )
         .await,
     );
@@ -159,7 +174,12 @@ async fn configurations_are_served_defaulted_and_validated() {
         "{}",
         status.message
     );
-    let mut bad = configuration("bad", "deny", "https://webhook.example.com/x", json!({"timeoutSeconds": 31}));
+    let mut bad = configuration(
+        "bad",
+        "deny",
+        "https://webhook.example.com/x",
+        json!({"timeoutSeconds": 31}),
+    );
     bad.webhooks.as_mut().expect("webhooks")[0].side_effects = String::new();
     let status = api_error(api.create(&PostParams::default(), &bad).await);
     assert_eq!(status.code, 422);
@@ -175,11 +195,21 @@ async fn configurations_are_served_defaulted_and_validated() {
 #[tokio::test]
 async fn a_denial_is_the_clients_error_with_the_webhooks_message_and_code() {
     let (_emulator, client) = start().await;
-    let receiver = Receiver::start(Answer::Deny(json!({"message": "config maps are closed today", "code": 403}))).await;
-    install(&client, &configuration("policy", "deny.example.com", &receiver.url, json!({}))).await;
+    let receiver = Receiver::start(Answer::Deny(
+        json!({"message": "config maps are closed today", "code": 403}),
+    ))
+    .await;
+    install(
+        &client,
+        &configuration("policy", "deny.example.com", &receiver.url, json!({})),
+    )
+    .await;
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
-    let status = api_error(maps.create(&PostParams::default(), &config_map("c", json!({}))).await);
+    let status = api_error(
+        maps.create(&PostParams::default(), &config_map("c", json!({})))
+            .await,
+    );
     assert_eq!(status.code, 403);
     assert_eq!(
         status.message,
@@ -193,11 +223,17 @@ async fn a_denial_is_the_clients_error_with_the_webhooks_message_and_code() {
     assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(review["query"], "timeout=10s");
     let request = &review["request"];
-    assert!(request["uid"].as_str().is_some_and(|u| !u.is_empty()), "{request}");
+    assert!(
+        request["uid"].as_str().is_some_and(|u| !u.is_empty()),
+        "{request}"
+    );
     assert_eq!(request["operation"], "CREATE");
     assert_eq!(request["namespace"], "default");
     assert_eq!(request["name"], "c");
-    assert_eq!(request["kind"], json!({"group": "", "version": "v1", "kind": "ConfigMap"}));
+    assert_eq!(
+        request["kind"],
+        json!({"group": "", "version": "v1", "kind": "ConfigMap"})
+    );
     assert_eq!(
         request["resource"],
         json!({"group": "", "version": "v1", "resource": "configmaps"})
@@ -208,7 +244,9 @@ async fn a_denial_is_the_clients_error_with_the_webhooks_message_and_code() {
 
     // Other kinds and operations are not the webhook's.
     let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
-    jobs.create(&PostParams::default(), &job("j")).await.expect("a job is not matched");
+    jobs.create(&PostParams::default(), &job("j"))
+        .await
+        .expect("a job is not matched");
     assert_eq!(receiver.reviews().len(), 1);
 }
 
@@ -216,9 +254,16 @@ async fn a_denial_is_the_clients_error_with_the_webhooks_message_and_code() {
 async fn a_denial_without_a_code_is_400_and_without_a_message_says_so() {
     let (_emulator, client) = start().await;
     let receiver = Receiver::start(Answer::Deny(json!({}))).await;
-    install(&client, &configuration("policy", "quiet.example.com", &receiver.url, json!({}))).await;
+    install(
+        &client,
+        &configuration("policy", "quiet.example.com", &receiver.url, json!({})),
+    )
+    .await;
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let status = api_error(maps.create(&PostParams::default(), &config_map("c", json!({}))).await);
+    let status = api_error(
+        maps.create(&PostParams::default(), &config_map("c", json!({})))
+            .await,
+    );
     assert_eq!(status.code, 400);
     assert_eq!(
         status.message,
@@ -230,7 +275,11 @@ async fn a_denial_without_a_code_is_400_and_without_a_message_says_so() {
 async fn an_allowed_write_carries_the_webhooks_warnings() {
     let (emulator, client) = start().await;
     let receiver = Receiver::start(Answer::Allow(vec!["config maps are deprecated here"])).await;
-    install(&client, &configuration("policy", "warn.example.com", &receiver.url, json!({}))).await;
+    install(
+        &client,
+        &configuration("policy", "warn.example.com", &receiver.url, json!({})),
+    )
+    .await;
     let response = reqwest::Client::new()
         .post(format!("{}/api/v1/namespaces/default/configmaps", emulator.url()))
         .header("content-type", "application/json")
@@ -252,9 +301,16 @@ async fn an_allowed_write_carries_the_webhooks_warnings() {
 async fn a_webhook_that_cannot_be_called_fails_the_write_unless_it_is_ignored() {
     let (_emulator, client) = start().await;
     let url = closed_url().await;
-    install(&client, &configuration("policy", "down.example.com", &url, json!({}))).await;
+    install(
+        &client,
+        &configuration("policy", "down.example.com", &url, json!({})),
+    )
+    .await;
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let status = api_error(maps.create(&PostParams::default(), &config_map("c", json!({}))).await);
+    let status = api_error(
+        maps.create(&PostParams::default(), &config_map("c", json!({})))
+            .await,
+    );
     assert_eq!((status.code, status.reason.as_str()), (500, "InternalError"));
     let address = url.trim_start_matches("http://").trim_end_matches("/validate");
     assert_eq!(
@@ -272,7 +328,12 @@ async fn a_webhook_that_cannot_be_called_fails_the_write_unless_it_is_ignored() 
         .expect("delete");
     install(
         &client,
-        &configuration("lenient", "down.example.com", &url, json!({"failurePolicy": "Ignore"})),
+        &configuration(
+            "lenient",
+            "down.example.com",
+            &url,
+            json!({"failurePolicy": "Ignore"}),
+        ),
     )
     .await;
     maps.create(&PostParams::default(), &config_map("c", json!({})))
@@ -286,11 +347,19 @@ async fn a_webhook_that_does_not_answer_in_time_fails_the_write() {
     let receiver = Receiver::start(Answer::Hang).await;
     install(
         &client,
-        &configuration("policy", "slow.example.com", &receiver.url, json!({"timeoutSeconds": 1})),
+        &configuration(
+            "policy",
+            "slow.example.com",
+            &receiver.url,
+            json!({"timeoutSeconds": 1}),
+        ),
     )
     .await;
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let status = api_error(maps.create(&PostParams::default(), &config_map("c", json!({}))).await);
+    let status = api_error(
+        maps.create(&PostParams::default(), &config_map("c", json!({})))
+            .await,
+    );
     assert_eq!(status.code, 500);
     assert_eq!(
         status.message,
@@ -304,7 +373,10 @@ async fn a_webhook_that_does_not_answer_in_time_fails_the_write() {
 #[tokio::test]
 async fn updates_and_patches_are_admitted_with_the_old_object_and_selectors_apply() {
     let (_emulator, client) = start().await;
-    let receiver = Receiver::start(Answer::Deny(json!({"message": "frozen", "code": 422, "reason": "Invalid"}))).await;
+    let receiver = Receiver::start(Answer::Deny(
+        json!({"message": "frozen", "code": 422, "reason": "Invalid"}),
+    ))
+    .await;
     let rules = json!([{"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]);
     install(
         &client,
@@ -320,9 +392,12 @@ async fn updates_and_patches_are_admitted_with_the_old_object_and_selectors_appl
     maps.create(&PostParams::default(), &config_map("free", json!({})))
         .await
         .expect("creates are not matched");
-    maps.create(&PostParams::default(), &config_map("ice", json!({"frozen": "yes"})))
-        .await
-        .expect("creates are not matched");
+    maps.create(
+        &PostParams::default(),
+        &config_map("ice", json!({"frozen": "yes"})),
+    )
+    .await
+    .expect("creates are not matched");
     // Not selected: the webhook is not asked.
     maps.patch(
         "free",

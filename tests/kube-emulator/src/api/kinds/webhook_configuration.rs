@@ -71,7 +71,11 @@ fn validate_url(field: &str, text: &str, errs: &mut FieldErrors) {
         errs.invalid(field, &json!(text), "host must be specified");
     }
     if !url.username().is_empty() || url.password().is_some() {
-        errs.invalid(field, &json!(text), "user information is not permitted in the URL");
+        errs.invalid(
+            field,
+            &json!(text),
+            "user information is not permitted in the URL",
+        );
     }
     if url.fragment().is_some() || url.query().is_some() {
         errs.invalid(
@@ -174,10 +178,7 @@ pub(super) fn validate_webhook_configuration(object: &Value, errs: &mut FieldErr
             .filter_map(Value::as_str)
             .collect();
         if !versions.contains(&"v1") && !versions.contains(&"v1beta1") {
-            errs.required(
-                &at("admissionReviewVersions"),
-                "must specify one of v1, v1beta1",
-            );
+            errs.required(&at("admissionReviewVersions"), "must specify one of v1, v1beta1");
         } else if !versions.contains(&"v1") {
             // The emulator sends admission.k8s.io/v1 reviews only.
             errs.invalid(
