@@ -151,6 +151,14 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_TTL_SECONDS_AFTER_FINISHED", default_value_t = 3600, value_parser = clap::value_parser!(i32).range(0..))]
     pub ttl_seconds_after_finished: i32,
 
+    /// Kubernetes executor: seconds a job's workload create may keep failing with the same
+    /// server error (a 5xx: an admission webhook that cannot be called, a failing API server)
+    /// before the job fails with the API server's last message. Retries back off from 0.2 s
+    /// to 30 s; an unreachable, throttling or unauthenticating API server is waited for
+    /// without limit (it concerns every job, not this one).
+    #[arg(long, env = "JOBGATE_LAUNCH_RETRY_LIMIT_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub launch_retry_limit_secs: u64,
+
     /// Kubernetes executor: queue jobs in Kueue. Jobs may name a LocalQueue (`queueName`);
     /// jobgate creates them suspended with Kueue's queue-name label and watches Kueue's
     /// Workloads (one watcher per watched namespace) to show why each waits and when it is

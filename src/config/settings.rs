@@ -165,6 +165,7 @@ impl Config {
             broadcast_capacity: self.broadcast_capacity as usize,
             max_active_per_namespace: self.max_active_jobs_per_namespace,
             page_scan_budget: self.page_scan_budget as i64,
+            launch_retry_limit: std::time::Duration::from_secs(self.launch_retry_limit_secs),
             ..ServiceConfig::new(metrics)
         }
     }

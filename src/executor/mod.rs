@@ -45,6 +45,11 @@ pub enum ExecutorError {
     /// job stays PENDING with a condition giving `reason`.
     #[error("{message}")]
     Unavailable { reason: &'static str, message: String },
+    /// The cluster answered the create with a server error (a 5xx: an admission webhook that
+    /// cannot be called, a failing or overloaded API server). Retried as `Unavailable`, but for
+    /// a bounded time (`--launch-retry-limit-secs`): then the job fails with the last message.
+    #[error("{message}")]
+    ServerError { reason: &'static str, message: String },
     /// The workload can never be created as asked; the job fails with `reason`.
     #[error("{message}")]
     Rejected { reason: &'static str, message: String },

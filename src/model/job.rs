@@ -226,6 +226,17 @@ impl Job {
         })
     }
 
+    /// Since when creating the job's workload has been failing for `reason` (the
+    /// `WorkloadCreated=False` condition's transition time), if it is.
+    pub fn launch_delayed_since(&self, reason: &str) -> Option<DateTime<Utc>> {
+        self.conditions
+            .iter()
+            .find(|c| {
+                c.type_ == WORKLOAD_CREATED && c.status == "False" && c.reason.as_deref() == Some(reason)
+            })
+            .and_then(|c| c.last_transition_time)
+    }
+
     /// Records that the workload exists after earlier failed attempts; nothing to record when
     /// the first attempt succeeded.
     pub fn launch_succeeded(&mut self, now: DateTime<Utc>) -> Option<Transition> {

@@ -9,7 +9,8 @@
 //! The modules: where the cluster comes from, the emulator or a kubeconfig
 //! (`cluster_source`), jobs running to their outcome (`running`), cancelling (`cancelling`), the
 //! API server or jobgate failing along the way (`faults`), inputs and clusters that refuse a
-//! job (`refusals`), the API server refusing jobgate itself (`forbidden`), and many jobs or subscribers at once (`scale`); `support` holds what they
+//! job (`refusals`), the API server refusing jobgate itself (`forbidden`), admission webhooks
+//! denying a workload or failing (`admission`), and many jobs or subscribers at once (`scale`); `support` holds what they
 //! share (a job's input, its phase history, the forward-only check).
 //!
 //! jobgate runs in the test's process (`Cluster::jobgate`, `Server::start`), except in the
@@ -18,6 +19,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admission;
 mod cancelling;
 mod cluster_source;
 mod faults;

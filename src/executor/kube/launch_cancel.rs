@@ -59,6 +59,16 @@ pub(super) fn launch_error(action: &str, e: kube::Error) -> ExecutorError {
                     reason: "InvalidWorkload",
                     message,
                 },
+                // A failing admission webhook (500), a broken or overloaded API server:
+                // retried, for a bounded time (the job then fails with this message).
+                500 => ExecutorError::ServerError {
+                    reason: "ApiServerError",
+                    message,
+                },
+                501..=599 => ExecutorError::ServerError {
+                    reason: "ApiServerUnavailable",
+                    message,
+                },
                 _ => ExecutorError::Unavailable {
                     reason: "ApiServerUnavailable",
                     message,

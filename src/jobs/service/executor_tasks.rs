@@ -46,6 +46,9 @@ pub(super) struct LaunchOutcome {
     pub(super) launched: Vec<String>,
     /// Not created for now; (id, reason, message). Stay in the outbox.
     pub(super) delayed: Vec<(String, &'static str, String)>,
+    /// Refused with a server error; (id, reason, message). Stay in the outbox until the same
+    /// reason has lasted the retry limit, then fail.
+    pub(super) server_errors: Vec<(String, &'static str, String)>,
     /// Never creatable; (id, reason, message). Failed and marked launched.
     pub(super) rejected: Vec<(String, &'static str, String)>,
 }
@@ -131,6 +134,11 @@ pub(super) async fn launcher(inner: Arc<ServiceState>) {
                     inner.metrics.launch_retries.inc();
                     outcome.delayed.push((id, reason, message));
                 }
+                Err(ExecutorError::ServerError { reason, message }) => {
+                    tracing::warn!(job = %id, reason, %message, "workload not created: server error; will retry within the retry limit");
+                    inner.metrics.launch_retries.inc();
+                    outcome.server_errors.push((id, reason, message));
+                }
                 Err(e) => {
                     tracing::warn!(job = %id, error = %e, "launch failed; will retry");
                     inner.metrics.launch_retries.inc();
@@ -138,7 +146,7 @@ pub(super) async fn launcher(inner: Arc<ServiceState>) {
                 }
             }
         }
-        let mut retry = !outcome.delayed.is_empty();
+        let mut retry = !outcome.delayed.is_empty() || !outcome.server_errors.is_empty();
         if !outcome.launched.is_empty() || !outcome.rejected.is_empty() || retry {
             // Wait for the marks to be committed, so the next read of the outbox cannot
             // hand the same job over twice.

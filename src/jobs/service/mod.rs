@@ -165,6 +165,9 @@ pub struct ServiceConfig {
     /// The most candidate rows one page of `jobs` looks at (see
     /// [`crate::store::ListPlan`]).
     pub page_scan_budget: i64,
+    /// How long a job's workload create may keep failing with the same server error before
+    /// the job fails with its message (`--launch-retry-limit-secs`).
+    pub launch_retry_limit: std::time::Duration,
 }
 
 impl ServiceConfig {
@@ -185,6 +188,7 @@ impl ServiceConfig {
             workload_templates: Arc::new(TemplateSet::default()),
             logs: None,
             page_scan_budget: crate::store::SCAN_BUDGET,
+            launch_retry_limit: std::time::Duration::from_secs(600),
         }
     }
 }
@@ -296,6 +300,8 @@ struct ServiceState {
     limits: ValidationLimits,
     max_active_per_namespace: u64,
     page_scan_budget: i64,
+    /// See [`ServiceConfig::launch_retry_limit`].
+    launch_retry_limit: std::time::Duration,
     metrics: Arc<Metrics>,
     templates: Vec<Template>,
     workload_templates: Arc<TemplateSet>,
@@ -392,6 +398,7 @@ impl JobService {
             limits: config.limits,
             max_active_per_namespace: config.max_active_per_namespace,
             page_scan_budget: config.page_scan_budget.max(1),
+            launch_retry_limit: config.launch_retry_limit,
             metrics: config.metrics,
             templates: config.templates,
             workload_templates: config.workload_templates,

@@ -501,6 +501,30 @@ impl Writer {
                             touched.insert(job.id.clone(), job);
                         }
                     }
+                    // A server error is retried until the same reason has lasted the limit
+                    // (since the condition recording it, which survives restarts): then the
+                    // job fails with the last message rather than waiting forever.
+                    let limit = self.inner.launch_retry_limit;
+                    for (id, reason, message) in &outcome.server_errors {
+                        let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await? else {
+                            continue;
+                        };
+                        let expired = job
+                            .launch_delayed_since(reason)
+                            .is_some_and(|since| (now - since).to_std().unwrap_or_default() >= limit);
+                        let transition = if expired {
+                            tx.mark_launched(id).await?;
+                            let message =
+                                format!("{message}; gave up after retrying for {}s", limit.as_secs());
+                            job.launch_failed(reason, &message, now)
+                        } else {
+                            job.launch_delayed(reason, message, now)
+                        };
+                        if let Some(transition) = transition {
+                            Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
+                            touched.insert(job.id.clone(), job);
+                        }
+                    }
                 }
             }
         }

@@ -46,6 +46,14 @@ impl UserInfo {
         }
     }
 
+    /// A request without credentials, as the real server names it.
+    pub fn anonymous() -> UserInfo {
+        UserInfo {
+            name: "system:anonymous".to_owned(),
+            groups: vec!["system:unauthenticated".to_owned()],
+        }
+    }
+
     pub fn in_group(&self, group: &str) -> bool {
         self.groups.iter().any(|g| g == group)
     }

@@ -19,8 +19,11 @@
 //! - [`kinds`], [`patch`], [`selector`], [`status`]: the rules those apply.
 //! - [`authn`], [`rbac`]: who a request comes from and whether it may (only with a policy
 //!   loaded; without one every request is allowed).
+//! - [`admission`]: validating admission webhooks, called by create, update and patch before
+//!   they store anything.
 //!
 
+pub mod admission;
 pub mod authn;
 pub mod discovery;
 pub mod kinds;
@@ -105,6 +108,8 @@ pub struct ApiState {
     pub advertise: Mutex<String>,
     /// The bearer tokens of the users the emulator knows.
     pub tokens: authn::Tokens,
+    /// HTTP clients for admission webhook calls.
+    pub webhook_clients: admission::WebhookClients,
     pub(crate) snapshots: Mutex<Snapshots>,
 }
 
@@ -116,6 +121,7 @@ impl ApiState {
             config,
             advertise: Mutex::new("127.0.0.1:6443".to_owned()),
             tokens: authn::Tokens::default(),
+            webhook_clients: admission::WebhookClients::default(),
             snapshots: Mutex::new(Snapshots::default()),
         })
     }
@@ -467,6 +473,12 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
         }
     };
     let form = form_of(&parts.headers, &query);
+    // Who admission webhooks are told the request comes from: without a policy, the token's
+    // user if it names one, else the anonymous user.
+    let requester = user
+        .clone()
+        .or_else(|| api.tokens.authenticate(&parts.headers).ok())
+        .unwrap_or_else(authn::UserInfo::anonymous);
     let content_type = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -487,9 +499,9 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
         Verb::Get => resources::get(&api, &target, &query, &form).await,
         Verb::List => resources::list(&api, &target, &query, &form).await,
         Verb::Watch => watch::start(&api, &target, &query, form),
-        Verb::Create => resources::create(&api, &target, &query, &body),
-        Verb::Update => resources::update(&api, &target, &query, &body),
-        Verb::Patch => resources::patch(&api, &target, &query, content_type, &body),
+        Verb::Create => resources::create(&api, &target, &query, &requester, &body).await,
+        Verb::Update => resources::update(&api, &target, &query, &requester, &body).await,
+        Verb::Patch => resources::patch(&api, &target, &query, &requester, content_type, &body).await,
         Verb::Delete => resources::delete(&api, &target, &query, &body),
         Verb::DeleteCollection => resources::delete_collection(&api, &target, &query, &body),
         Verb::Log => logs::get(&api, &target, &query),

@@ -311,6 +311,15 @@ impl ApiError {
         }
     }
 
+    /// A Status given whole (an admission webhook's denial): any code, a reason from
+    /// `metav1.StatusReason` or none (`""`, left out of the body, as the real server omits it).
+    pub fn with_status(code: u16, reason: &'static str, message: String, details: Value) -> Self {
+        ApiError {
+            details: Box::new(details),
+            ..Self::new(code, reason, message)
+        }
+    }
+
     pub fn timeout(message: impl Into<String>) -> Self {
         Self::new(504, "Timeout", message)
     }
@@ -373,6 +382,11 @@ impl ApiError {
             "message": self.message,
             "reason": self.reason,
         });
+        if self.reason.is_empty()
+            && let Some(map) = status.as_object_mut()
+        {
+            map.remove("reason");
+        }
         if !self.details.is_null() {
             status["details"] = (*self.details).clone();
         }

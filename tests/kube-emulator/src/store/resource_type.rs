@@ -5,7 +5,8 @@
 
 /// A kind the emulator serves: built in (namespaces, pods, pods/log, configmaps, events (core/v1
 /// and events.k8s.io/v1), batch/v1 jobs, coordination.k8s.io/v1 leases,
-/// apiextensions.k8s.io/v1 customresourcedefinitions) or registered from a CRD.
+/// apiextensions.k8s.io/v1 customresourcedefinitions, admissionregistration.k8s.io/v1
+/// validatingwebhookconfigurations) or registered from a CRD.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceType {
     /// `""` for the core group.
@@ -75,6 +76,14 @@ impl ResourceType {
                 false,
                 true,
                 &["crd", "crds"],
+            ),
+            Self::builtin(
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration",
+                "validatingwebhookconfigurations",
+                false,
+                false,
+                &[],
             ),
         ]
     }

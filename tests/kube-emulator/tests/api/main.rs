@@ -6,10 +6,11 @@
 //! Most object tests use a custom kind (`widgets.example.com`) because no simulated controller
 //! touches it, so every change a test sees is one the test made.
 //!
-//! One module per API area: `discovery`, `objects` (writes and patches), `lists` (selectors,
+//! One module per API area: `admission` (validating webhooks), `discovery`, `objects` (writes and patches), `lists` (selectors,
 //! pagination, metadata-only), `watches`, `deletion`, `errors`, `logs`, `faults`; the shared
 //! fixtures live here.
 
+mod admission;
 mod deletion;
 mod discovery;
 mod errors;

@@ -15,6 +15,7 @@
 //! - `lease`: Lease field types, the feature-gated fields, validation.
 //! - `event`: the events.k8s.io/v1 ↔ core/v1 mapping and Event validation.
 //! - `crd`: CustomResourceDefinition validation, status, and the kind it serves.
+//! - `webhook_configuration`: ValidatingWebhookConfiguration defaults and validation.
 
 mod crd;
 mod event;
@@ -23,6 +24,7 @@ mod lease;
 mod pod;
 #[cfg(test)]
 mod tests;
+mod webhook_configuration;
 
 use serde_json::{Map, Value, json};
 
@@ -39,6 +41,10 @@ use event::validate_event;
 use job::{prepare_job, validate_job_spec};
 use lease::{check_lease_shape, prepare_lease};
 use pod::validate_pod_spec;
+use webhook_configuration::{default_webhook_configuration, validate_webhook_configuration};
+
+/// Store key of admissionregistration.k8s.io/v1 ValidatingWebhookConfigurations.
+pub const WEBHOOK_CONFIGURATIONS: &str = "validatingwebhookconfigurations.admissionregistration.k8s.io";
 
 /// Store key under which objects of `rt` live. events.k8s.io/v1 Events are the core/v1 Events
 /// (one storage, two shapes), as in the real server.
@@ -240,6 +246,10 @@ pub fn prepare_create(rt: &ResourceType, object: &mut Value) -> Result<(), ApiEr
             object["status"] = json!({});
             validate_crd(object, &mut errs);
         }
+        WEBHOOK_CONFIGURATIONS => {
+            default_webhook_configuration(object);
+            validate_webhook_configuration(object, &mut errs);
+        }
         _ => {}
     }
     errs.into_result(rt, &name)
@@ -338,6 +348,10 @@ pub fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value) -> Result
                     errs.invalid(wire, new.get(field).unwrap_or(&Value::Null), "field is immutable");
                 }
             }
+        }
+        WEBHOOK_CONFIGURATIONS => {
+            default_webhook_configuration(new);
+            validate_webhook_configuration(new, &mut errs);
         }
         _ => {}
     }

@@ -2,13 +2,18 @@
 //! patch (every patch type), for the main endpoint and `/status`; also the `Emulator`'s create
 //! path and serving the kind of a written CRD.
 //!
-//! Each write is one store transaction; per-kind rules come from `kinds`. It must not delete.
+//! Each write is one store transaction; per-kind rules come from `kinds`; validating admission
+//! webhooks (`admission`) see the object about to be stored, after defaulting and validation,
+//! before the transaction (an update whose object moved meanwhile is prepared and admitted
+//! again). It must not delete.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::{ApiResult, modify_object, ok, present, str_at};
+use crate::api::admission::{self, Attributes, Operation};
+use crate::api::authn::UserInfo;
 use crate::api::kinds;
 use crate::api::patch::{self, PatchType};
 use crate::api::schema;
@@ -114,8 +119,31 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     response
 }
 
-/// Create, shared by POST and apply-on-absent. `body` is in the wire shape.
-fn create_object(
+/// Create, shared by POST, apply-on-absent and create-on-update: the object prepared, admitted,
+/// then stored. `body` is in the wire shape.
+async fn create_object(
+    api: &ApiState,
+    t: &Target,
+    q: &Query,
+    user: &UserInfo,
+    body: Value,
+    warnings: &mut Vec<String>,
+) -> Result<Value, ApiError> {
+    let object = prepare_new(api, t, q, body, warnings)?;
+    let attributes = Attributes {
+        operation: Operation::Create,
+        target: t,
+        object: &object,
+        old: None,
+        dry_run: q.dry_run(),
+        user,
+    };
+    warnings.extend(admission::validate(api, attributes).await?);
+    store_new(api, t, q, object)
+}
+
+/// The object a create would store: checked, defaulted, named and validated.
+fn prepare_new(
     api: &ApiState,
     t: &Target,
     q: &Query,
@@ -183,6 +211,12 @@ fn create_object(
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     kinds::prepare_create(&t.rt, &mut object)?;
     validate_schema(t, schema.as_ref(), &object)?;
+    Ok(object)
+}
+
+/// Stores a prepared object (or, with `dryRun`, shows what would be stored).
+fn store_new(api: &ApiState, t: &Target, q: &Query, mut object: Value) -> Result<Value, ApiError> {
+    let name = str_at(&object, "/metadata/name").unwrap_or_default().to_owned();
     if q.dry_run() {
         object["metadata"]["creationTimestamp"] = json!(now_timestamp());
         object["metadata"]["generation"] = json!(1);
@@ -222,10 +256,10 @@ fn register_crd(api: &ApiState, crd: &Value) {
     }
 }
 
-pub fn create(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
+pub async fn create(api: &ApiState, t: &Target, q: &Query, user: &UserInfo, body: &[u8]) -> ApiResult {
     let body = parse_object(body)?;
     let mut warnings = Vec::new();
-    let created = create_object(api, t, q, body, &mut warnings)?;
+    let created = create_object(api, t, q, user, body, &mut warnings).await?;
     Ok(with_warnings(
         json_response(StatusCode::CREATED, &present(t, &created, &Form::Full)),
         &warnings,
@@ -266,7 +300,7 @@ fn merge_write(
     Ok(incoming)
 }
 
-pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
+pub async fn update(api: &ApiState, t: &Target, q: &Query, user: &UserInfo, body: &[u8]) -> ApiResult {
     let body = parse_object(body)?;
     check_type(&t.rt, &body)?;
     check_namespace(t, &body)?;
@@ -288,7 +322,7 @@ pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
         kinds::check_shape(&t.rt, &body)?;
         let mut object = body.clone();
         object["metadata"]["name"] = json!(t.name());
-        match create_object(api, t, q, object, &mut Vec::new()) {
+        match create_object(api, t, q, user, object, &mut Vec::new()).await {
             Ok(created) => {
                 return Ok(json_response(
                     StatusCode::CREATED,
@@ -323,7 +357,7 @@ pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
     if !incoming.get("metadata").is_some_and(Value::is_object) {
         incoming["metadata"] = json!({});
     }
-    let updated = modify_object(api, t, q.dry_run(), &mut |current| {
+    let updated = admitted_modify(api, t, q, user, &mut warnings, &mut |current| {
         let mut next = merge_write(t, current, incoming.clone(), status_only)?;
         if !has_rv && let Some(m) = next["metadata"].as_object_mut() {
             m.remove("resourceVersion");
@@ -331,7 +365,8 @@ pub fn update(api: &ApiState, t: &Target, q: &Query, body: &[u8]) -> ApiResult {
         validate_schema(t, schema.as_ref(), &next)?;
         *current = next;
         Ok(())
-    })?;
+    })
+    .await?;
     if t.storage == "customresourcedefinitions.apiextensions.k8s.io" && !q.dry_run() && !status_only {
         register_crd(api, &updated);
     }
@@ -356,7 +391,14 @@ fn patch_options_invalid(field: &str, message: &str) -> ApiError {
     )
 }
 
-pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[u8]) -> ApiResult {
+pub async fn patch(
+    api: &ApiState,
+    t: &Target,
+    q: &Query,
+    user: &UserInfo,
+    content_type: &str,
+    body: &[u8],
+) -> ApiResult {
     let builtin = ResourceType::builtins().iter().any(|b| b.key() == t.rt.key());
     let kind = PatchType::from_content_type(content_type)
         .filter(|k| builtin || *k != PatchType::Strategic)
@@ -397,7 +439,7 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
         }
         object["metadata"]["name"] = json!(t.name());
         let mut warnings = Vec::new();
-        let created = create_object(api, t, q, object, &mut warnings)?;
+        let created = create_object(api, t, q, user, object, &mut warnings).await?;
         return Ok(with_warnings(
             json_response(StatusCode::CREATED, &present(t, &created, &Form::Full)),
             &warnings,
@@ -405,7 +447,8 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
     }
     let schema = crd_schema(api, t);
     let mut warnings = Vec::new();
-    let updated = modify_object(api, t, q.dry_run(), &mut |current| {
+    let mut admitted_warnings = Vec::new();
+    let updated = admitted_modify(api, t, q, user, &mut admitted_warnings, &mut |current| {
         let mut wire = kinds::to_wire(&t.rt, current);
         patch::apply(kind, &mut wire, &patch_body, builtin).map_err(|e| match e {
             patch::PatchError::Malformed(m) => ApiError::bad_request(m),
@@ -431,7 +474,9 @@ pub fn patch(api: &ApiState, t: &Target, q: &Query, content_type: &str, body: &[
         validate_schema(t, schema.as_ref(), &next)?;
         *current = next;
         Ok(())
-    })?;
+    })
+    .await?;
+    warnings.extend(admitted_warnings);
     if t.storage == "customresourcedefinitions.apiextensions.k8s.io" && !q.dry_run() && !status_only {
         register_crd(api, &updated);
     }
@@ -471,5 +516,71 @@ pub fn create_from_value(api: &ApiState, object: Value, namespace: Option<&str>)
         sub: None,
         legacy_watch: false,
     };
-    create_object(api, &t, &Query::default(), object, &mut Vec::new())
+    let q = Query::default();
+    let object = prepare_new(api, &t, &q, object, &mut Vec::new())?;
+    store_new(api, &t, &q, object)
+}
+
+/// How many times an update whose object moved while it was being admitted is prepared and
+/// admitted again before it answers 409, as the real store's update loop retries.
+const ADMISSION_ATTEMPTS: usize = 5;
+
+/// [`modify_object`] through validating admission: when a webhook's rules name this update,
+/// `f` runs on a copy of the stored object, the result is admitted, then `f` runs again in the
+/// store transaction, provided the object has not moved meanwhile (else all again). The
+/// webhooks' warnings are added to `warnings`.
+async fn admitted_modify(
+    api: &ApiState,
+    t: &Target,
+    q: &Query,
+    user: &UserInfo,
+    warnings: &mut Vec<String>,
+    f: &mut (dyn FnMut(&mut Value) -> Result<(), ApiError> + Send),
+) -> Result<Value, ApiError> {
+    if !admission::wanted(api, Operation::Update, t) {
+        return modify_object(api, t, q.dry_run(), f);
+    }
+    let moved_meanwhile = || {
+        ApiError::conflict(
+            &t.rt,
+            t.name(),
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    };
+    for _ in 0..ADMISSION_ATTEMPTS {
+        let current = api
+            .store
+            .get(&t.storage, t.ns(), t.name())
+            .ok_or_else(|| ApiError::not_found(&t.rt, t.name()))?;
+        let seen = current["metadata"]["resourceVersion"].clone();
+        let mut next = current.clone();
+        f(&mut next)?;
+        // A stale resourceVersion from the client is a conflict before any webhook is asked.
+        let after = &next["metadata"]["resourceVersion"];
+        if !after.is_null() && *after != seen {
+            return Err(moved_meanwhile());
+        }
+        let attributes = Attributes {
+            operation: Operation::Update,
+            target: t,
+            object: &next,
+            old: Some(&current),
+            dry_run: q.dry_run(),
+            user,
+        };
+        let admitted = admission::validate(api, attributes).await?;
+        let mut moved = false;
+        let result = modify_object(api, t, q.dry_run(), &mut |o| {
+            if o["metadata"]["resourceVersion"] != seen {
+                moved = true;
+                return Err(moved_meanwhile());
+            }
+            f(o)
+        });
+        if !moved {
+            warnings.extend(admitted);
+            return result;
+        }
+    }
+    Err(moved_meanwhile())
 }
