@@ -221,16 +221,27 @@ impl Isolated {
             "ip link set lo up && ip addr add {PUBLIC}/32 dev lo && mount --bind \"$JOBGATE_TEST_HOSTS\" /etc/hosts \
              || exit 97; exec \"$0\" --exact \"$1\" --nocapture --test-threads 1"
         );
+        // As an ordinary user, also a user namespace where the user is root, and its jobs' user
+        // (nobody) exists, as when root runs the test.
+        let as_root = match common::root::wrapper() {
+            Ok(as_root) => as_root,
+            Err(why) => {
+                skip_or_fail(Skip::Missing(why));
+                return None;
+            }
+        };
         let mut command = std::process::Command::new("unshare");
-        if !nix::unistd::geteuid().is_root() {
-            command.args(["--user", "--map-root-user"]);
-        }
+        command.args(as_root.iter().skip(1));
+        // As root there, jobgate's default jobs' directory would be /tmp/jobgate-0, which is
+        // the real root's when an ordinary user runs the test: one of the test's own instead.
+        let work = temp.path().join("work");
         let output = command
             .args(["--net", "--mount", "--propagation", "private", "sh", "-c", &setup])
             .arg(std::env::current_exe().unwrap())
             .arg(name)
             .env(INSIDE, name)
             .env(HOSTS, &hosts)
+            .env("JOBGATE_LOCAL_WORK_DIR", &work)
             .stdin(std::process::Stdio::null())
             .output()
             .expect("running unshare");
