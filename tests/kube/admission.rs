@@ -156,7 +156,9 @@ async fn a_job_denied_by_an_admission_webhook_fails_with_the_api_servers_message
 
 #[tokio::test]
 async fn a_workload_denied_by_an_admission_webhook_fails_with_the_api_servers_message_once() {
-    let Some(cluster) = Cluster::emulated("an admission webhook of the test's").await else {
+    // Under the RBAC of the overlay that lets jobgate run workload kinds.
+    let Some(cluster) = Cluster::emulated_as("an admission webhook of the test's", "workload-kinds").await
+    else {
         return;
     };
     cluster.emu().register_workload_crds(&["PyTorchJob"]).unwrap();
