@@ -8,6 +8,7 @@
 //! executor, the service and the API. Nothing here may import from another module of the
 //! crate: everything else imports this.
 
+mod cause;
 mod events;
 mod filter;
 mod job;
@@ -19,6 +20,7 @@ mod shard;
 mod spec;
 mod validation;
 
+pub use cause::FailureCause;
 pub use events::JobEvent;
 pub use filter::JobFilter;
 pub use job::{
