@@ -8,6 +8,7 @@
 use serde_json::{Map, Value, json};
 
 use super::pod::{default_pod_spec, validate_pod_spec};
+use super::pod_failure_policy::{default_pod_failure_policy, validate_pod_failure_policy};
 use super::{labels_of, str_at};
 use crate::api::status::FieldErrors;
 
@@ -39,6 +40,7 @@ pub(super) fn prepare_job(job: &mut Value, errs: &mut FieldErrors) {
     if spec.get("suspend").is_none_or(Value::is_null) {
         spec["suspend"] = json!(false);
     }
+    default_pod_failure_policy(spec);
     if spec.get("podReplacementPolicy").is_none_or(Value::is_null) {
         let has_pfp = spec.get("podFailurePolicy").is_some_and(|v| !v.is_null());
         spec["podReplacementPolicy"] = json!(if has_pfp { "Failed" } else { "TerminatingOrFailed" });
@@ -127,6 +129,7 @@ pub(super) fn validate_job_spec(spec: &Value, errs: &mut FieldErrors) {
         _ => errs.not_supported("spec.completionMode", &mode, &["NonIndexed", "Indexed"]),
     }
     validate_per_index_limits(spec, mode.as_str() == Some("Indexed"), errs);
+    validate_pod_failure_policy(spec, errs);
     let template_spec = &spec["template"]["spec"];
     validate_pod_spec(template_spec, "spec.template.spec", errs);
     let policy = template_spec
@@ -167,10 +170,9 @@ const MAX_FAILED_INDEXES: i64 = 100_000;
 const COMPLETIONS_SOFT_LIMIT: i64 = 100_000;
 const HIGH_COMPLETIONS_LIMIT: i64 = 10_000;
 
-/// `backoffLimitPerIndex`, `maxFailedIndexes` and the `FailIndex` action, with the causes of
-/// `pkg/apis/batch/validation`: both fields need Indexed completion; `maxFailedIndexes` needs
-/// `backoffLimitPerIndex`, at most `completions` and 100,000; `FailIndex` needs
-/// `backoffLimitPerIndex`.
+/// `backoffLimitPerIndex` and `maxFailedIndexes`, with the causes of `pkg/apis/batch/validation`:
+/// both need Indexed completion; `maxFailedIndexes` needs `backoffLimitPerIndex`, at most
+/// `completions` and 100,000 (`FailIndex` is checked with the pod failure policy).
 fn validate_per_index_limits(spec: &Value, indexed: bool, errs: &mut FieldErrors) {
     let int = |k: &str| spec.get(k).and_then(Value::as_i64);
     let per_index = spec.get("backoffLimitPerIndex").filter(|v| !v.is_null());
@@ -226,20 +228,6 @@ fn validate_per_index_limits(spec: &Value, indexed: bool, errs: &mut FieldErrors
             if let Some(v) = value {
                 errs.invalid(&format!("spec.{field}"), v, "requires indexed completion mode");
             }
-        }
-    }
-    let rules = spec
-        .pointer("/podFailurePolicy/rules")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    for (i, rule) in rules.iter().enumerate() {
-        if str_at(rule, "/action") == Some("FailIndex") && per_index.is_none() {
-            errs.invalid(
-                &format!("spec.podFailurePolicy.rules[{i}].action"),
-                &json!("FailIndex"),
-                "requires the backoffLimitPerIndex to be set",
-            );
         }
     }
 }

@@ -193,6 +193,88 @@ fn per_index_limits_are_validated_like_the_api_server() {
 }
 
 #[test]
+fn pod_failure_policies_are_defaulted_and_validated_like_the_api_server() {
+    let with_policy = |rules: Value, extra: Value| {
+        let mut j = job();
+        j["spec"]["podFailurePolicy"] = json!({"rules": rules});
+        if let (Some(spec), Some(extra)) = (j["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        j
+    };
+    let causes = |mut j: Value| -> Vec<(String, String)> {
+        let e = prepare_create(&rt("jobs.batch"), &mut j).expect_err("invalid");
+        assert_eq!(e.code, 422);
+        e.details["causes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+                (s(&c["field"]), s(&c["reason"]))
+            })
+            .collect()
+    };
+    let pair = |f: &str, r: &str| (f.to_owned(), r.to_owned());
+    let mut ok = with_policy(
+        json!([{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+               {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [1, 137]}}]),
+        json!({}),
+    );
+    prepare_create(&rt("jobs.batch"), &mut ok).expect("valid");
+    assert_eq!(
+        ok["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"][0]["status"],
+        "True"
+    );
+    assert_eq!(ok["spec"]["podReplacementPolicy"], "Failed");
+    let bad = with_policy(
+        json!([{"action": "FailJob", "onExitCodes": {"containerName": "other", "operator": "In", "values": [137, 0, 1, 1]}},
+               {"action": "Retry", "onExitCodes": {"operator": "Is", "values": [3]}},
+               {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "Maybe"}]}]),
+        json!({}),
+    );
+    assert_eq!(
+        causes(bad),
+        [
+            pair(
+                "spec.podFailurePolicy.rules[0].onExitCodes.containerName",
+                "FieldValueInvalid"
+            ),
+            pair(
+                "spec.podFailurePolicy.rules[0].onExitCodes.values[1]",
+                "FieldValueInvalid"
+            ),
+            pair(
+                "spec.podFailurePolicy.rules[0].onExitCodes.values[3]",
+                "FieldValueDuplicate"
+            ),
+            pair(
+                "spec.podFailurePolicy.rules[0].onExitCodes.values",
+                "FieldValueInvalid"
+            ),
+            pair("spec.podFailurePolicy.rules[1].action", "FieldValueNotSupported"),
+            pair(
+                "spec.podFailurePolicy.rules[1].onExitCodes.operator",
+                "FieldValueNotSupported"
+            ),
+            pair(
+                "spec.podFailurePolicy.rules[2].onPodConditions[0].status",
+                "FieldValueNotSupported"
+            ),
+        ]
+    );
+    let replacement = with_policy(
+        json!([{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [3]}}]),
+        json!({"podReplacementPolicy": "TerminatingOrFailed"}),
+    );
+    assert_eq!(
+        causes(replacement),
+        [pair("spec.podReplacementPolicy", "FieldValueNotSupported")]
+    );
+}
+
+#[test]
 fn job_update_immutability() {
     let mut j = job();
     prepare_create(&rt("jobs.batch"), &mut j).expect("valid");
