@@ -511,3 +511,57 @@ async fn tenants_see_only_their_schedules_and_a_revoked_owner_stops_firing() {
     };
     assert!(reason.contains("owner"), "{reason}");
 }
+
+#[tokio::test]
+async fn a_tick_cut_by_kill_9_runs_exactly_once_after_the_restart() {
+    let mut server = Server::spawn(FAST).await;
+    let s = create(
+        &server,
+        json!({ "name": "crash", "cron": "*/10 * * * * *", "startingDeadlineSeconds": 60, "job": sleeper(0) }),
+    )
+    .await;
+    let id = s["id"].as_str().unwrap().to_owned();
+    wait_runs(&server, &id, 1).await;
+    // Killed at the moment of the next tick: it may have fired it, committed its job but not
+    // recorded the tick, or not begun.
+    let next = server
+        .gql_ok(
+            "query($id: ID!) { schedule(id: $id) { nextFireTimes(count: 1) } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let tick = next["schedule"]["nextFireTimes"][0].as_str().unwrap().to_owned();
+    let at = chrono::DateTime::parse_from_rfc3339(&tick).unwrap();
+    let wait = (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    server.kill9();
+    let server = server.start_again(FAST).await;
+    // The tick has its run once: fired before the kill and found, or fired after the
+    // restart (within its starting deadline).
+    let polling = Polling::start();
+    let runs = loop {
+        let s = schedule(&server, &id).await;
+        let runs: Vec<Value> = s["recentRuns"].as_array().unwrap().clone();
+        if runs.iter().any(|r| r["tick"].as_str() == Some(tick.as_str())) {
+            break runs;
+        }
+        polling
+            .pause(|| format!("tick {tick} never ran after the restart: {s}"))
+            .await;
+    };
+    let of_tick = runs
+        .iter()
+        .filter(|r| r["tick"].as_str() == Some(tick.as_str()))
+        .count();
+    assert_eq!(of_tick, 1, "tick {tick} ran {of_tick} times: {runs:?}");
+    let mut keys: Vec<&str> = runs
+        .iter()
+        .map(|r| r["job"]["spec"]["idempotencyKey"].as_str().unwrap())
+        .collect();
+    let all = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), all, "a tick ran twice: {runs:?}");
+}

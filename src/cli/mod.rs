@@ -6,7 +6,7 @@
 //! on standard output, `error: <CODE>: <message>` on standard error, and the exit status.
 //! `client.rs` speaks GraphQL over HTTP, `ws.rs` graphql-transport-ws, `follow.rs` keeps a
 //! subscription alive across dropped connections, `commands.rs` holds the subcommands,
-//! `schedules.rs` the `schedule` subcommands, and `output.rs` the formats.
+//! `schedule_commands.rs` the `schedule` subcommands, and `output.rs` the formats.
 //!
 //! It must not reach into the server's internals (store, service, schema): it talks to a
 //! jobgate only through the public GraphQL API over the network, as any other client would,
@@ -16,13 +16,13 @@ mod client;
 mod commands;
 mod follow;
 mod output;
-mod schedules;
+mod schedule_commands;
 mod ws;
 
 use clap::{Args, Subcommand, ValueEnum};
 
 pub use client::CliError;
-pub use schedules::{ScheduleArgs, ScheduleCommand};
+pub use schedule_commands::{ScheduleArgs, ScheduleCommand};
 
 /// Exit status: the command did what was asked.
 pub const EXIT_OK: i32 = 0;

@@ -8,7 +8,7 @@ use futures::{Stream, StreamExt};
 
 use crate::graphql::caller::caller;
 use crate::graphql::error::{OrApiError, bad_input};
-use crate::graphql::schedule_types::{
+use crate::graphql::types::{
     BackfillSchedulePayload, CreateScheduleInput, CreateSchedulePayload, DeleteSchedulePayload,
     ScheduleConnection, ScheduleEdge, ScheduleEventObject, ScheduleObject, UpdateScheduleInput,
     UpdateSchedulePayload,

@@ -13,8 +13,9 @@
 //!   the gap (02:30 Europe/Berlin on the last Sunday of March fires at 03:00 CEST);
 //! - such a rule on a fall-back day, where the time exists twice, fires once, at its first
 //!   occurrence (02:30 CEST, not again at 02:30 CET);
-//! - a rule with a wildcard or step in those fields fires at every real instant it matches:
-//!   nothing in the skipped hour, and both occurrences of the repeated hour.
+//! - a rule with a wildcard or step in those fields fires once per wall-clock time it
+//!   matches: nothing in the skipped hour, and the repeated hour only on its first pass
+//!   (every 30 minutes fires at 02:30 CEST, then 03:00 CET: a 90-minute gap).
 
 use std::str::FromStr;
 
@@ -120,6 +121,12 @@ pub struct CronRule {
     zone: Tz,
 }
 
+/// `t` without its fraction of a second (the rule's search then finds whole seconds only).
+fn whole_second(t: DateTime<Utc>) -> DateTime<Utc> {
+    use chrono::Timelike as _;
+    t.with_nanosecond(0).unwrap_or(t)
+}
+
 fn invalid(field: &str, message: impl Into<String>) -> ValidationError {
     ValidationError {
         field: field.to_owned(),
@@ -164,10 +171,11 @@ impl CronRule {
         Ok(Self { cron, zone })
     }
 
-    /// The first tick strictly after `after`, if the rule ever fires again.
+    /// The first tick strictly after `after`, if the rule ever fires again. Ticks fall on
+    /// whole seconds.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.cron
-            .find_next_occurrence(&after.with_timezone(&self.zone), false)
+            .find_next_occurrence(&whole_second(after).with_timezone(&self.zone), false)
             .ok()
             .map(|t| t.with_timezone(&Utc))
     }
@@ -175,7 +183,7 @@ impl CronRule {
     /// The latest tick at or before `at`.
     pub fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.cron
-            .find_previous_occurrence(&at.with_timezone(&self.zone), true)
+            .find_previous_occurrence(&whole_second(at).with_timezone(&self.zone), true)
             .ok()
             .map(|t| t.with_timezone(&Utc))
     }

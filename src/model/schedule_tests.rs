@@ -45,9 +45,9 @@ fn a_time_the_fall_back_day_repeats_fires_once_at_its_first_occurrence() {
 }
 
 #[test]
-fn an_interval_rule_fires_at_every_real_instant_across_both_changes() {
-    // Every 30 minutes: nothing in the hour spring-forward skips, both halves of the
-    // repeated hour on fall-back.
+fn an_interval_rule_fires_once_per_wall_clock_time_across_both_changes() {
+    // Every 30 minutes: nothing in the hour spring-forward skips; the hour fall-back repeats
+    // is run through once, on its first pass (CEST).
     let rule = berlin("*/30 * * * *");
     let spring = rule.next_ticks(utc(2026, 3, 29, 0, 15, 0), 3);
     assert_eq!(
@@ -63,9 +63,9 @@ fn an_interval_rule_fires_at_every_real_instant_across_both_changes() {
         fall,
         vec![
             utc(2026, 10, 25, 0, 30, 0), // 02:30 CEST
-            utc(2026, 10, 25, 1, 0, 0),  // 02:00 CET
-            utc(2026, 10, 25, 1, 30, 0), // 02:30 CET
-            utc(2026, 10, 25, 2, 0, 0),  // 03:00 CET
+            utc(2026, 10, 25, 2, 0, 0),  // 03:00 CET: 02:00 and 02:30 CET are not run again
+            utc(2026, 10, 25, 2, 30, 0), // 03:30 CET
+            utc(2026, 10, 25, 3, 0, 0),  // 04:00 CET
         ]
     );
 }
@@ -186,4 +186,12 @@ fn tick_keys_name_their_tick_and_jobs_their_schedule() {
     assert_eq!(tick_of_key(&tick_key(tick)), Some(tick));
     assert_eq!(schedule_of(Some(&schedule_principal("abc"))), Some("abc"));
     assert_eq!(schedule_of(Some("token:x")), None);
+}
+
+#[test]
+fn ticks_fall_on_whole_seconds_whatever_they_are_counted_from() {
+    let rule = CronRule::parse("* * * * * *", "UTC").unwrap();
+    let at = utc(2026, 1, 1, 0, 0, 10) + chrono::Duration::milliseconds(685);
+    assert_eq!(rule.next_after(at), Some(utc(2026, 1, 1, 0, 0, 11)));
+    assert_eq!(rule.latest_at_or_before(at), Some(utc(2026, 1, 1, 0, 0, 10)));
 }

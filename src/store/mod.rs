@@ -34,7 +34,7 @@
 
 pub mod log_chunks;
 pub mod postgres;
-mod schedules;
+mod schedule_rows;
 mod sql;
 pub mod sqlite;
 pub mod unreadable;
@@ -50,7 +50,7 @@ use crate::model::{Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, Scop
 pub use log_chunks::{LogAppend, LogAppended};
 
 pub use postgres::PostgresStore;
-pub use schedules::{NotInserted, ScheduleStore};
+pub use schedule_rows::{NotInserted, ScheduleStore};
 pub use sqlite::SqliteStore;
 pub use unreadable::{RowKind, Unreadable, UnreadableRow};
 pub use webhooks::{Webhook, WebhookFailure};

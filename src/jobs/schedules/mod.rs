@@ -1,6 +1,6 @@
 //! The schedules service ([`Schedules`]): create, change, pause, resume, delete, trigger and
 //! backfill schedules for callers within their scope, the feed of schedule events, and the
-//! ticker (`ticker`) that fires them.
+//! ticker (`ticker`); `schedule_feed` is the feed that fires them.
 //!
 //! Every job a schedule starts goes through [`JobService`]'s ordinary submission path
 //! (validation, quotas, tenancy, idempotency), submitted as the schedule's own principal
@@ -11,7 +11,7 @@
 //! It must not know GraphQL or credentials: what an owner may do now is asked of
 //! [`OwnerRights`], which the server wires to `auth`.
 
-mod feed;
+mod schedule_feed;
 mod ticker;
 
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use super::Backend;
 use super::dialect::{Dialect, List, sql, sql_text};
 use super::write_tx::{WriteTx, bounded};
 use crate::model::{Schedule, ScheduleEvent, Scope};
-use crate::store::schedules::{
+use crate::store::schedule_rows::{
     NotInserted, SCHEDULE_COLUMNS, SCHEDULE_EVENT_COLUMNS, ScheduleStore, millis, read_schedule,
     read_schedule_event, schedule_json,
 };

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use async_graphql::{Context, Enum, ID, InputObject, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
+use super::{JobObject, PageInfo, SubmitJobInput};
 use crate::graphql::caller::caller;
 use crate::graphql::error::{OrApiError, bad_input};
-use crate::graphql::types::{JobObject, PageInfo, SubmitJobInput};
 use crate::jobs::schedules::{NewSchedule, ScheduleChanges, Schedules};
 use crate::jobs::service::JobService;
 use crate::model::{self, CronRule, Job, Schedule, ScheduleEvent, ScheduleEventKind};
