@@ -570,9 +570,20 @@ async fn a_tick_cut_by_kill_9_runs_exactly_once_after_the_restart() {
 async fn an_unreadable_schedule_row_is_reported_and_every_other_schedule_keeps_firing() {
     use sqlx::Connection as _;
     let mut server = Server::start(FAST).await;
-    let good = create(&server, json!({ "name": "good", "cron": "* * * * * *", "job": sleeper(0) })).await;
-    let bad = create(&server, json!({ "name": "bad", "cron": "0 * * * *", "job": sleeper(0) })).await;
-    let (good, bad) = (good["id"].as_str().unwrap().to_owned(), bad["id"].as_str().unwrap().to_owned());
+    let good = create(
+        &server,
+        json!({ "name": "good", "cron": "* * * * * *", "job": sleeper(0) }),
+    )
+    .await;
+    let bad = create(
+        &server,
+        json!({ "name": "bad", "cron": "0 * * * *", "job": sleeper(0) }),
+    )
+    .await;
+    let (good, bad) = (
+        good["id"].as_str().unwrap().to_owned(),
+        bad["id"].as_str().unwrap().to_owned(),
+    );
     server.stop().await;
     let url = format!("sqlite://{}", server.database_file().display());
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
@@ -584,15 +595,26 @@ async fn an_unreadable_schedule_row_is_reported_and_every_other_schedule_keeps_f
     conn.close().await.unwrap();
 
     let server = server.start_again(FAST).await;
-    let runs = schedule(&server, &good).await["recentRuns"].as_array().unwrap().len();
+    let runs = schedule(&server, &good).await["recentRuns"]
+        .as_array()
+        .unwrap()
+        .len();
     wait_runs(&server, &good, runs + 2).await;
     let body = server.gql(SCHEDULE, json!({ "id": bad })).await;
     assert_eq!(refusal(&body).0, "DATA_LOSS", "{body}");
-    let list = server.gql_ok("{ schedules { edges { node { id } } } }", json!({})).await;
+    let list = server
+        .gql_ok("{ schedules { edges { node { id } } } }", json!({}))
+        .await;
     assert_eq!(list["schedules"]["edges"], json!([{ "node": { "id": good } }]));
-    let records = server.gql_ok("{ unreadableRecords { kind key } }", json!({})).await;
+    let records = server
+        .gql_ok("{ unreadableRecords { kind key } }", json!({}))
+        .await;
     assert!(
-        records["unreadableRecords"].as_array().unwrap().iter().any(|r| r["kind"] == "schedule" && r["key"] == bad.as_str()),
+        records["unreadableRecords"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "schedule" && r["key"] == bad.as_str()),
         "{records}"
     );
 }

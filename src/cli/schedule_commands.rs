@@ -26,7 +26,7 @@ pub struct ScheduleArgs {
 #[derive(Clone, Debug, Subcommand)]
 pub enum ScheduleCommand {
     /// Create a schedule and print its id.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List schedules, oldest first.
     List(ScheduleListArgs),
     /// Show one schedule with its next fire times and recent runs.
@@ -119,7 +119,7 @@ fn connect(args: &ClientArgs) -> Result<Connection, CliError> {
 
 pub async fn run(args: ScheduleArgs) -> Result<i32, CliError> {
     match args.command {
-        ScheduleCommand::Create(args) => create(args).await,
+        ScheduleCommand::Create(args) => create(*args).await,
         ScheduleCommand::List(args) => list(args).await,
         ScheduleCommand::Get(args) => get(args).await,
         ScheduleCommand::Pause(args) => change(args, "pauseSchedule").await,
