@@ -10,6 +10,7 @@ pub mod error;
 pub mod http;
 pub mod limits;
 pub mod operation;
+pub mod schedule_schema;
 pub mod schema;
 pub mod shared_rendering;
 pub mod types;

@@ -9,7 +9,7 @@
 //! against each backend's fresh, empty store (`<module>::sqlite::<test>`,
 //! `<module>::postgres::<test>`). The modules are the store's concepts (`transactions`,
 //! `events`, `listing`, `counts`, `submissions`, `outbox`, `retention`, `webhooks`,
-//! `log_archive`), the read plans (`query_plans`) and PostgreSQL over TLS (`postgres_tls`);
+//! `log_archive`, `schedule_records`), the read plans (`query_plans`) and PostgreSQL over TLS (`postgres_tls`);
 //! `support` writes jobs as the service does. SQLite's own concerns (its file lock,
 //! durability settings, a deleted database file) are tested elsewhere, not here.
 
@@ -75,6 +75,7 @@ mod outbox;
 mod postgres_tls;
 mod query_plans;
 mod retention;
+mod schedule_records;
 mod submissions;
 mod support;
 mod transactions;

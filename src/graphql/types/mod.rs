@@ -8,12 +8,14 @@
 //! - `inputs`: what mutations and filters take;
 //! - `connections`: pages of jobs and of log lines (edges, page info);
 //! - `payloads`: what mutations answer;
+//! - `schedule_views`: schedules, their events, inputs and payloads, and `Job.schedule`;
 //! - `stats`: counts by phase and recent activity;
 //! - `template_views`: the templates jobs are submitted with, described for clients.
 
 mod connections;
 mod inputs;
 mod payloads;
+mod schedule_views;
 mod stats;
 mod template_views;
 
@@ -32,6 +34,11 @@ pub use connections::{
 };
 pub use inputs::{EnvVarInput, JobFilterInput, ResourceListInput, ResourcesInput, SubmitJobInput};
 pub use payloads::{CancelJobPayload, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload};
+pub use schedule_views::{
+    BackfillSchedulePayload, CreateScheduleInput, CreateSchedulePayload, DeleteSchedulePayload,
+    ScheduleConnection, ScheduleEdge, ScheduleEventObject, ScheduleObject, UpdateScheduleInput,
+    UpdateSchedulePayload,
+};
 pub use stats::{ActivityBucketView, JobStats, PhaseCounts};
 pub use template_views::{TemplateFieldObject, TemplateFieldType, TemplateObject};
 
@@ -499,6 +506,11 @@ impl JobObject {
     /// Who submitted the job, as authenticated: `anonymous` or `api-token`.
     async fn submitter(&self) -> Option<&str> {
         self.0.submitter.as_deref()
+    }
+    /// The schedule that started this job; null for a job submitted otherwise, or when the
+    /// schedule is deleted.
+    async fn schedule(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<ScheduleObject>> {
+        schedule_views::schedule_of_job(ctx, &self.0).await
     }
     /// The submitted specification, with defaults applied.
     async fn spec(&self) -> JobSpecView {
