@@ -40,6 +40,7 @@ use crate::graphql::ws::{self, InitError, InitHook, WsConfig};
 use crate::hosts::AllowedHosts;
 use crate::jobs::log_archive::LogArchiver;
 use crate::jobs::retention::RetentionSweeper;
+use crate::jobs::schedules::{OwnerRights, OwnerStanding, Schedules};
 use crate::jobs::service::{JobService, ServiceConfig};
 use crate::metrics::Metrics;
 use crate::rate_limits::{Limited, RateLimits};
@@ -215,6 +216,16 @@ impl Owners for CurrentCredentials {
             Standing::Scope(scope) => Rights::Scope(scope),
             Standing::Gone(reason) => Rights::Gone(reason),
             Standing::Unknown => Rights::Unknown,
+        }
+    }
+}
+
+impl OwnerRights for CurrentCredentials {
+    fn standing(&self, owner: &str) -> OwnerStanding {
+        match self.0.standing(owner) {
+            Standing::Scope(scope) => OwnerStanding::Scope(scope),
+            Standing::Gone(reason) => OwnerStanding::Gone(reason),
+            Standing::Unknown => OwnerStanding::Unknown,
         }
     }
 }
@@ -447,6 +458,9 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
             Arc::new(kube)
         }
     };
+    // Schedules fire in the shards this replica acts for, as jobs are launched.
+    let schedule_shards = executor.shards();
+    let service_store = store.clone();
     let service = JobService::start(
         store.clone(),
         executor.clone(),
@@ -473,9 +487,18 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         metrics.clone(),
         Arc::new(CurrentCredentials(auth.clone())),
     );
+    let schedules = Schedules::start(
+        service_store,
+        service.clone(),
+        Arc::new(CurrentCredentials(auth.clone())),
+        config.schedules(),
+        schedule_shards,
+    )
+    .await;
     let rates = Arc::new(RateLimits::new(config.rate_limits()));
     let schema = schema::build(
         service.clone(),
+        schedules.clone(),
         webhooks.clone(),
         &config.query_limits(),
         rates.clone(),
@@ -537,6 +560,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     // Before the store closes: deliveries stop, and their claims are given up for the next
     // start (or another replica) to take at once.
     webhooks.shutdown(grace).await;
+    schedules.shutdown().await;
     retention.shutdown(grace).await;
     tracing::info!("no longer accepting; stopping jobs and draining writes");
     if tokio::time::timeout(grace, service.shutdown()).await.is_err() {

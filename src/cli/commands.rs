@@ -33,6 +33,7 @@ pub async fn run(command: ClientCommand) -> Result<i32, CliError> {
         ClientCommand::Watch(args) => watch(args).await,
         ClientCommand::Logs(args) => logs(args).await,
         ClientCommand::Cancel(args) => cancel(args).await,
+        ClientCommand::Schedule(args) => super::schedules::run(args).await,
     }
 }
 

@@ -1,12 +1,12 @@
-//! The command-line client: `jobgate submit | get | list | watch | logs | cancel`, in the
-//! same binary as the server.
+//! The command-line client: `jobgate submit | get | list | watch | logs | cancel | schedule`,
+//! in the same binary as the server.
 //!
 //! It owns the client subcommands' arguments ([`ClientCommand`], flattened into `config`'s
 //! subcommands), running one of them ([`run`]) and what the user sees: human tables or JSON
 //! on standard output, `error: <CODE>: <message>` on standard error, and the exit status.
 //! `client.rs` speaks GraphQL over HTTP, `ws.rs` graphql-transport-ws, `follow.rs` keeps a
-//! subscription alive across dropped connections, `commands.rs` holds the subcommands and
-//! `output.rs` the formats.
+//! subscription alive across dropped connections, `commands.rs` holds the subcommands,
+//! `schedules.rs` the `schedule` subcommands, and `output.rs` the formats.
 //!
 //! It must not reach into the server's internals (store, service, schema): it talks to a
 //! jobgate only through the public GraphQL API over the network, as any other client would,
@@ -16,11 +16,13 @@ mod client;
 mod commands;
 mod follow;
 mod output;
+mod schedules;
 mod ws;
 
 use clap::{Args, Subcommand, ValueEnum};
 
 pub use client::CliError;
+pub use schedules::{ScheduleArgs, ScheduleCommand};
 
 /// Exit status: the command did what was asked.
 pub const EXIT_OK: i32 = 0;
@@ -48,6 +50,8 @@ pub enum ClientCommand {
     Logs(LogsArgs),
     /// Cancel a PENDING or RUNNING job.
     Cancel(JobArgs),
+    /// Manage schedules: create, list, get, pause, resume, trigger, delete.
+    Schedule(ScheduleArgs),
 }
 
 /// Where the server is and how to talk to it: every client subcommand takes these.

@@ -348,6 +348,15 @@ pub struct Config {
     #[arg(long, env = "JOBGATE_MAX_ACTIVE_JOBS_PER_NAMESPACE", default_value_t = 0)]
     pub max_active_jobs_per_namespace: u64,
 
+    /// Schedules: the most schedules one namespace may hold (0: no limit). Default 100.
+    #[arg(long, env = "JOBGATE_MAX_SCHEDULES_PER_NAMESPACE", default_value_t = 100)]
+    pub max_schedules_per_namespace: u64,
+
+    /// Schedules: the shortest time a cron rule may leave between two ticks, in seconds; a
+    /// rule firing more often is refused. Default 60.
+    #[arg(long, env = "JOBGATE_SCHEDULE_MIN_INTERVAL_SECS", default_value_t = 60, value_parser = clap::value_parser!(i64).range(1..))]
+    pub schedule_min_interval_secs: i64,
+
     /// Turn off "did you mean …?" suggestions in validation errors (they reveal the schema).
     #[arg(long, env = "JOBGATE_DISABLE_SUGGESTIONS")]
     pub disable_suggestions: bool,

@@ -150,6 +150,15 @@ impl Config {
         }
     }
 
+    pub fn schedules(&self) -> crate::jobs::schedules::ScheduleSettings {
+        crate::jobs::schedules::ScheduleSettings {
+            limits: crate::model::ScheduleLimits {
+                max_per_namespace: self.max_schedules_per_namespace,
+                min_interval_seconds: self.schedule_min_interval_secs,
+            },
+        }
+    }
+
     pub fn service(&self, workloads: Arc<TemplateSet>, metrics: Arc<Metrics>) -> ServiceConfig {
         let limits = self.validation_limits(&workloads);
         let runtime = match self.executor {

@@ -127,7 +127,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotFound { .. } => error(Code::NotFound, e.to_string()),
             ServiceError::FailedPrecondition(m) => error(Code::FailedPrecondition, m),
             ServiceError::Forbidden(m) => error(Code::Forbidden, m),
-            ServiceError::QuotaExceeded { .. } => error(Code::QuotaExceeded, e.to_string()),
+            ServiceError::QuotaExceeded { .. } | ServiceError::ScheduleQuotaExceeded { .. } => {
+                error(Code::QuotaExceeded, e.to_string())
+            }
             ServiceError::ShuttingDown => error(Code::Unavailable, "jobgate is shutting down; retry shortly"),
             ServiceError::Unavailable(m) => error(Code::Unavailable, m),
             ServiceError::Unreadable { .. } => error(Code::DataLoss, e.to_string()),

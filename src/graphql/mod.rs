@@ -10,6 +10,8 @@ pub mod error;
 pub mod http;
 pub mod limits;
 pub mod operation;
+pub mod schedule_schema;
+pub mod schedule_types;
 pub mod schema;
 pub mod shared_rendering;
 pub mod types;

@@ -8,13 +8,14 @@
 
 use std::sync::Arc;
 
-use async_graphql::{Context, ID, Object, Schema, Subscription};
+use async_graphql::{Context, ID, MergedObject, MergedSubscription, Object, Schema, Subscription};
 use futures::{Stream, StreamExt};
 
 use crate::graphql::caller::{caller, submitter};
 use crate::graphql::error::{Code, ErrorCodes, OrApiError, bad_input, error, for_item, rate_limited};
 use crate::graphql::limits::{ShapeLimit, ShapeLimits};
 use crate::graphql::operation::PreExecutionFlag;
+use crate::graphql::schedule_schema::{ScheduleMutation, ScheduleQuery, ScheduleSubscription};
 use crate::graphql::shared_rendering::{Item, RenderFeed, RenderKey, SharedDelivery, Tap};
 use crate::graphql::types::{
     CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent,
@@ -26,12 +27,28 @@ use crate::graphql::webhook_types::{
     CreateWebhookInput, CreateWebhookPayload, DeleteWebhookPayload, DisableWebhookPayload,
     ReplayWebhookPayload, WebhookObject,
 };
+use crate::jobs::schedules::Schedules;
 use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError};
 use crate::model;
 use crate::rate_limits::{Limited, RateLimits, Refused};
 use crate::webhooks::{self as hooks, EndpointStatus, Webhooks};
 
-pub type JobgateSchema = Schema<Query, Mutation, SubscriptionRoot>;
+pub type JobgateSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
+
+/// `Query`: the jobs' and webhooks' fields here, the schedules' in `schedule_schema`.
+#[derive(MergedObject, Default)]
+#[graphql(name = "Query")]
+pub struct QueryRoot(Query, ScheduleQuery);
+
+/// `Mutation`: the jobs' and webhooks' fields here, the schedules' in `schedule_schema`.
+#[derive(MergedObject, Default)]
+#[graphql(name = "Mutation")]
+pub struct MutationRoot(Mutation, ScheduleMutation);
+
+/// `Subscription`: the jobs' fields here, the schedules' in `schedule_schema`.
+#[derive(MergedSubscription, Default)]
+#[graphql(name = "Subscription")]
+pub struct SubscriptionRoot(JobSubscription, ScheduleSubscription);
 
 /// Limits on what one GraphQL request may ask for.
 #[derive(Clone, Debug)]
@@ -60,29 +77,35 @@ impl Default for QueryLimits {
     }
 }
 
-/// Builds the schema over a job service and the webhooks service.
+/// Builds the schema over the job, schedules and webhooks services.
 pub fn build(
     service: JobService,
+    schedules: Schedules,
     webhooks: Webhooks,
     limits: &QueryLimits,
     rates: Arc<RateLimits>,
 ) -> JobgateSchema {
-    let mut builder = Schema::build(Query, Mutation, SubscriptionRoot)
-        .data(service)
-        .data(webhooks)
-        .data(rates)
-        .extension(PreExecutionFlag)
-        .extension(ErrorCodes)
-        // Depth and complexity are checked there too, with messages that name the limit;
-        // async-graphql's own `limit_depth`/`limit_complexity` say "too complex" for both.
-        .extension(ShapeLimit::new(ShapeLimits {
-            max_aliases: limits.max_aliases,
-            max_selections: limits.max_selections,
-            max_depth: limits.max_depth,
-            max_complexity: limits.max_complexity,
-        }))
-        .limit_recursive_depth(64)
-        .limit_directives(16);
+    let mut builder = Schema::build(
+        QueryRoot::default(),
+        MutationRoot::default(),
+        SubscriptionRoot::default(),
+    )
+    .data(service)
+    .data(schedules)
+    .data(webhooks)
+    .data(rates)
+    .extension(PreExecutionFlag)
+    .extension(ErrorCodes)
+    // Depth and complexity are checked there too, with messages that name the limit;
+    // async-graphql's own `limit_depth`/`limit_complexity` say "too complex" for both.
+    .extension(ShapeLimit::new(ShapeLimits {
+        max_aliases: limits.max_aliases,
+        max_selections: limits.max_selections,
+        max_depth: limits.max_depth,
+        max_complexity: limits.max_complexity,
+    }))
+    .limit_recursive_depth(64)
+    .limit_directives(16);
     if !limits.introspection {
         builder = builder.disable_introspection();
     }
@@ -94,7 +117,12 @@ pub fn build(
 
 /// The SDL of the schema, as committed in `schema.graphql`.
 pub fn sdl() -> String {
-    let schema = Schema::build(Query, Mutation, SubscriptionRoot).finish();
+    let schema = Schema::build(
+        QueryRoot::default(),
+        MutationRoot::default(),
+        SubscriptionRoot::default(),
+    )
+    .finish();
     schema.sdl()
 }
 
@@ -123,9 +151,10 @@ fn parse_cursor(field: &str, cursor: &str) -> async_graphql::Result<i64> {
         .ok_or_else(|| bad_input(field, format!("{cursor:?} is not a cursor this server issued")))
 }
 
+#[derive(Default)]
 pub struct Query;
 
-#[Object]
+#[Object(name = "JobQuery")]
 impl Query {
     /// A job by id; null when there is none.
     async fn job(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Option<JobObject>> {
@@ -272,9 +301,10 @@ fn hook_caller<'c>(ctx: &'c Context<'_>) -> async_graphql::Result<hooks::Caller<
     })
 }
 
+#[derive(Default)]
 pub struct Mutation;
 
-#[Object]
+#[Object(name = "JobMutation")]
 impl Mutation {
     /// Accepts a job durably and answers at once, PENDING; the job runs afterwards.
     async fn submit_job(
@@ -460,7 +490,8 @@ impl Mutation {
     }
 }
 
-pub struct SubscriptionRoot;
+#[derive(Default)]
+pub struct JobSubscription;
 
 /// A shared rendering's execution (see `shared_rendering`): the events it is fed, as the stream
 /// async-graphql resolves the selection on.
@@ -492,8 +523,8 @@ fn delivered(
 
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = async_graphql::Result<JobStatusEvent>> + Send>>;
 
-#[Subscription(name = "Subscription")]
-impl SubscriptionRoot {
+#[Subscription]
+impl JobSubscription {
     /// Emits the job's current state at once, then every phase change; completes after a
     /// terminal phase.
     async fn job_status(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<EventStream> {

@@ -15,6 +15,7 @@ mod job;
 mod json;
 mod log_lines;
 mod phase;
+mod schedule;
 mod scope;
 mod shard;
 mod spec;
@@ -34,6 +35,11 @@ pub use log_lines::{LogArchive, LogGap, LogLine, LogLoss, MAX_LOG_LINE, clip_log
 pub use phase::{
     Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, QueueState, QueueStatus,
     WorkloadStatus, clip,
+};
+pub use schedule::{
+    ConcurrencyPolicy, CronRule, Due, MAX_BACKFILL_TICKS, MAX_CRON_BYTES, MAX_SCHEDULE_NAME_BYTES,
+    MAX_TICKS_COUNTED, MAX_TIME_ZONE_BYTES, RunCause, Schedule, ScheduleEvent, ScheduleEventKind,
+    ScheduleLimits, check_schedule, due_tick, schedule_of, schedule_principal, tick_key, tick_of_key,
 };
 pub use scope::Scope;
 pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};

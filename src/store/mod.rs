@@ -34,6 +34,7 @@
 
 pub mod log_chunks;
 pub mod postgres;
+mod schedules;
 mod sql;
 pub mod sqlite;
 pub mod unreadable;
@@ -49,6 +50,7 @@ use crate::model::{Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, Scop
 pub use log_chunks::{LogAppend, LogAppended};
 
 pub use postgres::PostgresStore;
+pub use schedules::{NotInserted, ScheduleStore};
 pub use sqlite::SqliteStore;
 pub use unreadable::{RowKind, Unreadable, UnreadableRow};
 pub use webhooks::{Webhook, WebhookFailure};
@@ -493,7 +495,7 @@ pub struct ExpiredBatch {
 
 /// The durable store, as the service uses it. Shared as `Arc<dyn Store>`.
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub trait Store: ScheduleStore + Send + Sync + std::fmt::Debug + 'static {
     /// Whether the database answers a read now.
     async fn ping(&self) -> bool;
 

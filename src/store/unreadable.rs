@@ -32,6 +32,10 @@ pub enum RowKind {
     Event,
     /// A webhook endpoint's filter or scope.
     Webhook,
+    /// A schedule's definition (`schedules.body`).
+    Schedule,
+    /// A schedule event's kind or snapshot.
+    ScheduleEvent,
 }
 
 impl RowKind {
@@ -40,6 +44,8 @@ impl RowKind {
             Self::Job => "job",
             Self::Event => "event",
             Self::Webhook => "webhook",
+            Self::Schedule => "schedule",
+            Self::ScheduleEvent => "schedule_event",
         }
     }
 }

@@ -500,6 +500,14 @@ impl JobObject {
     async fn submitter(&self) -> Option<&str> {
         self.0.submitter.as_deref()
     }
+    /// The schedule that started this job; null for a job submitted otherwise, or when the
+    /// schedule is deleted.
+    async fn schedule(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<Option<crate::graphql::schedule_types::ScheduleObject>> {
+        crate::graphql::schedule_types::schedule_of_job(ctx, &self.0).await
+    }
     /// The submitted specification, with defaults applied.
     async fn spec(&self) -> JobSpecView {
         JobSpecView(self.0.clone())

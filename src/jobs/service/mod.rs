@@ -85,6 +85,11 @@ pub enum ServiceError {
         "namespace {namespace:?} already has {limit} active jobs (PENDING or RUNNING), its quota; submit again when some have finished"
     )]
     QuotaExceeded { namespace: String, limit: u64 },
+    /// The namespace holds as many schedules as it may.
+    #[error(
+        "namespace {namespace:?} already has {limit} schedules, its limit (--max-schedules-per-namespace); delete one first"
+    )]
+    ScheduleQuotaExceeded { namespace: String, limit: u64 },
     #[error("jobgate is shutting down")]
     ShuttingDown,
     /// The job is stored but its row cannot be decoded (see [`JobService::unreadable_records`]).
@@ -132,7 +137,7 @@ impl ServiceError {
             Self::FailedPrecondition(_) => "failed_precondition",
             Self::Unavailable(_) => "unavailable",
             Self::Forbidden(_) => "forbidden",
-            Self::QuotaExceeded { .. } => "quota_exceeded",
+            Self::QuotaExceeded { .. } | Self::ScheduleQuotaExceeded { .. } => "quota_exceeded",
             Self::ShuttingDown => "shutting_down",
             Self::Unreadable { .. } => "unreadable",
             // Read failures of the store, labelled as its other failures.
@@ -580,6 +585,14 @@ impl JobService {
         })
         .await?;
         answer.await.map_err(|_| ServiceError::ShuttingDown)?
+    }
+
+    /// Checks a submission as [`JobService::submit`] would before accepting it (input,
+    /// scope, template), without submitting it; answers the namespace it would run in. A
+    /// schedule's job is checked so when the schedule is created or changed.
+    pub fn check_submission(&self, request: SubmitRequest, scope: &Scope) -> Result<String, ServiceError> {
+        let (job, _) = self.prepare(request, None, scope)?;
+        Ok(job.spec.namespace)
     }
 
     /// Everything a submission is checked for before the writer: the input, the caller's

@@ -5,7 +5,7 @@
 //! spell differently is the [`dialect`].
 //!
 //! Modules by concept: `job_reads` (a job, pages of jobs and their plans, recovery,
-//! cancellations), `event_reads` (the event log, `jobStats`, namespaces), `expiry`
+//! cancellations), `schedule_store` (schedules and their event log), `event_reads` (the event log, `jobStats`, namespaces), `expiry`
 //! (retention), `webhook_store`, `log_tables` (the archive of output), `write_tx` (the write
 //! transaction and the time limit on its steps).
 //!
@@ -17,6 +17,7 @@ mod event_reads;
 mod expiry;
 pub(super) mod job_reads;
 mod log_tables;
+mod schedule_store;
 mod webhook_store;
 pub(super) mod write_tx;
 
