@@ -16,7 +16,7 @@ test('a schedule is created, runs, is paused, run now, resumed and deleted from 
   const form = page.getByRole('form', { name: 'New schedule' });
 
   // The server's refusal of a rule is shown next to the form, and nothing is created.
-  await form.getByLabel('Name').fill('every-second');
+  await form.getByLabel('Name', { exact: true }).fill('every-second');
   await form.getByLabel('Cron rule').fill('61 * * * *');
   await form.getByLabel('Command (one word a line)').fill('true');
   await form.getByRole('button', { name: 'Create schedule' }).click();
@@ -45,7 +45,7 @@ test('a schedule is created, runs, is paused, run now, resumed and deleted from 
   const id = schedules.edges[0].node.id;
 
   // Run now starts a job outside the ticks, paused or not; it appears as "run now".
-  await row.getByRole('button', { name: 'Run every-second now' }).click();
+  await row.getByRole('button', { name: 'Run now: every-second' }).click();
   const manual = row.getByTestId('schedule-run').filter({ hasText: 'run now' });
   await waitFor(async () => (await manual.filter({ hasText: 'Succeeded' }).count()) === 1, 'the run-now job, succeeded');
   const runs = (await jobgate.gql('query($id: ID!) { schedule(id: $id) { recentRuns(last: 100) { tick job { id schedule { id } } } } }', { id })).schedule.recentRuns;

@@ -36,7 +36,8 @@ test('every view passes axe-core in light and dark, at desktop and phone width',
   await jobgate.waitPhase(run.triggerSchedule.job.id, 'SUCCEEDED');
   const browser = await launchBrowser();
   const views = [
-    ['jobs', '/#/', (page) => waitText(page.getByTestId('count-SUCCEEDED'), '1')],
+    // `done` and the schedule's run.
+    ['jobs', '/#/', (page) => waitText(page.getByTestId('count-SUCCEEDED'), '2')],
     ['detail', `/#/jobs/${done}`, (page) => waitText(page.getByTestId('job-result'), 'ok')],
     [
       'failed detail',

@@ -203,7 +203,7 @@ function ScheduleRow({ schedule, api, onChanged }) {
                 Pause
               </button>
             )}
-            <button type="button" disabled={busy} aria-label={`Run ${schedule.name} now`} onClick={() => act(TRIGGER_SCHEDULE_MUTATION)}>
+            <button type="button" disabled={busy} aria-label={`Run now: ${schedule.name}`} onClick={() => act(TRIGGER_SCHEDULE_MUTATION)}>
               Run now
             </button>
             <button type="button" class="danger" aria-label={`Delete ${schedule.name}`} onClick={() => setConfirming(true)}>
