@@ -138,6 +138,11 @@ fn webhooks_are_created_followed_and_deleted_from_their_page() {
 }
 
 #[test]
+fn schedules_are_created_paused_run_now_and_deleted_from_their_page() {
+    run_e2e("schedules.test.mjs");
+}
+
+#[test]
 fn the_log_view_pages_its_history_and_resumes_after_a_reconnect() {
     run_e2e("logs.test.mjs");
 }

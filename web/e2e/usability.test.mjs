@@ -27,9 +27,17 @@ test('every view passes axe-core in light and dark, at desktop and phone width',
   await jobgate.waitPhase(done, 'SUCCEEDED');
   await jobgate.waitPhase(failed, 'FAILED');
   await jobgate.waitPhase(running, 'RUNNING');
+  // A paused schedule with one run, so its page shows a full row.
+  const created = await jobgate.gql(
+    'mutation($input: CreateScheduleInput!) { createSchedule(input: $input) { schedule { id } } }',
+    { input: { name: 'nightly', cron: '30 2 * * *', timeZone: 'Europe/Berlin', suspended: true, job: { name: 'nightly', command: ['true'] } } },
+  );
+  const run = await jobgate.gql('mutation($id: ID!) { triggerSchedule(id: $id) { job { id } } }', { id: created.createSchedule.schedule.id });
+  await jobgate.waitPhase(run.triggerSchedule.job.id, 'SUCCEEDED');
   const browser = await launchBrowser();
   const views = [
-    ['jobs', '/#/', (page) => waitText(page.getByTestId('count-SUCCEEDED'), '1')],
+    // `done` and the schedule's run.
+    ['jobs', '/#/', (page) => waitText(page.getByTestId('count-SUCCEEDED'), '2')],
     ['detail', `/#/jobs/${done}`, (page) => waitText(page.getByTestId('job-result'), 'ok')],
     [
       'failed detail',
@@ -40,6 +48,7 @@ test('every view passes axe-core in light and dark, at desktop and phone width',
       },
     ],
     ['submit', '/#/submit', (page) => page.getByRole('form', { name: 'Submit a job' }).waitFor()],
+    ['schedules', '/#/schedules', (page) => waitText(page.getByTestId('schedule-run'), /Succeeded/)],
   ];
   const problems = [];
   for (const colorScheme of ['light', 'dark']) {

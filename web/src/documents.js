@@ -91,3 +91,20 @@ export const CREATE_WEBHOOK_MUTATION = `mutation CreateWebhook($input: CreateWeb
   createWebhook(input: $input) { secret webhook { ${WEBHOOK_FIELDS} } }
 }`;
 export const DELETE_WEBHOOK_MUTATION = `mutation DeleteWebhook($id: ID!) { deleteWebhook(id: $id) { id } }`;
+export const SCHEDULE_FIELDS = `
+  id name namespace cron timeZone concurrencyPolicy startingDeadlineSeconds suspended owner
+  lastFireTime blockedReason nextFireTimes(count: 3)
+  recentRuns(last: 5) { tick startedAt job { id name phase } }`;
+export const SCHEDULES_QUERY = `query Schedules($first: Int!) {
+  schedules(first: $first) { edges { node { ${SCHEDULE_FIELDS} } } }
+}`;
+export const SCHEDULE_EVENTS_SUBSCRIPTION = `subscription ScheduleEvents($after: String) {
+  scheduleEvents(after: $after) { cursor kind scheduleId }
+}`;
+export const CREATE_SCHEDULE_MUTATION = `mutation CreateSchedule($input: CreateScheduleInput!) {
+  createSchedule(input: $input) { schedule { id } }
+}`;
+export const PAUSE_SCHEDULE_MUTATION = `mutation PauseSchedule($id: ID!) { pauseSchedule(id: $id) { id suspended } }`;
+export const RESUME_SCHEDULE_MUTATION = `mutation ResumeSchedule($id: ID!) { resumeSchedule(id: $id) { id suspended } }`;
+export const TRIGGER_SCHEDULE_MUTATION = `mutation TriggerSchedule($id: ID!) { triggerSchedule(id: $id) { job { id } } }`;
+export const DELETE_SCHEDULE_MUTATION = `mutation DeleteSchedule($id: ID!) { deleteSchedule(id: $id) { schedule { id } } }`;

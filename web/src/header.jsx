@@ -33,6 +33,9 @@ export function Header({ route, connection, live }) {
           <a href="#/submit" aria-current={route.view === 'submit' ? 'page' : undefined}>
             Submit job
           </a>
+          <a href="#/schedules" aria-current={route.view === 'schedules' ? 'page' : undefined}>
+            Schedules
+          </a>
           <a href="#/webhooks" aria-current={route.view === 'webhooks' ? 'page' : undefined}>
             Webhooks
           </a>

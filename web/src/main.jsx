@@ -1,5 +1,5 @@
 // The dashboard's entry point: the connection, the live model, the router and the page frame.
-// Routes live in the URL's hash (#/, #/jobs/<id>, #/submit, #/webhooks) so that jobgate serves one page
+// Routes live in the URL's hash (#/, #/jobs/<id>, #/submit, #/schedules, #/webhooks) so that jobgate serves one page
 // and every view can be bookmarked and reloaded.
 
 import { render } from 'preact';
@@ -12,6 +12,7 @@ import { JobsView } from './jobs.jsx';
 import { JobDetail } from './detail.jsx';
 import { SubmitForm } from './submit.jsx';
 import { TokenDialog } from './token.jsx';
+import { SchedulesView } from './schedules.jsx';
 import { WebhooksView } from './webhooks.jsx';
 
 function parseRoute(hash) {
@@ -21,6 +22,7 @@ function parseRoute(hash) {
   const job = path.match(/^\/jobs\/([^/]+)$/);
   if (job) return { view: 'job', id: decodeURIComponent(job[1]), params };
   if (path === '/submit') return { view: 'submit', params };
+  if (path === '/schedules') return { view: 'schedules', params };
   if (path === '/webhooks') return { view: 'webhooks', params };
   return { view: 'jobs', params };
 }
@@ -88,6 +90,7 @@ function App() {
   let view;
   if (route.view === 'job') view = <JobDetail key={route.id} id={route.id} api={api} live={live} />;
   else if (route.view === 'submit') view = <SubmitForm key={route.params.get('from') || 'new'} api={api} from={route.params.get('from')} />;
+  else if (route.view === 'schedules') view = <SchedulesView api={api} live={live} />;
   else if (route.view === 'webhooks') view = <WebhooksView api={api} live={live} />;
   else view = <JobsView api={api} live={live} params={route.params} />;
 
