@@ -41,19 +41,23 @@ fn the_first_matching_rule_decides() {
     ])
     .validate(&context())
     .unwrap();
-    let run = |code| FailedRun {
-        exit_codes: &[("job", code)][..],
-        disrupted: false,
+    let decide = |code: i32| {
+        let codes = [("job", code)];
+        let run = FailedRun {
+            exit_codes: &codes,
+            disrupted: false,
+        };
+        p.decide(&run, "run 1 (index 0)")
     };
-    let d = p.decide(&run(42), "run 1 (index 0)").unwrap();
+    let d = decide(42).unwrap();
     assert_eq!((d.rule, d.action), (0, RetryAction::Ignore));
-    let d = p.decide(&run(137), "run 1 (index 0)").unwrap();
+    let d = decide(137).unwrap();
     assert_eq!((d.rule, d.action), (1, RetryAction::FailJob), "NOT_IN [1, 42] comes first");
     assert_eq!(
         d.message,
         "Container job for run 1 (index 0) failed with exit code 137 matching FailJob rule at index 1"
     );
-    assert_eq!(p.decide(&run(1), "x"), None);
+    assert_eq!(decide(1), None);
     let none = FailedRun {
         exit_codes: &[],
         disrupted: false,
