@@ -369,6 +369,29 @@ impl Emulator {
         controllers::kueue::evict(&self.store, namespace, job, preempted)
     }
 
+    /// Evicts pod `namespace/name` through the Eviction API, as `kubectl drain` does: the
+    /// `DisruptionTarget` condition (`EvictionByEvictionAPI`, "Eviction API: evicting"), then a
+    /// graceful delete; the kubelet stops its containers and the pod ends `Failed`.
+    pub fn evict_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<controllers::disruption::Disrupted> {
+        controllers::disruption::evict(&self.store, namespace, name)
+            .map_err(|e| anyhow::anyhow!("evicting pod {namespace}/{name}: {e}"))
+    }
+
+    /// The scheduler preempts pod `namespace/name` (see [`Simulation::preempt_pod`]).
+    pub fn preempt_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<controllers::disruption::Disrupted> {
+        self.simulation
+            .preempt_pod(&self.store, namespace, name)
+            .map_err(|e| anyhow::anyhow!("preempting pod {namespace}/{name}: {e}"))
+    }
+
     /// Registers every workload CRD the emulator simulates.
     pub fn register_all_workload_crds(&self) -> anyhow::Result<()> {
         self.register_workload_crds(WORKLOAD_CRD_KINDS)

@@ -12,11 +12,17 @@
 //! | `EMULATOR_FAIL_EXIT_CODE` | exit code of the runs forced to fail below | `EMULATOR_EXIT_CODE` if non-zero, else `1` |
 //! | `EMULATOR_FAIL_INDEXES` | completion indexes that always fail, e.g. `1,3-5` (Indexed Jobs) | none |
 //! | `EMULATOR_FAIL_ATTEMPTS` | the first N runs of the Job fail, later ones exit normally; counted per completion index for Indexed Jobs, per container; with `restartPolicy: OnFailure` each in-place restart is a run | `0` |
+//! | `EMULATOR_OOM_ATTEMPTS` | the first N runs (counted as above) are OOM-killed when their run time ends: `terminated.reason: OOMKilled`, exit code 137 | `0` |
+//! | `EMULATOR_EVICT_ATTEMPTS` | the first N runs (counted as above) end in the kubelet's node-pressure eviction when their run time ends: pod `Failed`, `reason: Evicted`, condition `DisruptionTarget` (`TerminationByKubelet`), containers killed (137) | `0` |
+//! | `EMULATOR_PREEMPT_ATTEMPTS` | the first N runs (counted as above) are preempted by the scheduler when their run time ends: condition `DisruptionTarget` (`PreemptionByScheduler`), then the pod is deleted and its containers stopped | `0` |
 //! | `EMULATOR_LOG` | log lines, separated by newlines (a literal two-character `\n` also separates) | what `echo` would print for the container's command and args: the words joined by spaces, without a leading `echo` |
 //! | `EMULATOR_LOG_LINES` | N more log lines after those, `line 1` … `line N` (a big output without a big variable) | `0` |
 //! | `EMULATOR_TERMINATION_MESSAGE` | written to `terminated.message` at every exit; `{index}` and `{pod}` are replaced by the completion index and the pod name | none |
 //! | `EMULATOR_GATE` | gate name: the container keeps running (after its run time) until the test calls `Simulation::open_gate(name)`; a gate opened earlier lets it pass | none |
 //! | `EMULATOR_IMAGE_PULL_ERROR` | `1`/`true`: the pod stays Pending with `ErrImagePull` | off |
+//!
+//! When several of these apply to one run, preemption wins over eviction, eviction over the OOM
+//! kill, and the OOM kill over a forced failure.
 //!
 //! A value that does not parse keeps the pod Pending with `CreateContainerConfigError` and a message naming
 //! the variable, as the real kubelet does for a broken container config.
@@ -36,6 +42,9 @@ pub const EXIT_CODE: &str = "EMULATOR_EXIT_CODE";
 pub const FAIL_EXIT_CODE: &str = "EMULATOR_FAIL_EXIT_CODE";
 pub const FAIL_INDEXES: &str = "EMULATOR_FAIL_INDEXES";
 pub const FAIL_ATTEMPTS: &str = "EMULATOR_FAIL_ATTEMPTS";
+pub const OOM_ATTEMPTS: &str = "EMULATOR_OOM_ATTEMPTS";
+pub const EVICT_ATTEMPTS: &str = "EMULATOR_EVICT_ATTEMPTS";
+pub const PREEMPT_ATTEMPTS: &str = "EMULATOR_PREEMPT_ATTEMPTS";
 pub const LOG: &str = "EMULATOR_LOG";
 pub const LOG_LINES: &str = "EMULATOR_LOG_LINES";
 pub const TERMINATION_MESSAGE: &str = "EMULATOR_TERMINATION_MESSAGE";
@@ -51,6 +60,19 @@ pub struct BehaviourError {
     pub reason: String,
 }
 
+/// How one run of a container ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The process exits with this code.
+    Exit(i32),
+    /// The kernel's OOM killer ends it: exit code 137, reason `OOMKilled`.
+    OomKilled,
+    /// The kubelet evicts the whole pod for node pressure.
+    Evicted,
+    /// The scheduler preempts the whole pod (marks it, then deletes it).
+    Preempted,
+}
+
 /// One container's script.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Behaviour {
@@ -62,6 +84,10 @@ pub struct Behaviour {
     /// Inclusive ranges of completion indexes that always fail.
     pub fail_indexes: Vec<(u64, u64)>,
     pub fail_attempts: u32,
+    /// Runs that are OOM-killed, evicted by the kubelet, preempted by the scheduler.
+    pub oom_attempts: u32,
+    pub evict_attempts: u32,
+    pub preempt_attempts: u32,
     pub log: Vec<String>,
     pub termination_message: Option<String>,
     pub gate: Option<String>,
@@ -108,13 +134,16 @@ impl Behaviour {
                 Err(_) => return Err(invalid(FAIL_EXIT_CODE, v, "expected an integer")),
             },
         };
-        let fail_attempts = match env(FAIL_ATTEMPTS) {
-            None => 0,
-            Some(v) => v
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| invalid(FAIL_ATTEMPTS, v, "expected a count"))?,
+        let count = |name: &'static str| -> Result<u32, BehaviourError> {
+            match env(name) {
+                None => Ok(0),
+                Some(v) => v
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| invalid(name, v, "expected a count")),
+            }
         };
+        let fail_attempts = count(FAIL_ATTEMPTS)?;
         let fail_indexes = match env(FAIL_INDEXES) {
             None => Vec::new(),
             Some(v) => parse_indexes(v).map_err(|reason| invalid(FAIL_INDEXES, v, &reason))?,
@@ -142,6 +171,9 @@ impl Behaviour {
             fail_exit_code,
             fail_indexes,
             fail_attempts,
+            oom_attempts: count(OOM_ATTEMPTS)?,
+            evict_attempts: count(EVICT_ATTEMPTS)?,
+            preempt_attempts: count(PREEMPT_ATTEMPTS)?,
             log,
             termination_message: env(TERMINATION_MESSAGE).map(str::to_owned),
             gate: env(GATE)
@@ -165,6 +197,19 @@ impl Behaviour {
             self.fail_exit_code
         } else {
             self.exit_code
+        }
+    }
+
+    /// How run number `attempt` of completion index `index` ends once its run time is over.
+    pub fn run_end(&self, index: Option<u64>, attempt: u32) -> RunEnd {
+        if attempt <= self.preempt_attempts {
+            RunEnd::Preempted
+        } else if attempt <= self.evict_attempts {
+            RunEnd::Evicted
+        } else if attempt <= self.oom_attempts {
+            RunEnd::OomKilled
+        } else {
+            RunEnd::Exit(self.exit_code_for(index, attempt))
         }
     }
 
@@ -302,6 +347,35 @@ mod tests {
         assert_eq!((b.exit_code_for(None, 1), b.exit_code_for(None, 2)), (7, 0));
         assert!(
             Behaviour::from_container(&container(&[(FAIL_EXIT_CODE, "0")]), &SimConfig::default()).is_err()
+        );
+    }
+
+    #[test]
+    fn disruptions_take_the_first_runs_in_their_order() {
+        let b = Behaviour::from_container(
+            &container(&[
+                (PREEMPT_ATTEMPTS, "1"),
+                (EVICT_ATTEMPTS, "2"),
+                (OOM_ATTEMPTS, "3"),
+                (FAIL_ATTEMPTS, "4"),
+            ]),
+            &SimConfig::default(),
+        )
+        .expect("parse");
+        let ends: Vec<RunEnd> = (1..=5).map(|a| b.run_end(None, a)).collect();
+        assert_eq!(
+            ends,
+            [
+                RunEnd::Preempted,
+                RunEnd::Evicted,
+                RunEnd::OomKilled,
+                RunEnd::Exit(1),
+                RunEnd::Exit(0)
+            ]
+        );
+        assert!(
+            Behaviour::from_container(&container(&[(OOM_ATTEMPTS, "x")]), &SimConfig::default())
+                .is_err_and(|e| e.name == OOM_ATTEMPTS)
         );
     }
 

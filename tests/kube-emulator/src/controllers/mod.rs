@@ -26,6 +26,8 @@
 //!   whose CRDs a test registers (`Emulator::register_workload_crds`).
 //! - `kueue`: a minimal Kueue (Workloads for queued Jobs, admission by a ClusterQueue's
 //!   quota, eviction on demand), active once a test registers Kueue's CRDs.
+//! - `disruption`: the Eviction API and the scheduler's preemption (`DisruptionTarget`, then a
+//!   graceful delete).
 //! - `gc`: the garbage collector (dangling owners, `orphan` and `foregroundDeletion` finalizers).
 //! - `events`: writes core/v1 Events the way the real components do.
 //! - `objects`: small JSON accessors and the graceful-deletion rules shared by the controllers.
@@ -34,6 +36,7 @@
 //! stops them. The tasks hold no reference to the [`Simulation`], so dropping it stops them too.
 
 pub mod behaviour;
+pub mod disruption;
 mod events;
 mod gc;
 mod job;
@@ -257,6 +260,24 @@ impl Simulation {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
+    }
+
+    /// The scheduler preempts pod `namespace/name` for a higher-priority pod: the
+    /// `DisruptionTarget` condition (`PreemptionByScheduler`), a graceful delete, and the
+    /// `Preempted` Event; the kubelet then stops its containers as for any deleted pod.
+    pub fn preempt_pod(
+        &self,
+        store: &Store,
+        namespace: &str,
+        name: &str,
+    ) -> Result<disruption::Disrupted, crate::store::StoreError> {
+        disruption::preempt(
+            store,
+            &self.shared.recorder,
+            &self.shared.config.node_name,
+            namespace,
+            name,
+        )
     }
 
     /// How many pods the Job controller has created since the simulation started.

@@ -136,19 +136,19 @@ fn matching_container(pod: &Value, req: &Value) -> Option<(String, i64)> {
     None
 }
 
+/// The first of the pod's conditions (in the pod's order) that one of the patterns matches by
+/// type and status.
 fn matching_condition(pod: &Value, reqs: &[Value]) -> Option<String> {
     let conditions = pod.pointer("/status/conditions").and_then(Value::as_array)?;
-    for req in reqs {
-        let kind = str_at(req, "/type")?;
-        let status = str_at(req, "/status").unwrap_or("True");
-        if conditions
-            .iter()
-            .any(|c| str_at(c, "/type") == Some(kind) && str_at(c, "/status") == Some(status))
-        {
-            return Some(kind.to_owned());
-        }
-    }
-    None
+    conditions.iter().find_map(|c| {
+        let kind = str_at(c, "/type")?;
+        let status = str_at(c, "/status");
+        reqs.iter()
+            .any(|req| {
+                str_at(req, "/type") == Some(kind) && status == Some(str_at(req, "/status").unwrap_or("True"))
+            })
+            .then(|| kind.to_owned())
+    })
 }
 
 #[cfg(test)]

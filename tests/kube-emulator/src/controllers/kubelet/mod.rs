@@ -3,7 +3,7 @@
 //! [`super::behaviour`]), writing the pod status the real kubelet writes at each step:
 //!
 //! Pending (ContainerCreating) → Running (ready, `podIP`) → Succeeded (`Completed`, exit 0) or
-//! Failed (`Error`, non-zero exit), with `containerStatuses[].state.{waiting,running,terminated}`,
+//! Failed (`Error`, non-zero exit; `OOMKilled`, exit 137), with `containerStatuses[].state.{waiting,running,terminated}`,
 //! `startedAt`/`finishedAt`, `containerID`, `imageID`, conditions with their reasons, and the
 //! termination message (`terminationMessagePolicy: FallbackToLogsOnError` uses the log tail).
 //! `restartPolicy: OnFailure`/`Always` restarts a failed container in place after a crash-loop
@@ -13,7 +13,10 @@
 //! once it is terminal and has no finalizers left. Log lines go to the store (`pods/{name}/log`).
 //! With [`SimConfig::kubelet_gc`], a pod that is deleted and whose containers have all stopped
 //! has them removed that long after, whatever finalizers keep the object: its log becomes
-//! unreadable (`Store::collect_log`), as on a node.
+//! unreadable (`Store::collect_log`), as on a node. A run may also end in a node-pressure eviction
+//! or a preemption (`eviction`). Pod conditions the kubelet does not own (`DisruptionTarget`
+//! from the Eviction API or the scheduler) are kept in front of its own, as its status manager
+//! keeps them.
 //!
 //! It owns pod *status*, `spec.nodeName` and the removal of containers, nothing else: it never
 //! deletes pods, never touches finalizers and never reads Jobs. What it remembers about a pod (timers, attempts, container
@@ -22,9 +25,11 @@
 //! # Layout
 //! - this module: the pod's run (its timeline, restarts, kills) and the reconciler.
 //! - `pod_status`: the status written for a run's current state.
+//! - `eviction`: node-pressure eviction and the scheduler's preemption of a run.
 //! - `container_runtime`: image references and ids, container ids, Go durations.
 
 mod container_runtime;
+mod eviction;
 mod pod_status;
 
 use std::collections::{HashMap, HashSet};
@@ -34,7 +39,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::behaviour::{Behaviour, BehaviourError};
+use super::behaviour::{Behaviour, BehaviourError, RunEnd};
 use super::events::{EventType, SCHEDULER, Source};
 use super::objects::{self, is_deleting, pod_is_terminal, str_at};
 use super::runner::Reconciler;
@@ -42,7 +47,7 @@ use super::{Shared, SimConfig};
 use crate::store::{Change, Store, StoreError, now_timestamp};
 
 use container_runtime::{normalize_image, random_hex};
-use pod_status::{build_status, terminated, unknown_terminated};
+use pod_status::{build_status, keep_foreign_conditions, oom_killed, terminated, unknown_terminated};
 
 type PodKey = (String, String);
 
@@ -110,6 +115,10 @@ struct PodRun {
     index: Option<u64>,
     /// Whose runs `EMULATOR_FAIL_ATTEMPTS` counts: the controlling owner's uid, else the pod's.
     attempt_owner: String,
+    /// The node-pressure eviction's message once the kubelet evicted the pod (`Evicted`).
+    evicted: Option<String>,
+    /// The scheduler preempted the pod: its containers run until the deletion stops them.
+    preempted: bool,
     qos_class: String,
     containers: Vec<ContainerRun>,
 }
@@ -128,7 +137,9 @@ impl PodRun {
     }
 
     fn phase(&self) -> &'static str {
-        if self.is_terminal() {
+        if self.evicted.is_some() {
+            "Failed"
+        } else if self.is_terminal() {
             let all_ok = self.containers.iter().all(|c| match &c.state {
                 ContainerState::Terminated(t) => t.get("exitCode").and_then(Value::as_i64) == Some(0),
                 _ => false,
@@ -235,6 +246,8 @@ impl Kubelet {
             restart_policy,
             index,
             attempt_owner,
+            evicted: None,
+            preempted: false,
             qos_class: str_at(pod, "/status/qosClass")
                 .map(str::to_owned)
                 .unwrap_or_else(|| if has_resources { "Burstable" } else { "BestEffort" }.to_owned()),
@@ -480,13 +493,34 @@ impl Kubelet {
                         continue;
                     }
                     let (started_at, attempt) = (started_at.clone(), *attempt);
-                    let c = &mut run.containers[i];
-                    let code = c
+                    let end = run.containers[i]
                         .behaviour
                         .as_ref()
-                        .map(|b| b.exit_code_for(run.index, attempt))
-                        .unwrap_or(1);
-                    let t = terminated(c, run.index, &run.name, code, &started_at, &now_timestamp());
+                        .map_or(RunEnd::Exit(1), |b| b.run_end(run.index, attempt));
+                    let stamp = now_timestamp();
+                    let (code, t) = match end {
+                        RunEnd::Evicted => return self.evict_for_node_pressure(store, pod, run, i),
+                        RunEnd::Preempted => {
+                            self.preempt(store, pod, run);
+                            continue;
+                        }
+                        RunEnd::OomKilled => (
+                            137,
+                            oom_killed(&run.containers[i], run.index, &run.name, &started_at, &stamp),
+                        ),
+                        RunEnd::Exit(code) => (
+                            code,
+                            terminated(
+                                &run.containers[i],
+                                run.index,
+                                &run.name,
+                                code,
+                                &started_at,
+                                &stamp,
+                            ),
+                        ),
+                    };
+                    let c = &mut run.containers[i];
                     let restart = match run.restart_policy {
                         RestartPolicy::Always => true,
                         RestartPolicy::OnFailure => code != 0,
@@ -574,19 +608,18 @@ impl Kubelet {
                 continue;
             }
             let (started_at, attempt) = (started_at.clone(), *attempt);
-            let code = c
+            let end = c
                 .behaviour
                 .as_ref()
-                .map(|b| b.exit_code_for(run.index, attempt))
-                .unwrap_or(1);
-            c.state = ContainerState::Terminated(terminated(
-                c,
-                run.index,
-                &run.name,
-                code,
-                &started_at,
-                &now_timestamp(),
-            ));
+                .map_or(RunEnd::Exit(1), |b| b.run_end(run.index, attempt));
+            let stamp = now_timestamp();
+            c.state = ContainerState::Terminated(match end {
+                RunEnd::OomKilled => oom_killed(c, run.index, &run.name, &started_at, &stamp),
+                // Already being deleted: a disruption has nothing left to do, the run goes on
+                // until the deletion stops it.
+                RunEnd::Evicted | RunEnd::Preempted => continue,
+                RunEnd::Exit(code) => terminated(c, run.index, &run.name, code, &started_at, &stamp),
+            });
         }
         next
     }
@@ -601,7 +634,10 @@ impl Kubelet {
             if objects::uid(o) != uid {
                 return Err(StoreError::Conflict("the pod was replaced".into()));
             }
-            o["status"] = status.clone();
+            // Conditions other components wrote since `pod` was read are kept too.
+            let mut status = status.clone();
+            keep_foreign_conditions(&mut status, o);
+            o["status"] = status;
             Ok(())
         });
         match result {

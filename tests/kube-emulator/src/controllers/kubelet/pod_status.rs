@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::container_runtime::{go_duration, image_id, normalize_image};
 use super::{ContainerRun, ContainerState, PodRun};
-use crate::controllers::SimConfig;
+use crate::controllers::{SimConfig, disruption};
 use crate::store::now_timestamp;
 
 /// The real kubelet's limit for one container's termination message.
@@ -40,6 +40,53 @@ pub(super) fn terminated(
         t["message"] = json!(message);
     }
     t
+}
+
+/// The `terminated` state of a container the kernel's OOM killer ended: exit code 137 (SIGKILL),
+/// reason `OOMKilled`.
+pub(super) fn oom_killed(
+    c: &ContainerRun,
+    index: Option<u64>,
+    pod: &str,
+    started_at: &str,
+    finished_at: &str,
+) -> Value {
+    let mut t = terminated(c, index, pod, 137, started_at, finished_at);
+    t["reason"] = json!("OOMKilled");
+    t
+}
+
+/// The pod conditions the kubelet writes itself; any other (`DisruptionTarget` set by the
+/// Eviction API or the scheduler, readiness gates' types) is kept as it is.
+const KUBELET_CONDITIONS: [&str; 5] = [
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodScheduled",
+];
+
+/// Puts the conditions of `current` (the pod's stored status) that the kubelet does not own in
+/// front of the kubelet's own in `status`, as the kubelet's status manager keeps them. A
+/// `DisruptionTarget` the kubelet sets itself (eviction) replaces a stored one.
+pub(super) fn keep_foreign_conditions(status: &mut Value, current: &Value) {
+    let Some(stored) = current.pointer("/status/conditions").and_then(Value::as_array) else {
+        return;
+    };
+    let Some(own) = status.get_mut("conditions").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let foreign: Vec<Value> = stored
+        .iter()
+        .filter(|c| {
+            let kind = c.get("type").and_then(Value::as_str).unwrap_or_default();
+            !KUBELET_CONDITIONS.contains(&kind) && !own.iter().any(|o| o.get("type") == c.get("type"))
+        })
+        .cloned()
+        .collect();
+    if !foreign.is_empty() {
+        own.splice(0..0, foreign);
+    }
 }
 
 /// What the kubelet reports for a container that never ran when its pod is stopped.
@@ -133,7 +180,16 @@ pub(super) fn build_status(run: &PodRun, pod: &Value, config: &SimConfig) -> Val
         ),
     };
     let sandbox_ready = run.started && !run.is_terminal();
-    let mut conditions = vec![
+    let mut conditions = Vec::new();
+    if let Some(message) = &run.evicted {
+        conditions.push(condition(
+            disruption::DISRUPTION_TARGET,
+            "True",
+            Some(disruption::TERMINATION_BY_KUBELET),
+            Some(message),
+        ));
+    }
+    conditions.extend([
         condition(
             "PodReadyToStartContainers",
             if sandbox_ready { "True" } else { "False" },
@@ -149,7 +205,7 @@ pub(super) fn build_status(run: &PodRun, pod: &Value, config: &SimConfig) -> Val
         condition("Ready", ready, ready_reason, ready_message),
         condition("ContainersReady", ready, ready_reason, ready_message),
         condition("PodScheduled", "True", None, None),
-    ];
+    ]);
     let previous = pod.pointer("/status/conditions").and_then(Value::as_array);
     let now = now_timestamp();
     for c in &mut conditions {
@@ -212,6 +268,11 @@ pub(super) fn build_status(run: &PodRun, pod: &Value, config: &SimConfig) -> Val
         "containerStatuses": container_statuses,
         "qosClass": run.qos_class,
     });
+    if let Some(message) = &run.evicted {
+        status["reason"] = json!("Evicted");
+        status["message"] = json!(message);
+    }
+    keep_foreign_conditions(&mut status, pod);
     if run.started {
         status["podIP"] = json!(run.pod_ip);
         status["podIPs"] = json!([{"ip": run.pod_ip}]);

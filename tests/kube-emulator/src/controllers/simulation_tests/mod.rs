@@ -3,9 +3,11 @@
 //!
 //! The fixtures live here; the tests, one module per controller: `job_controller` (pods, counting,
 //! back-off, deadlines, suspension, failure policies, many Jobs at once), `kubelet` (gates,
-//! termination messages, pods that cannot start), `cleanup` (TTL, the garbage collector).
+//! termination messages, pods that cannot start), `cleanup` (TTL, the garbage collector),
+//! `failure_causes` (OOM kills, evictions, preemption and the failure policies that match them).
 
 mod cleanup;
+mod failure_causes;
 mod job_controller;
 mod kubelet;
 
