@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 
 /// How the runs of a row's job fail.
 struct Failures {
+    /// Whether the failing runs are evicted or preempted, which only a cluster does: the local
+    /// executor has no such failure, so those rows run on the emulator alone.
+    disruption: Option<&'static str>,
     /// The exit code of a failing run; 137 is a run killed by SIGKILL (the OOM killer's signal).
     code: i32,
     /// Each index's first `attempts` runs fail (`u32::MAX`: all of them).
@@ -53,7 +56,7 @@ const ROWS: &[Row] = &[
     Row {
         name: "no policy: every failure counts",
         input: || json!({"backoffLimit": 2}),
-        failures: Failures { code: 3, attempts: ALWAYS, indexes: &[] },
+        failures: Failures { disruption: None, code: 3, attempts: ALWAYS, indexes: &[] },
         expected: Expected {
             phase: "FAILED",
             reason: "BackoffLimitExceeded",
@@ -66,7 +69,7 @@ const ROWS: &[Row] = &[
     Row {
         name: "FAIL_JOB on the exit code fails at the first failure",
         input: || json!({"backoffLimit": 5, "retryPolicy": {"rules": [fail_job_on(&[3])]}}),
-        failures: Failures { code: 3, attempts: ALWAYS, indexes: &[] },
+        failures: Failures { disruption: None, code: 3, attempts: ALWAYS, indexes: &[] },
         expected: Expected {
             phase: "FAILED",
             reason: "PodFailurePolicy",
@@ -83,7 +86,7 @@ const ROWS: &[Row] = &[
                 {"action": "IGNORE", "exitCodes": {"operator": "IN", "values": [42]}},
             ]}})
         },
-        failures: Failures { code: 42, attempts: 2, indexes: &[] },
+        failures: Failures { disruption: None, code: 42, attempts: 2, indexes: &[] },
         expected: Expected {
             phase: "SUCCEEDED",
             reason: "CompletionsReached",
@@ -101,7 +104,7 @@ const ROWS: &[Row] = &[
                 {"action": "FAIL_JOB", "exitCodes": {"operator": "NOT_IN", "values": [1]}},
             ]}})
         },
-        failures: Failures { code: 7, attempts: ALWAYS, indexes: &[] },
+        failures: Failures { disruption: None, code: 7, attempts: ALWAYS, indexes: &[] },
         expected: Expected {
             phase: "FAILED",
             reason: "PodFailurePolicy",
@@ -119,7 +122,7 @@ const ROWS: &[Row] = &[
                 {"action": "COUNT", "exitCodes": {"operator": "IN", "values": [1]}},
             ]}})
         },
-        failures: Failures { code: 1, attempts: ALWAYS, indexes: &[] },
+        failures: Failures { disruption: None, code: 1, attempts: ALWAYS, indexes: &[] },
         expected: Expected {
             phase: "FAILED",
             reason: "BackoffLimitExceeded",
@@ -136,7 +139,7 @@ const ROWS: &[Row] = &[
                 {"action": "FAIL_JOB", "causes": ["OOM_KILLED"]},
             ]}})
         },
-        failures: Failures { code: 137, attempts: ALWAYS, indexes: &[] },
+        failures: Failures { disruption: None, code: 137, attempts: ALWAYS, indexes: &[] },
         expected: Expected {
             phase: "FAILED",
             reason: "PodFailurePolicy",
@@ -153,7 +156,7 @@ const ROWS: &[Row] = &[
                 {"action": "IGNORE", "causes": ["OOM_KILLED"]},
             ]}})
         },
-        failures: Failures { code: 137, attempts: 1, indexes: &[] },
+        failures: Failures { disruption: None, code: 137, attempts: 1, indexes: &[] },
         expected: Expected {
             phase: "SUCCEEDED",
             reason: "CompletionsReached",
@@ -164,9 +167,44 @@ const ROWS: &[Row] = &[
         },
     },
     Row {
+        name: "EVICTED ignored, then success",
+        input: || {
+            json!({"backoffLimit": 0, "retryPolicy": {"rules": [
+                {"action": "IGNORE", "causes": ["EVICTED"]},
+            ]}})
+        },
+        failures: Failures { disruption: Some("EMULATOR_EVICT_ATTEMPTS"), code: 137, attempts: 1, indexes: &[] },
+        expected: Expected {
+            phase: "SUCCEEDED",
+            reason: "CompletionsReached",
+            message: "succeeded",
+            failed: 0,
+            succeeded: 1,
+            runs: 2,
+        },
+    },
+    Row {
+        name: "PREEMPTED fails the job",
+        input: || {
+            json!({"backoffLimit": 3, "retryPolicy": {"rules": [
+                {"action": "IGNORE", "exitCodes": {"operator": "IN", "values": [42]}},
+                {"action": "FAIL_JOB", "causes": ["PREEMPTED"]},
+            ]}})
+        },
+        failures: Failures { disruption: Some("EMULATOR_PREEMPT_ATTEMPTS"), code: 143, attempts: ALWAYS, indexes: &[] },
+        expected: Expected {
+            phase: "FAILED",
+            reason: "PodFailurePolicy",
+            message: "has condition DisruptionTarget matching FailJob rule at index 1",
+            failed: 1,
+            succeeded: 0,
+            runs: 1,
+        },
+    },
+    Row {
         name: "backoffLimitPerIndex: one index fails, the others succeed",
         input: || json!({"completions": 3, "retryPolicy": {"backoffLimitPerIndex": 1}}),
-        failures: Failures { code: 3, attempts: 0, indexes: &[1] },
+        failures: Failures { disruption: None, code: 3, attempts: 0, indexes: &[1] },
         expected: Expected {
             phase: "FAILED",
             reason: "FailedIndexes",
@@ -185,7 +223,7 @@ const ROWS: &[Row] = &[
                 "rules": [{"action": "FAIL_INDEX", "exitCodes": {"operator": "IN", "values": [5]}}],
             }})
         },
-        failures: Failures { code: 5, attempts: 0, indexes: &[0] },
+        failures: Failures { disruption: None, code: 5, attempts: 0, indexes: &[0] },
         expected: Expected {
             phase: "FAILED",
             reason: "MaxFailedIndexesExceeded",
@@ -222,8 +260,14 @@ fn local_command(f: &Failures) -> Value {
 fn emulator_env(f: &Failures) -> Value {
     let mut env = vec![json!({"name": "EMULATOR_FAIL_EXIT_CODE", "value": f.code.to_string()})];
     let attempts = if f.attempts == ALWAYS { 1000 } else { f.attempts };
+    // 137 is the OOM killer's: the kubelet reports it as `OOMKilled`.
+    let failing = match (f.disruption, f.code) {
+        (Some(variable), _) => variable,
+        (None, 137) => "EMULATOR_OOM_ATTEMPTS",
+        (None, _) => "EMULATOR_FAIL_ATTEMPTS",
+    };
     if attempts > 0 {
-        env.push(json!({"name": "EMULATOR_FAIL_ATTEMPTS", "value": attempts.to_string()}));
+        env.push(json!({"name": failing, "value": attempts.to_string()}));
     }
     if !f.indexes.is_empty() {
         let list: Vec<String> = f.indexes.iter().map(i32::to_string).collect();
@@ -256,11 +300,12 @@ fn check(row: &Row, job: &Value, runs: u64) {
 async fn the_table_on_the_local_executor() {
     let server = Server::start(&[]).await;
     let mut ids = Vec::new();
-    for row in ROWS {
+    let rows: Vec<&Row> = ROWS.iter().filter(|row| row.failures.disruption.is_none()).collect();
+    for row in &rows {
         let input = with((row.input)(), json!({"command": local_command(&row.failures)}));
         ids.push(server.submit(input).await);
     }
-    for (row, id) in ROWS.iter().zip(&ids) {
+    for (row, id) in rows.into_iter().zip(&ids) {
         server.wait_terminal(id).await;
         let job = server.job_with(id, FIELDS).await;
         let runs = job["logs"]
@@ -275,7 +320,7 @@ async fn the_table_on_the_local_executor() {
 
 #[tokio::test]
 async fn the_table_on_the_emulator() {
-    let Some(cluster) = Cluster::emulated("it scripts pods through EMULATOR_FAIL_EXIT_CODE, EMULATOR_FAIL_ATTEMPTS, EMULATOR_FAIL_INDEXES").await else {
+    let Some(cluster) = Cluster::emulated("it scripts pods through EMULATOR_FAIL_*, EMULATOR_OOM_ATTEMPTS, EMULATOR_EVICT_ATTEMPTS, EMULATOR_PREEMPT_ATTEMPTS").await else {
         return;
     };
     let server = cluster.jobgate(&[]).await;
