@@ -56,7 +56,12 @@ const ROWS: &[Row] = &[
     Row {
         name: "no policy: every failure counts",
         input: || json!({"backoffLimit": 2}),
-        failures: Failures { disruption: None, code: 3, attempts: ALWAYS, indexes: &[] },
+        failures: Failures {
+            disruption: None,
+            code: 3,
+            attempts: ALWAYS,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "FAILED",
             reason: "BackoffLimitExceeded",
@@ -69,7 +74,12 @@ const ROWS: &[Row] = &[
     Row {
         name: "FAIL_JOB on the exit code fails at the first failure",
         input: || json!({"backoffLimit": 5, "retryPolicy": {"rules": [fail_job_on(&[3])]}}),
-        failures: Failures { disruption: None, code: 3, attempts: ALWAYS, indexes: &[] },
+        failures: Failures {
+            disruption: None,
+            code: 3,
+            attempts: ALWAYS,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "FAILED",
             reason: "PodFailurePolicy",
@@ -86,7 +96,12 @@ const ROWS: &[Row] = &[
                 {"action": "IGNORE", "exitCodes": {"operator": "IN", "values": [42]}},
             ]}})
         },
-        failures: Failures { disruption: None, code: 42, attempts: 2, indexes: &[] },
+        failures: Failures {
+            disruption: None,
+            code: 42,
+            attempts: 2,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "SUCCEEDED",
             reason: "CompletionsReached",
@@ -104,7 +119,12 @@ const ROWS: &[Row] = &[
                 {"action": "FAIL_JOB", "exitCodes": {"operator": "NOT_IN", "values": [1]}},
             ]}})
         },
-        failures: Failures { disruption: None, code: 7, attempts: ALWAYS, indexes: &[] },
+        failures: Failures {
+            disruption: None,
+            code: 7,
+            attempts: ALWAYS,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "FAILED",
             reason: "PodFailurePolicy",
@@ -122,7 +142,12 @@ const ROWS: &[Row] = &[
                 {"action": "COUNT", "exitCodes": {"operator": "IN", "values": [1]}},
             ]}})
         },
-        failures: Failures { disruption: None, code: 1, attempts: ALWAYS, indexes: &[] },
+        failures: Failures {
+            disruption: None,
+            code: 1,
+            attempts: ALWAYS,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "FAILED",
             reason: "BackoffLimitExceeded",
@@ -139,7 +164,12 @@ const ROWS: &[Row] = &[
                 {"action": "FAIL_JOB", "causes": ["OOM_KILLED"]},
             ]}})
         },
-        failures: Failures { disruption: None, code: 137, attempts: ALWAYS, indexes: &[] },
+        failures: Failures {
+            disruption: None,
+            code: 137,
+            attempts: ALWAYS,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "FAILED",
             reason: "PodFailurePolicy",
@@ -156,7 +186,12 @@ const ROWS: &[Row] = &[
                 {"action": "IGNORE", "causes": ["OOM_KILLED"]},
             ]}})
         },
-        failures: Failures { disruption: None, code: 137, attempts: 1, indexes: &[] },
+        failures: Failures {
+            disruption: None,
+            code: 137,
+            attempts: 1,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "SUCCEEDED",
             reason: "CompletionsReached",
@@ -173,7 +208,12 @@ const ROWS: &[Row] = &[
                 {"action": "IGNORE", "causes": ["EVICTED"]},
             ]}})
         },
-        failures: Failures { disruption: Some("EMULATOR_EVICT_ATTEMPTS"), code: 137, attempts: 1, indexes: &[] },
+        failures: Failures {
+            disruption: Some("EMULATOR_EVICT_ATTEMPTS"),
+            code: 137,
+            attempts: 1,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "SUCCEEDED",
             reason: "CompletionsReached",
@@ -191,7 +231,12 @@ const ROWS: &[Row] = &[
                 {"action": "FAIL_JOB", "causes": ["PREEMPTED"]},
             ]}})
         },
-        failures: Failures { disruption: Some("EMULATOR_PREEMPT_ATTEMPTS"), code: 143, attempts: ALWAYS, indexes: &[] },
+        failures: Failures {
+            disruption: Some("EMULATOR_PREEMPT_ATTEMPTS"),
+            code: 143,
+            attempts: ALWAYS,
+            indexes: &[],
+        },
         expected: Expected {
             phase: "FAILED",
             reason: "PodFailurePolicy",
@@ -204,7 +249,12 @@ const ROWS: &[Row] = &[
     Row {
         name: "backoffLimitPerIndex: one index fails, the others succeed",
         input: || json!({"completions": 3, "retryPolicy": {"backoffLimitPerIndex": 1}}),
-        failures: Failures { disruption: None, code: 3, attempts: 0, indexes: &[1] },
+        failures: Failures {
+            disruption: None,
+            code: 3,
+            attempts: 0,
+            indexes: &[1],
+        },
         expected: Expected {
             phase: "FAILED",
             reason: "FailedIndexes",
@@ -223,7 +273,12 @@ const ROWS: &[Row] = &[
                 "rules": [{"action": "FAIL_INDEX", "exitCodes": {"operator": "IN", "values": [5]}}],
             }})
         },
-        failures: Failures { disruption: None, code: 5, attempts: 0, indexes: &[0] },
+        failures: Failures {
+            disruption: None,
+            code: 5,
+            attempts: 0,
+            indexes: &[0],
+        },
         expected: Expected {
             phase: "FAILED",
             reason: "MaxFailedIndexesExceeded",
@@ -247,7 +302,11 @@ fn local_command(f: &Failures) -> Value {
         format!("exit {}", f.code)
     };
     let indexes: Vec<String> = f.indexes.iter().map(i32::to_string).collect();
-    let attempts = if f.attempts == ALWAYS { i64::MAX } else { i64::from(f.attempts) };
+    let attempts = if f.attempts == ALWAYS {
+        i64::MAX
+    } else {
+        i64::from(f.attempts)
+    };
     let script = format!(
         "i=$JOB_COMPLETION_INDEX; n=$(( $(cat \"$HOME/runs-$i\" 2>/dev/null || echo 0) + 1 )); echo $n > \"$HOME/runs-$i\"; \
          echo \"run $i.$n\"; case ' {} ' in *\" $i \"*) {fail};; esac; if [ $n -le {attempts} ]; then {fail}; fi; exit 0",
@@ -277,7 +336,10 @@ fn emulator_env(f: &Failures) -> Value {
 }
 
 fn with(mut input: Value, extra: Value) -> Value {
-    input.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    input
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     input
 }
 
@@ -286,11 +348,18 @@ fn check(row: &Row, job: &Value, runs: u64) {
     let e = &row.expected;
     let name = row.name;
     assert_eq!(job["phase"], e.phase, "{name}: {job}");
-    let condition = if e.phase == "SUCCEEDED" { "Complete" } else { "Failed" };
+    let condition = if e.phase == "SUCCEEDED" {
+        "Complete"
+    } else {
+        "Failed"
+    };
     let c = common::condition(job, condition).unwrap_or_else(|| panic!("{name}: no {condition}: {job}"));
     assert_eq!(c["reason"], e.reason, "{name}: {job}");
     let message = c["message"].as_str().unwrap_or_default().to_lowercase();
-    assert!(message.contains(&e.message.to_lowercase()) || e.phase == "SUCCEEDED", "{name}: {message}");
+    assert!(
+        message.contains(&e.message.to_lowercase()) || e.phase == "SUCCEEDED",
+        "{name}: {message}"
+    );
     assert_eq!(job["progress"]["failed"], e.failed, "{name}: {job}");
     assert_eq!(job["progress"]["succeeded"], e.succeeded, "{name}: {job}");
     assert_eq!(runs, e.runs, "{name}: runs");
@@ -300,7 +369,10 @@ fn check(row: &Row, job: &Value, runs: u64) {
 async fn the_table_on_the_local_executor() {
     let server = Server::start(&[]).await;
     let mut ids = Vec::new();
-    let rows: Vec<&Row> = ROWS.iter().filter(|row| row.failures.disruption.is_none()).collect();
+    let rows: Vec<&Row> = ROWS
+        .iter()
+        .filter(|row| row.failures.disruption.is_none())
+        .collect();
     for row in &rows {
         let input = with((row.input)(), json!({"command": local_command(&row.failures)}));
         ids.push(server.submit(input).await);
@@ -350,7 +422,10 @@ async fn refusal(server: &Server, input: Value) -> (String, String) {
     let error = &body["errors"][0];
     assert_eq!(error["extensions"]["code"], "BAD_USER_INPUT", "{body}");
     (
-        error["extensions"]["field"].as_str().unwrap_or_default().to_owned(),
+        error["extensions"]["field"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
         error["message"].as_str().unwrap_or_default().to_owned(),
     )
 }
@@ -366,17 +441,41 @@ async fn bad_policies_are_refused_naming_the_input_path() {
             "input.retryPolicy.rules",
             "at most 20",
         ),
-        (json!({"rules": [rule(json!([3, 0]))]}), "input.retryPolicy.rules[0].exitCodes.values[1]", "IN"),
-        (json!({"rules": [rule(json!([256]))]}), "input.retryPolicy.rules[0].exitCodes.values[0]", "0 to 255"),
-        (json!({"rules": [rule(json!([4, 4]))]}), "input.retryPolicy.rules[0].exitCodes.values[1]", "twice"),
-        (json!({"rules": [rule(json!(many_codes))]}), "input.retryPolicy.rules[0].exitCodes.values", "at most 255"),
-        (json!({"rules": [rule(json!([]))]}), "input.retryPolicy.rules[0].exitCodes.values", "at least one"),
+        (
+            json!({"rules": [rule(json!([3, 0]))]}),
+            "input.retryPolicy.rules[0].exitCodes.values[1]",
+            "IN",
+        ),
+        (
+            json!({"rules": [rule(json!([256]))]}),
+            "input.retryPolicy.rules[0].exitCodes.values[0]",
+            "0 to 255",
+        ),
+        (
+            json!({"rules": [rule(json!([4, 4]))]}),
+            "input.retryPolicy.rules[0].exitCodes.values[1]",
+            "twice",
+        ),
+        (
+            json!({"rules": [rule(json!(many_codes))]}),
+            "input.retryPolicy.rules[0].exitCodes.values",
+            "at most 255",
+        ),
+        (
+            json!({"rules": [rule(json!([]))]}),
+            "input.retryPolicy.rules[0].exitCodes.values",
+            "at least one",
+        ),
         (
             json!({"rules": [{"action": "COUNT", "exitCodes": {"operator": "IN", "values": [1], "containerName": "sidecar"}}]}),
             "input.retryPolicy.rules[0].exitCodes.containerName",
             "job",
         ),
-        (json!({"rules": [{"action": "IGNORE"}]}), "input.retryPolicy.rules[0]", "exactly one"),
+        (
+            json!({"rules": [{"action": "IGNORE"}]}),
+            "input.retryPolicy.rules[0]",
+            "exactly one",
+        ),
         (
             json!({"rules": [{"action": "IGNORE", "causes": ["DEADLINE_EXCEEDED"]}]}),
             "input.retryPolicy.rules[0].causes[0]",
@@ -392,9 +491,21 @@ async fn bad_policies_are_refused_naming_the_input_path() {
             "input.retryPolicy.rules[0].action",
             "backoffLimitPerIndex",
         ),
-        (json!({"backoffLimitPerIndex": 1}), "input.retryPolicy.backoffLimitPerIndex", "completions"),
-        (json!({"maxFailedIndexes": 1}), "input.retryPolicy.maxFailedIndexes", "backoffLimitPerIndex"),
-        (json!({"backoff": {"factor": 0.5}}), "input.retryPolicy.backoff.factor", "1 to 10"),
+        (
+            json!({"backoffLimitPerIndex": 1}),
+            "input.retryPolicy.backoffLimitPerIndex",
+            "completions",
+        ),
+        (
+            json!({"maxFailedIndexes": 1}),
+            "input.retryPolicy.maxFailedIndexes",
+            "backoffLimitPerIndex",
+        ),
+        (
+            json!({"backoff": {"factor": 0.5}}),
+            "input.retryPolicy.backoff.factor",
+            "1 to 10",
+        ),
         (
             json!({"backoff": {"initialSeconds": 30, "maxSeconds": 5}}),
             "input.retryPolicy.backoff.maxSeconds",
@@ -438,7 +549,8 @@ async fn the_policy_is_stored_and_read_back_after_a_restart() {
         "backoffLimitPerIndex": 2,
         "maxFailedIndexes": 1,
     });
-    let input = json!({"command": ["true"], "completions": 2, "retryPolicy": policy, "idempotencyKey": "retry-1"});
+    let input =
+        json!({"command": ["true"], "completions": 2, "retryPolicy": policy, "idempotencyKey": "retry-1"});
     let id = server.submit(input.clone()).await;
     server.wait_terminal(&id).await;
     const SPEC: &str = "spec { backoffLimit retryPolicy { rules { action exitCodes { operator values containerName } causes } \
@@ -459,16 +571,26 @@ async fn the_policy_is_stored_and_read_back_after_a_restart() {
     assert_eq!(server.job_with(&id, SPEC).await["spec"], expected);
     server.stop().await;
     let server = server.start_again(&[]).await;
-    assert_eq!(server.job_with(&id, SPEC).await["spec"], expected, "read back after a restart");
+    assert_eq!(
+        server.job_with(&id, SPEC).await["spec"],
+        expected,
+        "read back after a restart"
+    );
     // The policy is part of what an idempotency key stands for.
     let same = server.submit_answer(input.clone()).await;
     assert_eq!(same["data"]["submitJob"]["job"]["id"], id.as_str(), "{same}");
     let mut changed = input;
     changed["retryPolicy"]["maxFailedIndexes"] = json!(0);
     let conflict = server.submit_answer(changed).await;
-    assert_eq!(conflict["errors"][0]["extensions"]["field"], "input.idempotencyKey", "{conflict}");
+    assert_eq!(
+        conflict["errors"][0]["extensions"]["field"], "input.idempotencyKey",
+        "{conflict}"
+    );
     assert!(
-        conflict["errors"][0]["message"].as_str().unwrap().contains("different job input"),
+        conflict["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("different job input"),
         "{conflict}"
     );
 }
@@ -477,9 +599,16 @@ async fn the_policy_is_stored_and_read_back_after_a_restart() {
 async fn on_kubernetes_the_job_carries_the_policy_and_refuses_a_back_off() {
     let cluster = Cluster::start().await;
     let server = cluster.jobgate(&[]).await;
-    let (field, message) = refusal(&server, json!({"retryPolicy": {"backoff": {"initialSeconds": 1}}})).await;
+    let (field, message) = refusal(
+        &server,
+        json!({"retryPolicy": {"backoff": {"initialSeconds": 1}}}),
+    )
+    .await;
     assert_eq!(field, "input.retryPolicy.backoff", "{message}");
-    assert!(message.contains("Job controller's back-off is fixed"), "{message}");
+    assert!(
+        message.contains("Job controller's back-off is fixed"),
+        "{message}"
+    );
 
     let id = server
         .submit(json!({

@@ -37,16 +37,16 @@ pub use phase::{
     WorkloadStatus, clip,
 };
 pub use retry::{
-    DISRUPTION_TARGET, ExitCodeMatch, ExitCodeOperator, FailedRun, MAX_EXIT_CODE_VALUES, MAX_RETRY_RULES, OOM_EXIT_CODE,
-    RetryAction, RetryBackoff, RetryBackoffRequest, RetryContext, RetryPolicy, RetryPolicyRequest, RetryRule,
-    RetryRuleRequest, RuleDecision, RuleMatch,
+    DISRUPTION_TARGET, ExitCodeMatch, ExitCodeOperator, FailedRun, MAX_EXIT_CODE_VALUES, MAX_RETRY_RULES,
+    OOM_EXIT_CODE, RetryAction, RetryBackoff, RetryBackoffRequest, RetryContext, RetryPolicy,
+    RetryPolicyRequest, RetryRule, RetryRuleRequest, RuleDecision, RuleMatch,
 };
 pub use scope::Scope;
 pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
 pub use validation::{
-    JOB_CONTAINER, KueueLimits, MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError, ValidationLimits,
-    is_namespace_name, is_queue_name,
+    JOB_CONTAINER, KueueLimits, MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError,
+    ValidationLimits, is_namespace_name, is_queue_name,
 };
 
 #[cfg(test)]

@@ -246,7 +246,10 @@ impl RetryPolicyRequest {
         })
     }
 
-    fn per_index_limits(&self, context: &RetryContext<'_>) -> Result<(Option<i32>, Option<i32>), ValidationError> {
+    fn per_index_limits(
+        &self,
+        context: &RetryContext<'_>,
+    ) -> Result<(Option<i32>, Option<i32>), ValidationError> {
         let per_index = self.backoff_limit_per_index;
         if let Some(limit) = per_index {
             let at = "input.retryPolicy.backoffLimitPerIndex";
@@ -285,7 +288,11 @@ impl RetryPolicyRequest {
     }
 }
 
-fn validate_rule(rule: &RetryRuleRequest, at: &str, context: &RetryContext<'_>) -> Result<RetryRule, ValidationError> {
+fn validate_rule(
+    rule: &RetryRuleRequest,
+    at: &str,
+    context: &RetryContext<'_>,
+) -> Result<RetryRule, ValidationError> {
     let matches = match (&rule.exit_codes, &rule.causes) {
         (Some(_), Some(_)) | (None, None) => {
             return Err(invalid(
@@ -293,7 +300,9 @@ fn validate_rule(rule: &RetryRuleRequest, at: &str, context: &RetryContext<'_>) 
                 "a rule matches exitCodes or causes, exactly one of them (as a podFailurePolicy rule matches exit codes or pod conditions)",
             ));
         }
-        (Some(codes), None) => RuleMatch::ExitCodes(validate_exit_codes(codes, &format!("{at}.exitCodes"), context)?),
+        (Some(codes), None) => {
+            RuleMatch::ExitCodes(validate_exit_codes(codes, &format!("{at}.exitCodes"), context)?)
+        }
         (None, Some(causes)) => RuleMatch::Causes(validate_causes(causes, &format!("{at}.causes"))?),
     };
     Ok(RetryRule {
@@ -302,14 +311,21 @@ fn validate_rule(rule: &RetryRuleRequest, at: &str, context: &RetryContext<'_>) 
     })
 }
 
-fn validate_exit_codes(codes: &ExitCodeMatch, at: &str, context: &RetryContext<'_>) -> Result<ExitCodeMatch, ValidationError> {
+fn validate_exit_codes(
+    codes: &ExitCodeMatch,
+    at: &str,
+    context: &RetryContext<'_>,
+) -> Result<ExitCodeMatch, ValidationError> {
     if let Some(name) = &codes.container_name {
         let field = format!("{at}.containerName");
         match context.containers {
             Some(known) if !known.contains(&name.as_str()) => {
                 return Err(invalid(
                     field,
-                    format!("{name:?} is not a container of the job's pods; they have {}", known.join(", ")),
+                    format!(
+                        "{name:?} is not a container of the job's pods; they have {}",
+                        known.join(", ")
+                    ),
                 ));
             }
             None if !super::validation::is_namespace_name(name) => {
@@ -325,7 +341,10 @@ fn validate_exit_codes(codes: &ExitCodeMatch, at: &str, context: &RetryContext<'
     if codes.values.len() > MAX_EXIT_CODE_VALUES {
         return Err(invalid(
             values_at,
-            format!("must list at most {MAX_EXIT_CODE_VALUES} exit codes, got {}", codes.values.len()),
+            format!(
+                "must list at most {MAX_EXIT_CODE_VALUES} exit codes, got {}",
+                codes.values.len()
+            ),
         ));
     }
     for (i, &v) in codes.values.iter().enumerate() {
@@ -387,7 +406,10 @@ fn validate_causes(causes: &[FailureCause], at: &str) -> Result<Vec<FailureCause
     Ok(causes.to_vec())
 }
 
-fn validate_backoff(b: &RetryBackoffRequest, context: &RetryContext<'_>) -> Result<RetryBackoff, ValidationError> {
+fn validate_backoff(
+    b: &RetryBackoffRequest,
+    context: &RetryContext<'_>,
+) -> Result<RetryBackoff, ValidationError> {
     const AT: &str = "input.retryPolicy.backoff";
     if let Some(why) = context.fixed_backoff {
         return Err(invalid(AT, why));
@@ -396,9 +418,18 @@ fn validate_backoff(b: &RetryBackoffRequest, context: &RetryContext<'_>) -> Resu
     let check = |name: &str, value: Option<f64>, default: f64, min: f64, max: f64| match value {
         None => Ok(default),
         Some(v) if v.is_finite() && (min..=max).contains(&v) => Ok(v),
-        Some(v) => Err(invalid(format!("{AT}.{name}"), format!("must be {min} to {max}, got {v}"))),
+        Some(v) => Err(invalid(
+            format!("{AT}.{name}"),
+            format!("must be {min} to {max}, got {v}"),
+        )),
     };
-    let initial_seconds = check("initialSeconds", b.initial_seconds, defaults.initial_seconds, 0.0, MAX_BACKOFF_SECONDS)?;
+    let initial_seconds = check(
+        "initialSeconds",
+        b.initial_seconds,
+        defaults.initial_seconds,
+        0.0,
+        MAX_BACKOFF_SECONDS,
+    )?;
     let max_default = defaults.max_seconds.max(initial_seconds);
     let max_seconds = check("maxSeconds", b.max_seconds, max_default, 0.0, MAX_BACKOFF_SECONDS)?;
     if max_seconds < initial_seconds {
@@ -483,7 +514,9 @@ impl RetryPolicy {
 fn matching_exit<'a>(codes: &ExitCodeMatch, run: &FailedRun<'a>) -> Option<(&'a str, i32)> {
     run.exit_codes
         .iter()
-        .filter(|(container, code)| *code != 0 && codes.container_name.as_deref().is_none_or(|n| n == *container))
+        .filter(|(container, code)| {
+            *code != 0 && codes.container_name.as_deref().is_none_or(|n| n == *container)
+        })
         .find(|(_, code)| match codes.operator {
             ExitCodeOperator::In => codes.values.contains(code),
             ExitCodeOperator::NotIn => !codes.values.contains(code),

@@ -52,7 +52,11 @@ fn the_first_matching_rule_decides() {
     let d = decide(42).unwrap();
     assert_eq!((d.rule, d.action), (0, RetryAction::Ignore));
     let d = decide(137).unwrap();
-    assert_eq!((d.rule, d.action), (1, RetryAction::FailJob), "NOT_IN [1, 42] comes first");
+    assert_eq!(
+        (d.rule, d.action),
+        (1, RetryAction::FailJob),
+        "NOT_IN [1, 42] comes first"
+    );
     assert_eq!(
         d.message,
         "Container job for run 1 (index 0) failed with exit code 137 matching FailJob rule at index 1"
@@ -62,7 +66,11 @@ fn the_first_matching_rule_decides() {
         exit_codes: &[],
         disrupted: false,
     };
-    assert_eq!(p.decide(&none, "x"), None, "a run that never exited matches no exit code");
+    assert_eq!(
+        p.decide(&none, "x"),
+        None,
+        "a run that never exited matches no exit code"
+    );
 }
 
 #[test]
@@ -95,29 +103,50 @@ fn causes_compile_to_what_pod_failure_policy_can_express() {
         disrupted: true,
     };
     let d = p.decide(&evicted, "pod ns/p").unwrap();
-    assert_eq!(d.message, "Pod ns/p has condition DisruptionTarget matching Ignore rule at index 0");
+    assert_eq!(
+        d.message,
+        "Pod ns/p has condition DisruptionTarget matching Ignore rule at index 0"
+    );
 }
 
 #[test]
 fn bounds_name_the_input_path() {
     let field = |p: RetryPolicyRequest| p.validate(&context()).unwrap_err().field;
-    let many = (0..21).map(|_| exit_rule(RetryAction::Count, ExitCodeOperator::In, &[1])).collect();
+    let many = (0..21)
+        .map(|_| exit_rule(RetryAction::Count, ExitCodeOperator::In, &[1]))
+        .collect();
     assert_eq!(field(policy(many)), "input.retryPolicy.rules");
     assert_eq!(
-        field(policy(vec![exit_rule(RetryAction::Count, ExitCodeOperator::In, &[1, 0])])),
+        field(policy(vec![exit_rule(
+            RetryAction::Count,
+            ExitCodeOperator::In,
+            &[1, 0]
+        )])),
         "input.retryPolicy.rules[0].exitCodes.values[1]"
     );
     assert_eq!(
-        field(policy(vec![exit_rule(RetryAction::Count, ExitCodeOperator::NotIn, &[256])])),
+        field(policy(vec![exit_rule(
+            RetryAction::Count,
+            ExitCodeOperator::NotIn,
+            &[256]
+        )])),
         "input.retryPolicy.rules[0].exitCodes.values[0]"
     );
     let codes: Vec<i32> = (1..=255).chain([0]).collect();
     assert_eq!(
-        field(policy(vec![exit_rule(RetryAction::Count, ExitCodeOperator::NotIn, &codes)])),
+        field(policy(vec![exit_rule(
+            RetryAction::Count,
+            ExitCodeOperator::NotIn,
+            &codes
+        )])),
         "input.retryPolicy.rules[0].exitCodes.values"
     );
     assert_eq!(
-        field(policy(vec![exit_rule(RetryAction::FailIndex, ExitCodeOperator::In, &[1])])),
+        field(policy(vec![exit_rule(
+            RetryAction::FailIndex,
+            ExitCodeOperator::In,
+            &[1]
+        )])),
         "input.retryPolicy.rules[0].action"
     );
     let both = RetryRuleRequest {
@@ -130,7 +159,10 @@ fn bounds_name_the_input_path() {
         exit_codes: None,
         causes: Some(vec![FailureCause::DeadlineExceeded]),
     };
-    assert_eq!(field(policy(vec![deadline])), "input.retryPolicy.rules[0].causes[0]");
+    assert_eq!(
+        field(policy(vec![deadline])),
+        "input.retryPolicy.rules[0].causes[0]"
+    );
     let limits = RetryPolicyRequest {
         max_failed_indexes: Some(1),
         ..Default::default()

@@ -243,7 +243,13 @@ impl SubmitRequest {
         let backoff_limit = match self.backoff_limit {
             // As the Job controller: with limits per index, the job's own is unbounded unless
             // given.
-            None if self.retry_policy.as_ref().is_some_and(|p| p.backoff_limit_per_index.is_some()) => i32::MAX,
+            None if self
+                .retry_policy
+                .as_ref()
+                .is_some_and(|p| p.backoff_limit_per_index.is_some()) =>
+            {
+                i32::MAX
+            }
             None => 6,
             Some(v) if v < 0 => {
                 return Err(invalid(

@@ -528,14 +528,16 @@ impl WorkloadTemplate {
         if self.takes_retry_policy {
             return None;
         }
-        Some(if (self.api_version.as_str(), self.kind.as_str()) == ("batch/v1", "Job") {
-            "it does not set takesRetryPolicy".to_owned()
-        } else {
-            format!(
-                "it creates a {} ({}), which has no podFailurePolicy or per-index back-off (only batch/v1 Jobs do); submit with the container template to use retry rules",
-                self.kind, self.api_version
-            )
-        })
+        Some(
+            if (self.api_version.as_str(), self.kind.as_str()) == ("batch/v1", "Job") {
+                "it does not set takesRetryPolicy".to_owned()
+            } else {
+                format!(
+                    "it creates a {} ({}), which has no podFailurePolicy or per-index back-off (only batch/v1 Jobs do); submit with the container template to use retry rules",
+                    self.kind, self.api_version
+                )
+            },
+        )
     }
 
     /// Where the template's kind says it is suspended, when Kueue can queue it; otherwise

@@ -31,7 +31,10 @@ const MAX_FAILED_INDEXES: (&str, &str) = (
     "MaxFailedIndexesExceeded",
     "Job has exceeded the specified maximal number of failed indexes",
 );
-const BACKOFF_LIMIT: (&str, &str) = ("BackoffLimitExceeded", "Job has reached the specified backoff limit");
+const BACKOFF_LIMIT: (&str, &str) = (
+    "BackoffLimitExceeded",
+    "Job has reached the specified backoff limit",
+);
 
 /// The counts retry decisions need, kept across restarts in the runner's state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,7 +64,12 @@ impl RetryBook {
     /// Counts one failed run in `failed` (the job's counted failures, `status.failed`) and
     /// decides what follows, in the Job controller's order: a `FAIL_JOB` rule, then
     /// `backoffLimit`, then the index's own limit and `maxFailedIndexes`.
-    pub(super) fn after_failure(&mut self, spec: &JobSpec, failed: &mut i32, run: &RunFailure<'_>) -> Verdict {
+    pub(super) fn after_failure(
+        &mut self,
+        spec: &JobSpec,
+        failed: &mut i32,
+        run: &RunFailure<'_>,
+    ) -> Verdict {
         self.failures = self.failures.saturating_add(1);
         let codes = run.exit_code.map(|c| [(JOB_CONTAINER, c)]);
         let decision = spec.retry_policy.as_ref().and_then(|policy| {
@@ -119,7 +127,13 @@ impl RetryBook {
 
     /// The back-off before the next run: the policy's, else the executor's default
     /// (`default_delay`, doubling per counted failure up to `default_cap`).
-    pub(super) fn delay(&self, spec: &JobSpec, failed: i32, default_delay: Duration, default_cap: Duration) -> Duration {
+    pub(super) fn delay(
+        &self,
+        spec: &JobSpec,
+        failed: i32,
+        default_delay: Duration,
+        default_cap: Duration,
+    ) -> Duration {
         if let Some(backoff) = spec.retry_policy.as_ref().and_then(|p| p.backoff.as_ref()) {
             let seconds = backoff.delay_seconds(self.failures, random_fraction());
             return Duration::try_from_secs_f64(seconds).unwrap_or(Duration::ZERO);
@@ -184,9 +198,13 @@ mod tests {
             Some(0),
         );
         let (mut book, mut failed) = (RetryBook::default(), 0);
-        assert_eq!(book.after_failure(&spec, &mut failed, &failure(0, 42)), Verdict::Retry);
+        assert_eq!(
+            book.after_failure(&spec, &mut failed, &failure(0, 42)),
+            Verdict::Retry
+        );
         assert_eq!(failed, 0);
-        let Verdict::FailJob { reason, message } = book.after_failure(&spec, &mut failed, &failure(0, 3)) else {
+        let Verdict::FailJob { reason, message } = book.after_failure(&spec, &mut failed, &failure(0, 3))
+        else {
             panic!("FAIL_JOB")
         };
         assert_eq!((reason, failed), ("PodFailurePolicy", 1));
@@ -210,10 +228,20 @@ mod tests {
             4,
             None,
         );
-        assert_eq!(spec.backoff_limit, i32::MAX, "unbounded, as the Job controller's default");
+        assert_eq!(
+            spec.backoff_limit,
+            i32::MAX,
+            "unbounded, as the Job controller's default"
+        );
         let (mut book, mut failed) = (RetryBook::default(), 0);
-        assert_eq!(book.after_failure(&spec, &mut failed, &failure(1, 1)), Verdict::Retry);
-        assert_eq!(book.after_failure(&spec, &mut failed, &failure(1, 1)), Verdict::IndexFailed);
+        assert_eq!(
+            book.after_failure(&spec, &mut failed, &failure(1, 1)),
+            Verdict::Retry
+        );
+        assert_eq!(
+            book.after_failure(&spec, &mut failed, &failure(1, 1)),
+            Verdict::IndexFailed
+        );
         assert_eq!(
             book.after_failure(&spec, &mut failed, &failure(2, 5)),
             fail_job(MAX_FAILED_INDEXES),

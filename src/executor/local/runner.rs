@@ -26,9 +26,15 @@ use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
 
 /// How one run ended.
 enum RunOutcome {
-    Succeeded { result: Option<String> },
+    Succeeded {
+        result: Option<String>,
+    },
     /// `exit_code`: 128 + N for a run killed by signal N, as a container reports it.
-    Failed { why: String, attempt: i32, exit_code: Option<i32> },
+    Failed {
+        why: String,
+        attempt: i32,
+        exit_code: Option<i32>,
+    },
 }
 
 /// One job's runner: starts its runs, retries them and reports its status until the job
@@ -124,7 +130,10 @@ impl Runner {
         }
         // Runs that were in progress when jobgate stopped: their outcome is unknown, so like
         // a pod lost with its node they count as failed attempts.
-        let RunnerState { runs: leftovers, retries } = self.state();
+        let RunnerState {
+            runs: leftovers,
+            retries,
+        } = self.state();
         let mut book = retries;
         let interrupted = self.status.active.max(leftovers.len() as i32);
         if interrupted > 0 {
@@ -133,13 +142,18 @@ impl Runner {
             }
             let lost = leftovers.iter().map(|run| run.index).chain(std::iter::repeat(-1));
             for index in lost.take(interrupted as usize) {
-                if let Verdict::FailJob { reason, message } = book.after_lost_run(&spec, &mut self.status.failed, index) {
+                if let Verdict::FailJob { reason, message } =
+                    book.after_lost_run(&spec, &mut self.status.failed, index)
+                {
                     self.finish(false, reason, &message).await;
                     return Ok(());
                 }
             }
             self.status.active = 0;
-            self.set_state(&RunnerState { runs: Vec::new(), retries: book.clone() });
+            self.set_state(&RunnerState {
+                runs: Vec::new(),
+                retries: book.clone(),
+            });
             self.status.message = Some(format!(
                 "{interrupted} run(s) were in progress when jobgate stopped and count as failed (GatewayRestarted)"
             ));
@@ -181,7 +195,11 @@ impl Runner {
                         changed = true;
                         let attempt = self.status.failed + self.status.succeeded + 1;
                         let subject = format!("run {attempt} (index {index})");
-                        let failure = RunFailure { index, exit_code: None, subject: &subject };
+                        let failure = RunFailure {
+                            index,
+                            exit_code: None,
+                            subject: &subject,
+                        };
                         match book.after_failure(&spec, &mut self.status.failed, &failure) {
                             Verdict::FailJob { reason, message } => {
                                 return self.fail_all(&mut runs, &groups, reason, &message).await;
@@ -271,9 +289,13 @@ impl Runner {
 
     fn retry_delay(&self, book: &RetryBook) -> Duration {
         let config = &self.inner.config;
-        book.delay(&self.job.spec, self.status.failed, config.retry_delay, config.retry_delay_cap)
+        book.delay(
+            &self.job.spec,
+            self.status.failed,
+            config.retry_delay,
+            config.retry_delay_cap,
+        )
     }
-
 
     async fn fail_all(
         &mut self,

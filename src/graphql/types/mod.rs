@@ -35,8 +35,8 @@ pub use connections::{
 pub use inputs::{EnvVarInput, JobFilterInput, ResourceListInput, ResourcesInput, SubmitJobInput};
 pub use payloads::{CancelJobPayload, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload};
 pub use retry_policy::{
-    ExitCodeOperatorView, ExitCodesInput, ExitCodesView, FailureCauseView, RetryActionView, RetryBackoffInput,
-    RetryBackoffView, RetryPolicyInput, RetryPolicyView, RetryRuleInput, RetryRuleView,
+    ExitCodeOperatorView, ExitCodesInput, ExitCodesView, FailureCauseView, RetryActionView,
+    RetryBackoffInput, RetryBackoffView, RetryPolicyInput, RetryPolicyView, RetryRuleInput, RetryRuleView,
 };
 pub use stats::{ActivityBucketView, JobStats, PhaseCounts};
 pub use template_views::{TemplateFieldObject, TemplateFieldType, TemplateObject};
