@@ -39,7 +39,7 @@ pub use phase::{
 pub use retry::{
     DISRUPTION_TARGET, ExitCodeMatch, ExitCodeOperator, FailedRun, MAX_EXIT_CODE_VALUES, MAX_RETRY_RULES,
     OOM_EXIT_CODE, RetryAction, RetryBackoff, RetryBackoffRequest, RetryContext, RetryPolicy,
-    RetryPolicyRequest, RetryRule, RetryRuleRequest, RuleDecision, RuleMatch,
+    RetryPolicyError, RetryPolicyRequest, RetryRule, RetryRuleRequest, RuleDecision, RuleMatch,
 };
 pub use scope::Scope;
 pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};

@@ -13,7 +13,34 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::cause::FailureCause;
-use super::validation::{ValidationError, invalid};
+
+/// An invalid retry policy: the input path at fault (`input.retryPolicy.rules[0].action`) and
+/// why; validation hands it on as its own error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct RetryPolicyError {
+    pub field: String,
+    pub message: String,
+}
+
+type ValidationError = RetryPolicyError;
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> RetryPolicyError {
+    RetryPolicyError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// A container name: a DNS-1123 label.
+fn is_container_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
 
 /// The most rules a policy may have, as Kubernetes allows in `podFailurePolicy`.
 pub const MAX_RETRY_RULES: usize = 20;
@@ -328,7 +355,7 @@ fn validate_exit_codes(
                     ),
                 ));
             }
-            None if !super::validation::is_namespace_name(name) => {
+            None if !is_container_name(name) => {
                 return Err(invalid(field, "must be a container name (a DNS-1123 label)"));
             }
             _ => {}

@@ -80,7 +80,7 @@ pub struct ValidationError {
     pub message: String,
 }
 
-pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> ValidationError {
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ValidationError {
     ValidationError {
         field: field.into(),
         message: message.into(),
@@ -397,7 +397,10 @@ impl SubmitRequest {
             containers: inputs.is_none().then_some(containers),
             fixed_backoff: limits.fixed_backoff.as_deref(),
         };
-        request.validate(&context).map(Some)
+        request
+            .validate(&context)
+            .map(Some)
+            .map_err(|e| invalid(e.field, e.message))
     }
 
     /// The LocalQueue the job waits in: its own `queueName`, refused when Kueue is off or
