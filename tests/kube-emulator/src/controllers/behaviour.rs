@@ -18,7 +18,7 @@
 //! | `EMULATOR_LOG` | log lines, separated by newlines (a literal two-character `\n` also separates) | what `echo` would print for the container's command and args: the words joined by spaces, without a leading `echo` |
 //! | `EMULATOR_LOG_LINES` | N more log lines after those, `line 1` … `line N` (a big output without a big variable) | `0` |
 //! | `EMULATOR_TERMINATION_MESSAGE` | written to `terminated.message` at every exit; `{index}` and `{pod}` are replaced by the completion index and the pod name | none |
-//! | `EMULATOR_GATE` | gate name: the container keeps running (after its run time) until the test calls `Simulation::open_gate(name)`; a gate opened earlier lets it pass | none |
+//! | `EMULATOR_GATE` | gate name: the container keeps running (after its run time) until the test calls `Simulation::open_gate(name)`; a gate opened earlier lets it pass; `{index}` is replaced by the completion index (a gate per index) | none |
 //! | `EMULATOR_IMAGE_PULL_ERROR` | `1`/`true`: the pod stays Pending with `ErrImagePull` | off |
 //!
 //! When several of these apply to one run, preemption wins over eviction, eviction over the OOM
@@ -213,6 +213,12 @@ impl Behaviour {
         }
     }
 
+    /// The gate of completion index `index`: `EMULATOR_GATE` with `{index}` replaced.
+    pub fn gate_for(&self, index: Option<u64>) -> Option<String> {
+        let index = index.map(|i| i.to_string()).unwrap_or_default();
+        self.gate.as_ref().map(|g| g.replace("{index}", &index))
+    }
+
     /// The termination message with `{index}` and `{pod}` replaced.
     pub fn termination_message_for(&self, index: Option<u64>, pod: &str) -> Option<String> {
         let index = index.map(|i| i.to_string()).unwrap_or_default();
@@ -320,6 +326,9 @@ mod tests {
         assert_eq!(b.pending, Duration::from_millis(7));
         assert_eq!(b.log, ["a", "b", "c"]);
         assert_eq!(b.gate.as_deref(), Some("g"));
+        let per_index = Behaviour::from_container(&container(&[(GATE, "g-{index}")]), &SimConfig::default())
+            .expect("parse");
+        assert_eq!(per_index.gate_for(Some(3)).as_deref(), Some("g-3"));
         assert!(b.fails(Some(3), 9) && b.fails(Some(1), 9) && !b.fails(Some(2), 9));
         assert!(b.fails(None, 2) && !b.fails(None, 3));
         assert_eq!(b.exit_code_for(None, 1), 1);

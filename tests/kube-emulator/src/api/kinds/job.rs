@@ -8,6 +8,7 @@
 use serde_json::{Map, Value, json};
 
 use super::pod::{default_pod_spec, validate_pod_spec};
+use super::pod_failure_policy::{default_pod_failure_policy, validate_pod_failure_policy};
 use super::{labels_of, str_at};
 use crate::api::status::FieldErrors;
 
@@ -39,6 +40,7 @@ pub(super) fn prepare_job(job: &mut Value, errs: &mut FieldErrors) {
     if spec.get("suspend").is_none_or(Value::is_null) {
         spec["suspend"] = json!(false);
     }
+    default_pod_failure_policy(spec);
     if spec.get("podReplacementPolicy").is_none_or(Value::is_null) {
         let has_pfp = spec.get("podFailurePolicy").is_some_and(|v| !v.is_null());
         spec["podReplacementPolicy"] = json!(if has_pfp { "Failed" } else { "TerminatingOrFailed" });
@@ -94,6 +96,8 @@ pub(super) fn validate_job_spec(spec: &Value, errs: &mut FieldErrors) {
         "completions",
         "backoffLimit",
         "ttlSecondsAfterFinished",
+        "backoffLimitPerIndex",
+        "maxFailedIndexes",
     ] {
         if let Some(v) = spec.get(field).and_then(Value::as_i64)
             && v < 0
@@ -124,9 +128,8 @@ pub(super) fn validate_job_spec(spec: &Value, errs: &mut FieldErrors) {
         }
         _ => errs.not_supported("spec.completionMode", &mode, &["NonIndexed", "Indexed"]),
     }
-    if spec.get("backoffLimitPerIndex").is_some_and(|v| !v.is_null()) && mode.as_str() != Some("Indexed") {
-        errs.forbidden("spec.backoffLimitPerIndex", "requires indexed completion mode");
-    }
+    validate_per_index_limits(spec, mode.as_str() == Some("Indexed"), errs);
+    validate_pod_failure_policy(spec, errs);
     let template_spec = &spec["template"]["spec"];
     validate_pod_spec(template_spec, "spec.template.spec", errs);
     let policy = template_spec
@@ -157,6 +160,75 @@ pub(super) fn validate_job_spec(spec: &Value, errs: &mut FieldErrors) {
             &Value::Object(template_labels),
             "`selector` does not match template `labels`",
         );
+    }
+}
+
+/// Most failed indexes an Indexed Job may allow (`maxFailedIndexes`).
+const MAX_FAILED_INDEXES: i64 = 100_000;
+/// Above this many completions a Job with `backoffLimitPerIndex` must bound its failed indexes
+/// and its parallelism more tightly.
+const COMPLETIONS_SOFT_LIMIT: i64 = 100_000;
+const HIGH_COMPLETIONS_LIMIT: i64 = 10_000;
+
+/// `backoffLimitPerIndex` and `maxFailedIndexes`, with the causes of `pkg/apis/batch/validation`:
+/// both need Indexed completion; `maxFailedIndexes` needs `backoffLimitPerIndex`, at most
+/// `completions` and 100,000 (`FailIndex` is checked with the pod failure policy).
+fn validate_per_index_limits(spec: &Value, indexed: bool, errs: &mut FieldErrors) {
+    let int = |k: &str| spec.get(k).and_then(Value::as_i64);
+    let per_index = spec.get("backoffLimitPerIndex").filter(|v| !v.is_null());
+    let max_failed = spec.get("maxFailedIndexes").filter(|v| !v.is_null());
+    if max_failed.is_some() && per_index.is_none() {
+        errs.required("spec.backoffLimitPerIndex", "when maxFailedIndexes is specified");
+    }
+    if indexed {
+        if let (Some(max), Some(completions)) = (int("maxFailedIndexes"), int("completions"))
+            && max > completions
+        {
+            errs.invalid(
+                "spec.maxFailedIndexes",
+                &json!(max),
+                "must be less than or equal to completions",
+            );
+        }
+        if let Some(max) = int("maxFailedIndexes")
+            && max > MAX_FAILED_INDEXES
+        {
+            errs.invalid(
+                "spec.maxFailedIndexes",
+                &json!(max),
+                &format!("must be less than or equal to {MAX_FAILED_INDEXES}"),
+            );
+        }
+        if per_index.is_some() && int("completions").is_some_and(|c| c > COMPLETIONS_SOFT_LIMIT) {
+            let why = format!(
+                "must be less than or equal to {HIGH_COMPLETIONS_LIMIT} when completions are above \
+                 {COMPLETIONS_SOFT_LIMIT} and used with backoff limit per index"
+            );
+            match int("maxFailedIndexes") {
+                None => errs.required(
+                    "spec.maxFailedIndexes",
+                    &format!("must be specified when completions is above {COMPLETIONS_SOFT_LIMIT}"),
+                ),
+                Some(max) if max > HIGH_COMPLETIONS_LIMIT => {
+                    errs.invalid("spec.maxFailedIndexes", &json!(max), &why);
+                }
+                Some(_) => {}
+            }
+            if let Some(p) = int("parallelism")
+                && p > HIGH_COMPLETIONS_LIMIT
+            {
+                errs.invalid("spec.parallelism", &json!(p), &why);
+            }
+        }
+    } else {
+        for (field, value) in [
+            ("backoffLimitPerIndex", per_index),
+            ("maxFailedIndexes", max_failed),
+        ] {
+            if let Some(v) = value {
+                errs.invalid(&format!("spec.{field}"), v, "requires indexed completion mode");
+            }
+        }
     }
 }
 

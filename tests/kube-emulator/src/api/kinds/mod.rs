@@ -12,6 +12,7 @@
 //!   and the per-kind dispatch of create and update.
 //! - `pod`: pod spec defaulting and validation (pods and Job templates).
 //! - `job`: Job defaulting (selector, labels) and spec validation.
+//! - `pod_failure_policy`: a Job's `podFailurePolicy`/`podReplacementPolicy` defaults and validation.
 //! - `lease`: Lease field types, the feature-gated fields, validation.
 //! - `event`: the events.k8s.io/v1 ↔ core/v1 mapping and Event validation.
 //! - `crd`: CustomResourceDefinition validation, status, and the kind it serves.
@@ -22,6 +23,7 @@ mod event;
 mod job;
 mod lease;
 mod pod;
+mod pod_failure_policy;
 #[cfg(test)]
 mod tests;
 mod webhook_configuration;

@@ -119,6 +119,162 @@ fn job_validation_causes() {
 }
 
 #[test]
+fn per_index_limits_are_validated_like_the_api_server() {
+    let indexed = |extra: Value| {
+        let mut j = job();
+        j["spec"]["completionMode"] = json!("Indexed");
+        j["spec"]["completions"] = json!(4);
+        j["spec"]["parallelism"] = json!(2);
+        if let (Some(spec), Some(extra)) = (j["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        j
+    };
+    let cause = |mut j: Value| -> (String, String, String) {
+        let e = prepare_create(&rt("jobs.batch"), &mut j).expect_err("invalid");
+        assert_eq!(e.code, 422);
+        let c = &e.details["causes"][0];
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        (s(&c["field"]), s(&c["reason"]), s(&c["message"]))
+    };
+    let mut ok = indexed(json!({"backoffLimitPerIndex": 1, "maxFailedIndexes": 4,
+        "podFailurePolicy": {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}}]}}));
+    prepare_create(&rt("jobs.batch"), &mut ok).expect("valid");
+    assert_eq!(ok["spec"]["backoffLimit"], i64::from(i32::MAX));
+    assert_eq!(
+        cause(indexed(json!({"maxFailedIndexes": 1}))),
+        (
+            "spec.backoffLimitPerIndex".into(),
+            "FieldValueRequired".into(),
+            "Required value: when maxFailedIndexes is specified".into()
+        )
+    );
+    let (field, reason, message) = cause(indexed(json!({"backoffLimitPerIndex": 1, "maxFailedIndexes": 5})));
+    assert_eq!(
+        (field.as_str(), reason.as_str()),
+        ("spec.maxFailedIndexes", "FieldValueInvalid")
+    );
+    assert!(
+        message.ends_with("must be less than or equal to completions"),
+        "{message}"
+    );
+    let big =
+        indexed(json!({"completions": 200_000, "backoffLimitPerIndex": 1, "maxFailedIndexes": 150_000}));
+    let (field, _, message) = cause(big);
+    assert_eq!(field, "spec.maxFailedIndexes");
+    assert!(
+        message.ends_with("must be less than or equal to 100000"),
+        "{message}"
+    );
+    let (field, reason, message) = cause(indexed(json!({"backoffLimitPerIndex": -1})));
+    assert_eq!(
+        (field.as_str(), reason.as_str()),
+        ("spec.backoffLimitPerIndex", "FieldValueInvalid")
+    );
+    assert!(
+        message.ends_with("must be greater than or equal to 0"),
+        "{message}"
+    );
+    let (field, _, message) = cause(indexed(json!({
+        "podFailurePolicy": {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}}]}})));
+    assert_eq!(field, "spec.podFailurePolicy.rules[0].action");
+    assert!(
+        message.ends_with("requires the backoffLimitPerIndex to be set"),
+        "{message}"
+    );
+    let mut non_indexed = job();
+    non_indexed["spec"]["backoffLimitPerIndex"] = json!(1);
+    let (field, reason, message) = cause(non_indexed);
+    assert_eq!(
+        (field.as_str(), reason.as_str()),
+        ("spec.backoffLimitPerIndex", "FieldValueInvalid")
+    );
+    assert!(message.ends_with("requires indexed completion mode"), "{message}");
+}
+
+#[test]
+fn pod_failure_policies_are_defaulted_and_validated_like_the_api_server() {
+    let with_policy = |rules: Value, extra: Value| {
+        let mut j = job();
+        j["spec"]["podFailurePolicy"] = json!({"rules": rules});
+        if let (Some(spec), Some(extra)) = (j["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        j
+    };
+    let causes = |mut j: Value| -> Vec<(String, String)> {
+        let e = prepare_create(&rt("jobs.batch"), &mut j).expect_err("invalid");
+        assert_eq!(e.code, 422);
+        e.details["causes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+                (s(&c["field"]), s(&c["reason"]))
+            })
+            .collect()
+    };
+    let pair = |f: &str, r: &str| (f.to_owned(), r.to_owned());
+    let mut ok = with_policy(
+        json!([{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+               {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [1, 137]}}]),
+        json!({}),
+    );
+    prepare_create(&rt("jobs.batch"), &mut ok).expect("valid");
+    assert_eq!(
+        ok["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"][0]["status"],
+        "True"
+    );
+    assert_eq!(ok["spec"]["podReplacementPolicy"], "Failed");
+    let bad = with_policy(
+        json!([{"action": "FailJob", "onExitCodes": {"containerName": "other", "operator": "In", "values": [137, 0, 1, 1]}},
+               {"action": "Retry", "onExitCodes": {"operator": "Is", "values": [3]}},
+               {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "Maybe"}]}]),
+        json!({}),
+    );
+    assert_eq!(
+        causes(bad),
+        [
+            pair(
+                "spec.podFailurePolicy.rules[0].onExitCodes.containerName",
+                "FieldValueInvalid"
+            ),
+            pair(
+                "spec.podFailurePolicy.rules[0].onExitCodes.values[1]",
+                "FieldValueInvalid"
+            ),
+            pair(
+                "spec.podFailurePolicy.rules[0].onExitCodes.values[3]",
+                "FieldValueDuplicate"
+            ),
+            pair(
+                "spec.podFailurePolicy.rules[0].onExitCodes.values",
+                "FieldValueInvalid"
+            ),
+            pair("spec.podFailurePolicy.rules[1].action", "FieldValueNotSupported"),
+            pair(
+                "spec.podFailurePolicy.rules[1].onExitCodes.operator",
+                "FieldValueNotSupported"
+            ),
+            pair(
+                "spec.podFailurePolicy.rules[2].onPodConditions[0].status",
+                "FieldValueNotSupported"
+            ),
+        ]
+    );
+    let replacement = with_policy(
+        json!([{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [3]}}]),
+        json!({"podReplacementPolicy": "TerminatingOrFailed"}),
+    );
+    assert_eq!(
+        causes(replacement),
+        [pair("spec.podReplacementPolicy", "FieldValueNotSupported")]
+    );
+}
+
+#[test]
 fn job_update_immutability() {
     let mut j = job();
     prepare_create(&rt("jobs.batch"), &mut j).expect("valid");

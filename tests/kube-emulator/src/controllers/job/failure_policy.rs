@@ -1,7 +1,7 @@
 //! `spec.podFailurePolicy`: which rule a failed pod matches, and what that means for the Job
 //! (`FailJob` with the real message, `Ignore` = not counted, `Count` = counted as usual). Rules are
 //! read from the Job's JSON on each use; a rule that does not parse matches nothing.
-//! `FailIndex` needs `backoffLimitPerIndex`, which this emulator does not implement: it counts.
+//! `FailIndex` counts the failure like `Count` and fails the pod's index at once (`per_index`).
 
 use serde_json::Value;
 

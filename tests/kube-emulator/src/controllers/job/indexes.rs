@@ -52,6 +52,11 @@ impl Intervals {
         self.0.iter().any(|&(lo, hi)| lo <= index && index <= hi)
     }
 
+    /// Every index the intervals hold, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().flat_map(|&(lo, hi)| lo..=hi)
+    }
+
     /// How many indexes the intervals hold.
     pub(crate) fn total(&self) -> u64 {
         self.0.iter().map(|&(lo, hi)| hi - lo + 1).sum()

@@ -10,13 +10,18 @@
 //!   own status write as in a real cluster;
 //! - decides the outcome in the real order: `podFailurePolicy` (`FailJob`, `Ignore`), then
 //!   `backoffLimit` (failed pods, or container restarts with `restartPolicy: OnFailure`), then
-//!   `activeDeadlineSeconds` (a timer from `startTime`), then completions; writes the interim
+//!   `activeDeadlineSeconds` (a timer from `startTime`), then the limits per index
+//!   (`maxFailedIndexes`, failed indexes), then completions; writes the interim
 //!   condition (`SuccessCriteriaMet` / `FailureTarget`), deletes the active pods, and writes the
 //!   final one (`Complete` + `completionTime` / `Failed`) once no pod is terminating;
 //! - emits the real Events (SuccessfulCreate, SuccessfulDelete, Completed, BackoffLimitExceeded,
-//!   DeadlineExceeded, PodFailurePolicy, Suspended, Resumed, FailedCreate).
+//!   DeadlineExceeded, PodFailurePolicy, MaxFailedIndexesExceeded, FailedIndexes, Suspended,
+//!   Resumed, FailedCreate).
 //!
-//! Not emulated: `backoffLimitPerIndex`/`maxFailedIndexes`, `successPolicy`, adoption of orphan
+//! Indexed Jobs with `backoffLimitPerIndex` (and `maxFailedIndexes`, the `FailIndex` action) count
+//! failures per index, keep `status.failedIndexes` and back off per index (`per_index`).
+//!
+//! Not emulated: `successPolicy`, adoption of orphan
 //! pods that match the selector, and expectations (the store is read-your-writes, so they are not
 //! needed). It must not write pod status (the kubelet's) nor delete Jobs (TTL and GC do).
 //!
@@ -26,12 +31,14 @@
 //! - `tracking`: counting finished pods with the tracking finalizer, writing the final condition.
 //! - `backoff`: the pod-failure back-off.
 //! - `failure_policy`: `podFailurePolicy` rules matched against a failed pod.
+//! - `per_index`: `backoffLimitPerIndex`, `maxFailedIndexes`, failed indexes, per-index back-off.
 //! - `indexes`: sets of completion indexes (`completedIndexes`).
 //! - `status`: the Job status and its conditions as types.
 
 mod backoff;
 mod failure_policy;
 mod indexes;
+mod per_index;
 mod pods;
 mod status;
 mod tracking;
@@ -84,6 +91,9 @@ struct Spec<'a> {
     completions: Option<i64>,
     indexed: bool,
     backoff_limit: i64,
+    /// `backoffLimitPerIndex` (Indexed Jobs only).
+    backoff_limit_per_index: Option<i64>,
+    max_failed_indexes: Option<i64>,
     active_deadline: Option<i64>,
     suspend: bool,
     restart_policy: &'a str,
@@ -100,19 +110,25 @@ impl<'a> Spec<'a> {
         let failure_policy = spec.get("podFailurePolicy").filter(|v| !v.is_null());
         let completions = int("completions");
         let parallelism = int("parallelism").unwrap_or(1).max(0);
+        let indexed = str_at(spec, "/completionMode") == Some("Indexed");
         Spec {
             parallelism,
             completions,
-            indexed: str_at(spec, "/completionMode") == Some("Indexed"),
-            backoff_limit: int("backoffLimit").unwrap_or(6),
+            indexed,
+            // The API's default: unlimited when failures are limited per index.
+            backoff_limit: int("backoffLimit").unwrap_or(if int("backoffLimitPerIndex").is_some() {
+                i64::from(i32::MAX)
+            } else {
+                6
+            }),
+            backoff_limit_per_index: int("backoffLimitPerIndex").filter(|_| indexed),
+            max_failed_indexes: int("maxFailedIndexes"),
             active_deadline: int("activeDeadlineSeconds"),
             suspend: spec.get("suspend").and_then(Value::as_bool).unwrap_or(false),
             restart_policy: str_at(spec, "/template/spec/restartPolicy").unwrap_or("Never"),
             failure_policy,
-            only_replace_failed: match str_at(spec, "/podReplacementPolicy") {
-                Some(p) => p == "Failed",
-                None => failure_policy.is_some(),
-            },
+            only_replace_failed: failure_policy.is_some()
+                || str_at(spec, "/podReplacementPolicy") == Some("Failed"),
         }
     }
 
@@ -160,6 +176,10 @@ struct Sync<'a> {
     succeeded: i64,
     prev_indexes: Intervals,
     succeeded_indexes: Intervals,
+    /// With `backoffLimitPerIndex`: the failed indexes, and the failed pods awaiting their
+    /// replacement, by index.
+    failed_indexes: Option<Intervals>,
+    replaced: HashMap<u64, per_index::Replaced>,
     backoff: BackoffRecord,
     requeue: Option<Duration>,
     error: Option<JobError>,
@@ -353,6 +373,8 @@ impl JobController {
             succeeded: st.succeeded + as_i64(new_succeeded) + as_i64(uncounted_succeeded.len()),
             prev_indexes: Intervals::default(),
             succeeded_indexes: Intervals::default(),
+            failed_indexes: None,
+            replaced: HashMap::new(),
             backoff: previous_backoff.updated(&uid, &new_succeeded_at, &new_failed_counted_at),
             requeue: None,
             error: None,
@@ -436,6 +458,24 @@ impl JobController {
             }
             sync.succeeded = i64::try_from(current.total()).unwrap_or(i64::MAX);
             sync.succeeded_indexes = current;
+            if sync.spec.backoff_limit_per_index.is_some() {
+                let failed = per_index::failed_indexes(&sync.spec, st.failed_indexes.as_deref(), &sync.pods);
+                if finished.is_none()
+                    && let Some((reason, message)) =
+                        per_index::outcome(&sync.spec, &failed, &sync.succeeded_indexes)
+                {
+                    finished = Some(Condition::new(FAILURE_TARGET, "True", reason, message, &now));
+                }
+                sync.replaced = per_index::replaced_pods(
+                    &sync.spec,
+                    &sync.pods,
+                    &active_pods,
+                    &sync.succeeded_indexes,
+                    &failed,
+                    &|p| finished_at(&p),
+                );
+                sync.failed_indexes = Some(failed);
+            }
         }
 
         if finished.is_some() {

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::indexes::Intervals;
+use super::per_index;
 use super::{COMPLETION_INDEX, JobController, JobError, Spec, Sync, completion_index};
 use crate::controllers::events::EventType;
 use crate::controllers::objects::{
@@ -97,7 +98,9 @@ impl JobController {
         (deleted, deleted_ready)
     }
 
-    fn new_pod(job: &Value, index: Option<u64>) -> Value {
+    /// A pod from the template; `failure_counts` (counted, ignored) for a Job with
+    /// `backoffLimitPerIndex`.
+    fn new_pod(job: &Value, index: Option<u64>, failure_counts: Option<(i64, i64)>) -> Value {
         let job_name = objects::name(job);
         let template = job.pointer("/spec/template").unwrap_or(&Value::Null);
         let map = |p: &str| {
@@ -127,6 +130,15 @@ impl JobController {
             Some(i) => {
                 labels.insert(COMPLETION_INDEX.into(), json!(i.to_string()));
                 annotations.insert(COMPLETION_INDEX.into(), json!(i.to_string()));
+                if let Some((failures, ignored)) = failure_counts {
+                    annotations.insert(per_index::INDEX_FAILURE_COUNT.into(), json!(failures.to_string()));
+                    if ignored > 0 {
+                        annotations.insert(
+                            per_index::INDEX_IGNORED_FAILURE_COUNT.into(),
+                            json!(ignored.to_string()),
+                        );
+                    }
+                }
                 spec["hostname"] = json!(format!("{job_name}-{i}"));
                 for list in ["initContainers", "containers"] {
                     for c in spec
@@ -223,7 +235,13 @@ impl JobController {
         if diff <= 0 {
             return active;
         }
-        let remaining = sync.backoff.remaining(&self.shared.config, Instant::now());
+        let by_index = sync.spec.backoff_limit_per_index.is_some();
+        // With a limit per index, each index backs off on its own (below).
+        let remaining = if by_index {
+            std::time::Duration::ZERO
+        } else {
+            sync.backoff.remaining(&self.shared.config, Instant::now())
+        };
         if !remaining.is_zero() {
             sync.requeue_after(remaining);
             return active;
@@ -238,17 +256,28 @@ impl JobController {
             for ix in in_use.filter_map(completion_index) {
                 taken.insert(ix);
             }
+            for ix in sync.failed_indexes.iter().flat_map(Intervals::iter) {
+                taken.insert(ix);
+            }
             let completions = sync
                 .spec
                 .completions
                 .and_then(|c| u64::try_from(c).ok())
                 .unwrap_or(0);
             let count = usize::try_from(diff).unwrap_or(0);
-            sync.succeeded_indexes
-                .first_missing(&taken, count, completions)
-                .into_iter()
-                .map(Some)
-                .collect()
+            let missing = sync.succeeded_indexes.first_missing(&taken, count, completions);
+            let ready = if by_index {
+                per_index::ready_indexes(&self.shared.config, missing, &sync.replaced, Instant::now())
+            } else {
+                Ok(missing)
+            };
+            match ready {
+                Ok(ready) => ready.into_iter().map(Some).collect(),
+                Err(wait) => {
+                    sync.requeue_after(wait);
+                    return active;
+                }
+            }
         } else {
             (0..diff).map(|_| None).collect()
         };
@@ -260,7 +289,14 @@ impl JobController {
             match store.create(
                 "pods",
                 objects::namespace(sync.job),
-                Self::new_pod(sync.job, index),
+                Self::new_pod(
+                    sync.job,
+                    index,
+                    by_index.then(|| {
+                        let replaced = index.and_then(|ix| sync.replaced.get(&ix));
+                        per_index::new_failure_counts(&sync.spec, replaced)
+                    }),
+                ),
             ) {
                 Ok(pod) => {
                     active += 1;

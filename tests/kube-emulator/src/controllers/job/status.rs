@@ -29,6 +29,9 @@ pub(crate) struct JobStatus {
     pub failed: i64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub completed_indexes: String,
+    /// Set (`""` while none) exactly when the Job has `backoffLimitPerIndex`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_indexes: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uncounted_terminated_pods: Option<Uncounted>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

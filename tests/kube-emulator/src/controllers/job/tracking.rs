@@ -78,6 +78,15 @@ impl JobController {
             if !(is_deleting(job) || finished.is_some() || succeeded || failed) {
                 continue;
             }
+            // The latest failed pod of an index keeps its finalizer until its replacement exists.
+            let awaits_replacement = sync
+                .spec
+                .valid_index(pod)
+                .and_then(|ix| sync.replaced.get(&ix))
+                .is_some_and(|r| objects::uid(&r.pod) == pod_uid);
+            if awaits_replacement && !(is_deleting(job) || finished.is_some() || succeeded) {
+                continue;
+            }
             to_release.push(pod);
             if succeeded && !uncounted_failed.contains(&pod_uid) {
                 if sync.spec.indexed {
@@ -102,6 +111,7 @@ impl JobController {
                 sync.succeeded_indexes.insert(ix);
             }
             st.completed_indexes = sync.succeeded_indexes.to_string();
+            st.failed_indexes = sync.failed_indexes.as_ref().map(ToString::to_string);
             st.succeeded = i64::try_from(sync.succeeded_indexes.total()).unwrap_or(i64::MAX);
         }
         if let Some(target) = finished.as_ref().filter(|f| f.kind == FAILURE_TARGET) {

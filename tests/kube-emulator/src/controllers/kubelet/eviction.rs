@@ -30,8 +30,8 @@ pub(super) fn eviction_message(container: &str) -> String {
 }
 
 impl Kubelet {
-    /// Evicts the pod for node pressure, blaming container `blamed`: every container is killed
-    /// now and the pod ends `Failed` / `Evicted`.
+    /// Evicts the pod for node pressure, blaming container `blamed`: every container is killed at
+    /// once and the pod ends `Failed` / `Evicted`.
     pub(super) fn evict_for_node_pressure(
         &mut self,
         store: &Store,

@@ -485,7 +485,7 @@ impl Kubelet {
                         .behaviour
                         .as_ref()
                         .ok()
-                        .and_then(|b| b.gate.clone());
+                        .and_then(|b| b.gate_for(run.index));
                     if let Some(gate) = gate
                         && !self.shared.gate_open(&gate)
                     {
@@ -601,7 +601,7 @@ impl Kubelet {
                 next = Some(next.map_or(*exit_at, |n| n.min(*exit_at)));
                 continue;
             }
-            if let Some(gate) = c.behaviour.as_ref().ok().and_then(|b| b.gate.clone())
+            if let Some(gate) = c.behaviour.as_ref().ok().and_then(|b| b.gate_for(run.index))
                 && !self.shared.gate_open(&gate)
             {
                 self.gated.entry(gate).or_default().insert(key.clone());

@@ -4,10 +4,12 @@
 //! The fixtures live here; the tests, one module per controller: `job_controller` (pods, counting,
 //! back-off, deadlines, suspension, failure policies, many Jobs at once), `kubelet` (gates,
 //! termination messages, pods that cannot start), `cleanup` (TTL, the garbage collector),
-//! `failure_causes` (OOM kills, evictions, preemption and the failure policies that match them).
+//! `failure_causes` (OOM kills, evictions, preemption and the failure policies that match them),
+//! `index_limits` (`backoffLimitPerIndex`, `maxFailedIndexes`, `FailIndex`).
 
 mod cleanup;
 mod failure_causes;
+mod index_limits;
 mod job_controller;
 mod kubelet;
 
