@@ -58,6 +58,7 @@ fn typical_job(id: &str, template: &WorkloadTemplate, queue: Option<&str>) -> Jo
         ttl_seconds_after_finished: Some(300),
         depends_on: Vec::new(),
         queue_name: queue.map(str::to_owned),
+        retry_policy: None,
     };
     Job::accepted(id.into(), spec, None, chrono::Utc::now())
 }

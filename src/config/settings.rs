@@ -66,6 +66,7 @@ impl Config {
                     fields: t.fields.iter().map(|(f, _)| f.clone()).collect(),
                     required: t.required.clone(),
                     not_queueable: t.kueue_suspend_field().err(),
+                    retry_refusal: t.retry_refusal(),
                 };
                 (t.name.clone(), inputs)
             })
@@ -79,6 +80,9 @@ impl Config {
             allowed_namespaces: self.allowed_namespaces(),
             service_accounts: self.service_accounts.clone(),
             require_image: self.executor == ExecutorKind::Kubernetes,
+            fixed_backoff: (self.executor == ExecutorKind::Kubernetes).then(|| {
+                "the Kubernetes Job controller's back-off is fixed (10 s, doubling, at most 6 minutes) and no Job can set it; omit backoff".to_owned()
+            }),
             kueue: KueueLimits {
                 enabled: self.kueue_enabled(),
                 default_queue: self.default_queue(),

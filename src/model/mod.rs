@@ -15,6 +15,7 @@ mod job;
 mod json;
 mod log_lines;
 mod phase;
+mod retry;
 mod schedule;
 mod scope;
 mod shard;
@@ -36,6 +37,11 @@ pub use phase::{
     Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, QueueState, QueueStatus,
     WorkloadStatus, clip,
 };
+pub use retry::{
+    DISRUPTION_TARGET, ExitCodeMatch, ExitCodeOperator, FailedRun, MAX_EXIT_CODE_VALUES, MAX_RETRY_RULES,
+    OOM_EXIT_CODE, RetryAction, RetryBackoff, RetryBackoffRequest, RetryContext, RetryPolicy,
+    RetryPolicyError, RetryPolicyRequest, RetryRule, RetryRuleRequest, RuleDecision, RuleMatch,
+};
 pub use schedule::{
     ConcurrencyPolicy, CronRule, Due, MAX_BACKFILL_TICKS, MAX_CRON_BYTES, MAX_SCHEDULE_NAME_BYTES,
     MAX_TICKS_COUNTED, MAX_TIME_ZONE_BYTES, RunCause, Schedule, ScheduleEvent, ScheduleEventKind,
@@ -45,8 +51,8 @@ pub use scope::Scope;
 pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
 pub use validation::{
-    KueueLimits, MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError, ValidationLimits,
-    is_namespace_name, is_queue_name,
+    JOB_CONTAINER, KueueLimits, MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError,
+    ValidationLimits, is_namespace_name, is_queue_name,
 };
 
 #[cfg(test)]

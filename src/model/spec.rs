@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::retry::{RetryPolicy, RetryPolicyRequest};
+
 /// An environment variable for the job's processes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvVar {
@@ -34,6 +36,8 @@ pub struct SubmitRequest {
     pub depends_on: Option<Vec<String>>,
     /// The Kueue LocalQueue to queue the job in (Kubernetes executor with Kueue).
     pub queue_name: Option<String>,
+    /// Retry rules, back-off and per-index limits (see `retry`).
+    pub retry_policy: Option<RetryPolicyRequest>,
 }
 
 /// CPU and memory quantities in Kubernetes notation (`500m`, `2`, `256Mi`, `1G`).
@@ -137,6 +141,10 @@ pub struct JobSpec {
     /// server's default queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_name: Option<String>,
+    /// Which failed runs fail the job, are retried uncounted, or fail their index; the
+    /// back-off; per-index limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_policy: Option<RetryPolicy>,
 }
 
 impl JobSpec {

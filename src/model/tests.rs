@@ -406,6 +406,7 @@ fn queue_names_need_kueue_a_queueable_kind_and_a_valid_name() {
             fields: vec!["command".into()],
             required: vec![],
             not_queueable: Some("Kueue has no Argo Workflows integration".into()),
+            retry_refusal: None,
         },
     );
     let argo = SubmitRequest {

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::json::check_json;
+use super::retry::{RetryContext, RetryPolicy};
 use super::spec::{JobSpec, ResourceRequirements, SubmitRequest, parse_quantity};
 
 /// Limits that validation enforces; set by configuration.
@@ -26,6 +27,9 @@ pub struct ValidationLimits {
     /// Whether jobs may be queued in Kueue (`queueName`), and the queue of those that name
     /// none.
     pub kueue: KueueLimits,
+    /// Why a job's retry back-off cannot be set on this server (its executor's is fixed);
+    /// `None` where the executor applies it.
+    pub fixed_backoff: Option<String>,
 }
 
 /// What the server allows of Kueue.
@@ -45,6 +49,8 @@ pub struct TemplateInputs {
     pub required: Vec<String>,
     /// Why Kueue cannot queue the template's kind; `None` when it can.
     pub not_queueable: Option<String>,
+    /// Why the template takes no `retryPolicy`; `None` when it does.
+    pub retry_refusal: Option<String>,
 }
 
 impl Default for ValidationLimits {
@@ -60,6 +66,7 @@ impl Default for ValidationLimits {
             require_image: false,
             template_inputs: Default::default(),
             kueue: KueueLimits::default(),
+            fixed_backoff: None,
         }
     }
 }
@@ -103,6 +110,9 @@ fn is_env_name(s: &str) -> bool {
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
+
+/// The container of the `container` template's runs, on every executor.
+pub const JOB_CONTAINER: &str = "job";
 
 /// Names jobgate sets itself for every run; a job may not override them.
 pub const RESERVED_ENV: [&str; 3] = ["JOB_COMPLETION_INDEX", "JOBGATE_RESULT_FILE", "JOBGATE_JOB_ID"];
@@ -231,6 +241,15 @@ impl SubmitRequest {
         let parallelism = positive("input.parallelism", self.parallelism, 1, limits.max_parallelism)?;
         let completions = positive("input.completions", self.completions, 1, limits.max_completions)?;
         let backoff_limit = match self.backoff_limit {
+            // As the Job controller: with limits per index, the job's own is unbounded unless
+            // given.
+            None if self
+                .retry_policy
+                .as_ref()
+                .is_some_and(|p| p.backoff_limit_per_index.is_some()) =>
+            {
+                i32::MAX
+            }
             None => 6,
             Some(v) if v < 0 => {
                 return Err(invalid(
@@ -330,6 +349,7 @@ impl SubmitRequest {
             }
         }
         let queue_name = self.queue_name(&template, inputs, limits)?;
+        let retry_policy = self.retry_policy(&template, inputs, completions, limits)?;
         Ok(JobSpec {
             name: self.name.clone(),
             namespace,
@@ -348,7 +368,39 @@ impl SubmitRequest {
             ttl_seconds_after_finished: self.ttl_seconds_after_finished,
             depends_on,
             queue_name,
+            retry_policy,
         })
+    }
+
+    /// The retry policy: refused for templates that take none, checked against the job.
+    fn retry_policy(
+        &self,
+        template: &str,
+        inputs: Option<&TemplateInputs>,
+        completions: i32,
+        limits: &ValidationLimits,
+    ) -> Result<Option<RetryPolicy>, ValidationError> {
+        let Some(request) = &self.retry_policy else {
+            return Ok(None);
+        };
+        if let Some(why) = inputs.and_then(|i| i.retry_refusal.as_deref()) {
+            return Err(invalid(
+                "input.retryPolicy",
+                format!("template {template} takes no retryPolicy: {why}"),
+            ));
+        }
+        // The container template's pods have one container; a template's are its own.
+        let containers: &[&str] = &[JOB_CONTAINER];
+        let context = RetryContext {
+            completions,
+            max_backoff_limit: limits.max_backoff_limit,
+            containers: inputs.is_none().then_some(containers),
+            fixed_backoff: limits.fixed_backoff.as_deref(),
+        };
+        request
+            .validate(&context)
+            .map(Some)
+            .map_err(|e| invalid(e.field, e.message))
     }
 
     /// The LocalQueue the job waits in: its own `queueName`, refused when Kueue is off or

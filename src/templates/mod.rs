@@ -25,6 +25,8 @@
 //! children: [{apiVersion: v1, kind: ConfigMap, data: {…}}]  # created with it, owned by it
 //! cancel: {patch: {spec: {shutdown: Terminate}}}          # default: delete the object
 //! retentionSeconds: 3600              # delete finished objects (kinds with no native TTL)
+//! takesRetryPolicy: true              # batch/v1 Jobs only: a job's retryPolicy sets the
+//!                                     # Job's podFailurePolicy and per-index limits
 //! ```
 
 pub mod render;
@@ -117,6 +119,8 @@ struct TemplateFile {
     cancel: CancelRule,
     #[serde(default)]
     retention_seconds: Option<Retention>,
+    #[serde(default)]
+    takes_retry_policy: bool,
 }
 
 /// A `SubmitJobInput` field a template uses: its name, or its name with the label and
@@ -199,6 +203,9 @@ pub struct WorkloadTemplate {
     /// How long a finished object is kept before jobgate deletes it, for kinds without a
     /// native TTL; `None` keeps it (a native TTL in the manifest, or the operator's choice).
     pub retention: Option<Retention>,
+    /// A job's `retryPolicy` sets the rendered batch/v1 Job's `podFailurePolicy`,
+    /// `backoffLimitPerIndex` and `maxFailedIndexes`.
+    pub takes_retry_policy: bool,
     /// Where it was loaded from, for messages.
     pub source: String,
 }
@@ -386,6 +393,19 @@ impl WorkloadTemplate {
             }
         }
         raw.status.check().map_err(bad)?;
+        if raw.takes_retry_policy {
+            if (raw.api_version.as_str(), raw.kind.as_str()) != ("batch/v1", "Job") {
+                return Err(bad(format!(
+                    "takesRetryPolicy: a {} ({}) has no podFailurePolicy; only batch/v1 Jobs do",
+                    raw.kind, raw.api_version
+                )));
+            }
+            if raw.manifest.pointer("/spec/template/spec/restartPolicy") != Some(&json!("Never")) {
+                return Err(bad(
+                    "takesRetryPolicy: podFailurePolicy needs spec.template.spec.restartPolicy: Never".into(),
+                ));
+            }
+        }
         if let Some(patch) = &raw.cancel.patch
             && !patch.is_object()
         {
@@ -408,6 +428,7 @@ impl WorkloadTemplate {
             status: raw.status,
             cancel: raw.cancel,
             retention: raw.retention_seconds,
+            takes_retry_policy: raw.takes_retry_policy,
             source: file.to_owned(),
         })
     }
@@ -476,6 +497,21 @@ impl WorkloadTemplate {
         object["apiVersion"] = json!(self.api_version);
         object["kind"] = json!(self.kind);
         stamp_metadata(&mut object, &stamp.name, &job.spec.namespace, stamp);
+        if self.takes_retry_policy
+            && let Some(policy) = &job.spec.retry_policy
+            && let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
+        {
+            if let Some(rules) = policy.pod_failure_policy() {
+                spec.insert("podFailurePolicy".into(), rules);
+            }
+            if let Some(limit) = policy.backoff_limit_per_index {
+                spec.insert("backoffLimitPerIndex".into(), json!(limit));
+                spec.insert("completionMode".into(), json!("Indexed"));
+            }
+            if let Some(max) = policy.max_failed_indexes {
+                spec.insert("maxFailedIndexes".into(), json!(max));
+            }
+        }
         // A queued job's object is created suspended and labelled with its LocalQueue:
         // Kueue creates its Workload and unsuspends it once admitted.
         if let (Some(queue), Ok(suspend)) = (&job.spec.queue_name, self.kueue_suspend_field()) {
@@ -485,6 +521,23 @@ impl WorkloadTemplate {
             }
         }
         object
+    }
+
+    /// Why the template takes no `retryPolicy`; `None` when it does.
+    pub fn retry_refusal(&self) -> Option<String> {
+        if self.takes_retry_policy {
+            return None;
+        }
+        Some(
+            if (self.api_version.as_str(), self.kind.as_str()) == ("batch/v1", "Job") {
+                "it does not set takesRetryPolicy".to_owned()
+            } else {
+                format!(
+                    "it creates a {} ({}), which has no podFailurePolicy or per-index back-off (only batch/v1 Jobs do); submit with the container template to use retry rules",
+                    self.kind, self.api_version
+                )
+            },
+        )
     }
 
     /// Where the template's kind says it is suspended, when Kueue can queue it; otherwise

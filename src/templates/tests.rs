@@ -298,6 +298,7 @@ fn job(template: &str, parameters: Option<Value>) -> Job {
         ttl_seconds_after_finished: None,
         depends_on: Vec::new(),
         queue_name: None,
+        retry_policy: None,
     };
     Job::accepted("0193-abc".into(), spec, None, chrono::Utc::now())
 }

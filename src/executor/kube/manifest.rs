@@ -26,8 +26,8 @@ pub const JOB_NAME_LABEL: &str = "jobgate.io/job-name";
 pub const SUBMITTER_ANNOTATION: &str = "jobgate.io/submitter";
 pub const IDEMPOTENCY_KEY_ANNOTATION: &str = "jobgate.io/idempotency-key";
 pub const TEMPLATE_ANNOTATION: &str = "jobgate.io/template";
-/// The container that runs the job's command.
-pub const CONTAINER_NAME: &str = "job";
+/// The container that runs the job's command (the name retry rules' `containerName` may give).
+pub const CONTAINER_NAME: &str = crate::model::JOB_CONTAINER;
 
 /// The name of the Kubernetes Job of a jobgate job. Derived from the id alone, so that a
 /// retried create meets the same name (`AlreadyExists`) instead of making a second Job.
@@ -52,6 +52,7 @@ pub const LOG_FINALIZER: &str = "jobgate.io/log-archive";
 /// The batch/v1 Job for `job`.
 pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
     let spec = &job.spec;
+    let retry = spec.retry_policy.as_ref();
     let mut labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
         (JOB_ID_LABEL.to_owned(), job.id.clone()),
@@ -137,6 +138,13 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
                 .into(),
             ),
             backoff_limit: Some(spec.backoff_limit),
+            // The retry policy, for the Job controller to enforce (restartPolicy is Never and
+            // jobs of more than one completion are Indexed, as both fields need).
+            pod_failure_policy: retry
+                .and_then(|p| p.pod_failure_policy())
+                .map(|rules| serde_json::from_value(rules).expect("a podFailurePolicy the model builds")),
+            backoff_limit_per_index: retry.and_then(|p| p.backoff_limit_per_index),
+            max_failed_indexes: retry.and_then(|p| p.max_failed_indexes),
             active_deadline_seconds: spec.active_deadline_seconds.map(i64::from),
             ttl_seconds_after_finished: spec
                 .ttl_seconds_after_finished

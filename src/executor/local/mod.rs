@@ -21,6 +21,7 @@
 //! not write the store or decide phases, nor hand a job any path into the data directory.
 
 mod log_file;
+mod retries;
 mod runner;
 pub mod sandbox;
 pub mod user_switch;
@@ -84,6 +85,9 @@ pub struct LocalConfig {
 struct RunnerState {
     #[serde(default)]
     runs: Vec<RunRecord>,
+    /// Failures per index, failed indexes, the back-off's count (see `retries`).
+    #[serde(default)]
+    retries: retries::RetryBook,
 }
 
 /// A run in progress: enough to find and kill its process group after a restart.

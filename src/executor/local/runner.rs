@@ -1,7 +1,8 @@
 //! A local job's runner: one task per job that starts its runs (each a process group of its
 //! own, in the job's directory, with the environment built from nothing), watches them, retries
-//! failed ones with back-off, enforces the deadline and reports the job's status. It must not
-//! write the store or decide phases: it reports what it saw.
+//! failed ones with back-off (what a failure leads to is `retries`'), enforces the deadline and
+//! reports the job's status. It must not write the store or decide phases: it reports what it
+//! saw.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -18,14 +19,22 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::log_file::{LogWriter, copy_lines};
+use super::retries::{FAILED_INDEXES, RetryBook, RunFailure, Verdict};
 use super::{ARCHIVE_GRACE, LocalState, RunRecord, RunnerState, sandbox, user_switch};
 use crate::executor::Observation;
 use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
 
 /// How one run ended.
 enum RunOutcome {
-    Succeeded { result: Option<String> },
-    Failed { why: String },
+    Succeeded {
+        result: Option<String>,
+    },
+    /// `exit_code`: 128 + N for a run killed by signal N, as a container reports it.
+    Failed {
+        why: String,
+        attempt: i32,
+        exit_code: Option<i32>,
+    },
 }
 
 /// One job's runner: starts its runs, retries them and reports its status until the job
@@ -121,29 +130,38 @@ impl Runner {
         }
         // Runs that were in progress when jobgate stopped: their outcome is unknown, so like
         // a pod lost with its node they count as failed attempts.
-        let leftovers = self.state().runs;
+        let RunnerState {
+            runs: leftovers,
+            retries,
+        } = self.state();
+        let mut book = retries;
         let interrupted = self.status.active.max(leftovers.len() as i32);
         if interrupted > 0 {
             for run in &leftovers {
                 kill_leftover(run);
             }
-            self.status.failed += interrupted;
+            let lost = leftovers.iter().map(|run| run.index).chain(std::iter::repeat(-1));
+            for index in lost.take(interrupted as usize) {
+                if let Verdict::FailJob { reason, message } =
+                    book.after_lost_run(&spec, &mut self.status.failed, index)
+                {
+                    self.finish(false, reason, &message).await;
+                    return Ok(());
+                }
+            }
             self.status.active = 0;
-            self.set_state(&RunnerState::default());
+            self.set_state(&RunnerState {
+                runs: Vec::new(),
+                retries: book.clone(),
+            });
             self.status.message = Some(format!(
                 "{interrupted} run(s) were in progress when jobgate stopped and count as failed (GatewayRestarted)"
             ));
-            if self.status.failed > spec.backoff_limit {
-                let message =
-                    "runs in progress were lost when jobgate restarted and the backoff limit is reached";
-                self.finish(false, "GatewayRestarted", message).await;
-                return Ok(());
-            }
             self.report().await;
         }
 
         let mut pending: VecDeque<i32> = (0..spec.completions)
-            .filter(|i| !self.status.completed_indexes.contains(i))
+            .filter(|i| !self.status.completed_indexes.contains(i) && !book.failed_indexes.contains(i))
             .collect();
         let deadline = spec.active_deadline_seconds.map(|secs| {
             let started = self.status.start_time.unwrap_or_else(Utc::now);
@@ -173,21 +191,24 @@ impl Runner {
                     Err(why) => {
                         // A program that cannot start is a failed run, as a container that
                         // fails to start is.
-                        self.status.failed += 1;
                         self.status.message = Some(why);
                         changed = true;
-                        if self.status.failed > spec.backoff_limit {
-                            return self
-                                .fail_all(
-                                    &mut runs,
-                                    &groups,
-                                    "BackoffLimitExceeded",
-                                    "Job has reached the specified backoff limit",
-                                )
-                                .await;
+                        let attempt = self.status.failed + self.status.succeeded + 1;
+                        let subject = format!("run {attempt} (index {index})");
+                        let failure = RunFailure {
+                            index,
+                            exit_code: None,
+                            subject: &subject,
+                        };
+                        match book.after_failure(&spec, &mut self.status.failed, &failure) {
+                            Verdict::FailJob { reason, message } => {
+                                return self.fail_all(&mut runs, &groups, reason, &message).await;
+                            }
+                            Verdict::IndexFailed => continue,
+                            Verdict::Retry => {}
                         }
                         pending.push_back(index);
-                        retry_at = Some(Instant::now() + self.retry_delay());
+                        retry_at = Some(Instant::now() + self.retry_delay(&book));
                         break;
                     }
                 }
@@ -199,9 +220,15 @@ impl Runner {
                 self.status.active = runs.len() as i32;
                 let state = RunnerState {
                     runs: groups.values().cloned().collect(),
+                    retries: book.clone(),
                 };
                 self.set_state(&state);
                 self.report().await;
+            }
+            if runs.is_empty() && pending.is_empty() && !book.failed_indexes.is_empty() {
+                let (reason, message) = FAILED_INDEXES;
+                self.finish(false, reason, message).await;
+                return Ok(());
             }
             if runs.is_empty() && pending.is_empty() {
                 let message = "Reached expected number of succeeded pods";
@@ -227,7 +254,7 @@ impl Runner {
                         let _ = killpg(Pid::from_raw(record.pgid), Signal::SIGKILL);
                     }
                     self.status.active = runs.len() as i32;
-                    self.set_state(&RunnerState { runs: groups.values().cloned().collect() });
+                    self.set_state(&RunnerState { runs: groups.values().cloned().collect(), retries: book.clone() });
                     match outcome {
                         RunOutcome::Succeeded { result } => {
                             self.status.succeeded += 1;
@@ -236,14 +263,22 @@ impl Runner {
                                 self.status.result = result;
                             }
                         }
-                        RunOutcome::Failed { why } => {
-                            self.status.failed += 1;
+                        RunOutcome::Failed { why, attempt, exit_code } => {
                             self.status.message = Some(why);
-                            if self.status.failed > spec.backoff_limit {
-                                return self.fail_all(&mut runs, &groups, "BackoffLimitExceeded", "Job has reached the specified backoff limit").await;
+                            let subject = format!("run {attempt} (index {index})");
+                            let failure = RunFailure { index, exit_code, subject: &subject };
+                            let verdict = book.after_failure(&spec, &mut self.status.failed, &failure);
+                            self.set_state(&RunnerState { runs: groups.values().cloned().collect(), retries: book.clone() });
+                            match verdict {
+                                Verdict::FailJob { reason, message } => {
+                                    return self.fail_all(&mut runs, &groups, reason, &message).await;
+                                }
+                                Verdict::IndexFailed => {}
+                                Verdict::Retry => {
+                                    pending.push_back(index);
+                                    retry_at = Some(Instant::now() + self.retry_delay(&book));
+                                }
                             }
-                            pending.push_back(index);
-                            retry_at = Some(Instant::now() + self.retry_delay());
                         }
                     }
                     self.report().await;
@@ -252,13 +287,14 @@ impl Runner {
         }
     }
 
-    fn retry_delay(&self) -> Duration {
+    fn retry_delay(&self, book: &RetryBook) -> Duration {
         let config = &self.inner.config;
-        let doublings = (self.status.failed.max(1) - 1).min(16) as u32;
-        config
-            .retry_delay
-            .saturating_mul(2u32.saturating_pow(doublings))
-            .min(config.retry_delay_cap)
+        book.delay(
+            &self.job.spec,
+            self.status.failed,
+            config.retry_delay,
+            config.retry_delay_cap,
+        )
     }
 
     async fn fail_all(
@@ -427,6 +463,8 @@ async fn watch_run(
     let outcome = match status {
         Ok(s) if s.success() => RunOutcome::Succeeded { result },
         Ok(s) => {
+            let signal = std::os::unix::process::ExitStatusExt::signal(&s);
+            let exit_code = s.code().or(signal.map(|sig| 128 + sig));
             let how = match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
                 (Some(code), _) => format!("exited with code {code}"),
                 (None, Some(sig)) => format!("was killed by signal {sig}"),
@@ -445,10 +483,14 @@ async fn watch_run(
             }
             RunOutcome::Failed {
                 why: clip(why, MAX_RESULT_BYTES),
+                attempt,
+                exit_code,
             }
         }
         Err(e) => RunOutcome::Failed {
             why: format!("run {attempt} (index {index}) could not be awaited: {e}"),
+            attempt,
+            exit_code: None,
         },
     };
     (index, outcome)

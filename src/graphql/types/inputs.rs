@@ -3,7 +3,7 @@
 
 use async_graphql::{ID, InputObject, Json};
 
-use super::JobPhaseView;
+use super::{JobPhaseView, RetryPolicyInput};
 use crate::model;
 
 #[derive(InputObject, Clone, Debug)]
@@ -54,6 +54,10 @@ pub struct SubmitJobInput {
     /// the server's default queue when omitted). Refused for templates whose kind Kueue
     /// cannot queue. The job stays PENDING, its `queue` saying why, until Kueue admits it.
     pub queue_name: Option<String>,
+    /// Which failed runs fail the job at once, are retried without counting, count, or fail
+    /// their index; the back-off between runs; limits per index. The `container` template
+    /// and templates of batch/v1 Jobs that list it take one; other templates refuse it.
+    pub retry_policy: Option<RetryPolicyInput>,
 }
 
 /// Kubernetes quantities, e.g. cpu `500m` or `2`, memory `256Mi` or `1G`.
@@ -110,6 +114,7 @@ impl From<SubmitJobInput> for model::SubmitRequest {
             service_account_name: i.service_account_name,
             ttl_seconds_after_finished: i.ttl_seconds_after_finished,
             queue_name: i.queue_name,
+            retry_policy: i.retry_policy.map(Into::into),
         }
     }
 }

@@ -9,12 +9,14 @@
 //! - `connections`: pages of jobs and of log lines (edges, page info);
 //! - `payloads`: what mutations answer;
 //! - `schedule_views`: schedules, their events, inputs and payloads, and `Job.schedule`;
+//! - `retry_policy`: retry rules, as submitted and as shown;
 //! - `stats`: counts by phase and recent activity;
 //! - `template_views`: the templates jobs are submitted with, described for clients.
 
 mod connections;
 mod inputs;
 mod payloads;
+mod retry_policy;
 mod schedule_views;
 mod stats;
 mod template_views;
@@ -34,6 +36,10 @@ pub use connections::{
 };
 pub use inputs::{EnvVarInput, JobFilterInput, ResourceListInput, ResourcesInput, SubmitJobInput};
 pub use payloads::{CancelJobPayload, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload};
+pub use retry_policy::{
+    ExitCodeOperatorView, ExitCodesInput, ExitCodesView, FailureCauseView, RetryActionView,
+    RetryBackoffInput, RetryBackoffView, RetryPolicyInput, RetryPolicyView, RetryRuleInput, RetryRuleView,
+};
 pub use schedule_views::{
     BackfillSchedulePayload, CreateScheduleInput, CreateSchedulePayload, DeleteSchedulePayload,
     ScheduleConnection, ScheduleEdge, ScheduleEventObject, ScheduleObject, UpdateScheduleInput,
@@ -244,6 +250,10 @@ impl JobSpecView {
     }
     async fn depends_on(&self) -> Vec<ID> {
         self.0.spec.depends_on.iter().map(|id| ID(id.clone())).collect()
+    }
+    /// How failed runs are retried, as validated (back-off defaults applied).
+    async fn retry_policy(&self) -> Option<RetryPolicyView> {
+        self.0.spec.retry_policy.as_ref().map(Into::into)
     }
 }
 
