@@ -5,6 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::attempt::JobAttempt;
+use super::cause::FailureCause;
 use super::phase::{Condition, JobPhase, Progress, QueueState, QueueStatus, WorkloadStatus};
 use super::spec::JobSpec;
 
@@ -36,6 +38,20 @@ pub struct Job {
     pub workload: WorkloadStatus,
     /// The cursor of the last event recorded for this job.
     pub last_event_seq: i64,
+    /// Its runs, oldest first: the newest [`MAX_ATTEMPTS`](super::MAX_ATTEMPTS) of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<JobAttempt>,
+    /// How many older attempts the job let go of to keep within that bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts_omitted: i32,
+    /// The latest start among the attempts let go of: a report of one of them is not taken
+    /// back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_omitted_through: Option<DateTime<Utc>>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// What an observation or a command changed about a job, ready to record as an event.
@@ -75,6 +91,9 @@ impl Job {
             submitter_key: None,
             workload: WorkloadStatus::default(),
             last_event_seq: 0,
+            attempts: Vec::new(),
+            attempts_omitted: 0,
+            attempts_omitted_through: None,
         }
     }
 
@@ -87,7 +106,9 @@ impl Job {
     /// Folds an executor's observation into the job. Returns the transition to record, or
     /// `None` when nothing a client can see changed. A terminal job never changes, and a
     /// stale status can never move the phase backward.
-    pub fn observe(&mut self, status: WorkloadStatus, now: DateTime<Utc>) -> Option<Transition> {
+    /// Attempts are not part of it: see [`Job::record_attempts`].
+    pub fn observe(&mut self, mut status: WorkloadStatus, now: DateTime<Utc>) -> Option<Transition> {
+        status.attempts.clear();
         if self.phase.is_terminal() {
             return None;
         }
@@ -167,6 +188,15 @@ impl Job {
                 now,
             );
             self.message = detail;
+            if derived.phase.is_terminal() {
+                // Runs still going when the job ended are not followed further.
+                let reason = derived.reason.as_deref().unwrap_or("JobFinished");
+                let cause = match reason {
+                    "DeadlineExceeded" => FailureCause::DeadlineExceeded,
+                    _ => FailureCause::Cancelled,
+                };
+                self.end_running_attempts(cause, reason, now);
+            }
         }
         if !moved && let Some(queue) = queue_entered {
             // What Kueue decided is the news: the job waits (and why), or may run.
@@ -381,6 +411,7 @@ impl Job {
             now,
         );
         self.progress.active = 0;
+        self.end_running_attempts(FailureCause::Cancelled, "CancelledByUser", now);
         Some(Transition {
             previous_phase: Some(previous),
             phase: JobPhase::Cancelled,

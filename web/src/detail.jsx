@@ -9,6 +9,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 
 import { ApiError } from './api.js';
 import { TERMINAL, duration, fullTime, jobTitle, phaseWord, runTime, when } from './format.js';
+import { Attempts } from './attempts.jsx';
 import { PhaseBadge, ProgressBar, useNow } from './jobs.jsx';
 import { navigate } from './nav.js';
 import { CANCEL_MUTATION, JOB_QUERY, LOG_LINES_QUERY, LOGS_SUBSCRIPTION, JOB_REREAD_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
@@ -28,6 +29,7 @@ export function JobDetail({ id, api, live }) {
   const [job, setJob] = useState(null);
   const [spec, setSpec] = useState(null);
   const [pods, setPods] = useState([]);
+  const [attempts, setAttempts] = useState({ attempts: [], attemptsOmitted: 0 });
   // Pods change with the job's events: re-read them after each (one request at a time), with
   // the fields only jobStatus carries. It pushes phase changes only, and the live model's
   // events lack those fields: without this, a change in Kueue that keeps the phase (the
@@ -44,8 +46,9 @@ export function JobDetail({ id, api, live }) {
       .request(JOB_REREAD_QUERY, { id })
       .then((data) => {
         if (!data.job) return;
-        const { pods: p, ...fresh } = data.job;
+        const { pods: p, attempts: a, attemptsOmitted, ...fresh } = data.job;
         setPods(p);
+        setAttempts({ attempts: a, attemptsOmitted });
         // Taken unless what is shown is newer (a push may have overtaken this answer).
         const current = jobRef.current;
         const cursor = Number(fresh.lastEventCursor || 0);
@@ -118,8 +121,9 @@ export function JobDetail({ id, api, live }) {
           setError(new ApiError(`There is no job with id ${id}.`, { code: 'NOT_FOUND' }));
           return;
         }
-        const { spec: s, events, pods: p, ...j } = data.job;
+        const { spec: s, events, pods: p, attempts: a, attemptsOmitted, ...j } = data.job;
         setPods(p);
+        setAttempts({ attempts: a, attemptsOmitted });
         jobRef.current = j;
         fullCursor.current = Number(j.lastEventCursor || 0);
         setJob(j);
@@ -347,6 +351,7 @@ export function JobDetail({ id, api, live }) {
       </div>
 
       {pods.length > 0 && <Pods pods={pods} />}
+      {attempts.attempts.length > 0 && <Attempts api={api} id={id} {...attempts} />}
       <Logs api={api} id={id} />
       {spec && <Spec spec={spec} />}
     </article>

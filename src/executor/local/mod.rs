@@ -20,6 +20,7 @@
 //! restarts find it, and it is removed once the job has finished or been cancelled. It must
 //! not write the store or decide phases, nor hand a job any path into the data directory.
 
+mod attempts;
 mod log_file;
 mod runner;
 pub mod sandbox;
@@ -92,6 +93,11 @@ struct RunnerState {
 struct RunRecord {
     index: i32,
     pgid: i32,
+    /// The job's run number of this run (`attempts::run_name`).
+    #[serde(default)]
+    run: i32,
+    #[serde(default)]
+    started_at: Option<chrono::DateTime<Utc>>,
     /// The process's start time in clock ticks since boot (/proc/PID/stat field 22), so a
     /// recycled pid is never mistaken for ours.
     proc_start: Option<u64>,

@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use super::attempts::{self, Exit};
 use super::log_file::{LogWriter, copy_lines};
 use super::{ARCHIVE_GRACE, LocalState, RunRecord, RunnerState, sandbox, user_switch};
 use crate::executor::Observation;
@@ -25,7 +26,7 @@ use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
 /// How one run ended.
 enum RunOutcome {
     Succeeded { result: Option<String> },
-    Failed { why: String },
+    Failed { why: String, exit: Exit },
 }
 
 /// One job's runner: starts its runs, retries them and reports its status until the job
@@ -74,11 +75,13 @@ impl Runner {
         self.status.executor_state = serde_json::to_value(state).unwrap_or_default();
     }
 
-    async fn report(&self) {
+    /// Reports the status, with the attempts that started or ended since the last report.
+    async fn report(&mut self) {
         let observation = Observation {
             job_id: self.job.id.clone(),
             status: self.status.clone(),
         };
+        self.status.attempts.clear();
         if self.inner.observations.send(observation).await.is_err() {
             tracing::warn!(job = %self.job.id, "job service is gone; observation dropped");
         }
@@ -126,6 +129,8 @@ impl Runner {
         if interrupted > 0 {
             for run in &leftovers {
                 kill_leftover(run);
+                let message = "jobgate restarted while it ran; its outcome is unknown";
+                (self.status.attempts).push(attempts::stopped(run, "GatewayRestarted", message));
             }
             self.status.failed += interrupted;
             self.status.active = 0;
@@ -167,12 +172,15 @@ impl Runner {
                 let Some(index) = pending.pop_front() else { break };
                 match self.spawn_run(index, &mut runs).await {
                     Ok(record) => {
+                        self.status.attempts.push(attempts::started(&record));
                         groups.insert(index, record);
                         changed = true;
                     }
                     Err(why) => {
                         // A program that cannot start is a failed run, as a container that
                         // fails to start is.
+                        let run = self.status.failed + self.status.succeeded + 1;
+                        (self.status.attempts).push(attempts::not_started(index, run, &why, Utc::now()));
                         self.status.failed += 1;
                         self.status.message = Some(why);
                         changed = true;
@@ -225,6 +233,11 @@ impl Runner {
                         // As when a container's main process exits: whatever it left
                         // behind in its group goes too.
                         let _ = killpg(Pid::from_raw(record.pgid), Signal::SIGKILL);
+                        let attempt = match &outcome {
+                            RunOutcome::Succeeded { .. } => attempts::ended(&record, true, Exit { code: Some(0), signal: None }, None),
+                            RunOutcome::Failed { why, exit } => attempts::ended(&record, false, *exit, Some(why.clone())),
+                        };
+                        self.status.attempts.push(attempt);
                     }
                     self.status.active = runs.len() as i32;
                     self.set_state(&RunnerState { runs: groups.values().cloned().collect() });
@@ -236,7 +249,7 @@ impl Runner {
                                 self.status.result = result;
                             }
                         }
-                        RunOutcome::Failed { why } => {
+                        RunOutcome::Failed { why, .. } => {
                             self.status.failed += 1;
                             self.status.message = Some(why);
                             if self.status.failed > spec.backoff_limit {
@@ -269,6 +282,9 @@ impl Runner {
         message: &str,
     ) -> Result<(), Stop> {
         self.stop_all(runs, groups).await;
+        for record in groups.values() {
+            (self.status.attempts).push(attempts::stopped(record, reason, message));
+        }
         self.finish(false, reason, message).await;
         Ok(())
     }
@@ -367,6 +383,8 @@ impl Runner {
         let pid = child.id().ok_or("process exited before it could be tracked")? as i32;
         let record = RunRecord {
             index,
+            run: attempt,
+            started_at: Some(Utc::now()),
             pgid: pid,
             proc_start: proc_start_time(pid),
         };
@@ -417,7 +435,8 @@ async fn watch_run(
     result_owner: Option<u32>,
     log: Arc<LogWriter>,
 ) -> (i32, RunOutcome) {
-    let copy = output.map(|s| tokio::spawn(copy_lines(s, log.clone())));
+    let source = attempts::run_name(index, attempt);
+    let copy = output.map(|s| tokio::spawn(copy_lines(s, log.clone(), source)));
     let status = child.wait().await;
     // Output written by children still holding the pipe ends when the group is killed.
     if let Some(copy) = copy {
@@ -427,6 +446,10 @@ async fn watch_run(
     let outcome = match status {
         Ok(s) if s.success() => RunOutcome::Succeeded { result },
         Ok(s) => {
+            let exit = Exit {
+                code: s.code(),
+                signal: std::os::unix::process::ExitStatusExt::signal(&s),
+            };
             let how = match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
                 (Some(code), _) => format!("exited with code {code}"),
                 (None, Some(sig)) => format!("was killed by signal {sig}"),
@@ -445,10 +468,12 @@ async fn watch_run(
             }
             RunOutcome::Failed {
                 why: clip(why, MAX_RESULT_BYTES),
+                exit,
             }
         }
         Err(e) => RunOutcome::Failed {
             why: format!("run {attempt} (index {index}) could not be awaited: {e}"),
+            exit: Exit::default(),
         },
     };
     (index, outcome)
