@@ -51,6 +51,8 @@ fn attempt_of(pod: PodInfo, deadline: Option<DateTime<Utc>>) -> JobAttempt {
             attempt.state = AttemptState::Succeeded;
             attempt.finished_at = pod.finished_at.or(pod.created_at);
             attempt.reason = pod.reason;
+            // Its termination message: the result it wrote.
+            attempt.message = pod.message;
         }
         PodPhase::Failed => {
             attempt.state = AttemptState::Failed;
