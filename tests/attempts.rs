@@ -93,7 +93,11 @@ async fn a_job_failing_twice_then_succeeding_has_three_attempts_each_with_its_ow
         let ended = attempt["finishedAt"].as_str().expect("an end");
         assert!(started <= ended, "{attempt}");
         // Each attempt's own lines, and nothing of the others'.
-        assert_eq!(log_of(attempt), [format!("run {n} starts"), format!("run {n} ends")], "{attempt}");
+        assert_eq!(
+            log_of(attempt),
+            [format!("run {n} starts"), format!("run {n} ends")],
+            "{attempt}"
+        );
         assert!(!attempt["logLines"]["pageInfo"]["hasNextPage"].as_bool().unwrap());
         let sources: Vec<&Value> = attempt["logLines"]["edges"]
             .as_array()
@@ -118,17 +122,37 @@ async fn a_job_failing_twice_then_succeeding_has_three_attempts_each_with_its_ow
             ("SUCCEEDED".to_owned(), Some(0), None),
         ]
     );
-    assert!(attempts[0]["message"].as_str().unwrap().contains("exited with code 7"));
+    assert!(
+        attempts[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited with code 7")
+    );
     // Each end is an event, the last before the job's own.
-    let ends: Vec<&(String, String, String)> =
-        events.iter().filter(|(_, reason, _)| reason.starts_with("Attempt")).collect();
+    let ends: Vec<&(String, String, String)> = events
+        .iter()
+        .filter(|(_, reason, _)| reason.starts_with("Attempt"))
+        .collect();
     assert_eq!(ends.len(), 3, "{events:?}");
     assert_eq!(ends[0].1, "AttemptFailed");
-    assert!(ends[0].2.starts_with("attempt 1 of index 0 (index-0-run-1) failed: exit code 7 (ERROR)"), "{events:?}");
-    assert!(ends[1].2.starts_with("attempt 2 of index 0 (index-0-run-2) failed: exit code 8 (ERROR)"), "{events:?}");
+    assert!(
+        ends[0]
+            .2
+            .starts_with("attempt 1 of index 0 (index-0-run-1) failed: exit code 7 (ERROR)"),
+        "{events:?}"
+    );
+    assert!(
+        ends[1]
+            .2
+            .starts_with("attempt 2 of index 0 (index-0-run-2) failed: exit code 8 (ERROR)"),
+        "{events:?}"
+    );
     assert_eq!(ends[2].1, "AttemptSucceeded");
     assert_eq!(ends[2].2, "attempt 3 of index 0 (index-0-run-3) succeeded");
-    assert_eq!(ends[2].0, "RUNNING", "the attempt's event comes before the job's: {events:?}");
+    assert_eq!(
+        ends[2].0, "RUNNING",
+        "the attempt's event comes before the job's: {events:?}"
+    );
     assert_eq!(events.last().unwrap().0, "SUCCEEDED");
 }
 
@@ -185,9 +209,15 @@ async fn a_run_lost_to_a_kill_9_of_jobgate_is_an_attempt_ended_by_the_restart() 
         }))
         .await;
     let before = server
-        .job_until(&id, &format!("lastEventCursor {ATTEMPTS}"), "the first run wrote its line", |job| {
-            job["phase"] == "RUNNING" && job["attempts"][0]["logLines"]["edges"][0]["node"]["text"] == "first run"
-        })
+        .job_until(
+            &id,
+            &format!("lastEventCursor {ATTEMPTS}"),
+            "the first run wrote its line",
+            |job| {
+                job["phase"] == "RUNNING"
+                    && job["attempts"][0]["logLines"]["edges"][0]["node"]["text"] == "first run"
+            },
+        )
         .await;
     let cursor = before["lastEventCursor"].as_str().unwrap().to_owned();
     assert_eq!(before["attempts"][0]["state"], "RUNNING");
@@ -200,7 +230,10 @@ async fn a_run_lost_to_a_kill_9_of_jobgate_is_an_attempt_ended_by_the_restart() 
         .iter()
         .find(|(_, reason, _)| reason == "AttemptFailed")
         .unwrap_or_else(|| panic!("no attempt's end in {events:?}"));
-    assert!(end.2.contains("attempt 1 of index 0") && end.2.contains("(GATEWAY_RESTARTED)"), "{events:?}");
+    assert!(
+        end.2.contains("attempt 1 of index 0") && end.2.contains("(GATEWAY_RESTARTED)"),
+        "{events:?}"
+    );
     let job = finished(&server, &id).await;
     assert_eq!(job["phase"], "SUCCEEDED", "{job}");
     let attempts = job["attempts"].as_array().unwrap();

@@ -1,16 +1,15 @@
 //! A job's attempts (`JobAttempt`): each run of one of its completion indexes, as an
-//! executor saw it start and end, and how the job keeps them (`Job::record_attempts`):
-//! merged by the run's name, numbered per index, bounded per job, and each end made an event.
+//! executor saw it start and end; how a later report of one folds in, and how its end reads
+//! in words. The job keeps them (`Job::record_attempts` in `job.rs`: merged by the run's
+//! name, numbered per index, bounded per job, each end an event).
 //!
-//! It owns the shape of an attempt and the rules of keeping them; which facts of a pod or a
-//! process make an attempt is each executor's to decide, and it must not read a clock.
+//! It owns the shape of an attempt; which facts of a pod or a process make an attempt is each
+//! executor's to decide, and it must not read a clock.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::cause::FailureCause;
-use super::job::{Job, Transition};
-use super::phase::clip;
 
 /// Most attempts a job keeps: every event row holds the job, attempts included, so a job
 /// retried many times keeps its newest attempts and counts the older ones it let go
@@ -94,7 +93,7 @@ impl JobAttempt {
         self.state != AttemptState::Running
     }
 
-    /// Which attempt ended how, in words, for its event.
+    /// Which attempt ended how, in words, for its event (to clip to [`MAX_ATTEMPT_TEXT`]).
     pub fn summary(&self) -> String {
         let outcome = match self.state {
             AttemptState::Running => "is running".to_owned(),
@@ -115,16 +114,20 @@ impl JobAttempt {
             "attempt {} of index {} ({}) {outcome}",
             self.number, self.index, self.name
         );
-        if let Some(message) = self.message.as_deref().filter(|_| self.state == AttemptState::Failed) {
+        if let Some(message) = self
+            .message
+            .as_deref()
+            .filter(|_| self.state == AttemptState::Failed)
+        {
             text.push_str(": ");
             text.push_str(message);
         }
-        clip(text, MAX_ATTEMPT_TEXT)
+        text
     }
 
     /// Folds a later report of the same attempt in: what it knows replaces what was known;
     /// an ended attempt never runs again.
-    fn update(&mut self, later: JobAttempt) {
+    pub(super) fn update(&mut self, later: JobAttempt) {
         if self.has_ended() && !later.has_ended() {
             return;
         }
@@ -141,97 +144,11 @@ impl JobAttempt {
         self.process_id = process_id;
     }
 
-    fn clipped(mut self) -> Self {
-        self.reason = self.reason.map(|r| clip(r, MAX_ATTEMPT_TEXT));
-        self.message = self.message.map(|m| clip(m, MAX_ATTEMPT_TEXT));
-        self
-    }
-}
-
-impl Job {
-    /// Folds attempts an executor reported into the job: a new one is numbered after the
-    /// others of its index, a known one is updated. Returns one transition per attempt that
-    /// ended here (to record as events, before the job's own), and whether anything changed.
-    /// A terminal job keeps its attempts as they were.
-    pub fn record_attempts(&mut self, reported: Vec<JobAttempt>) -> (Vec<Transition>, bool) {
-        let mut ended = Vec::new();
-        let mut changed = false;
-        if self.phase.is_terminal() {
-            return (ended, changed);
-        }
-        for attempt in reported {
-            let attempt = attempt.clipped();
-            let summary = match self.attempts.iter_mut().find(|a| a.name == attempt.name) {
-                Some(known) => {
-                    let was_ended = known.has_ended();
-                    let before = known.clone();
-                    known.update(attempt);
-                    changed |= *known != before;
-                    (!was_ended && known.has_ended()).then(|| known.clone())
-                }
-                None => {
-                    // One the job let go of (see `MAX_ATTEMPTS`) is not taken back.
-                    let omitted = self.attempts_omitted_through.is_some_and(|through| {
-                        attempt.started_at.is_none_or(|started| started <= through)
-                    });
-                    if omitted {
-                        continue;
-                    }
-                    let mut attempt = attempt;
-                    attempt.number = self.attempts_of_index(attempt.index) + 1;
-                    changed = true;
-                    let ended_now = attempt.has_ended();
-                    self.attempts.push(attempt.clone());
-                    ended_now.then_some(attempt)
-                }
-            };
-            if let Some(attempt) = summary {
-                ended.push(Transition {
-                    previous_phase: Some(self.phase),
-                    phase: self.phase,
-                    reason: Some(
-                        if attempt.state == AttemptState::Succeeded {
-                            ATTEMPT_SUCCEEDED
-                        } else {
-                            ATTEMPT_FAILED
-                        }
-                        .to_owned(),
-                    ),
-                    message: Some(attempt.summary()),
-                });
-            }
-        }
-        self.bound_attempts();
-        (ended, changed)
-    }
-
-    /// Ends every attempt still running, as the job ended (a cancellation): they will not be
-    /// followed any further.
-    pub(super) fn end_running_attempts(&mut self, cause: FailureCause, reason: &str, now: DateTime<Utc>) {
-        for attempt in self.attempts.iter_mut().filter(|a| !a.has_ended()) {
-            attempt.state = AttemptState::Failed;
-            attempt.finished_at = Some(now);
-            attempt.cause = Some(cause);
-            attempt.reason = Some(reason.to_owned());
-        }
-    }
-
-    /// How many attempts of `index` the job has known, those it let go of included.
-    fn attempts_of_index(&self, index: i32) -> i32 {
-        let kept = self.attempts.iter().filter(|a| a.index == index).map(|a| a.number);
-        kept.max().unwrap_or(0)
-    }
-
-    /// Keeps at most [`MAX_ATTEMPTS`]: the oldest ended ones go first, counted.
-    fn bound_attempts(&mut self) {
-        while self.attempts.len() > MAX_ATTEMPTS {
-            let Some(oldest) = self.attempts.iter().position(JobAttempt::has_ended) else {
-                return;
-            };
-            let gone = self.attempts.remove(oldest);
-            self.attempts_omitted += 1;
-            let through = gone.started_at.or(gone.finished_at);
-            self.attempts_omitted_through = self.attempts_omitted_through.max(through);
-        }
+    /// Ends it, as its job ended (a cancellation, a deadline): it is not followed further.
+    pub(super) fn end(&mut self, cause: FailureCause, reason: &str, now: DateTime<Utc>) {
+        self.state = AttemptState::Failed;
+        self.finished_at = Some(now);
+        self.cause = Some(cause);
+        self.reason = Some(reason.to_owned());
     }
 }

@@ -5,9 +5,11 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::attempt::JobAttempt;
+use super::attempt::{
+    ATTEMPT_FAILED, ATTEMPT_SUCCEEDED, AttemptState, JobAttempt, MAX_ATTEMPT_TEXT, MAX_ATTEMPTS,
+};
 use super::cause::FailureCause;
-use super::phase::{Condition, JobPhase, Progress, QueueState, QueueStatus, WorkloadStatus};
+use super::phase::{Condition, JobPhase, Progress, QueueState, QueueStatus, WorkloadStatus, clip};
 use super::spec::JobSpec;
 
 /// A job as jobgate knows it: its spec plus its observed state.
@@ -452,6 +454,98 @@ impl Job {
             message,
             last_transition_time: Some(now),
         });
+    }
+}
+
+/// A job's attempts, as executors report them.
+impl Job {
+    /// Folds attempts an executor reported into the job: a new one is numbered after the
+    /// others of its index, a known one is updated. Returns one transition per attempt that
+    /// ended here (to record as events, before the job's own), and whether anything changed.
+    /// A terminal job keeps its attempts as they were.
+    pub fn record_attempts(&mut self, reported: Vec<JobAttempt>) -> (Vec<Transition>, bool) {
+        let mut ended = Vec::new();
+        let mut changed = false;
+        if self.phase.is_terminal() {
+            return (ended, changed);
+        }
+        for attempt in reported {
+            let mut attempt = attempt;
+            attempt.reason = attempt.reason.map(|r| clip(r, MAX_ATTEMPT_TEXT));
+            attempt.message = attempt.message.map(|m| clip(m, MAX_ATTEMPT_TEXT));
+            let summary = match self.attempts.iter_mut().find(|a| a.name == attempt.name) {
+                Some(known) => {
+                    let was_ended = known.has_ended();
+                    let before = known.clone();
+                    known.update(attempt);
+                    changed |= *known != before;
+                    (!was_ended && known.has_ended()).then(|| known.clone())
+                }
+                None => {
+                    // One the job let go of (see `MAX_ATTEMPTS`) is not taken back.
+                    let omitted = self
+                        .attempts_omitted_through
+                        .is_some_and(|through| attempt.started_at.is_none_or(|started| started <= through));
+                    if omitted {
+                        continue;
+                    }
+                    let mut attempt = attempt;
+                    attempt.number = self.attempts_of_index(attempt.index) + 1;
+                    changed = true;
+                    let ended_now = attempt.has_ended();
+                    self.attempts.push(attempt.clone());
+                    ended_now.then_some(attempt)
+                }
+            };
+            if let Some(attempt) = summary {
+                ended.push(Transition {
+                    previous_phase: Some(self.phase),
+                    phase: self.phase,
+                    reason: Some(
+                        if attempt.state == AttemptState::Succeeded {
+                            ATTEMPT_SUCCEEDED
+                        } else {
+                            ATTEMPT_FAILED
+                        }
+                        .to_owned(),
+                    ),
+                    message: Some(clip(attempt.summary(), MAX_ATTEMPT_TEXT)),
+                });
+            }
+        }
+        self.bound_attempts();
+        (ended, changed)
+    }
+
+    /// Ends every attempt still running, as the job ended (a cancellation): they will not be
+    /// followed any further.
+    fn end_running_attempts(&mut self, cause: FailureCause, reason: &str, now: DateTime<Utc>) {
+        for attempt in self.attempts.iter_mut().filter(|a| !a.has_ended()) {
+            attempt.end(cause, reason, now);
+        }
+    }
+
+    /// How many attempts of `index` the job has known, those it let go of included.
+    fn attempts_of_index(&self, index: i32) -> i32 {
+        let kept = self
+            .attempts
+            .iter()
+            .filter(|a| a.index == index)
+            .map(|a| a.number);
+        kept.max().unwrap_or(0)
+    }
+
+    /// Keeps at most [`MAX_ATTEMPTS`]: the oldest ended ones go first, counted.
+    fn bound_attempts(&mut self) {
+        while self.attempts.len() > MAX_ATTEMPTS {
+            let Some(oldest) = self.attempts.iter().position(JobAttempt::has_ended) else {
+                return;
+            };
+            let gone = self.attempts.remove(oldest);
+            self.attempts_omitted += 1;
+            let through = gone.started_at.or(gone.finished_at);
+            self.attempts_omitted_through = self.attempts_omitted_through.max(through);
+        }
     }
 }
 

@@ -37,7 +37,9 @@ async fn each_pod_of_a_retried_job_is_an_attempt_with_its_own_log() {
     let job = server
         .job_until(&id, ATTEMPTS, "every attempt's log is archived", |job| {
             job["attempts"].as_array().is_some_and(|a| {
-                a.len() == 3 && a.iter().all(|a| a["logLines"]["edges"].as_array().unwrap().len() == 2)
+                a.len() == 3
+                    && a.iter()
+                        .all(|a| a["logLines"]["edges"].as_array().unwrap().len() == 2)
             })
         })
         .await;
@@ -49,7 +51,10 @@ async fn each_pod_of_a_retried_job_is_an_attempt_with_its_own_log() {
         assert!(pod.starts_with(&format!("jobgate-{id}")), "{attempt}");
         assert_eq!(attempt["index"], 0);
         assert_eq!(attempt["number"], n as i64 + 1, "{attempt}");
-        assert!(attempt["startedAt"].is_string() && attempt["finishedAt"].is_string(), "{attempt}");
+        assert!(
+            attempt["startedAt"].is_string() && attempt["finishedAt"].is_string(),
+            "{attempt}"
+        );
         assert!(attempt["processId"].is_null());
         let lines: Vec<(&Value, &Value)> = attempt["logLines"]["edges"]
             .as_array()
@@ -82,11 +87,15 @@ async fn each_pod_of_a_retried_job_is_an_attempt_with_its_own_log() {
     );
     // Each pod's end is an event of the job's history, naming it.
     let events = job["events"].as_array().unwrap();
-    for (pod, reason) in pods.iter().zip(["AttemptFailed", "AttemptFailed", "AttemptSucceeded"]) {
+    for (pod, reason) in pods
+        .iter()
+        .zip(["AttemptFailed", "AttemptFailed", "AttemptSucceeded"])
+    {
         assert!(
             events
                 .iter()
-                .any(|e| e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.contains(pod.as_str()))),
+                .any(|e| e["reason"] == reason
+                    && e["message"].as_str().is_some_and(|m| m.contains(pod.as_str()))),
             "no {reason} event for {pod}: {events:?}"
         );
     }

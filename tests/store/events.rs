@@ -237,10 +237,9 @@ async fn attempts_and_the_events_of_their_ends_read_back_as_written(store: Arc<d
     assert_eq!(ended.len(), MAX_ATTEMPTS + 3);
     assert_eq!(ended.iter().map(|e| e.seq).collect::<Vec<_>>(), seqs);
     assert!(
-        ended[0]
-            .message
-            .as_deref()
-            .is_some_and(|m| m.starts_with("attempt 1 of index 0 (index-0-run-1) failed: exit code 1 (ERROR)")),
+        ended[0].message.as_deref().is_some_and(
+            |m| m.starts_with("attempt 1 of index 0 (index-0-run-1) failed: exit code 1 (ERROR)")
+        ),
         "{:?}",
         ended[0].message
     );

@@ -59,13 +59,13 @@
 //! context's `tasks`, and ends at its `shutdown`.
 
 mod archive;
-mod attempts;
 mod fence;
 mod kinds;
 mod kueue;
 mod launch_cancel;
 pub mod manifest;
 pub mod membership;
+mod pod_attempts;
 mod pod_logs;
 mod pods;
 mod reconcile;
@@ -334,7 +334,7 @@ impl KubeShared {
         if !self.acts_for(&job_id) {
             return;
         }
-        status.attempts = attempts::of_pods(self.pods.infos(&job_id), &status);
+        status.attempts = pod_attempts::of_pods(self.pods.infos(&job_id), &status);
         let observation = Observation { job_id, status };
         if self.ctx.observations.send(observation).await.is_err() {
             tracing::debug!("job service is gone; observation dropped");

@@ -190,11 +190,18 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
         created_at: pod.metadata.creation_timestamp.as_ref().and_then(time),
         started_at: terminated
             .and_then(|t| t.started_at.as_ref())
-            .or_else(|| state.and_then(|s| s.running.as_ref()).and_then(|r| r.started_at.as_ref()))
+            .or_else(|| {
+                state
+                    .and_then(|s| s.running.as_ref())
+                    .and_then(|r| r.started_at.as_ref())
+            })
             .and_then(time),
         disruption: status
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget" && c.status == "True"))
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+            })
             .map(|c| c.reason.clone().unwrap_or_else(|| "DisruptionTarget".to_owned())),
     })
 }

@@ -20,8 +20,8 @@
 //! restarts find it, and it is removed once the job has finished or been cancelled. It must
 //! not write the store or decide phases, nor hand a job any path into the data directory.
 
-mod attempts;
 mod log_file;
+mod run_attempts;
 mod runner;
 pub mod sandbox;
 pub mod user_switch;

@@ -17,8 +17,8 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::attempts::{self, Exit};
 use super::log_file::{LogWriter, copy_lines};
+use super::run_attempts::{self as attempts, RunExit};
 use super::{ARCHIVE_GRACE, LocalState, RunRecord, RunnerState, sandbox, user_switch};
 use crate::executor::Observation;
 use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
@@ -26,7 +26,7 @@ use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
 /// How one run ended.
 enum RunOutcome {
     Succeeded { result: Option<String> },
-    Failed { why: String, exit: Exit },
+    Failed { why: String, exit: RunExit },
 }
 
 /// One job's runner: starts its runs, retries them and reports its status until the job
@@ -234,7 +234,7 @@ impl Runner {
                         // behind in its group goes too.
                         let _ = killpg(Pid::from_raw(record.pgid), Signal::SIGKILL);
                         let attempt = match &outcome {
-                            RunOutcome::Succeeded { .. } => attempts::ended(&record, true, Exit { code: Some(0), signal: None }, None),
+                            RunOutcome::Succeeded { .. } => attempts::ended(&record, true, RunExit { code: Some(0), signal: None }, None),
                             RunOutcome::Failed { why, exit } => attempts::ended(&record, false, *exit, Some(why.clone())),
                         };
                         self.status.attempts.push(attempt);
@@ -446,7 +446,7 @@ async fn watch_run(
     let outcome = match status {
         Ok(s) if s.success() => RunOutcome::Succeeded { result },
         Ok(s) => {
-            let exit = Exit {
+            let exit = RunExit {
                 code: s.code(),
                 signal: std::os::unix::process::ExitStatusExt::signal(&s),
             };
@@ -473,7 +473,7 @@ async fn watch_run(
         }
         Err(e) => RunOutcome::Failed {
             why: format!("run {attempt} (index {index}) could not be awaited: {e}"),
-            exit: Exit::default(),
+            exit: RunExit::default(),
         },
     };
     (index, outcome)

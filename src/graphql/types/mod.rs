@@ -5,14 +5,14 @@
 //!
 //! - this file: the job and its parts (`Job`, its spec, phase, queue, conditions, pods) and
 //!   its status events;
-//! - `attempts`: a job's attempts, each with its own output, and `FailureCause`;
+//! - `attempt_views`: a job's attempts, each with its own output, and `FailureCause`;
 //! - `inputs`: what mutations and filters take;
 //! - `connections`: pages of jobs and of log lines (edges, page info);
 //! - `payloads`: what mutations answer;
 //! - `stats`: counts by phase and recent activity;
 //! - `template_views`: the templates jobs are submitted with, described for clients.
 
-mod attempts;
+mod attempt_views;
 mod connections;
 mod inputs;
 mod payloads;
@@ -29,7 +29,7 @@ use crate::graphql::error::OrApiError;
 use crate::jobs::service::JobService;
 use crate::model::{self, Job, JobEvent};
 
-pub use attempts::{AttemptStateView, FailureCauseView, JobAttemptObject};
+pub use attempt_views::{AttemptStateView, FailureCauseView, JobAttemptObject};
 pub use connections::{
     JobConnection, JobEdge, LogArchiveView, LogLineConnection, LogLineEdge, LogLineView, PageInfo,
 };
@@ -505,7 +505,7 @@ impl JobObject {
     /// is also a status event of its own (reason `AttemptSucceeded` or `AttemptFailed`),
     /// recorded before the job's event when it ended the job.
     async fn attempts(&self) -> Vec<JobAttemptObject> {
-        attempts::attempts_of(&self.0)
+        attempt_views::attempts_of(&self.0)
     }
     /// How many older attempts the job no longer lists in `attempts`.
     async fn attempts_omitted(&self) -> i32 {

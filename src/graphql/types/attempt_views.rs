@@ -122,7 +122,10 @@ impl JobAttemptObject {
             .as_deref()
             .map(|c| {
                 c.parse::<i64>().ok().filter(|c| *c >= 0).ok_or_else(|| {
-                    crate::graphql::error::bad_input("after", format!("{c:?} is not a cursor this server issued"))
+                    crate::graphql::error::bad_input(
+                        "after",
+                        format!("{c:?} is not a cursor this server issued"),
+                    )
                 })
             })
             .transpose()?;

@@ -19,7 +19,7 @@ pub(super) fn run_name(index: i32, run: i32) -> String {
 
 /// How a run's process ended.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Exit {
+pub(super) struct RunExit {
     pub(super) code: Option<i32>,
     pub(super) signal: Option<i32>,
 }
@@ -36,7 +36,7 @@ pub(super) fn started(record: &RunRecord) -> JobAttempt {
 }
 
 /// A run that ended by itself: it succeeded, or failed with `exit` (`why`: the runner's words).
-pub(super) fn ended(record: &RunRecord, success: bool, exit: Exit, why: Option<String>) -> JobAttempt {
+pub(super) fn ended(record: &RunRecord, success: bool, exit: RunExit, why: Option<String>) -> JobAttempt {
     let mut attempt = started(record);
     attempt.finished_at = Some(Utc::now());
     attempt.exit_code = exit.code;

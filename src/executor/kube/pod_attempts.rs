@@ -74,9 +74,8 @@ fn attempt_of(pod: PodInfo, deadline: Option<DateTime<Utc>>) -> JobAttempt {
 fn cause_of(reason: Option<&str>, disruption: Option<&str>) -> FailureCause {
     match (reason, disruption) {
         (Some("OOMKilled"), _) => FailureCause::OomKilled,
-        (_, Some("PreemptionByScheduler" | "PreemptionByKubeScheduler")) | (Some("Preempted" | "Preempting"), _) => {
-            FailureCause::Preempted
-        }
+        (_, Some("PreemptionByScheduler" | "PreemptionByKubeScheduler"))
+        | (Some("Preempted" | "Preempting"), _) => FailureCause::Preempted,
         (_, Some(_)) | (Some("Evicted"), _) => FailureCause::Evicted,
         (Some("DeadlineExceeded"), _) => FailureCause::DeadlineExceeded,
         _ => FailureCause::Error,
@@ -90,10 +89,19 @@ mod tests {
     #[test]
     fn a_failed_pod_says_why() {
         assert_eq!(cause_of(Some("OOMKilled"), None), FailureCause::OomKilled);
-        assert_eq!(cause_of(Some("Error"), Some("PreemptionByScheduler")), FailureCause::Preempted);
-        assert_eq!(cause_of(Some("Error"), Some("EvictionByEvictionAPI")), FailureCause::Evicted);
+        assert_eq!(
+            cause_of(Some("Error"), Some("PreemptionByScheduler")),
+            FailureCause::Preempted
+        );
+        assert_eq!(
+            cause_of(Some("Error"), Some("EvictionByEvictionAPI")),
+            FailureCause::Evicted
+        );
         assert_eq!(cause_of(Some("Evicted"), None), FailureCause::Evicted);
-        assert_eq!(cause_of(Some("DeadlineExceeded"), None), FailureCause::DeadlineExceeded);
+        assert_eq!(
+            cause_of(Some("DeadlineExceeded"), None),
+            FailureCause::DeadlineExceeded
+        );
         assert_eq!(cause_of(Some("Error"), None), FailureCause::Error);
         assert_eq!(cause_of(None, None), FailureCause::Error);
     }
