@@ -93,7 +93,7 @@ impl JobAttempt {
         self.state != AttemptState::Running
     }
 
-    /// Which attempt ended how, in words, for its event (to clip to [`MAX_ATTEMPT_TEXT`]).
+    /// Which attempt ended how, in words, for its event (the job clips it to `MAX_ATTEMPT_TEXT` bytes).
     pub fn summary(&self) -> String {
         let outcome = match self.state {
             AttemptState::Running => "is running".to_owned(),
