@@ -147,6 +147,11 @@ fn the_log_view_pages_its_history_and_resumes_after_a_reconnect() {
     run_e2e("logs.test.mjs");
 }
 
+#[test]
+fn a_retried_jobs_page_lists_its_attempts_each_with_its_own_log() {
+    run_e2e("attempts.test.mjs");
+}
+
 /// queue.test.mjs, against the emulator with Kueue: a ClusterQueue admitting one pod at a time
 /// behind LocalQueue `team-a`. The file asks for `open-gate-<name>` to let the emulated pods
 /// started with `EMULATOR_GATE=<name>` finish (the way tests/kueue.rs ends a job).

@@ -5,7 +5,11 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::phase::{Condition, JobPhase, Progress, QueueState, QueueStatus, WorkloadStatus};
+use super::attempt::{
+    ATTEMPT_FAILED, ATTEMPT_SUCCEEDED, AttemptState, JobAttempt, MAX_ATTEMPT_TEXT, MAX_ATTEMPTS,
+};
+use super::cause::FailureCause;
+use super::phase::{Condition, JobPhase, Progress, QueueState, QueueStatus, WorkloadStatus, clip};
 use super::spec::JobSpec;
 
 /// A job as jobgate knows it: its spec plus its observed state.
@@ -36,6 +40,20 @@ pub struct Job {
     pub workload: WorkloadStatus,
     /// The cursor of the last event recorded for this job.
     pub last_event_seq: i64,
+    /// Its runs, oldest first: the newest [`MAX_ATTEMPTS`](super::MAX_ATTEMPTS) of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<JobAttempt>,
+    /// How many older attempts the job let go of to keep within that bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts_omitted: i32,
+    /// The latest start among the attempts let go of: a report of one of them is not taken
+    /// back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_omitted_through: Option<DateTime<Utc>>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// What an observation or a command changed about a job, ready to record as an event.
@@ -75,6 +93,9 @@ impl Job {
             submitter_key: None,
             workload: WorkloadStatus::default(),
             last_event_seq: 0,
+            attempts: Vec::new(),
+            attempts_omitted: 0,
+            attempts_omitted_through: None,
         }
     }
 
@@ -87,7 +108,9 @@ impl Job {
     /// Folds an executor's observation into the job. Returns the transition to record, or
     /// `None` when nothing a client can see changed. A terminal job never changes, and a
     /// stale status can never move the phase backward.
-    pub fn observe(&mut self, status: WorkloadStatus, now: DateTime<Utc>) -> Option<Transition> {
+    /// Attempts are not part of it: see [`Job::record_attempts`].
+    pub fn observe(&mut self, mut status: WorkloadStatus, now: DateTime<Utc>) -> Option<Transition> {
+        status.attempts.clear();
         if self.phase.is_terminal() {
             return None;
         }
@@ -167,6 +190,15 @@ impl Job {
                 now,
             );
             self.message = detail;
+            if derived.phase.is_terminal() {
+                // Runs still going when the job ended are not followed further.
+                let reason = derived.reason.as_deref().unwrap_or("JobFinished");
+                let cause = match reason {
+                    "DeadlineExceeded" => FailureCause::DeadlineExceeded,
+                    _ => FailureCause::Cancelled,
+                };
+                self.end_running_attempts(cause, reason, now);
+            }
         }
         if !moved && let Some(queue) = queue_entered {
             // What Kueue decided is the news: the job waits (and why), or may run.
@@ -381,6 +413,7 @@ impl Job {
             now,
         );
         self.progress.active = 0;
+        self.end_running_attempts(FailureCause::Cancelled, "CancelledByUser", now);
         Some(Transition {
             previous_phase: Some(previous),
             phase: JobPhase::Cancelled,
@@ -421,6 +454,98 @@ impl Job {
             message,
             last_transition_time: Some(now),
         });
+    }
+}
+
+/// A job's attempts, as executors report them.
+impl Job {
+    /// Folds attempts an executor reported into the job: a new one is numbered after the
+    /// others of its index, a known one is updated. Returns one transition per attempt that
+    /// ended here (to record as events, before the job's own), and whether anything changed.
+    /// A terminal job keeps its attempts as they were.
+    pub fn record_attempts(&mut self, reported: Vec<JobAttempt>) -> (Vec<Transition>, bool) {
+        let mut ended = Vec::new();
+        let mut changed = false;
+        if self.phase.is_terminal() {
+            return (ended, changed);
+        }
+        for attempt in reported {
+            let mut attempt = attempt;
+            attempt.reason = attempt.reason.map(|r| clip(r, MAX_ATTEMPT_TEXT));
+            attempt.message = attempt.message.map(|m| clip(m, MAX_ATTEMPT_TEXT));
+            let summary = match self.attempts.iter_mut().find(|a| a.name == attempt.name) {
+                Some(known) => {
+                    let was_ended = known.has_ended();
+                    let before = known.clone();
+                    known.update(attempt);
+                    changed |= *known != before;
+                    (!was_ended && known.has_ended()).then(|| known.clone())
+                }
+                None => {
+                    // One the job let go of (see `MAX_ATTEMPTS`) is not taken back.
+                    let omitted = self
+                        .attempts_omitted_through
+                        .is_some_and(|through| attempt.started_at.is_none_or(|started| started <= through));
+                    if omitted {
+                        continue;
+                    }
+                    let mut attempt = attempt;
+                    attempt.number = self.attempts_of_index(attempt.index) + 1;
+                    changed = true;
+                    let ended_now = attempt.has_ended();
+                    self.attempts.push(attempt.clone());
+                    ended_now.then_some(attempt)
+                }
+            };
+            if let Some(attempt) = summary {
+                ended.push(Transition {
+                    previous_phase: Some(self.phase),
+                    phase: self.phase,
+                    reason: Some(
+                        if attempt.state == AttemptState::Succeeded {
+                            ATTEMPT_SUCCEEDED
+                        } else {
+                            ATTEMPT_FAILED
+                        }
+                        .to_owned(),
+                    ),
+                    message: Some(clip(attempt.summary(), MAX_ATTEMPT_TEXT)),
+                });
+            }
+        }
+        self.bound_attempts();
+        (ended, changed)
+    }
+
+    /// Ends every attempt still running, as the job ended (a cancellation): they will not be
+    /// followed any further.
+    fn end_running_attempts(&mut self, cause: FailureCause, reason: &str, now: DateTime<Utc>) {
+        for attempt in self.attempts.iter_mut().filter(|a| !a.has_ended()) {
+            attempt.end(cause, reason, now);
+        }
+    }
+
+    /// How many attempts of `index` the job has known, those it let go of included.
+    fn attempts_of_index(&self, index: i32) -> i32 {
+        let kept = self
+            .attempts
+            .iter()
+            .filter(|a| a.index == index)
+            .map(|a| a.number);
+        kept.max().unwrap_or(0)
+    }
+
+    /// Keeps at most [`MAX_ATTEMPTS`]: the oldest ended ones go first, counted.
+    fn bound_attempts(&mut self) {
+        while self.attempts.len() > MAX_ATTEMPTS {
+            let Some(oldest) = self.attempts.iter().position(JobAttempt::has_ended) else {
+                return;
+            };
+            let gone = self.attempts.remove(oldest);
+            self.attempts_omitted += 1;
+            let through = gone.started_at.or(gone.finished_at);
+            self.attempts_omitted_through = self.attempts_omitted_through.max(through);
+        }
     }
 }
 

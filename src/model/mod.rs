@@ -8,6 +8,7 @@
 //! executor, the service and the API. Nothing here may import from another module of the
 //! crate: everything else imports this.
 
+mod attempt;
 mod cause;
 mod events;
 mod filter;
@@ -22,6 +23,7 @@ mod shard;
 mod spec;
 mod validation;
 
+pub use attempt::{ATTEMPT_FAILED, ATTEMPT_SUCCEEDED, AttemptState, JobAttempt, MAX_ATTEMPTS};
 pub use cause::FailureCause;
 pub use events::JobEvent;
 pub use filter::JobFilter;

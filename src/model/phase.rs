@@ -147,6 +147,10 @@ pub struct WorkloadStatus {
     /// Where the job stands in its Kueue queue, once Kueue's Workload for it was seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<Box<QueueStatus>>,
+    /// Attempts that started or ended since the executor's last report (or all it knows):
+    /// the job keeps them (`Job::record_attempts`), never the stored status.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<super::attempt::JobAttempt>,
 }
 
 /// Where a queued job stands in Kueue, as Kueue's Workload for it says.

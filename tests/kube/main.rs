@@ -20,6 +20,7 @@
 mod common;
 
 mod admission;
+mod attempts;
 mod cancelling;
 mod cluster_source;
 mod faults;

@@ -1,21 +1,22 @@
 //! The event log: cursors grow with commit order and are never reused, a subscriber resuming
 //! after a cursor misses nothing while writers commit concurrently, and event reads filter by
-//! job and scope.
+//! job and scope; a job's attempts, and the events of their ends, read back as written.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use jobgate::model::{JobEvent, JobPhase, Scope};
+use jobgate::model::{AttemptState, FailureCause, JobAttempt, JobEvent, JobPhase, MAX_ATTEMPTS, Scope};
 use jobgate::store::Store;
 
-use crate::support::{all_events, job, move_in, move_to, submit, submit_one, team};
+use crate::support::{all_events, job, move_in, move_to, now, record, submit, submit_one, team};
 
 backend_tests!(
     event_cursors_grow_with_each_commit,
     a_subscriber_resuming_after_a_cursor_misses_nothing_under_concurrent_writers,
     events_after_filters_by_job_and_scope,
     job_history_is_the_newest_events_oldest_first,
+    attempts_and_the_events_of_their_ends_read_back_as_written,
 );
 
 async fn event_cursors_grow_with_each_commit(store: Arc<dyn Store>) {
@@ -188,4 +189,64 @@ async fn job_history_is_the_newest_events_oldest_first(store: Arc<dyn Store>) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// An attempt of index 0 named `name` that ended with `exit_code`.
+fn failed_attempt(name: &str, exit_code: i32) -> JobAttempt {
+    let mut attempt = JobAttempt::running(name.into(), 0, Some(now()));
+    attempt.state = AttemptState::Failed;
+    attempt.finished_at = Some(now());
+    attempt.exit_code = Some(exit_code);
+    attempt.cause = Some(FailureCause::Error);
+    attempt.reason = Some("Error".into());
+    attempt.message = Some(format!("{name} exited with code {exit_code}"));
+    attempt.process_id = Some(4242);
+    attempt
+}
+
+async fn attempts_and_the_events_of_their_ends_read_back_as_written(store: Arc<dyn Store>) {
+    let mut job = submit_one(&store, job("team-a", "retried")).await;
+    move_to(&store, &mut job, JobPhase::Running).await;
+    // More attempts than a job keeps: the oldest go, counted; each end is an event of its
+    // own, written in the same transaction as the job.
+    let reported: Vec<JobAttempt> = (1..=MAX_ATTEMPTS as i32 + 3)
+        .map(|n| failed_attempt(&format!("index-0-run-{n}"), n))
+        .chain([JobAttempt::running("index-0-run-99".into(), 0, Some(now()))])
+        .collect();
+    let (ends, changed) = job.record_attempts(reported.clone());
+    assert!(changed);
+    assert_eq!(ends.len(), MAX_ATTEMPTS + 3);
+    let mut tx = store.begin().await.expect("a write transaction");
+    let mut seqs = Vec::new();
+    for end in &ends {
+        seqs.push(record(&mut *tx, &mut job, end).await);
+    }
+    tx.commit().await.expect("committing");
+    assert_eq!(job.attempts.len(), MAX_ATTEMPTS);
+    assert_eq!(job.attempts_omitted, 4);
+    assert_eq!(job.attempts.last().map(|a| a.state), Some(AttemptState::Running));
+
+    let stored = store.get_job(&job.id).await.unwrap().expect("the job");
+    assert_eq!(stored.attempts, job.attempts);
+    assert_eq!(stored.attempts_omitted, 4);
+    let history = store.job_history(&job.id, &Scope::All, 100).await.unwrap();
+    let ended: Vec<&JobEvent> = history
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("AttemptFailed"))
+        .collect();
+    assert_eq!(ended.len(), MAX_ATTEMPTS + 3);
+    assert_eq!(ended.iter().map(|e| e.seq).collect::<Vec<_>>(), seqs);
+    assert!(
+        ended[0].message.as_deref().is_some_and(
+            |m| m.starts_with("attempt 1 of index 0 (index-0-run-1) failed: exit code 1 (ERROR)")
+        ),
+        "{:?}",
+        ended[0].message
+    );
+    assert_eq!(ended.last().unwrap().job.attempts, job.attempts);
+
+    // A report of an attempt the job let go of is not taken back; a later one is numbered on.
+    let (again, _) = job.record_attempts(vec![reported[0].clone()]);
+    assert!(again.is_empty());
+    assert!(job.attempts.iter().all(|a| a.name != "index-0-run-1"));
 }

@@ -9,6 +9,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 
 import { ApiError } from './api.js';
 import { TERMINAL, duration, fullTime, jobTitle, phaseWord, runTime, when } from './format.js';
+import { Attempts } from './attempts.jsx';
 import { PhaseBadge, ProgressBar, useNow } from './jobs.jsx';
 import { navigate } from './nav.js';
 import { CANCEL_MUTATION, JOB_QUERY, LOG_LINES_QUERY, LOGS_SUBSCRIPTION, JOB_REREAD_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
@@ -28,6 +29,7 @@ export function JobDetail({ id, api, live }) {
   const [job, setJob] = useState(null);
   const [spec, setSpec] = useState(null);
   const [pods, setPods] = useState([]);
+  const [attempts, setAttempts] = useState({ attempts: [], attemptsOmitted: 0 });
   // Pods change with the job's events: re-read them after each (one request at a time), with
   // the fields only jobStatus carries. It pushes phase changes only, and the live model's
   // events lack those fields: without this, a change in Kueue that keeps the phase (the
@@ -44,8 +46,9 @@ export function JobDetail({ id, api, live }) {
       .request(JOB_REREAD_QUERY, { id })
       .then((data) => {
         if (!data.job) return;
-        const { pods: p, ...fresh } = data.job;
+        const { pods: p, attempts: a, attemptsOmitted, ...fresh } = data.job;
         setPods(p);
+        setAttempts({ attempts: a, attemptsOmitted });
         // Taken unless what is shown is newer (a push may have overtaken this answer).
         const current = jobRef.current;
         const cursor = Number(fresh.lastEventCursor || 0);
@@ -99,8 +102,8 @@ export function JobDetail({ id, api, live }) {
       const last = t[t.length - 1];
       // Consecutive progress updates collapse into the newest: the timeline stays readable
       // for a job with thousands of completions.
-      const isProgress = entry.previousPhase === entry.phase;
-      const lastIsProgress = last && last.previousPhase === last.phase;
+      const isProgress = isProgressUpdate(entry);
+      const lastIsProgress = last && isProgressUpdate(last);
       const next = isProgress && lastIsProgress ? [...t.slice(0, -1), { ...entry, merged: (last.merged || 1) + 1 }] : [...t, entry];
       return next.slice(-MAX_TIMELINE);
     });
@@ -118,8 +121,9 @@ export function JobDetail({ id, api, live }) {
           setError(new ApiError(`There is no job with id ${id}.`, { code: 'NOT_FOUND' }));
           return;
         }
-        const { spec: s, events, pods: p, ...j } = data.job;
+        const { spec: s, events, pods: p, attempts: a, attemptsOmitted, ...j } = data.job;
         setPods(p);
+        setAttempts({ attempts: a, attemptsOmitted });
         jobRef.current = j;
         fullCursor.current = Number(j.lastEventCursor || 0);
         setJob(j);
@@ -128,7 +132,7 @@ export function JobDetail({ id, api, live }) {
         for (const e of events) {
           seen.current.add(e.cursor);
           const last = entries[entries.length - 1];
-          if (e.previousPhase === e.phase && last && last.previousPhase === last.phase) {
+          if (isProgressUpdate(e) && last && isProgressUpdate(last)) {
             entries[entries.length - 1] = { ...e, merged: (last.merged || 1) + 1 };
           } else entries.push(e);
         }
@@ -297,13 +301,16 @@ export function JobDetail({ id, api, live }) {
 
         <section aria-labelledby="timeline-heading" class="card">
           <h2 id="timeline-heading">Timeline</h2>
-          <ol class="timeline">
+          {/* Scrollable, so reachable from the keyboard. */}
+          <ol class="timeline" tabIndex={0} aria-labelledby="timeline-heading">
             {timeline.map((e) => (
               <li key={e.cursor} class={`timeline-${e.phase}`}>
                 <time datetime={e.at} title={fullTime(e.at)}>
                   {when(e.at)}
                 </time>{' '}
-                {e.previousPhase === e.phase ? (
+                {isAttemptEnd(e) ? (
+                  <span>Attempt ended</span>
+                ) : e.previousPhase === e.phase ? (
                   <span>
                     Progress update{e.merged > 1 ? ` (${e.merged})` : ''}
                   </span>
@@ -347,10 +354,21 @@ export function JobDetail({ id, api, live }) {
       </div>
 
       {pods.length > 0 && <Pods pods={pods} />}
+      {attempts.attempts.length > 0 && <Attempts api={api} id={id} {...attempts} />}
       <Logs api={api} id={id} />
       {spec && <Spec spec={spec} />}
     </article>
   );
+}
+
+/** An event recording an attempt's end (`AttemptFailed`, `AttemptSucceeded`): shown on its own. */
+function isAttemptEnd(e) {
+  return e.reason === 'AttemptFailed' || e.reason === 'AttemptSucceeded';
+}
+
+/** A progress update, which the timeline collapses with the ones next to it. */
+function isProgressUpdate(e) {
+  return e.previousPhase === e.phase && !isAttemptEnd(e);
 }
 
 /** The job's pods on Kubernetes, as jobgate's watch sees them. */
@@ -481,6 +499,8 @@ function Logs({ api, id }) {
   };
 
   const sources = new Set(lines.map((l) => l.source).filter(Boolean));
+  // A local job's one run needs no column; its runs (`index-<i>-run-<n>`), or pods, do.
+  const showSources = sources.size > 1 || [...sources].some((s) => !/^index-\d+-run-\d+$/.test(s));
   // Pod names share the Job's long name; show what tells them apart (the full name on hover).
   const prefix = commonPrefix([...sources]);
   return (
@@ -514,7 +534,7 @@ function Logs({ api, id }) {
         ) : (
           lines.map((l, i) => (
             <div class="log-line" key={l.cursor ?? i} data-cursor={l.cursor ?? undefined}>
-              {sources.size > 0 && (
+              {showSources && (
                 <span class="log-source" title={l.source || ''}>
                   {(l.source || '').slice(prefix.length)}
                 </span>

@@ -65,6 +65,7 @@ mod kueue;
 mod launch_cancel;
 pub mod manifest;
 pub mod membership;
+mod pod_attempts;
 mod pod_logs;
 mod pods;
 mod reconcile;
@@ -328,10 +329,12 @@ impl KubeShared {
     }
 
     /// Reports what was observed of a job's workload to the job service.
-    async fn send(&self, job_id: String, status: WorkloadStatus) {
+    /// Its pods' attempts go with it.
+    async fn send(&self, job_id: String, mut status: WorkloadStatus) {
         if !self.acts_for(&job_id) {
             return;
         }
+        status.attempts = pod_attempts::of_pods(self.pods.infos(&job_id), &status);
         let observation = Observation { job_id, status };
         if self.ctx.observations.send(observation).await.is_err() {
             tracing::debug!("job service is gone; observation dropped");

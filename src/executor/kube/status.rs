@@ -120,6 +120,11 @@ pub struct PodInfo {
     pub reason: Option<String>,
     pub finished_at: Option<DateTime<Utc>>,
     pub created_at: Option<DateTime<Utc>>,
+    /// When its container started running.
+    pub started_at: Option<DateTime<Utc>>,
+    /// The reason of its `DisruptionTarget` condition, when the cluster is ending it
+    /// (`PreemptionByScheduler`, `EvictionByEvictionAPI`, `TerminationByKubelet`…).
+    pub disruption: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,6 +188,21 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
             .or_else(|| status.and_then(|s| s.reason.clone())),
         finished_at: terminated.and_then(|t| t.finished_at.as_ref()).and_then(time),
         created_at: pod.metadata.creation_timestamp.as_ref().and_then(time),
+        started_at: terminated
+            .and_then(|t| t.started_at.as_ref())
+            .or_else(|| {
+                state
+                    .and_then(|s| s.running.as_ref())
+                    .and_then(|r| r.started_at.as_ref())
+            })
+            .and_then(time),
+        disruption: status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+            })
+            .map(|c| c.reason.clone().unwrap_or_else(|| "DisruptionTarget".to_owned())),
     })
 }
 
@@ -383,6 +403,8 @@ mod tests {
             reason: exit.map(|c| if c == 0 { "Completed" } else { "Error" }.into()),
             finished_at: Some(Utc::now()),
             created_at: Some(Utc::now()),
+            started_at: None,
+            disruption: None,
         }
     }
 

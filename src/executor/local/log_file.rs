@@ -56,7 +56,8 @@ pub(super) async fn tail(path: &Path, n: usize, max_bytes: u64) -> std::io::Resu
 /// Longest line kept in a log; longer ones are cut.
 const MAX_LINE: usize = 16 * 1024;
 
-pub(super) async fn copy_lines(stream: impl AsyncRead + Unpin, log: Arc<LogWriter>) {
+/// Copies a run's output into its job's log, each line archived as the run's (`source`).
+pub(super) async fn copy_lines(stream: impl AsyncRead + Unpin, log: Arc<LogWriter>, source: String) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {
@@ -71,7 +72,7 @@ pub(super) async fn copy_lines(stream: impl AsyncRead + Unpin, log: Arc<LogWrite
                 if line.last() != Some(&b'\n') {
                     line.push(b'\n');
                 }
-                log.append(&line).await;
+                log.append(&line, &source).await;
             }
         }
     }
@@ -120,13 +121,15 @@ impl LogWriter {
         Ok((past, live))
     }
 
-    pub(super) async fn append(&self, line: &[u8]) {
+    /// Appends a line `source` (a run's name) wrote.
+    pub(super) async fn append(&self, line: &[u8], source: &str) {
         let mut guard = self.file.lock().await;
         // Under the lock, so that the archive has the lines in the file's order; whatever
         // becomes of the file.
         if let Some((sink, job)) = &self.archive {
             let text = clip_log_line(&String::from_utf8_lossy(line));
-            sink.append(job, "", None, vec![LogLine { source: None, text }]);
+            let source = (!source.is_empty()).then(|| source.to_owned());
+            sink.append(job, "", None, vec![LogLine { source, text }]);
         }
         if guard.is_none() {
             let file = tokio::fs::OpenOptions::new()

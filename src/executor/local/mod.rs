@@ -22,6 +22,7 @@
 
 mod log_file;
 mod retries;
+mod run_attempts;
 mod runner;
 pub mod sandbox;
 pub mod user_switch;
@@ -96,6 +97,11 @@ struct RunnerState {
 struct RunRecord {
     index: i32,
     pgid: i32,
+    /// The job's run number of this run (`attempts::run_name`).
+    #[serde(default)]
+    run: i32,
+    #[serde(default)]
+    started_at: Option<chrono::DateTime<Utc>>,
     /// The process's start time in clock ticks since boot (/proc/PID/stat field 22), so a
     /// recycled pid is never mistaken for ours.
     proc_start: Option<u64>,

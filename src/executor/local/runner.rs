@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::log_file::{LogWriter, copy_lines};
 use super::retries::{FAILED_INDEXES, RetryBook, RunFailure, Verdict};
+use super::run_attempts::{self as attempts, RunExit};
 use super::{ARCHIVE_GRACE, LocalState, RunRecord, RunnerState, sandbox, user_switch};
 use crate::executor::Observation;
 use crate::model::{Condition, Job, MAX_RESULT_BYTES, WorkloadStatus, clip};
@@ -29,11 +30,11 @@ enum RunOutcome {
     Succeeded {
         result: Option<String>,
     },
-    /// `exit_code`: 128 + N for a run killed by signal N, as a container reports it.
+    /// `attempt`: the run's number in the job; `exit`: its exit code or signal.
     Failed {
         why: String,
         attempt: i32,
-        exit_code: Option<i32>,
+        exit: RunExit,
     },
 }
 
@@ -83,11 +84,13 @@ impl Runner {
         self.status.executor_state = serde_json::to_value(state).unwrap_or_default();
     }
 
-    async fn report(&self) {
+    /// Reports the status, with the attempts that started or ended since the last report.
+    async fn report(&mut self) {
         let observation = Observation {
             job_id: self.job.id.clone(),
             status: self.status.clone(),
         };
+        self.status.attempts.clear();
         if self.inner.observations.send(observation).await.is_err() {
             tracing::warn!(job = %self.job.id, "job service is gone; observation dropped");
         }
@@ -139,6 +142,8 @@ impl Runner {
         if interrupted > 0 {
             for run in &leftovers {
                 kill_leftover(run);
+                let message = "jobgate restarted while it ran; its outcome is unknown";
+                (self.status.attempts).push(attempts::stopped(run, "GatewayRestarted", message));
             }
             let lost = leftovers.iter().map(|run| run.index).chain(std::iter::repeat(-1));
             for index in lost.take(interrupted as usize) {
@@ -185,15 +190,17 @@ impl Runner {
                 let Some(index) = pending.pop_front() else { break };
                 match self.spawn_run(index, &mut runs).await {
                     Ok(record) => {
+                        self.status.attempts.push(attempts::started(&record));
                         groups.insert(index, record);
                         changed = true;
                     }
                     Err(why) => {
                         // A program that cannot start is a failed run, as a container that
                         // fails to start is.
+                        let attempt = self.status.failed + self.status.succeeded + 1;
+                        (self.status.attempts).push(attempts::not_started(index, attempt, &why, Utc::now()));
                         self.status.message = Some(why);
                         changed = true;
-                        let attempt = self.status.failed + self.status.succeeded + 1;
                         let subject = format!("run {attempt} (index {index})");
                         let failure = RunFailure {
                             index,
@@ -252,6 +259,11 @@ impl Runner {
                         // As when a container's main process exits: whatever it left
                         // behind in its group goes too.
                         let _ = killpg(Pid::from_raw(record.pgid), Signal::SIGKILL);
+                        let ended = match &outcome {
+                            RunOutcome::Succeeded { .. } => attempts::ended(&record, true, RunExit { code: Some(0), signal: None }, None),
+                            RunOutcome::Failed { why, exit, .. } => attempts::ended(&record, false, *exit, Some(why.clone())),
+                        };
+                        self.status.attempts.push(ended);
                     }
                     self.status.active = runs.len() as i32;
                     self.set_state(&RunnerState { runs: groups.values().cloned().collect(), retries: book.clone() });
@@ -263,7 +275,8 @@ impl Runner {
                                 self.status.result = result;
                             }
                         }
-                        RunOutcome::Failed { why, attempt, exit_code } => {
+                        RunOutcome::Failed { why, attempt, exit } => {
+                            let exit_code = exit.code.or(exit.signal.map(|sig| 128 + sig));
                             self.status.message = Some(why);
                             let subject = format!("run {attempt} (index {index})");
                             let failure = RunFailure { index, exit_code, subject: &subject };
@@ -305,6 +318,9 @@ impl Runner {
         message: &str,
     ) -> Result<(), Stop> {
         self.stop_all(runs, groups).await;
+        for record in groups.values() {
+            (self.status.attempts).push(attempts::stopped(record, reason, message));
+        }
         self.finish(false, reason, message).await;
         Ok(())
     }
@@ -403,6 +419,8 @@ impl Runner {
         let pid = child.id().ok_or("process exited before it could be tracked")? as i32;
         let record = RunRecord {
             index,
+            run: attempt,
+            started_at: Some(Utc::now()),
             pgid: pid,
             proc_start: proc_start_time(pid),
         };
@@ -453,7 +471,8 @@ async fn watch_run(
     result_owner: Option<u32>,
     log: Arc<LogWriter>,
 ) -> (i32, RunOutcome) {
-    let copy = output.map(|s| tokio::spawn(copy_lines(s, log.clone())));
+    let source = attempts::run_name(index, attempt);
+    let copy = output.map(|s| tokio::spawn(copy_lines(s, log.clone(), source)));
     let status = child.wait().await;
     // Output written by children still holding the pipe ends when the group is killed.
     if let Some(copy) = copy {
@@ -463,8 +482,10 @@ async fn watch_run(
     let outcome = match status {
         Ok(s) if s.success() => RunOutcome::Succeeded { result },
         Ok(s) => {
-            let signal = std::os::unix::process::ExitStatusExt::signal(&s);
-            let exit_code = s.code().or(signal.map(|sig| 128 + sig));
+            let exit = RunExit {
+                code: s.code(),
+                signal: std::os::unix::process::ExitStatusExt::signal(&s),
+            };
             let how = match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
                 (Some(code), _) => format!("exited with code {code}"),
                 (None, Some(sig)) => format!("was killed by signal {sig}"),
@@ -484,13 +505,13 @@ async fn watch_run(
             RunOutcome::Failed {
                 why: clip(why, MAX_RESULT_BYTES),
                 attempt,
-                exit_code,
+                exit,
             }
         }
         Err(e) => RunOutcome::Failed {
             why: format!("run {attempt} (index {index}) could not be awaited: {e}"),
             attempt,
-            exit_code: None,
+            exit: RunExit::default(),
         },
     };
     (index, outcome)

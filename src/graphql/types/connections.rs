@@ -11,7 +11,9 @@ use crate::model;
 #[graphql(name = "LogLine")]
 pub struct LogLineView {
     pub text: String,
-    /// Which run wrote it: the pod's name on Kubernetes; null on the local executor.
+    /// Which run wrote it (its attempt's `name`): the pod's name on Kubernetes, `index-<i>-run-<n>`
+    /// on the local executor; null where jobgate cannot tell (its own marker lines, a local
+    /// job's output read from its log file rather than the archive).
     pub source: Option<String>,
     /// Where the line is in the job's archived output (its offset, from 0): `jobLogs(after:)`
     /// and `Job.logLines(after:)` resume right after it. Null only for output of a job

@@ -5,6 +5,7 @@
 //!
 //! - this file: the job and its parts (`Job`, its spec, phase, queue, conditions, pods) and
 //!   its status events;
+//! - `attempt_views`: a job's attempts, each with its own output, and `FailureCause`;
 //! - `inputs`: what mutations and filters take;
 //! - `connections`: pages of jobs and of log lines (edges, page info);
 //! - `payloads`: what mutations answer;
@@ -13,6 +14,7 @@
 //! - `stats`: counts by phase and recent activity;
 //! - `template_views`: the templates jobs are submitted with, described for clients.
 
+mod attempt_views;
 mod connections;
 mod inputs;
 mod payloads;
@@ -31,14 +33,15 @@ use crate::graphql::error::OrApiError;
 use crate::jobs::service::JobService;
 use crate::model::{self, Job, JobEvent};
 
+pub use attempt_views::{AttemptStateView, FailureCauseView, JobAttemptObject};
 pub use connections::{
     JobConnection, JobEdge, LogArchiveView, LogLineConnection, LogLineEdge, LogLineView, PageInfo,
 };
 pub use inputs::{EnvVarInput, JobFilterInput, ResourceListInput, ResourcesInput, SubmitJobInput};
 pub use payloads::{CancelJobPayload, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload};
 pub use retry_policy::{
-    ExitCodeOperatorView, ExitCodesInput, ExitCodesView, FailureCauseView, RetryActionView,
-    RetryBackoffInput, RetryBackoffView, RetryPolicyInput, RetryPolicyView, RetryRuleInput, RetryRuleView,
+    ExitCodeOperatorView, ExitCodesInput, ExitCodesView, RetryActionView, RetryBackoffInput,
+    RetryBackoffView, RetryPolicyInput, RetryPolicyView, RetryRuleInput, RetryRuleView,
 };
 pub use schedule_views::{
     BackfillSchedulePayload, CreateScheduleInput, CreateSchedulePayload, DeleteSchedulePayload,
@@ -512,6 +515,18 @@ impl JobObject {
                 finished_at: r.finished_at,
             })
             .collect())
+    }
+    /// Each run of the job, oldest first (at most the newest 32: `attemptsOmitted` counts
+    /// the older ones): its completion index and number, start and end, exit code or signal,
+    /// why it failed, its pod or process, and its own output (`logLines`). An attempt's end
+    /// is also a status event of its own (reason `AttemptSucceeded` or `AttemptFailed`),
+    /// recorded before the job's event when it ended the job.
+    async fn attempts(&self) -> Vec<JobAttemptObject> {
+        attempt_views::attempts_of(&self.0)
+    }
+    /// How many older attempts the job no longer lists in `attempts`.
+    async fn attempts_omitted(&self) -> i32 {
+        self.0.attempts_omitted
     }
     /// Who submitted the job, as authenticated: `anonymous` or `api-token`.
     async fn submitter(&self) -> Option<&str> {

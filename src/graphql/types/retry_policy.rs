@@ -4,57 +4,8 @@
 
 use async_graphql::{Enum, InputObject, SimpleObject};
 
+use super::FailureCauseView;
 use crate::model;
-
-/// Why a run failed.
-#[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
-#[graphql(name = "FailureCause")]
-pub enum FailureCauseView {
-    /// The program failed: a non-zero exit code, or a signal it did not get from jobgate or
-    /// the cluster.
-    Error,
-    /// The kernel's OOM killer ended it. Retry rules match it as exit code 137 (SIGKILL),
-    /// which is all a Kubernetes `podFailurePolicy` can see of it.
-    OomKilled,
-    /// It was evicted (Kubernetes: the `DisruptionTarget` pod condition).
-    Evicted,
-    /// A workload of higher priority took its place (Kubernetes: `DisruptionTarget`).
-    Preempted,
-    /// The job's `activeDeadlineSeconds` passed while it ran.
-    DeadlineExceeded,
-    /// jobgate restarted while it ran and could not follow it to its end (local executor).
-    GatewayRestarted,
-    /// The job was cancelled while it ran.
-    Cancelled,
-}
-
-impl From<FailureCauseView> for model::FailureCause {
-    fn from(c: FailureCauseView) -> Self {
-        match c {
-            FailureCauseView::Error => Self::Error,
-            FailureCauseView::OomKilled => Self::OomKilled,
-            FailureCauseView::Evicted => Self::Evicted,
-            FailureCauseView::Preempted => Self::Preempted,
-            FailureCauseView::DeadlineExceeded => Self::DeadlineExceeded,
-            FailureCauseView::GatewayRestarted => Self::GatewayRestarted,
-            FailureCauseView::Cancelled => Self::Cancelled,
-        }
-    }
-}
-
-impl From<model::FailureCause> for FailureCauseView {
-    fn from(c: model::FailureCause) -> Self {
-        match c {
-            model::FailureCause::Error => Self::Error,
-            model::FailureCause::OomKilled => Self::OomKilled,
-            model::FailureCause::Evicted => Self::Evicted,
-            model::FailureCause::Preempted => Self::Preempted,
-            model::FailureCause::DeadlineExceeded => Self::DeadlineExceeded,
-            model::FailureCause::GatewayRestarted => Self::GatewayRestarted,
-            model::FailureCause::Cancelled => Self::Cancelled,
-        }
-    }
-}
 
 /// What a matching rule does with a failed run.
 #[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,6 +49,7 @@ use crate::model::{Job, JobPhase, JobSpec, Scope, SubmitRequest, ValidationError
 use crate::store::{Store, StoreError};
 use crate::templates::TemplateSet;
 
+mod attempt_logs;
 mod executor_tasks;
 #[cfg(test)]
 mod executor_tasks_tests;

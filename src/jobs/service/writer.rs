@@ -455,14 +455,22 @@ impl Writer {
                         tracing::warn!(job = %observation.job_id, "observation for an unknown or unreadable job ignored");
                         continue;
                     };
-                    if let Some(transition) = job.observe(observation.status.clone(), Utc::now()) {
+                    let mut status = observation.status.clone();
+                    // Each attempt that ended is an event of its own, before the job's.
+                    let (ended, attempts_changed) = job.record_attempts(std::mem::take(&mut status.attempts));
+                    for transition in &ended {
+                        Self::record(&mut *tx, &mut job, transition, &mut recorded).await?;
+                    }
+                    if let Some(transition) = job.observe(status.clone(), Utc::now()) {
                         Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
                         touched.insert(job.id.clone(), job);
-                    } else if !job.phase.is_terminal() && job.workload != observation.status {
+                    } else if !job.phase.is_terminal() && (job.workload != status || attempts_changed) {
                         // Nothing a client sees changed, but the executor's private state
-                        // (e.g. process groups) must survive a restart.
-                        job.workload = observation.status.clone();
+                        // (e.g. process groups) and the attempts must survive a restart.
+                        job.workload = status;
                         tx.save_job(&job).await?;
+                        touched.insert(job.id.clone(), job);
+                    } else if !ended.is_empty() {
                         touched.insert(job.id.clone(), job);
                     }
                 }

@@ -1,0 +1,248 @@
+//! A job's attempts over the real server on the local executor: each run with its index,
+//! number, times, exit code, cause and process, its own log lines (`JobAttempt.logLines`),
+//! and each attempt's end as a status event (`jobEvents`, resumable after a cursor), through
+//! retries, a deadline, a cancel and a kill -9 of jobgate. The Kubernetes executor's
+//! attempts are tested on the emulator in `tests/kube/attempts.rs`.
+
+mod common;
+
+use common::{GqlWs, Server};
+use serde_json::{Value, json};
+
+const ATTEMPTS: &str = "phase attemptsOmitted attempts { name index number state startedAt finishedAt \
+    exitCode signal cause reason message pod processId \
+    logLines(first: 100) { edges { cursor node { text source } } pageInfo { hasNextPage } } }";
+
+fn sh(script: &str) -> Value {
+    json!(["sh", "-c", script])
+}
+
+/// The text of an attempt's own log lines.
+fn log_of(attempt: &Value) -> Vec<String> {
+    attempt["logLines"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Every `jobEvents` event of job `id` after `after`, until its terminal phase, as
+/// `(reason, message)`.
+async fn events_after(server: &Server, id: &str, after: &str) -> Vec<(String, String, String)> {
+    let mut ws = GqlWs::connect(server).await;
+    ws.subscribe(
+        "events",
+        "subscription($after: String) { jobEvents(after: $after) { cursor phase reason message job { id } } }",
+        json!({ "after": after }),
+    )
+    .await;
+    let mut seen = Vec::new();
+    loop {
+        let msg = ws.recv().await;
+        let e = &msg["payload"]["data"]["jobEvents"];
+        assert!(e.is_object(), "not an event: {msg}");
+        if e["job"]["id"] != id {
+            continue;
+        }
+        let phase = e["phase"].as_str().unwrap().to_owned();
+        seen.push((
+            phase.clone(),
+            e["reason"].as_str().unwrap_or_default().to_owned(),
+            e["message"].as_str().unwrap_or_default().to_owned(),
+        ));
+        if matches!(phase.as_str(), "SUCCEEDED" | "FAILED" | "CANCELLED") {
+            return seen;
+        }
+    }
+}
+
+/// The job once it is terminal, with its attempts.
+async fn finished(server: &Server, id: &str) -> Value {
+    server
+        .job_until(id, ATTEMPTS, "the job finished", |job| {
+            matches!(job["phase"].as_str(), Some("SUCCEEDED" | "FAILED" | "CANCELLED"))
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_job_failing_twice_then_succeeding_has_three_attempts_each_with_its_own_log() {
+    let server = Server::start(&[]).await;
+    // Run n writes two lines and exits with 6 + n until its third run, which succeeds.
+    let script = "n=$(( $(cat count 2>/dev/null || echo 0) + 1 )); echo $n > count; \
+                  echo \"run $n starts\"; echo \"run $n ends\" >&2; [ $n -ge 3 ] || exit $((6 + n))";
+    let id = server
+        .submit(json!({"command": sh(script), "backoffLimit": 2}))
+        .await;
+    let events = events_after(&server, &id, "0").await;
+    let job = finished(&server, &id).await;
+    assert_eq!(job["phase"], "SUCCEEDED", "{job}");
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{job}");
+    assert_eq!(job["attemptsOmitted"], 0);
+    for (n, attempt) in attempts.iter().enumerate() {
+        let n = n as i64 + 1;
+        assert_eq!(attempt["index"], 0, "{attempt}");
+        assert_eq!(attempt["number"], n, "{attempt}");
+        assert_eq!(attempt["name"], format!("index-0-run-{n}"), "{attempt}");
+        assert!(attempt["processId"].as_i64().is_some_and(|p| p > 0), "{attempt}");
+        assert!(attempt["pod"].is_null());
+        assert!(attempt["signal"].is_null());
+        let started = attempt["startedAt"].as_str().expect("a start");
+        let ended = attempt["finishedAt"].as_str().expect("an end");
+        assert!(started <= ended, "{attempt}");
+        // Each attempt's own lines, and nothing of the others'.
+        assert_eq!(
+            log_of(attempt),
+            [format!("run {n} starts"), format!("run {n} ends")],
+            "{attempt}"
+        );
+        assert!(!attempt["logLines"]["pageInfo"]["hasNextPage"].as_bool().unwrap());
+        let sources: Vec<&Value> = attempt["logLines"]["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| &e["node"]["source"])
+            .collect();
+        assert!(sources.iter().all(|s| **s == attempt["name"]), "{attempt}");
+    }
+    let outcome = |a: &Value| {
+        (
+            a["state"].as_str().unwrap().to_owned(),
+            a["exitCode"].as_i64(),
+            a["cause"].as_str().map(str::to_owned),
+        )
+    };
+    assert_eq!(
+        attempts.iter().map(outcome).collect::<Vec<_>>(),
+        [
+            ("FAILED".to_owned(), Some(7), Some("ERROR".to_owned())),
+            ("FAILED".to_owned(), Some(8), Some("ERROR".to_owned())),
+            ("SUCCEEDED".to_owned(), Some(0), None),
+        ]
+    );
+    assert!(
+        attempts[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited with code 7")
+    );
+    // Each end is an event, the last before the job's own.
+    let ends: Vec<&(String, String, String)> = events
+        .iter()
+        .filter(|(_, reason, _)| reason.starts_with("Attempt"))
+        .collect();
+    assert_eq!(ends.len(), 3, "{events:?}");
+    assert_eq!(ends[0].1, "AttemptFailed");
+    assert!(
+        ends[0]
+            .2
+            .starts_with("attempt 1 of index 0 (index-0-run-1) failed: exit code 7 (ERROR)"),
+        "{events:?}"
+    );
+    assert!(
+        ends[1]
+            .2
+            .starts_with("attempt 2 of index 0 (index-0-run-2) failed: exit code 8 (ERROR)"),
+        "{events:?}"
+    );
+    assert_eq!(ends[2].1, "AttemptSucceeded");
+    assert_eq!(ends[2].2, "attempt 3 of index 0 (index-0-run-3) succeeded");
+    assert_eq!(
+        ends[2].0, "RUNNING",
+        "the attempt's event comes before the job's: {events:?}"
+    );
+    assert_eq!(events.last().unwrap().0, "SUCCEEDED");
+}
+
+#[tokio::test]
+async fn a_run_past_the_deadline_is_an_attempt_ended_by_it() {
+    let server = Server::start(&[]).await;
+    let id = server
+        .submit(json!({"command": sh("echo waiting; sleep 300"), "activeDeadlineSeconds": 1}))
+        .await;
+    let events = events_after(&server, &id, "0").await;
+    let job = finished(&server, &id).await;
+    assert_eq!(job["phase"], "FAILED");
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{job}");
+    let attempt = &attempts[0];
+    assert_eq!(attempt["state"], "FAILED");
+    assert_eq!(attempt["cause"], "DEADLINE_EXCEEDED");
+    assert_eq!(attempt["reason"], "DeadlineExceeded");
+    assert!(attempt["finishedAt"].is_string());
+    assert_eq!(log_of(attempt), ["waiting"]);
+    let end = events
+        .iter()
+        .find(|(_, reason, _)| reason == "AttemptFailed")
+        .unwrap_or_else(|| panic!("no attempt's end in {events:?}"));
+    assert!(end.2.contains("(DEADLINE_EXCEEDED)"), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_cancelled_job_ends_its_running_attempt_as_cancelled() {
+    let server = Server::start(&[]).await;
+    let id = server.submit(json!({"command": sh("echo up; sleep 300")})).await;
+    server
+        .job_until(&id, ATTEMPTS, "the run started and wrote its line", |job| {
+            job["attempts"][0]["logLines"]["edges"][0]["node"]["text"] == "up"
+        })
+        .await;
+    server.cancel(&id).await;
+    let job = finished(&server, &id).await;
+    assert_eq!(job["phase"], "CANCELLED");
+    let attempt = &job["attempts"][0];
+    assert_eq!(attempt["state"], "FAILED", "{job}");
+    assert_eq!(attempt["cause"], "CANCELLED");
+    assert!(attempt["finishedAt"].is_string());
+}
+
+#[tokio::test]
+async fn a_run_lost_to_a_kill_9_of_jobgate_is_an_attempt_ended_by_the_restart() {
+    let mut server = Server::spawn(&[]).await;
+    // The first run hangs until jobgate dies; the retry after the restart succeeds.
+    let id = server
+        .submit(json!({
+            "command": sh("if [ -e attempted ]; then echo second run; exit 0; fi; touch attempted; echo first run; sleep 300"),
+            "backoffLimit": 1,
+        }))
+        .await;
+    let before = server
+        .job_until(
+            &id,
+            &format!("lastEventCursor {ATTEMPTS}"),
+            "the first run wrote its line",
+            |job| {
+                job["phase"] == "RUNNING"
+                    && job["attempts"][0]["logLines"]["edges"][0]["node"]["text"] == "first run"
+            },
+        )
+        .await;
+    let cursor = before["lastEventCursor"].as_str().unwrap().to_owned();
+    assert_eq!(before["attempts"][0]["state"], "RUNNING");
+    server.kill9();
+
+    let server = server.start_again(&[]).await;
+    // A subscriber resuming after the cursor it had sees the lost attempt's end.
+    let events = events_after(&server, &id, &cursor).await;
+    let end = events
+        .iter()
+        .find(|(_, reason, _)| reason == "AttemptFailed")
+        .unwrap_or_else(|| panic!("no attempt's end in {events:?}"));
+    assert!(
+        end.2.contains("attempt 1 of index 0") && end.2.contains("(GATEWAY_RESTARTED)"),
+        "{events:?}"
+    );
+    let job = finished(&server, &id).await;
+    assert_eq!(job["phase"], "SUCCEEDED", "{job}");
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{job}");
+    assert_eq!(attempts[0]["cause"], "GATEWAY_RESTARTED");
+    assert_eq!(attempts[0]["reason"], "GatewayRestarted");
+    assert_eq!(attempts[0]["startedAt"], before["attempts"][0]["startedAt"]);
+    assert_eq!(log_of(&attempts[0]), ["first run"]);
+    assert_eq!(attempts[1]["state"], "SUCCEEDED");
+    assert_eq!(attempts[1]["number"], 2);
+    assert_eq!(log_of(&attempts[1]), ["second run"]);
+}
