@@ -98,6 +98,8 @@ async fn a_job_waits_for_its_dependencies_then_runs() {
             "PENDING:WaitingForDependencies",
             "PENDING:DependenciesSucceeded",
             "RUNNING:Started",
+            // The run's end, an event of its own.
+            "RUNNING:AttemptSucceeded",
             "SUCCEEDED:CompletionsReached"
         ]
     );

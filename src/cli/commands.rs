@@ -281,7 +281,12 @@ async fn cancel(args: JobArgs) -> Result<i32, CliError> {
 
 async fn logs(args: LogsArgs) -> Result<i32, CliError> {
     let conn = connect(&args.client)?;
-    let mut printer = LogPrinter { args, after: None };
+    let mut printer = LogPrinter {
+        args,
+        after: None,
+        first_source: None,
+        several_sources: false,
+    };
     // Each line carries its cursor: a dropped connection resumes right after the last line
     // printed, none twice, none skipped.
     follow(&conn, &mut printer).await?;
@@ -292,6 +297,32 @@ struct LogPrinter {
     args: LogsArgs,
     /// The cursor of the last line printed.
     after: Option<String>,
+    /// The source of the first line printed, and whether another has been seen since.
+    first_source: Option<String>,
+    several_sources: bool,
+}
+
+impl LogPrinter {
+    /// Whether a line from `source` is printed with it: always a pod's; a local run's
+    /// (`index-<i>-run-<n>`) once the output has shown another source, so that the output of a
+    /// job run once reads as the program wrote it.
+    fn shows_source(&mut self, source: &str) -> bool {
+        match &self.first_source {
+            None => self.first_source = Some(source.to_owned()),
+            Some(first) if first != source => self.several_sources = true,
+            Some(_) => {}
+        }
+        self.several_sources || !is_local_run(source)
+    }
+}
+
+/// Whether `source` names a local run (`index-<i>-run-<n>`) rather than a pod.
+fn is_local_run(source: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    source
+        .strip_prefix("index-")
+        .and_then(|rest| rest.split_once("-run-"))
+        .is_some_and(|(index, run)| digits(index) && digits(run))
 }
 
 impl Follower for LogPrinter {
@@ -314,7 +345,7 @@ impl Follower for LogPrinter {
         }
         match self.args.client.output {
             Output::Json => output::json(line)?,
-            Output::Table => match line["source"].as_str() {
+            Output::Table => match line["source"].as_str().filter(|s| self.shows_source(s)) {
                 // A job's output as it is, as `kubectl logs` prints it (docs/CLI.md).
                 Some(source) => output::line(&format!(
                     "[{}] {}",

@@ -31,6 +31,11 @@ const MAX_FAILED_INDEXES: (&str, &str) = (
     "MaxFailedIndexesExceeded",
     "Job has exceeded the specified maximal number of failed indexes",
 );
+const LOST_IN_RESTART: (&str, &str) = (
+    "GatewayRestarted",
+    "runs in progress were lost when jobgate restarted and the backoff limit is reached",
+);
+
 const BACKOFF_LIMIT: (&str, &str) = (
     "BackoffLimitExceeded",
     "Job has reached the specified backoff limit",
@@ -97,6 +102,10 @@ impl RetryBook {
     pub(super) fn after_lost_run(&mut self, spec: &JobSpec, failed: &mut i32, index: i32) -> Verdict {
         self.failures = self.failures.saturating_add(1);
         *failed += 1;
+        // The limit reached by runs a restart took says so, not as if the runs had failed.
+        if *failed > spec.backoff_limit {
+            return fail_job(LOST_IN_RESTART);
+        }
         self.count(spec, *failed, index, false)
     }
 

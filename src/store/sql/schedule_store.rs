@@ -1,6 +1,8 @@
 //! Schedules' statements, for both backends ([`ScheduleStore`] over any [`Backend`]): each
-//! write a small transaction of its own beside the job writer's ([`Backend::begin_side`]),
-//! a change and its event together.
+//! write a small transaction of its own, a change and its event together, under the store's
+//! write lock ([`Backend::begin_write`]): on PostgreSQL a `bigserial` value is taken before
+//! its commit, so without one writer at a time an event could commit after a later one and a
+//! feed resuming after the later cursor would pass it over.
 //!
 //! It must not decide when a schedule fires (the schedules service does).
 
@@ -44,7 +46,7 @@ impl<B: Backend> ScheduleStore for B {
         event: &ScheduleEvent,
         max_in_namespace: u64,
     ) -> Result<Result<i64, NotInserted>> {
-        let mut tx = Backend::begin_side(self).await?;
+        let mut tx = Backend::begin_write(self).await?;
         let count = sql::<B::Db>("SELECT count(*) FROM schedules WHERE namespace = $1")
             .bind(schedule.namespace.as_str());
         let count: i64 = bounded::<B::Db, _>(async { Ok(count.scalar(tx.conn()).await?) }).await?;
@@ -132,7 +134,7 @@ impl<B: Backend> ScheduleStore for B {
         expected_revision: i64,
         event: &ScheduleEvent,
     ) -> Result<Option<i64>> {
-        let mut tx = Backend::begin_side(self).await?;
+        let mut tx = Backend::begin_write(self).await?;
         let update =
             sql::<B::Db>("UPDATE schedules SET body = $2, revision = $3 WHERE id = $1 AND revision = $4")
                 .bind(schedule.id.as_str())
@@ -149,7 +151,7 @@ impl<B: Backend> ScheduleStore for B {
     }
 
     async fn delete_schedule(&self, id: &str, event: &ScheduleEvent) -> Result<Option<i64>> {
-        let mut tx = Backend::begin_side(self).await?;
+        let mut tx = Backend::begin_write(self).await?;
         let delete = sql::<B::Db>("DELETE FROM schedules WHERE id = $1").bind(id);
         let changed = bounded::<B::Db, _>(async { Ok(delete.execute(tx.conn()).await?) }).await?;
         if changed == 0 {
@@ -168,7 +170,7 @@ impl<B: Backend> ScheduleStore for B {
         blocked: Option<&str>,
         event: Option<&ScheduleEvent>,
     ) -> Result<bool> {
-        let mut tx = Backend::begin_side(self).await?;
+        let mut tx = Backend::begin_write(self).await?;
         let update = sql::<B::Db>(
             "UPDATE schedules SET last_tick = $2, \
              last_fired = CASE WHEN $3 = 1 THEN $2 ELSE last_fired END, blocked_reason = $4 \
@@ -190,7 +192,7 @@ impl<B: Backend> ScheduleStore for B {
     }
 
     async fn record_schedule_event(&self, event: &ScheduleEvent) -> Result<Option<i64>> {
-        let mut tx = Backend::begin_side(self).await?;
+        let mut tx = Backend::begin_write(self).await?;
         let seq = append::<B>(&mut tx, event).await?;
         Box::new(tx).commit().await?;
         Ok(seq)
