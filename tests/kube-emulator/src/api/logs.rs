@@ -8,7 +8,9 @@
 //! Once the kubelet has removed the pod's containers, the answer is the one a real API server
 //! relays from the kubelet: `200` with the body `unable to retrieve container logs for
 //! <containerID>` (the kubelet has already sent its headers when the runtime says the
-//! container is gone, so the error lands in the body), and open follow streams end.
+//! container is gone, so the error lands in the body). An open follow stream still sends what
+//! was written before the removal, as the kubelet's reader drains the files it holds open,
+//! then ends.
 //!
 //! Faults: [`crate::faults::Faults::drop_log_streams`] ends every open stream at once, and
 //! [`crate::faults::Faults::cut_log_answers`] ends the next answers after so many lines.
@@ -262,11 +264,8 @@ fn follow(
             let changed = s.api.store.log_changed(&s.ns, &s.pod);
             let pod = s.api.store.get("pods", Some(&s.ns), &s.pod);
             let log = s.api.store.log_view(&s.ns, &s.pod).unwrap_or_default();
-            if log.collected {
-                return None;
-            }
+            let stopped = log.collected || pod.as_ref().is_none_or(|p| finished(p, &s.options.container));
             let entries = log.lines;
-            let stopped = pod.as_ref().is_none_or(|p| finished(p, &s.options.container));
             if entries.len() > s.sent {
                 let mut end = entries.len();
                 if let Some(left) = s.cut_after {

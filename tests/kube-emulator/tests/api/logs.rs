@@ -264,3 +264,48 @@ async fn a_deleted_pods_log_is_collected_after_the_gc_delay_whatever_its_finaliz
     assert_eq!(follow, answer, "a follow gets the same answer and ends");
     emulator.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_follow_open_when_the_containers_are_collected_sends_what_was_written_then_ends() {
+    let (emulator, client) = start_with(Options::default()).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "drained",
+            &[
+                ("EMULATOR_GATE", "never"),
+                ("EMULATOR_LOG", "a1"),
+                ("EMULATOR_RUN_MS", "0"),
+            ],
+        ),
+    )
+    .await
+    .expect("pod");
+    assert_eq!(log_with_lines(&pods, "drained", 1).await, "a1\n");
+    let follow = pods
+        .log_stream(
+            "drained",
+            &LogParams {
+                follow: true,
+                ..LogParams::default()
+            },
+        )
+        .await
+        .expect("follow");
+    let mut followed = follow.lines();
+    assert_eq!(next(&mut followed).await.expect("line"), "a1");
+    // Written, then the containers removed at once: the kubelet's reader drains the files it
+    // holds open, so the stream sends every line before it ends.
+    let written: Vec<String> = (1..=5).map(|i| format!("b{i}")).collect();
+    for line in &written {
+        emulator.store().append_log("default", "drained", line);
+    }
+    emulator.store().collect_log("default", "drained");
+    let rest: Vec<String> = tokio::time::timeout(WAIT, followed.try_collect())
+        .await
+        .expect("the stream ends")
+        .expect("lines");
+    assert_eq!(rest, written);
+    emulator.shutdown().await;
+}
