@@ -33,6 +33,17 @@ test('a schedule is created, runs, is paused, run now, resumed and deleted from 
   await waitText(row.locator('td').first(), /Europe\/Berlin/);
   assert.equal(await row.getByTestId('schedule-next').locator('li').count(), 3);
 
+  // Next runs read on the rule's wall clock, whatever the viewer's zone: a viewer in New York
+  // sees Berlin's hour, with the zone named.
+  const away = await openPage(browser, `${jobgate.url}/#/schedules`, { timezoneId: 'America/New_York', locale: 'en-GB' });
+  const next = away.locator('tr[data-schedule="every-second"]').getByTestId('schedule-next').locator('time').first();
+  await next.waitFor();
+  const [iso, shown] = [await next.getAttribute('datetime'), await next.textContent()];
+  const berlinHour = new Intl.DateTimeFormat('en-GB', { timeZone: 'Europe/Berlin', hour: '2-digit', hourCycle: 'h23' }).format(new Date(iso));
+  assert.match(shown, new RegExp(`\\b${berlinHour}:\\d{2}:\\d{2}\\b`), `${shown} shows Berlin's hour ${berlinHour} of ${iso}`);
+  assert.match(shown, /CET|CEST|GMT\+[12]/, `${shown} names the zone`);
+  await away.context().close();
+
   // Its ticks' jobs appear in the row, each reaching Succeeded, without a reload.
   await waitFor(async () => (await row.getByTestId('schedule-run').filter({ hasText: 'Succeeded' }).count()) >= 1, 'a succeeded run in the row');
 

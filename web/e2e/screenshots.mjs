@@ -55,6 +55,24 @@ await jobgate.waitPhase(ids.cancelled, 'RUNNING');
 await jobgate.gql('mutation($id: ID!) { cancelJob(id: $id) { job { id } } }', { id: ids.cancelled });
 await jobgate.waitPhase(ids.cancelled, 'CANCELLED');
 ids.pending = await jobgate.submit({ name: 'ingest-logs', command: ['sleep', '600'] });
+
+// Schedules: a nightly one run once by hand, and a paused one.
+const CREATE = 'mutation($input: CreateScheduleInput!) { createSchedule(input: $input) { schedule { id } } }';
+const nightly = (await jobgate.gql(CREATE, {
+  input: {
+    name: 'nightly-etl',
+    cron: '30 2 * * *',
+    timeZone: 'Europe/Berlin',
+    concurrencyPolicy: 'FORBID',
+    job: { name: 'nightly-etl', namespace: 'data', command: sh('echo "loading warehouse"; sleep 0.2') },
+  },
+})).createSchedule.schedule.id;
+const triggered = (await jobgate.gql('mutation($id: ID!) { triggerSchedule(id: $id) { job { id } } }', { id: nightly })).triggerSchedule.job.id;
+const hourly = (await jobgate.gql(CREATE, {
+  input: { name: 'hourly-metrics', cron: '0 * * * *', job: { name: 'hourly-metrics', namespace: 'ml', command: ['true'] } },
+})).createSchedule.schedule.id;
+await jobgate.gql('mutation($id: ID!) { pauseSchedule(id: $id) { id } }', { id: hourly });
+await jobgate.waitPhase(triggered, 'SUCCEEDED');
 await new Promise((r) => setTimeout(r, 1200));
 
 const browser = await launchBrowser();
@@ -82,6 +100,19 @@ await shot('submit', '/#/submit', {
     await form.getByRole('button', { name: 'Submit' }).click();
     await page.locator('#error-name').waitFor();
     await page.locator('#field-name').scrollIntoViewIfNeeded();
+  },
+});
+await shot('attempts', `/#/jobs/${ids.flaky}`, {
+  ready: async (page) => {
+    await page.getByRole('button', { name: 'Show log of attempt #1' }).click();
+    await waitText(page.getByTestId('attempt-log'), /connection refused/, 'the first attempt\'s output');
+    await page.getByRole('heading', { name: 'Attempts' }).scrollIntoViewIfNeeded();
+  },
+});
+await shot('schedules', '/#/schedules', {
+  ready: async (page) => {
+    await waitText(page.locator('tr[data-schedule="nightly-etl"]').getByTestId('schedule-run'), /Succeeded/, 'the run-now job');
+    await waitText(page.locator('tr[data-schedule="hourly-metrics"]').getByTestId('schedule-state'), 'Paused');
   },
 });
 await shot('phone-dark', '/#/', { ready: tableReady, colorScheme: 'dark', viewport: { width: 390, height: 844 } });

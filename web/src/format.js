@@ -40,6 +40,28 @@ export function when(iso) {
   return date.toDateString() === today.toDateString() ? timeFormat.format(date) : dateTimeFormat.format(date);
 }
 
+/**
+ * A timestamp on the wall clock of an IANA zone, with the zone's abbreviation (`Nov 28,
+ * 02:30 GMT+1`): a schedule's next runs read as its rule says them. Falls back to the
+ * viewer's own zone when the browser does not know the zone.
+ */
+export function zonedWhen(iso, timeZone) {
+  if (!iso) return '';
+  try {
+    return new Intl.DateTimeFormat(undefined, {
+      timeZone,
+      month: 'short',
+      day: 'numeric',
+      hour: '2-digit',
+      minute: '2-digit',
+      second: '2-digit',
+      timeZoneName: 'short',
+    }).format(new Date(iso));
+  } catch {
+    return dateTimeFormat.format(new Date(iso));
+  }
+}
+
 export function fullTime(iso) {
   return iso ? new Date(iso).toLocaleString() : '';
 }

@@ -8,7 +8,7 @@
 
 import { useEffect, useRef, useState } from 'preact/hooks';
 
-import { fullTime, jobTitle, phaseWord, when } from './format.js';
+import { fullTime, jobTitle, phaseWord, when, zonedWhen } from './format.js';
 import {
   CREATE_SCHEDULE_MUTATION,
   DELETE_SCHEDULE_MUTATION,
@@ -110,10 +110,11 @@ export function SchedulesView({ api, live }) {
   );
 }
 
-function Time({ iso }) {
+/** A time in the viewer's zone, or on the wall clock of `zone` when given. */
+function Time({ iso, zone }) {
   return (
     <time dateTime={iso} title={fullTime(iso)}>
-      {when(iso)}
+      {zone ? zonedWhen(iso, zone) : when(iso)}
     </time>
   );
 }
@@ -171,7 +172,7 @@ function ScheduleRow({ schedule, api, onChanged }) {
         <ul class="plain" data-testid="schedule-next">
           {schedule.nextFireTimes.map((t) => (
             <li key={t}>
-              <Time iso={t} />
+              <Time iso={t} zone={schedule.timeZone} />
             </li>
           ))}
         </ul>
