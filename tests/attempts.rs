@@ -1,11 +1,13 @@
 //! A job's attempts over the real server on the local executor: each run with its index,
 //! number, times, exit code, cause and process, its own log lines (`JobAttempt.logLines`),
 //! and each attempt's end as a status event (`jobEvents`, resumable after a cursor), through
-//! retries, a deadline, a cancel and a kill -9 of jobgate. The Kubernetes executor's
-//! attempts are tested on the emulator in `tests/kube/attempts.rs`.
+//! retries, a deadline, a cancel and a kill -9 of jobgate; the retried job's attempts and
+//! events read back after a kill -9 on SQLite and on PostgreSQL alike. The Kubernetes
+//! executor's attempts are tested on the emulator in `tests/kube/attempts.rs`.
 
 mod common;
 
+use common::postgres::Postgres;
 use common::{GqlWs, Server};
 use serde_json::{Value, json};
 
@@ -27,9 +29,17 @@ fn log_of(attempt: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Every `jobEvents` event of job `id` after `after`, until its terminal phase, as
-/// `(reason, message)`.
-async fn events_after(server: &Server, id: &str, after: &str) -> Vec<(String, String, String)> {
+/// One `jobEvents` event of a job.
+#[derive(Debug, PartialEq)]
+struct Event {
+    cursor: String,
+    phase: String,
+    reason: String,
+    message: String,
+}
+
+/// Every `jobEvents` event of job `id` after `after`, until its terminal phase.
+async fn events_after(server: &Server, id: &str, after: &str) -> Vec<Event> {
     let mut ws = GqlWs::connect(server).await;
     ws.subscribe(
         "events",
@@ -45,13 +55,16 @@ async fn events_after(server: &Server, id: &str, after: &str) -> Vec<(String, St
         if e["job"]["id"] != id {
             continue;
         }
-        let phase = e["phase"].as_str().unwrap().to_owned();
-        seen.push((
-            phase.clone(),
-            e["reason"].as_str().unwrap_or_default().to_owned(),
-            e["message"].as_str().unwrap_or_default().to_owned(),
-        ));
-        if matches!(phase.as_str(), "SUCCEEDED" | "FAILED" | "CANCELLED") {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let event = Event {
+            cursor: text(&e["cursor"]),
+            phase: text(&e["phase"]),
+            reason: text(&e["reason"]),
+            message: text(&e["message"]),
+        };
+        let terminal = matches!(event.phase.as_str(), "SUCCEEDED" | "FAILED" | "CANCELLED");
+        seen.push(event);
+        if terminal {
             return seen;
         }
     }
@@ -68,7 +81,24 @@ async fn finished(server: &Server, id: &str) -> Value {
 
 #[tokio::test]
 async fn a_job_failing_twice_then_succeeding_has_three_attempts_each_with_its_own_log() {
-    let server = Server::start(&[]).await;
+    three_attempts_read_back_after_a_kill_9(&[]).await;
+}
+
+#[tokio::test]
+async fn a_job_failing_twice_then_succeeding_has_three_attempts_on_postgresql() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let url = pg.url();
+    three_attempts_read_back_after_a_kill_9(&["--database-url", &url]).await;
+}
+
+/// On a jobgate whose store `args` choose: a job failing twice then succeeding has three
+/// attempts, each with its own log lines and its end's event, the last before the job's own;
+/// after a kill -9 of jobgate, the restarted one reads the same attempts back, and a
+/// subscriber resuming `jobEvents` after an attempt's end gets the same events that followed.
+async fn three_attempts_read_back_after_a_kill_9(args: &[&str]) {
+    let mut server = Server::spawn(args).await;
     // Run n writes two lines and exits with 6 + n until its third run, which succeeds.
     let script = "n=$(( $(cat count 2>/dev/null || echo 0) + 1 )); echo $n > count; \
                   echo \"run $n starts\"; echo \"run $n ends\" >&2; [ $n -ge 3 ] || exit $((6 + n))";
@@ -129,31 +159,43 @@ async fn a_job_failing_twice_then_succeeding_has_three_attempts_each_with_its_ow
             .contains("exited with code 7")
     );
     // Each end is an event, the last before the job's own.
-    let ends: Vec<&(String, String, String)> = events
+    let ends: Vec<&Event> = events
         .iter()
-        .filter(|(_, reason, _)| reason.starts_with("Attempt"))
+        .filter(|e| e.reason.starts_with("Attempt"))
         .collect();
     assert_eq!(ends.len(), 3, "{events:?}");
-    assert_eq!(ends[0].1, "AttemptFailed");
+    assert_eq!(ends[0].reason, "AttemptFailed");
     assert!(
         ends[0]
-            .2
+            .message
             .starts_with("attempt 1 of index 0 (index-0-run-1) failed: exit code 7 (ERROR)"),
         "{events:?}"
     );
     assert!(
         ends[1]
-            .2
+            .message
             .starts_with("attempt 2 of index 0 (index-0-run-2) failed: exit code 8 (ERROR)"),
         "{events:?}"
     );
-    assert_eq!(ends[2].1, "AttemptSucceeded");
-    assert_eq!(ends[2].2, "attempt 3 of index 0 (index-0-run-3) succeeded");
+    assert_eq!(ends[2].reason, "AttemptSucceeded");
+    assert_eq!(ends[2].message, "attempt 3 of index 0 (index-0-run-3) succeeded");
     assert_eq!(
-        ends[2].0, "RUNNING",
+        ends[2].phase, "RUNNING",
         "the attempt's event comes before the job's: {events:?}"
     );
-    assert_eq!(events.last().unwrap().0, "SUCCEEDED");
+    assert_eq!(events.last().unwrap().phase, "SUCCEEDED");
+
+    // A kill -9, and a restart over the same store.
+    server.kill9();
+    let server = server.start_again(args).await;
+    let again = server.job_with(&id, ATTEMPTS).await;
+    assert_eq!(again["attempts"], job["attempts"], "the same attempts, logs included");
+    let first_end = events
+        .iter()
+        .position(|e| e.reason == "AttemptFailed")
+        .unwrap();
+    let resumed = events_after(&server, &id, &events[first_end].cursor).await;
+    assert_eq!(resumed, events[first_end + 1..], "the events after that cursor, as they were");
 }
 
 #[tokio::test]
@@ -175,9 +217,9 @@ async fn a_run_past_the_deadline_is_an_attempt_ended_by_it() {
     assert_eq!(log_of(attempt), ["waiting"]);
     let end = events
         .iter()
-        .find(|(_, reason, _)| reason == "AttemptFailed")
+        .find(|e| e.reason == "AttemptFailed")
         .unwrap_or_else(|| panic!("no attempt's end in {events:?}"));
-    assert!(end.2.contains("(DEADLINE_EXCEEDED)"), "{events:?}");
+    assert!(end.message.contains("(DEADLINE_EXCEEDED)"), "{events:?}");
 }
 
 #[tokio::test]
@@ -228,10 +270,10 @@ async fn a_run_lost_to_a_kill_9_of_jobgate_is_an_attempt_ended_by_the_restart() 
     let events = events_after(&server, &id, &cursor).await;
     let end = events
         .iter()
-        .find(|(_, reason, _)| reason == "AttemptFailed")
+        .find(|e| e.reason == "AttemptFailed")
         .unwrap_or_else(|| panic!("no attempt's end in {events:?}"));
     assert!(
-        end.2.contains("attempt 1 of index 0") && end.2.contains("(GATEWAY_RESTARTED)"),
+        end.message.contains("attempt 1 of index 0") && end.message.contains("(GATEWAY_RESTARTED)"),
         "{events:?}"
     );
     let job = finished(&server, &id).await;

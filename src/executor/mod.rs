@@ -27,6 +27,33 @@ use crate::model::{Job, ShardSet, WorkloadStatus};
 pub struct Observation {
     pub job_id: String,
     pub status: WorkloadStatus,
+    /// Only `status.attempts` is news: a run started or ended while the workload's own status
+    /// did not change (a pod changed before its Job did). The rest of `status` is empty, and
+    /// the job keeps the status last reported.
+    pub attempts_only: bool,
+}
+
+impl Observation {
+    /// The workload's status, with the attempts the executor knows.
+    pub fn of_status(job_id: String, status: WorkloadStatus) -> Self {
+        Self {
+            job_id,
+            status,
+            attempts_only: false,
+        }
+    }
+
+    /// The job's attempts alone (see [`Observation::attempts_only`]).
+    pub fn of_attempts(job_id: String, attempts: Vec<crate::model::JobAttempt>) -> Self {
+        Self {
+            job_id,
+            status: WorkloadStatus {
+                attempts,
+                ..WorkloadStatus::default()
+            },
+            attempts_only: true,
+        }
+    }
 }
 
 /// Where executors send observations; the job service reads the other end.

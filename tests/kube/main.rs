@@ -7,7 +7,8 @@
 //! would.
 //!
 //! The modules: where the cluster comes from, the emulator or a kubeconfig
-//! (`cluster_source`), jobs running to their outcome (`running`), cancelling (`cancelling`), the
+//! (`cluster_source`), jobs running to their outcome (`running`), each pod a job's attempt, its
+//! end an event pushed as the pod ends (`attempts`), cancelling (`cancelling`), the
 //! API server or jobgate failing along the way (`faults`), inputs and clusters that refuse a
 //! job (`refusals`), the API server refusing jobgate itself (`forbidden`), admission webhooks
 //! denying a workload or failing (`admission`), and many jobs or subscribers at once (`scale`); `support` holds what they

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::common::cluster::Cluster;
 use crate::common::{self, GqlWs};
-use crate::support::{JOB_FIELDS, input, reason_of, status_events};
+use crate::support::{JOB_FIELDS, input, job_past_its_deadline, reason_of, status_events};
 
 #[tokio::test]
 async fn a_job_runs_as_a_batch_v1_job_with_its_result_and_logs() {
@@ -146,13 +146,7 @@ async fn a_deadline_fails_the_job_with_deadline_exceeded() {
         return;
     };
     let server = cluster.jobgate(&[]).await;
-    let id = server
-        .submit(input(
-            &[("EMULATOR_GATE", "never-opened")],
-            json!({"activeDeadlineSeconds": 1}),
-        ))
-        .await;
-    let events = status_events(&server, &id).await;
+    let (_, events) = job_past_its_deadline(&server).await;
     assert_eq!(
         events.last().unwrap(),
         &("FAILED".to_owned(), Some("DeadlineExceeded".to_owned())),

@@ -1,6 +1,7 @@
 //! What the Kubernetes tests share: a job input for the emulated kubelet, the fields read of
-//! a job, a job's phase history (with reasons) once it has finished, every job's events until
-//! some are terminal, and the check that no job's phase moves backward.
+//! a job, a job's phase history (with reasons) once it has finished, a job ended by its
+//! deadline, every job's events until some are terminal, and the check that no job's phase
+//! moves backward.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -56,6 +57,19 @@ pub(crate) async fn status_events(server: &Server, id: &str) -> Vec<(String, Opt
         "jobStatus ended on the last recorded phase"
     );
     history
+}
+
+/// Submits a job whose pod runs until the job's deadline (1 s) ends it, and returns its id
+/// and its phase history (see [`status_events`]) once it has failed.
+pub(crate) async fn job_past_its_deadline(server: &Server) -> (String, Vec<(String, Option<String>)>) {
+    let id = server
+        .submit(input(
+            &[("EMULATOR_GATE", "never-opened")],
+            json!({"activeDeadlineSeconds": 1}),
+        ))
+        .await;
+    let events = status_events(server, &id).await;
+    (id, events)
 }
 
 /// The reason of the job's condition `type_`, if that condition holds.

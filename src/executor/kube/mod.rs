@@ -328,17 +328,40 @@ impl KubeShared {
         self.ownership.acting_for(job_id, action).await
     }
 
-    /// Reports what was observed of a job's workload to the job service.
-    /// Its pods' attempts go with it.
+    /// Reports what was observed of a job's workload to the job service, with the attempts
+    /// its pods make as the pod watch last showed them.
     async fn send(&self, job_id: String, mut status: WorkloadStatus) {
         if !self.acts_for(&job_id) {
             return;
         }
-        status.attempts = pod_attempts::of_pods(self.pods.infos(&job_id), &status);
-        let observation = Observation { job_id, status };
-        if self.ctx.observations.send(observation).await.is_err() {
+        let Ok(permit) = self.ctx.observations.reserve().await else {
             tracing::debug!("job service is gone; observation dropped");
+            return;
+        };
+        let deadline = pod_attempts::deadline_passed(&status);
+        let key = job_id.clone();
+        self.pods.with_attempts(&key, deadline, |attempts| {
+            status.attempts = attempts;
+            permit.send(Observation::of_status(job_id, status));
+        });
+    }
+
+    /// Reports a tracked job's attempts alone, as a change of its pods changed them: a run's
+    /// start or end is not held until its Job's status next changes (the Job controller
+    /// writes that later, or the Job watch showed it before the pod watch did). A job whose
+    /// outcome is decided is left to its final report, made once its pods are over.
+    async fn send_attempts(&self, job_id: &str) {
+        let reported = self.jobs.tracked.get(job_id).is_some_and(|t| !t.finishing);
+        if !reported || !self.acts_for(job_id) {
+            return;
         }
+        let Ok(permit) = self.ctx.observations.reserve().await else {
+            tracing::debug!("job service is gone; observation dropped");
+            return;
+        };
+        self.pods.with_attempts(job_id, None, |attempts| {
+            permit.send(Observation::of_attempts(job_id.to_owned(), attempts));
+        });
     }
 
     /// The job is done with: its final status is reported, or it is no longer ours.

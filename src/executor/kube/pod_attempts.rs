@@ -3,27 +3,34 @@
 //! decide its cause (`OOMKilled`, a `DisruptionTarget` condition for eviction and preemption,
 //! `DeadlineExceeded`, else an error).
 //!
-//! It owns only that translation: it must not watch pods (the pod watch does) nor report.
+//! It owns only that translation: it must not watch pods (the pod watch does), keep them
+//! (`pods.rs` keeps each job's attempts as its pods change) nor report.
 
 use chrono::{DateTime, Utc};
 
 use super::status::{PodInfo, PodPhase};
-use crate::model::{AttemptState, FailureCause, JobAttempt, WorkloadStatus};
+use crate::model::{AttemptState, FailureCause, JobAttempt, MAX_ATTEMPTS, WorkloadStatus};
 
 /// The attempts the pods make, oldest pod first: pods that never started and have not ended
 /// (waiting to be scheduled, pulling their image) are not attempts yet. A pod the Job
-/// controller stopped because the job's deadline passed (`status`) failed for that.
-pub(super) fn of_pods(mut pods: Vec<PodInfo>, status: &WorkloadStatus) -> Vec<JobAttempt> {
+/// controller stopped because the job's deadline passed (at `deadline`, see
+/// [`deadline_passed`]) failed for that. At most [`MAX_ATTEMPTS`], as a job keeps: past
+/// that, the oldest ended ones are left out.
+pub(super) fn of_pods(pods: &[PodInfo], deadline: Option<DateTime<Utc>>) -> Vec<JobAttempt> {
+    let mut pods: Vec<&PodInfo> = pods.iter().filter(|p| p.started || p.phase.is_terminal()).collect();
     pods.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
-    let deadline = deadline_passed(status);
-    pods.into_iter()
-        .filter(|p| p.started || p.phase.is_terminal())
-        .map(|pod| attempt_of(pod, deadline))
-        .collect()
+    let mut attempts: Vec<JobAttempt> = pods.into_iter().map(|pod| attempt_of(pod, deadline)).collect();
+    while attempts.len() > MAX_ATTEMPTS {
+        let Some(oldest) = attempts.iter().position(JobAttempt::has_ended) else {
+            break;
+        };
+        attempts.remove(oldest);
+    }
+    attempts
 }
 
-/// When the Job controller decided the job's deadline had passed, if it did.
-fn deadline_passed(status: &WorkloadStatus) -> Option<DateTime<Utc>> {
+/// When the Job controller decided the job's deadline had passed, if its status says it did.
+pub(super) fn deadline_passed(status: &WorkloadStatus) -> Option<DateTime<Utc>> {
     status
         .conditions
         .iter()
@@ -33,7 +40,7 @@ fn deadline_passed(status: &WorkloadStatus) -> Option<DateTime<Utc>> {
         .min()
 }
 
-fn attempt_of(pod: PodInfo, deadline: Option<DateTime<Utc>>) -> JobAttempt {
+fn attempt_of(pod: &PodInfo, deadline: Option<DateTime<Utc>>) -> JobAttempt {
     // Stopped by the controller at the deadline: it ended then, or has not yet.
     let stopped_at_deadline = deadline.is_some_and(|at| pod.finished_at.is_none_or(|end| end >= at));
     let mut attempt = JobAttempt::running(
@@ -50,9 +57,9 @@ fn attempt_of(pod: PodInfo, deadline: Option<DateTime<Utc>>) -> JobAttempt {
         PodPhase::Succeeded => {
             attempt.state = AttemptState::Succeeded;
             attempt.finished_at = pod.finished_at.or(pod.created_at);
-            attempt.reason = pod.reason;
+            attempt.reason.clone_from(&pod.reason);
             // Its termination message: the result it wrote.
-            attempt.message = pod.message;
+            attempt.message.clone_from(&pod.message);
         }
         PodPhase::Failed => {
             attempt.state = AttemptState::Failed;
@@ -62,8 +69,8 @@ fn attempt_of(pod: PodInfo, deadline: Option<DateTime<Utc>>) -> JobAttempt {
                 FailureCause::Error if stopped_at_deadline => FailureCause::DeadlineExceeded,
                 cause => cause,
             });
-            attempt.reason = pod.disruption.clone().or(pod.reason);
-            attempt.message = pod.message;
+            attempt.reason = pod.disruption.clone().or_else(|| pod.reason.clone());
+            attempt.message.clone_from(&pod.message);
         }
     }
     attempt

@@ -1,5 +1,7 @@
 //! What the pod watcher saw of each job's pods: its runs, the log tails captured as each pod
-//! of a tracked job ended, and waiting for a finishing job's pods to end.
+//! of a tracked job ended, the attempts a tracked job's pods make (recomputed as they change,
+//! at most `MAX_ATTEMPTS`, and read by every report), and waiting for a finishing job's pods
+//! to end.
 //!
 //! Pods of jobs this executor does not track are kept too (without log captures): with
 //! replicas on one database, another replica launched the job, and this one must still show
@@ -21,11 +23,14 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use dashmap::DashMap;
 use tokio_util::sync::CancellationToken;
 
+use super::pod_attempts;
 use super::status::{PodInfo, PodPhase};
 use crate::executor::RunInfo;
+use crate::model::JobAttempt;
 
 /// The pods of one tracked job, and the log tails captured as they ended: a Job removed by
 /// its TTL right after finishing takes its pods' logs with it.
@@ -41,6 +46,13 @@ pub(super) struct JobPods {
     pub(super) logs: BTreeMap<String, Vec<String>>,
     /// Log captures in flight.
     capturing: usize,
+    /// The attempts its pods make (`pod_attempts.rs`), kept as they change while the job is
+    /// tracked here, so that a report reads them rather than every pod; `None` for a job
+    /// tracked elsewhere (it is never reported from here).
+    attempts: Option<Vec<JobAttempt>>,
+    /// When the Job controller decided the job's deadline had passed, as a report of its
+    /// status said: its pods stopped after it failed for that.
+    deadline: Option<DateTime<Utc>>,
 }
 
 /// One event of a job's pod, as the pod watcher saw it.
@@ -143,6 +155,15 @@ impl JobPods {
         actions
     }
 
+    /// Recomputes the attempts of a tracked job's pods; true when they changed (a run
+    /// started or ended, or what is known of one did).
+    fn refresh_attempts(&mut self) -> bool {
+        let attempts = pod_attempts::of_pods(&self.pods, self.deadline);
+        let changed = self.attempts.as_deref().unwrap_or_default() != attempts.as_slice();
+        self.attempts = Some(attempts);
+        changed
+    }
+
     /// A log capture ended: with the pod's log tail, or without (it could not be read).
     pub(super) fn captured(&mut self, pod: String, lines: Option<Vec<String>>) {
         self.capturing -= 1;
@@ -227,6 +248,42 @@ impl PodBook {
             self.jobs.remove_if(job_id, |_, job| job.is_idle());
         }
         actions
+    }
+
+    /// After an event of a pod of job `job_id`: whether the attempts its pods make changed.
+    /// Only a job tracked here keeps them; any other's are let go of.
+    pub(super) fn refresh_attempts(&self, job_id: &str, tracked: bool) -> bool {
+        let Some(mut job) = self.jobs.get_mut(job_id) else {
+            return false;
+        };
+        if !tracked {
+            job.attempts = None;
+            return false;
+        }
+        job.refresh_attempts()
+    }
+
+    /// Hands the job's attempts to `report`, which must not wait: no pod change can come in
+    /// between, so that reports made in turn show the attempts in the order they changed.
+    /// `deadline` is when the job's deadline passed, if the status reported with them says
+    /// so (a status that does not say keeps what an earlier one said).
+    pub(super) fn with_attempts<R>(
+        &self,
+        job_id: &str,
+        deadline: Option<DateTime<Utc>>,
+        report: impl FnOnce(Vec<JobAttempt>) -> R,
+    ) -> R {
+        let Some(mut job) = self.jobs.get_mut(job_id) else {
+            return report(Vec::new());
+        };
+        if deadline.is_some() && deadline != job.deadline {
+            job.deadline = deadline;
+            job.attempts = None;
+        }
+        if job.attempts.is_none() {
+            job.refresh_attempts();
+        }
+        report(job.attempts.clone().unwrap_or_default())
     }
 
     /// A log capture of the job's pod ended (see [`JobPods::captured`]).

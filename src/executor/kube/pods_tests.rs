@@ -308,3 +308,59 @@ fn the_book_reads_runs_started_pods_and_ended_pods() {
     book.captured("j1", "a".to_owned(), Some(vec!["r".to_owned()]));
     assert_eq!(book.captured_log("j1", "a"), Some(vec!["r".to_owned()]));
 }
+
+/// The attempts a report of job `j1` would carry, with the deadline `deadline` says.
+fn reported(book: &PodBook, deadline: Option<chrono::DateTime<chrono::Utc>>) -> Vec<(String, String)> {
+    book.with_attempts("j1", deadline, |attempts| {
+        attempts
+            .iter()
+            .map(|a| (a.name.clone(), format!("{:?} {:?} {:?}", a.state, a.exit_code, a.cause)))
+            .collect()
+    })
+}
+
+#[test]
+fn a_tracked_jobs_attempts_change_with_its_pods_alone() {
+    let book = PodBook::default();
+    let applied = |info: PodInfo| {
+        book.apply("j1", PodEvent::Applied(info), true);
+        book.refresh_attempts("j1", true)
+    };
+    assert!(
+        !applied(pod("p1", "Pending", waiting("ContainerCreating"))),
+        "a pod waiting to start is no attempt"
+    );
+    assert!(applied(pod("p1", "Running", running())), "it started");
+    assert!(!applied(pod("p1", "Running", running())), "nothing new");
+    assert_eq!(reported(&book, None), [("p1".to_owned(), "Running None None".to_owned())]);
+    assert!(applied(pod("p1", "Failed", terminated(137, "OOMKilled", ""))), "it ended");
+    assert_eq!(
+        reported(&book, None),
+        [("p1".to_owned(), "Failed Some(137) Some(OomKilled)".to_owned())]
+    );
+    // The deadline a report's status gives stays for the next reports.
+    let at = "2026-01-01T00:00:05Z".parse().unwrap();
+    book.apply("j1", PodEvent::Applied(pod("p2", "Failed", terminated(143, "Error", ""))), true);
+    assert!(book.refresh_attempts("j1", true));
+    assert_eq!(reported(&book, Some(at))[1].1, "Failed Some(143) Some(DeadlineExceeded)");
+    assert_eq!(reported(&book, None)[1].1, "Failed Some(143) Some(DeadlineExceeded)");
+    // A job tracked elsewhere keeps none.
+    assert!(!book.refresh_attempts("j1", false));
+    assert!(!book.refresh_attempts("unknown", true));
+}
+
+#[test]
+fn a_jobs_attempts_are_bounded_as_the_job_keeps_them() {
+    let book = PodBook::default();
+    let total = crate::model::MAX_ATTEMPTS + 3;
+    for n in 0..total {
+        let name = format!("p{n:03}");
+        book.apply("j1", PodEvent::Applied(pod(&name, "Failed", terminated(1, "Error", ""))), true);
+    }
+    book.apply("j1", PodEvent::Applied(pod("p999", "Running", running())), true);
+    book.refresh_attempts("j1", true);
+    let names: Vec<String> = reported(&book, None).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), crate::model::MAX_ATTEMPTS);
+    assert_eq!(names.first().map(String::as_str), Some("p004"), "the oldest ended ones go");
+    assert_eq!(names.last().map(String::as_str), Some("p999"), "a running one stays");
+}

@@ -271,10 +271,13 @@ struct PodEvents(Arc<KubeShared>);
 
 impl Handler<Pod> for PodEvents {
     async fn event(&mut self, event: watcher::Event<Pod>) {
-        match event {
+        let attempts_of = match event {
             watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => self.0.on_pod(&pod, false),
             watcher::Event::Delete(pod) => self.0.on_pod(&pod, true),
-            watcher::Event::Init | watcher::Event::InitDone => {}
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        };
+        if let Some(job_id) = attempts_of {
+            self.0.send_attempts(&job_id).await;
         }
     }
 }
@@ -282,26 +285,27 @@ impl Handler<Pod> for PodEvents {
 impl KubeShared {
     /// Hands a pod's event to its job's record (`pods.rs` decides what it means) and
     /// carries out what that says: announcing the change, capturing an ended pod's log tail,
-    /// and the archive's follows.
-    fn on_pod(self: &Arc<Self>, pod: &Pod, deleted: bool) {
+    /// and the archive's follows. Returns the job whose attempts the event changed, to report
+    /// them.
+    fn on_pod(self: &Arc<Self>, pod: &Pod, deleted: bool) -> Option<String> {
         let Some(id) = label(&pod.metadata, JOB_ID_LABEL) else {
             if let (true, Some(namespace), Some(name)) =
                 (deleted, &pod.metadata.namespace, &pod.metadata.name)
             {
                 self.archive.forget_follow(namespace, name);
             }
-            return;
+            return None;
         };
-        let Some(info) = status::pod_info(pod) else {
-            return;
-        };
+        let info = status::pod_info(pod)?;
         let event = if deleted {
             PodEvent::Deleted(info)
         } else {
             PodEvent::Applied(info)
         };
         let tracked = self.jobs.tracked.contains_key(id);
-        for action in self.pods.apply(id, event, tracked) {
+        let actions = self.pods.apply(id, event, tracked);
+        let changed = !actions.is_empty();
+        for action in actions {
             match action {
                 PodAction::Changed => self.pods.bump(),
                 PodAction::ConsiderFollow(info) => self.consider_follow(&info, id),
@@ -326,6 +330,7 @@ impl KubeShared {
                 PodAction::Forget => {}
             }
         }
+        (changed && self.pods.refresh_attempts(id, tracked)).then(|| id.to_owned())
     }
 }
 

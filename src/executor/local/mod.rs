@@ -225,10 +225,7 @@ impl LocalExecutor {
                 });
             }
         };
-        let fallback = Observation {
-            job_id: job.id.clone(),
-            status: job.workload.clone(),
-        };
+        let fallback = Observation::of_status(job.id.clone(), job.workload.clone());
         let runner = Runner {
             inner: inner.clone(),
             status: job.workload.clone(),
@@ -261,10 +258,7 @@ impl LocalExecutor {
                 }
                 let _ = inner_for_panic
                     .observations
-                    .send(Observation {
-                        job_id: fallback.job_id,
-                        status,
-                    })
+                    .send(Observation::of_status(fallback.job_id, status))
                     .await;
             }
         });

@@ -86,10 +86,7 @@ impl Runner {
 
     /// Reports the status, with the attempts that started or ended since the last report.
     async fn report(&mut self) {
-        let observation = Observation {
-            job_id: self.job.id.clone(),
-            status: self.status.clone(),
-        };
+        let observation = Observation::of_status(self.job.id.clone(), self.status.clone());
         self.status.attempts.clear();
         if self.inner.observations.send(observation).await.is_err() {
             tracing::warn!(job = %self.job.id, "job service is gone; observation dropped");

@@ -210,8 +210,16 @@ impl Writer {
                 WriterCommand::SubmitMany { reply, .. } => {
                     let _ = reply.send(Err(ServiceError::Store(StoreError::Write(why.clone()))));
                 }
-                WriterCommand::Observe(o) => {
-                    deferred.retain(|d| d.job_id != o.job_id);
+                WriterCommand::Observe(mut o) => {
+                    if let Some(at) = deferred.iter().position(|d| d.job_id == o.job_id) {
+                        let earlier = deferred.remove(at);
+                        // Newer attempts alone keep the earlier status they go with.
+                        if o.attempts_only && !earlier.attempts_only {
+                            let attempts = std::mem::take(&mut o.status.attempts);
+                            o = earlier;
+                            o.status.attempts = attempts;
+                        }
+                    }
                     deferred.push(o);
                 }
                 WriterCommand::Launched { reply, .. } | WriterCommand::CancellationsDone { reply, .. } => {
@@ -460,6 +468,16 @@ impl Writer {
                     let (ended, attempts_changed) = job.record_attempts(std::mem::take(&mut status.attempts));
                     for transition in &ended {
                         Self::record(&mut *tx, &mut job, transition, &mut recorded).await?;
+                    }
+                    if observation.attempts_only {
+                        // The workload's status is the one last recorded: only attempts moved.
+                        if attempts_changed {
+                            tx.save_job(&job).await?;
+                        }
+                        if attempts_changed || !ended.is_empty() {
+                            touched.insert(job.id.clone(), job);
+                        }
+                        continue;
                     }
                     if let Some(transition) = job.observe(status.clone(), Utc::now()) {
                         Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;

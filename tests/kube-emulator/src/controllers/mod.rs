@@ -178,6 +178,8 @@ impl Shared {
 pub struct Simulation {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
+    /// While `true`, the Job controller syncs no Job (see [`Simulation::pause_job_controller`]).
+    job_controller_paused: watch::Sender<bool>,
     gate_opened: mpsc::UnboundedSender<String>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -205,12 +207,14 @@ pub fn start(store: Store, config: SimConfig) -> Arc<Simulation> {
         pods_created: AtomicU64::new(0),
         gates: Mutex::new(HashSet::new()),
     });
+    let (job_controller_paused, paused_rx) = watch::channel(false);
     let tasks = vec![
-        runner::spawn(
+        runner::spawn_pausable(
             job::JobController::new(shared.clone()),
             &store,
             None,
             stop_rx.clone(),
+            Some(paused_rx),
         ),
         runner::spawn(
             kubelet::Kubelet::new(shared.clone()),
@@ -231,6 +235,7 @@ pub fn start(store: Store, config: SimConfig) -> Arc<Simulation> {
     Arc::new(Simulation {
         shared,
         stop,
+        job_controller_paused,
         gate_opened,
         tasks: Mutex::new(tasks),
     })
@@ -278,6 +283,19 @@ impl Simulation {
             namespace,
             name,
         )
+    }
+
+    /// The Job controller syncs no Job until [`Simulation::resume_job_controller`], as when
+    /// kube-controller-manager is down or has lost its leader lease: Jobs' statuses stay as
+    /// they are, no pod is created or deleted for them, while the kubelet goes on running
+    /// (and ending) the pods that exist. Changes meanwhile are synced on resuming.
+    pub fn pause_job_controller(&self) {
+        self.job_controller_paused.send_replace(true);
+    }
+
+    /// The Job controller syncs again, beginning with every Job that changed while paused.
+    pub fn resume_job_controller(&self) {
+        self.job_controller_paused.send_replace(false);
     }
 
     /// How many pods the Job controller has created since the simulation started.

@@ -128,6 +128,19 @@ pub(crate) fn spawn<R: Reconciler>(
     nudges: Option<mpsc::UnboundedReceiver<R::Nudge>>,
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
+    spawn_pausable(reconciler, store, nudges, stop, None)
+}
+
+/// [`spawn`], for a controller that reconciles nothing while `paused` holds `true` (as when its
+/// process is down or has lost its leader lease): changes are still taken in, and the keys they
+/// concern wait in the queue until it is `false` again.
+pub(crate) fn spawn_pausable<R: Reconciler>(
+    reconciler: R,
+    store: &Store,
+    nudges: Option<mpsc::UnboundedReceiver<R::Nudge>>,
+    stop: watch::Receiver<bool>,
+    paused: Option<watch::Receiver<bool>>,
+) -> JoinHandle<()> {
     // Subscribing before the task runs means no change committed after `spawn` returns is missed:
     // the task's initial list sees what came before, the receiver what comes after.
     let changes = match store.watch(None) {
@@ -141,7 +154,18 @@ pub(crate) fn spawn<R: Reconciler>(
                 .unwrap_or_else(|_| broadcast::channel(1).1)
         }
     };
-    tokio::spawn(run(reconciler, store.clone(), changes, nudges, stop))
+    tokio::spawn(run(reconciler, store.clone(), changes, nudges, stop, paused))
+}
+
+fn is_paused(paused: &Option<watch::Receiver<bool>>) -> bool {
+    paused.as_ref().is_some_and(|p| *p.borrow())
+}
+
+async fn pause_changed(paused: &mut Option<watch::Receiver<bool>>) -> bool {
+    match paused {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
 }
 
 async fn recv_nudge<T>(nudges: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
@@ -157,6 +181,7 @@ async fn run<R: Reconciler>(
     mut changes: broadcast::Receiver<Arc<Change>>,
     mut nudges: Option<mpsc::UnboundedReceiver<R::Nudge>>,
     mut stop: watch::Receiver<bool>,
+    mut paused: Option<watch::Receiver<bool>>,
 ) {
     let mut queue = WorkQueue::new();
     let mut keys = Vec::new();
@@ -206,7 +231,8 @@ async fn run<R: Reconciler>(
         // Timers are also fired here, not only when the loop sleeps: under a steady stream of
         // changes the select below may never get to its timer branch.
         queue.fire_due(Instant::now());
-        let mut budget = BATCH;
+        let held = is_paused(&paused);
+        let mut budget = if held { 0 } else { BATCH };
         while budget > 0
             && let Some(key) = queue.pop()
         {
@@ -227,7 +253,7 @@ async fn run<R: Reconciler>(
                 }
             }
         }
-        if !queue.ready.is_empty() {
+        if !held && !queue.ready.is_empty() {
             // More work: let other tasks run, then continue without waiting.
             tokio::task::yield_now().await;
             continue;
@@ -261,6 +287,11 @@ async fn run<R: Reconciler>(
                 None => nudges = None,
             },
             () = sleep_until(deadline) => queue.fire_due(Instant::now()),
+            alive = pause_changed(&mut paused) => {
+                if !alive {
+                    paused = None;
+                }
+            }
         }
     }
     tracing::debug!(controller = R::NAME, "stopped");
