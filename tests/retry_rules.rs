@@ -4,12 +4,14 @@
 //! controller enforcing the `podFailurePolicy` and per-index limits jobgate compiles), with the
 //! same phase, reason, counts and runs expected of both; then the refusals (bounds with the
 //! input path, templates of kinds without such fields, a back-off on Kubernetes), what the
-//! Kubernetes Job carries, and the policy read back from the store after a restart.
+//! Kubernetes Job carries, and the policy read back from the store (SQLite, PostgreSQL) after
+//! a kill -9. tests/retry_runs.rs has what takes time, restarts or templates.
 
 mod common;
 
 use common::Server;
 use common::cluster::Cluster;
+use common::postgres::Postgres;
 use serde_json::{Value, json};
 
 /// How the runs of a row's job fail.
@@ -537,8 +539,23 @@ async fn bad_policies_are_refused_naming_the_input_path() {
 }
 
 #[tokio::test]
-async fn the_policy_is_stored_and_read_back_after_a_restart() {
-    let mut server = Server::start(&[]).await;
+async fn the_policy_is_stored_and_read_back_after_a_kill_9() {
+    the_policy_is_read_back_after_a_kill_9(&[]).await;
+}
+
+#[tokio::test]
+async fn on_postgresql_the_policy_is_stored_and_read_back_after_a_kill_9() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    let url = pg.url();
+    the_policy_is_read_back_after_a_kill_9(&["--database-url", &url]).await;
+}
+
+/// A job with every part of a retry policy, read back over GraphQL, then again after a kill -9
+/// of jobgate on the same store (`store`: its flags, none for SQLite in the data directory).
+async fn the_policy_is_read_back_after_a_kill_9(store: &[&str]) {
+    let mut server = Server::spawn(store).await;
     let policy = json!({
         "rules": [
             {"action": "FAIL_JOB", "exitCodes": {"operator": "NOT_IN", "values": [9, 0, 4], "containerName": "job"}},
@@ -569,8 +586,8 @@ async fn the_policy_is_stored_and_read_back_after_a_restart() {
         },
     });
     assert_eq!(server.job_with(&id, SPEC).await["spec"], expected);
-    server.stop().await;
-    let server = server.start_again(&[]).await;
+    server.kill9();
+    let server = server.start_again(store).await;
     assert_eq!(
         server.job_with(&id, SPEC).await["spec"],
         expected,

@@ -6,12 +6,18 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job as K8sJob, JobSpec as K8sJobSpec};
+use k8s_openapi::api::batch::v1::{
+    Job as K8sJob, JobSpec as K8sJobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
+    PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::model::{Job, ResourceList, SHARD_LABEL, shard_of};
+use crate::model::{
+    DISRUPTION_TARGET, ExitCodeOperator, FailureCause, Job, OOM_EXIT_CODE, ResourceList, RetryPolicy,
+    RuleMatch, SHARD_LABEL, shard_of,
+};
 use crate::templates::{KUEUE_QUEUE_LABEL, TERMINATION_MESSAGE_PATH};
 
 /// The label every object jobgate creates carries, and the one its watchers select on.
@@ -140,9 +146,7 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
             backoff_limit: Some(spec.backoff_limit),
             // The retry policy, for the Job controller to enforce (restartPolicy is Never and
             // jobs of more than one completion are Indexed, as both fields need).
-            pod_failure_policy: retry
-                .and_then(|p| p.pod_failure_policy())
-                .map(|rules| serde_json::from_value(rules).expect("a podFailurePolicy the model builds")),
+            pod_failure_policy: retry.and_then(pod_failure_policy),
             backoff_limit_per_index: retry.and_then(|p| p.backoff_limit_per_index),
             max_failed_indexes: retry.and_then(|p| p.max_failed_indexes),
             active_deadline_seconds: spec.active_deadline_seconds.map(i64::from),
@@ -169,6 +173,58 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
         }),
         status: None,
     }
+}
+
+/// The Job's `podFailurePolicy` for the retry policy's rules (`None` without rules), built as
+/// the typed field: the same rules [`RetryPolicy::pod_failure_policy`] writes as JSON for
+/// templates.
+fn pod_failure_policy(policy: &RetryPolicy) -> Option<PodFailurePolicy> {
+    if policy.rules.is_empty() {
+        return None;
+    }
+    let exit_codes = |operator: &str, values: Vec<i32>, container_name: Option<String>| {
+        Some(PodFailurePolicyOnExitCodesRequirement {
+            container_name,
+            operator: operator.to_owned(),
+            values,
+        })
+    };
+    let rules = policy
+        .rules
+        .iter()
+        .map(|rule| {
+            let action = rule.action.kubernetes_name().to_owned();
+            match &rule.matches {
+                RuleMatch::ExitCodes(codes) => PodFailurePolicyRule {
+                    action,
+                    on_exit_codes: exit_codes(
+                        match codes.operator {
+                            ExitCodeOperator::In => "In",
+                            ExitCodeOperator::NotIn => "NotIn",
+                        },
+                        codes.values.clone(),
+                        codes.container_name.clone(),
+                    ),
+                    on_pod_conditions: None,
+                },
+                // A podFailurePolicy cannot see the kubelet's OOMKilled: its exit code.
+                RuleMatch::Causes(causes) if causes.contains(&FailureCause::OomKilled) => PodFailurePolicyRule {
+                    action,
+                    on_exit_codes: exit_codes("In", vec![OOM_EXIT_CODE], None),
+                    on_pod_conditions: None,
+                },
+                RuleMatch::Causes(_) => PodFailurePolicyRule {
+                    action,
+                    on_exit_codes: None,
+                    on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                        type_: DISRUPTION_TARGET.to_owned(),
+                        status: Some("True".to_owned()),
+                    }]),
+                },
+            }
+        })
+        .collect();
+    Some(PodFailurePolicy { rules })
 }
 
 fn quantities(list: &ResourceList) -> Option<BTreeMap<String, Quantity>> {
@@ -361,5 +417,30 @@ mod tests {
                 .contains_key(KUEUE_QUEUE_LABEL),
             "the label is the Job's, not its pods'"
         );
+    }
+
+    #[test]
+    fn the_typed_pod_failure_policy_is_the_one_templates_get() {
+        let policy = serde_json::json!({"rules": [
+            {"action": "FAIL_JOB", "exitCodes": {"operator": "NOT_IN", "values": [4, 0], "containerName": "job"}},
+            {"action": "IGNORE", "causes": ["EVICTED", "PREEMPTED"]},
+            {"action": "FAIL_INDEX", "causes": ["OOM_KILLED"]},
+            {"action": "COUNT", "exitCodes": {"operator": "IN", "values": [3]}},
+        ], "backoffLimitPerIndex": 1});
+        let j = job(SubmitRequest {
+            image: Some("busybox".into()),
+            command: Some(vec!["true".into()]),
+            completions: Some(2),
+            retry_policy: Some(serde_json::from_value(policy).unwrap()),
+            ..SubmitRequest::default()
+        });
+        let model = j.spec.retry_policy.as_ref().unwrap();
+        let typed = build(&j, &ManifestDefaults::default()).spec.unwrap().pod_failure_policy;
+        assert_eq!(serde_json::to_value(typed).unwrap(), model.pod_failure_policy().unwrap());
+        let mut none = j.clone();
+        none.spec.retry_policy.as_mut().unwrap().rules.clear();
+        let spec = build(&none, &ManifestDefaults::default()).spec.unwrap();
+        assert_eq!(spec.pod_failure_policy, None, "no rules, no podFailurePolicy");
+        assert_eq!(spec.backoff_limit_per_index, Some(1));
     }
 }

@@ -1,6 +1,7 @@
 //! A local job's runner: one task per job that starts its runs (each a process group of its
 //! own, in the job's directory, with the environment built from nothing), watches them, retries
-//! failed ones with back-off (what a failure leads to is `retries`'), enforces the deadline and
+//! failed ones with back-off (what a failure leads to, and when the retry may start, is
+//! `retries`'), enforces the deadline and
 //! reports the job's status. It must not write the store or decide phases: it reports what it
 //! saw.
 
@@ -142,7 +143,7 @@ impl Runner {
                 let message = "jobgate restarted while it ran; its outcome is unknown";
                 (self.status.attempts).push(attempts::stopped(run, "GatewayRestarted", message));
             }
-            let lost = leftovers.iter().map(|run| run.index).chain(std::iter::repeat(-1));
+            let lost = leftovers.iter().map(|run| Some(run.index)).chain(std::iter::repeat(None));
             for index in lost.take(interrupted as usize) {
                 if let Verdict::FailJob { reason, message } =
                     book.after_lost_run(&spec, &mut self.status.failed, index)
@@ -174,17 +175,15 @@ impl Runner {
         });
         let mut runs: JoinSet<(i32, RunOutcome)> = JoinSet::new();
         let mut groups: HashMap<i32, RunRecord> = HashMap::new();
-        let mut retry_at: Option<Instant> = None;
 
         loop {
-            // Start runs up to `parallelism`, unless a retry is backing off.
-            let may_start = retry_at.is_none_or(|t| t <= Instant::now());
-            if may_start {
-                retry_at = None;
-            }
+            // Start runs up to `parallelism`, of the indexes not backing off.
+            book.forget_past_back_offs(Utc::now());
             let mut changed = false;
-            while may_start && (runs.len() as i32) < spec.parallelism {
-                let Some(index) = pending.pop_front() else { break };
+            while (runs.len() as i32) < spec.parallelism {
+                let now = Utc::now();
+                let Some(next) = pending.iter().position(|i| book.may_start(*i, now)) else { break };
+                let Some(index) = pending.remove(next) else { break };
                 match self.spawn_run(index, &mut runs).await {
                     Ok(record) => {
                         self.status.attempts.push(attempts::started(&record));
@@ -212,8 +211,7 @@ impl Runner {
                             Verdict::Retry => {}
                         }
                         pending.push_back(index);
-                        retry_at = Some(Instant::now() + self.retry_delay(&book));
-                        break;
+                        book.back_off(&spec, index, self.retry_delay(&book, index), Utc::now());
                     }
                 }
             }
@@ -240,6 +238,11 @@ impl Runner {
                 return Ok(());
             }
 
+            // The end of a back-off, on the monotonic clock.
+            let wake = book.next_back_off_end().map(|t| {
+                let left = (t - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+                Instant::now().checked_add(left).unwrap_or_else(far_future)
+            });
             tokio::select! {
                 _ = self.cancel.cancelled() => {
                     let stop = if self.inner.shutdown.is_cancelled() { Stop::Shutdown } else { Stop::Cancelled };
@@ -249,7 +252,7 @@ impl Runner {
                 _ = sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
                     return self.fail_all(&mut runs, &groups, "DeadlineExceeded", "Job was active longer than specified deadline").await;
                 }
-                _ = sleep_until(retry_at.unwrap_or_else(far_future)), if retry_at.is_some() => {}
+                _ = sleep_until(wake.unwrap_or_else(far_future)), if wake.is_some() => {}
                 Some(joined) = runs.join_next() => {
                     let Ok((index, outcome)) = joined else { continue };
                     if let Some(record) = groups.remove(&index) {
@@ -277,18 +280,18 @@ impl Runner {
                             self.status.message = Some(why);
                             let subject = format!("run {attempt} (index {index})");
                             let failure = RunFailure { index, exit_code, subject: &subject };
-                            let verdict = book.after_failure(&spec, &mut self.status.failed, &failure);
-                            self.set_state(&RunnerState { runs: groups.values().cloned().collect(), retries: book.clone() });
-                            match verdict {
+                            match book.after_failure(&spec, &mut self.status.failed, &failure) {
                                 Verdict::FailJob { reason, message } => {
                                     return self.fail_all(&mut runs, &groups, reason, &message).await;
                                 }
                                 Verdict::IndexFailed => {}
                                 Verdict::Retry => {
                                     pending.push_back(index);
-                                    retry_at = Some(Instant::now() + self.retry_delay(&book));
+                                    book.back_off(&spec, index, self.retry_delay(&book, index), Utc::now());
                                 }
                             }
+                            // With the back-off: a restart resumes it.
+                            self.set_state(&RunnerState { runs: groups.values().cloned().collect(), retries: book.clone() });
                         }
                     }
                     self.report().await;
@@ -297,10 +300,11 @@ impl Runner {
         }
     }
 
-    fn retry_delay(&self, book: &RetryBook) -> Duration {
+    fn retry_delay(&self, book: &RetryBook, index: i32) -> Duration {
         let config = &self.inner.config;
         book.delay(
             &self.job.spec,
+            index,
             self.status.failed,
             config.retry_delay,
             config.retry_delay_cap,
