@@ -59,6 +59,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Told of each JWT caller, whose endpoints narrow to its token's scope.
     pub webhooks: Webhooks,
+    /// Told of each JWT caller, whose schedules narrow to its token's scope.
+    pub schedules: Schedules,
     /// Origins (`scheme://host[:port]`) a browser may call from besides jobgate's own;
     /// `*` for any.
     pub allowed_origins: Arc<Vec<String>>,
@@ -230,10 +232,12 @@ impl OwnerRights for CurrentCredentials {
     }
 }
 
-/// An authenticated caller: a JWT holder's webhook endpoints narrow to its token's scope.
-fn authenticated(webhooks: &Webhooks, identity: &Identity) {
+/// An authenticated caller: a JWT holder's webhook endpoints and schedules narrow to its
+/// token's scope.
+fn authenticated(webhooks: &Webhooks, schedules: &Schedules, identity: &Identity) {
     if identity.method == Method::Jwt {
         webhooks.saw_jwt_caller(&identity.principal, &identity.scope);
+        schedules.saw_jwt_caller(&identity.principal, &identity.scope);
     }
 }
 
@@ -250,7 +254,7 @@ async fn execute_as_caller(
             return unauthenticated(incoming.response_type, &e);
         }
     };
-    authenticated(&state.webhooks, &identity);
+    authenticated(&state.webhooks, &state.schedules, &identity);
     gql_http::execute(
         &state.schema,
         incoming,
@@ -316,10 +320,11 @@ async fn graphql_get(
         let rates = state.rates.clone();
         let metrics = state.metrics.clone();
         let webhooks = state.webhooks.clone();
+        let schedules = state.schedules.clone();
         let on_init: InitHook = Arc::new(move |payload| {
             let checked = auth.check_init_payload(&payload);
             if let Ok(identity) = &checked {
-                authenticated(&webhooks, identity);
+                authenticated(&webhooks, &schedules, identity);
             }
             let rates = rates.clone();
             let metrics = metrics.clone();
@@ -526,6 +531,7 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         rates,
         metrics: metrics.clone(),
         webhooks: webhooks.clone(),
+        schedules: schedules.clone(),
         allowed_origins: Arc::new(config.allowed_origins.clone()),
         allowed_hosts: Arc::new(config.allowed_hosts()),
         body_timeout: config.connection_limits().body_timeout,

@@ -1,8 +1,9 @@
 //! Schedules on replicas: three jobgate replicas on one PostgreSQL database with the
 //! Kubernetes executor (the emulator, or the cluster of `JOBGATE_TEST_KUBECONFIG`), dividing
 //! the 32 shards through Leases. A schedule's ticks are fired by the replica acting for the
-//! schedule's shard: each tick starts one job (one Kubernetes Job), whichever replica a client
-//! asks, and every replica pushes each tick to its subscribers; when the replica acting for
+//! schedule's shard (only it: the others' logs show no firing): each tick starts one job (one
+//! Kubernetes Job), whichever replica a client asks, and every replica pushes each tick to its
+//! subscribers; when the replica acting for
 //! the shard is killed, a successor takes the shard over and fires the ticks that follow, each
 //! once.
 //!
@@ -148,6 +149,10 @@ async fn on_three_replicas_each_tick_starts_one_job_and_every_replica_pushes_it(
         servers.push(cluster.jobgate(&replica_args(&url)).await);
     }
     until_shards_divided(&servers.iter().collect::<Vec<_>>()).await;
+    let mut acting_before = Vec::new();
+    for server in &servers {
+        acting_before.push(shards_of(server).await);
+    }
     let mut sockets = Vec::new();
     for server in &servers {
         let mut ws = GqlWs::connect(server).await;
@@ -184,6 +189,25 @@ async fn on_three_replicas_each_tick_starts_one_job_and_every_replica_pushes_it(
     };
     assert_each_tick_once(&seen);
     assert_one_workload_each(&cluster, &seen).await;
+
+    // Only the replica acting for the schedule's shard fired its ticks (the others leave them,
+    // rather than firing each and finding the job through the tick's key), as their logs say.
+    let shard = shard_of(&id);
+    let mut acting = Vec::new();
+    for (i, server) in servers.iter().enumerate() {
+        acting.push(acting_before[i].contains(&shard) || shards_of(server).await.contains(&shard));
+    }
+    for (i, server) in servers.iter().enumerate() {
+        let fired = server
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("schedules: tick fired") && l.contains(id.as_str()))
+            .count();
+        assert!(
+            acting[i] || fired == 0,
+            "replica {i}, not acting for shard {shard} (acting: {acting:?}), fired {fired} ticks of {id}"
+        );
+    }
 
     // Every replica pushes each tick's job once, in cursor order.
     let fired: HashSet<&str> = seen.iter().map(|(_, job, _)| job.as_str()).collect();

@@ -1,16 +1,20 @@
 //! Schedules over the real server (local executor, SQLite): create, list, get, update,
 //! delete, pause and resume, trigger, backfill; ticks firing through the ordinary submission
-//! path with one job per tick; FORBID and REPLACE with long-running jobs; daylight-saving
+//! path with one job per tick; FORBID and REPLACE with long-running jobs (the scenarios of
+//! `scenarios/schedule_concurrency.rs`, which `tests/kube` runs on Kubernetes); daylight-saving
 //! days as the API shows them; limits and tenancy; kill -9 around a tick.
 //!
 //! Waits look at the API again and again (`Polling`) until what the test waits for is there;
 //! nothing asserts that something did not happen after a fixed sleep.
 
 mod common;
+#[path = "scenarios/schedule_concurrency.rs"]
+mod schedule_concurrency;
 
 use std::collections::HashMap;
 
-use common::{GqlWs, Polling, Server, token_entry};
+use common::{Polling, Server, token_entry};
+use schedule_concurrency::{events_until, events_until_as};
 use serde_json::{Value, json};
 
 const CREATE: &str = "mutation($input: CreateScheduleInput!) { createSchedule(input: $input) { schedule { id name namespace cron timeZone concurrencyPolicy startingDeadlineSeconds suspended createdAt updatedAt nextFireTimes(count: 3) } } }";
@@ -59,25 +63,6 @@ async fn wait_runs(server: &Server, id: &str, n: usize) -> Value {
             .pause(|| format!("schedule {id} never started {n} runs: {s}"))
             .await;
     }
-}
-
-/// Schedule events from the start of the log, pushed by the `scheduleEvents` subscription
-/// over WebSocket, until `until` holds of those received.
-async fn events_until(server: &Server, until: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let mut ws = GqlWs::connect(server).await;
-    ws.subscribe(
-        "1",
-        "subscription { scheduleEvents(after: \"0\") { cursor kind scheduleId tick jobId message } }",
-        json!({}),
-    )
-    .await;
-    let mut events = Vec::new();
-    while !until(&events) {
-        let message = ws.recv().await;
-        assert_eq!(message["type"], "next", "{message}");
-        events.push(message["payload"]["data"]["scheduleEvents"].clone());
-    }
-    events
 }
 
 #[tokio::test]
@@ -270,60 +255,13 @@ async fn each_tick_submits_one_job_linked_to_its_schedule() {
 #[tokio::test]
 async fn forbid_skips_ticks_while_a_run_is_active_and_says_so() {
     let server = Server::start(FAST).await;
-    let s = create(
-        &server,
-        json!({ "name": "forbid", "cron": "* * * * * *", "concurrencyPolicy": "FORBID", "job": sleeper(600) }),
-    )
-    .await;
-    let id = s["id"].as_str().unwrap().to_owned();
-    let events = events_until(&server, |e| {
-        e.iter()
-            .filter(|e| e["kind"] == "SKIPPED" && e["scheduleId"] == id.as_str())
-            .count()
-            >= 2
-    })
-    .await;
-    let skipped = events.iter().find(|e| e["kind"] == "SKIPPED").unwrap();
-    assert!(
-        skipped["message"].as_str().unwrap().contains("FORBID"),
-        "{skipped}"
-    );
-    let fired: Vec<&Value> = events.iter().filter(|e| e["kind"] == "FIRED").collect();
-    assert_eq!(fired.len(), 1, "FORBID started a second run: {events:?}");
-    let job = fired[0]["jobId"].as_str().unwrap().to_owned();
-    assert_eq!(server.job(&job).await["phase"], "RUNNING");
-    server.cancel(&job).await;
+    schedule_concurrency::forbid_skips_ticks_while_a_run_is_active(&server, sleeper(600)).await;
 }
 
 #[tokio::test]
 async fn replace_cancels_the_running_job_then_starts_the_next() {
     let server = Server::start(FAST).await;
-    let s = create(
-        &server,
-        json!({ "name": "replace", "cron": "*/2 * * * * *", "concurrencyPolicy": "REPLACE", "job": sleeper(600) }),
-    )
-    .await;
-    let id = s["id"].as_str().unwrap();
-    let s = wait_runs(&server, id, 2).await;
-    let runs = s["recentRuns"].as_array().unwrap();
-    let older = runs[runs.len() - 1]["job"]["id"].as_str().unwrap().to_owned();
-    server.wait_phase(&older, "CANCELLED").await;
-    server
-        .gql_ok(
-            "mutation($id: ID!) { deleteSchedule(id: $id) { schedule { id } } }",
-            json!({ "id": id }),
-        )
-        .await;
-    for run in wait_runs(&server, id, 0).await["recentRuns"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let job = run["job"]["id"].as_str().unwrap();
-        if run["job"]["phase"] == "RUNNING" || run["job"]["phase"] == "PENDING" {
-            server.cancel(job).await;
-        }
-    }
+    schedule_concurrency::replace_cancels_the_active_run_then_starts_the_next(&server, sleeper(600)).await;
 }
 
 #[tokio::test]
@@ -512,6 +450,152 @@ async fn tenants_see_only_their_schedules_and_a_revoked_owner_stops_firing() {
     assert!(reason.contains("owner"), "{reason}");
 }
 
+/// An HS256 JWT of subject `sub` allowing `namespaces`, signed with `secret`.
+fn jwt(secret: &str, sub: &str, namespaces: &[&str]) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let now = chrono::Utc::now().timestamp();
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &json!({ "sub": sub, "exp": now + 3600, "iat": now, "namespaces": namespaces }),
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// Schedule `id` as the admin reads it once it says why it is blocked.
+async fn blocked(server: &Server, id: &str) -> String {
+    let polling = Polling::start();
+    loop {
+        let (_, body) = server
+            .gql_as(Some("root-token"), SCHEDULE, json!({ "id": id }))
+            .await;
+        if let Some(reason) = body["data"]["schedule"]["blockedReason"].as_str() {
+            return reason.to_owned();
+        }
+        polling
+            .pause(|| format!("schedule {id} never said it is blocked: {body}"))
+            .await;
+    }
+}
+
+/// How many runs schedule `id` has started, as the admin reads it.
+async fn runs_as_admin(server: &Server, id: &str) -> usize {
+    let (_, body) = server
+        .gql_as(Some("root-token"), SCHEDULE, json!({ "id": id }))
+        .await;
+    body["data"]["schedule"]["recentRuns"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"))
+        .len()
+}
+
+/// Waits until schedule `id` has started at least `n` runs, as the admin reads it.
+async fn runs_as_admin_at_least(server: &Server, id: &str, n: usize) {
+    let polling = Polling::start();
+    loop {
+        let runs = runs_as_admin(server, id).await;
+        if runs >= n {
+            return;
+        }
+        polling
+            .pause(|| format!("schedule {id} started {runs} runs, never {n}"))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_jwt_owners_schedules_narrow_for_good_to_a_narrower_token_it_calls_with() {
+    const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!";
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, token_entry("root", "root-token", "admin = true")).unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let args = [
+        "--api-tokens-file",
+        tokens.to_str().unwrap(),
+        "--jwt-hs256-secret-file",
+        secret.to_str().unwrap(),
+        "--allowed-namespaces",
+        "team-a,team-b",
+        "--schedule-min-interval-secs",
+        "1",
+    ];
+    let mut server = Server::start(&args).await;
+    let wide = jwt(SECRET, "carol", &["team-a", "team-b"]);
+    let mut ids = Vec::new();
+    for namespace in ["team-a", "team-b"] {
+        let input = json!({ "name": namespace, "cron": "* * * * * *", "job": { "namespace": namespace, "command": ["true"] } });
+        let (_, body) = server
+            .gql_as(Some(wide.as_str()), CREATE, json!({ "input": input }))
+            .await;
+        ids.push(
+            body["data"]["createSchedule"]["schedule"]["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{body}"))
+                .to_owned(),
+        );
+    }
+    let (in_a, in_b) = (ids[0].clone(), ids[1].clone());
+    runs_as_admin_at_least(&server, &in_a, 1).await;
+
+    // Carol calls with a token of team-b only: her team-a schedule stops firing and says why;
+    // her team-b one goes on.
+    let narrow = jwt(SECRET, "carol", &["team-b"]);
+    let (status, _) = server
+        .gql_as(Some(narrow.as_str()), "{ schedules { edges { node { id } } } }", json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let reason = blocked(&server, &in_a).await;
+    assert!(reason.contains("team-a") && reason.contains("narrowest"), "{reason}");
+    let b_runs = runs_as_admin(&server, &in_b).await;
+    runs_as_admin_at_least(&server, &in_b, b_runs + 2).await;
+    let events = events_until_as(&server, Some("root-token"), |e| {
+        e.iter()
+            .any(|e| e["scheduleId"] == in_a.as_str() && e["kind"] == "SKIPPED")
+    })
+    .await;
+    let skipped = events
+        .iter()
+        .find(|e| e["scheduleId"] == in_a.as_str() && e["kind"] == "SKIPPED")
+        .unwrap();
+    assert!(
+        skipped["message"].as_str().unwrap().contains("team-a"),
+        "{skipped}"
+    );
+
+    // A wider token again does not widen it, nor does a restart: its ticks after the restart
+    // are skipped, none fired.
+    server
+        .gql_as(Some(wide.as_str()), "{ schedules { edges { node { id } } } }", json!({}))
+        .await;
+    server.stop().await;
+    let restarted_at = chrono::Utc::now();
+    let server = server.start_again(&args).await;
+    server
+        .gql_as(Some(wide.as_str()), "{ schedules { edges { node { id } } } }", json!({}))
+        .await;
+    let after_restart = |e: &Value| {
+        e["scheduleId"] == in_a.as_str()
+            && e["tick"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .is_some_and(|t| t > restarted_at)
+    };
+    let events = events_until_as(&server, Some("root-token"), |e| {
+        e.iter()
+            .filter(|e| after_restart(e) && e["kind"] == "SKIPPED")
+            .count()
+            >= 2
+    })
+    .await;
+    let fired: Vec<&Value> = events
+        .iter()
+        .filter(|e| after_restart(e) && e["kind"] == "FIRED")
+        .collect();
+    assert!(fired.is_empty(), "a tick fired in team-a after the narrowing: {fired:?}");
+}
+
 #[tokio::test]
 async fn a_tick_cut_by_kill_9_runs_exactly_once_after_the_restart() {
     let mut server = Server::spawn(FAST).await;
@@ -564,6 +648,85 @@ async fn a_tick_cut_by_kill_9_runs_exactly_once_after_the_restart() {
     keys.sort_unstable();
     keys.dedup();
     assert_eq!(keys.len(), all, "a tick ran twice: {runs:?}");
+}
+
+/// The jobs schedule `id` started, as `jobs` lists them: (job id, idempotency key).
+async fn jobs_of(server: &Server, id: &str) -> Vec<(String, String)> {
+    let page = server
+        .gql_ok(
+            "{ jobs(first: 100) { edges { node { id schedule { id } spec { idempotencyKey } } } } }",
+            json!({}),
+        )
+        .await;
+    page["jobs"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["node"])
+        .filter(|job| job["schedule"]["id"] == id)
+        .map(|job| {
+            (
+                job["id"].as_str().unwrap().to_owned(),
+                job["spec"]["idempotencyKey"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_tick_whose_job_committed_but_not_its_record_finds_that_job_after_a_restart() {
+    use chrono::{Datelike as _, Timelike as _};
+    use sqlx::Connection as _;
+    let mut server = Server::start(&[]).await;
+    // A rule that fires a few seconds from now, then not for a year: after the restart, its
+    // latest tick is still this one.
+    let at = chrono::Utc::now() + chrono::Duration::seconds(5);
+    let cron = format!(
+        "{} {} {} {} {} *",
+        at.second(),
+        at.minute(),
+        at.hour(),
+        at.day(),
+        at.month()
+    );
+    let s = create(
+        &server,
+        json!({ "name": "once", "cron": cron, "startingDeadlineSeconds": 3600, "job": sleeper(0) }),
+    )
+    .await;
+    let id = s["id"].as_str().unwrap().to_owned();
+    let fired = wait_runs(&server, &id, 1).await;
+    let tick = fired["recentRuns"][0]["tick"].as_str().unwrap().to_owned();
+    let before = jobs_of(&server, &id).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    server.stop().await;
+
+    // What a crash between the commit of the tick's job and the record of the tick leaves:
+    // the job, but neither the tick's progress nor its event.
+    let url = format!("sqlite://{}", server.database_file().display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("UPDATE schedules SET last_tick = NULL, last_fired = NULL WHERE id = ?")
+        .bind(&id)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM schedule_events WHERE schedule_id = ? AND kind = 'FIRED'")
+        .bind(&id)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+
+    // The tick is fired again at the start, and finds the job its first firing made.
+    let server = server.start_again(&[]).await;
+    let again = wait_runs(&server, &id, 1).await;
+    assert_eq!(again["recentRuns"][0]["tick"], tick.as_str(), "{again}");
+    assert_eq!(
+        again["recentRuns"][0]["job"]["id"],
+        before[0].0.as_str(),
+        "{again}"
+    );
+    assert_eq!(jobs_of(&server, &id).await, before);
 }
 
 #[tokio::test]

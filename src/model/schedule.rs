@@ -25,6 +25,7 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 use serde::{Deserialize, Serialize};
 
+use super::Scope;
 use super::spec::SubmitRequest;
 use super::validation::ValidationError;
 
@@ -74,6 +75,12 @@ pub struct Schedule {
     pub owner: String,
     /// The creator's name, shown as the submitter of the jobs it starts.
     pub owner_name: String,
+    /// The creator's scope when it created the schedule, narrowed since, for a JWT subject,
+    /// by every narrower token it called with: the most a JWT owner's ticks may use, its
+    /// rights being unknown while it does not call. Stored as a list of namespaces, or null
+    /// (also in rows written without it) for every namespace.
+    #[serde(default = "every_namespace", with = "scope_as_list")]
+    pub owner_scope: Scope,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Bumped by every change of the definition (not by ticks).
@@ -88,6 +95,27 @@ pub struct Schedule {
     /// to the namespace), as of the last tick.
     #[serde(skip)]
     pub blocked_reason: Option<String>,
+}
+
+fn every_namespace() -> Scope {
+    Scope::All
+}
+
+/// A scope as a list of namespaces, or null for every namespace.
+mod scope_as_list {
+    use std::collections::BTreeSet;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::model::Scope;
+
+    pub fn serialize<S: Serializer>(scope: &Scope, s: S) -> Result<S::Ok, S::Error> {
+        scope.list().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Scope, D::Error> {
+        Ok(Option::<BTreeSet<String>>::deserialize(d)?.map_or(Scope::All, Scope::namespaces))
+    }
 }
 
 /// The principal a schedule's jobs are submitted as: it scopes their idempotency keys to the

@@ -33,6 +33,7 @@
 //! change, and [`Store::query_plans`] shows each read's plan, which the store's tests check.
 
 pub mod log_chunks;
+pub mod owner_scopes;
 pub mod postgres;
 mod schedule_rows;
 mod sql;
@@ -511,8 +512,8 @@ pub trait Store: ScheduleStore + Send + Sync + std::fmt::Debug + 'static {
     /// was not deleted, replaced or truncated; a server database has nothing to check here.
     fn check_storage(&self) -> Result<()>;
 
-    /// Wake-ups for events other processes commit to this store (replicas sharing one
-    /// database), or `None` when this process is its only writer. With `Some`, the service
+    /// Wake-ups for events (job or schedule events) other processes commit to this store
+    /// (replicas sharing one database), or `None` when this process is its only writer. With `Some`, the service
     /// reads job state inside its write transactions rather than from its cache, and learns
     /// every change, its own included, by reading the event log after each wake-up. A
     /// wake-up may be lost (a reconnection): callers also read on a timer.

@@ -53,6 +53,14 @@ pub trait ScheduleStore: Send + Sync {
         event: &ScheduleEvent,
     ) -> Result<Option<i64>>;
 
+    /// The schedules `owner` created (readable ones; the others are reported and skipped).
+    async fn owner_schedules(&self, owner: &str) -> Result<Vec<Schedule>>;
+
+    /// Sets a schedule's owner scope to `to` if it is still `from`, bumping its revision (a
+    /// change read before it then misses, reads again, and keeps the narrower scope); `false`
+    /// when it is not `from` any more, or the schedule is gone.
+    async fn narrow_schedule_scope(&self, id: &str, from: &Scope, to: &Scope) -> Result<bool>;
+
     /// Deletes a schedule, with its DELETED event; `None` when there was none.
     async fn delete_schedule(&self, id: &str, event: &ScheduleEvent) -> Result<Option<i64>>;
 

@@ -170,7 +170,7 @@ pub(crate) struct Shared {
     /// What each endpoint's owner may read now.
     owners: Arc<dyn Owners>,
     /// JWT owners' scopes already applied to their endpoints.
-    narrowed: owners::Narrowed,
+    narrowed: crate::store::owner_scopes::ScopesSeen,
     /// This process, as recorded in its claims.
     claimant: String,
     /// Wakes the claim loop (an endpoint created or replayed, a delivery loop ended).
@@ -212,7 +212,7 @@ impl Webhooks {
             settings,
             metrics,
             owners,
-            narrowed: owners::Narrowed::default(),
+            narrowed: crate::store::owner_scopes::ScopesSeen::default(),
             claimant: uuid::Uuid::now_v7().to_string(),
             wake: Notify::new(),
             stop: CancellationToken::new(),

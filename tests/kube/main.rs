@@ -11,7 +11,8 @@
 //! end an event pushed as the pod ends (`attempts`), cancelling (`cancelling`), the
 //! API server or jobgate failing along the way (`faults`), inputs and clusters that refuse a
 //! job (`refusals`), the API server refusing jobgate itself (`forbidden`), admission webhooks
-//! denying a workload or failing (`admission`), and many jobs or subscribers at once (`scale`); `support` holds what they
+//! denying a workload or failing (`admission`), many jobs or subscribers at once (`scale`), and schedules' concurrency policies
+//! (`schedule_policies`, over the scenarios of `tests/scenarios/schedule_concurrency.rs`); `support` holds what they
 //! share (a job's input, its phase history, the forward-only check).
 //!
 //! jobgate runs in the test's process (`Cluster::jobgate`, `Server::start`), except in the
@@ -29,4 +30,7 @@ mod forbidden;
 mod refusals;
 mod running;
 mod scale;
+#[path = "../scenarios/schedule_concurrency.rs"]
+mod schedule_concurrency;
+mod schedule_policies;
 mod support;

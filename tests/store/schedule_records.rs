@@ -32,6 +32,7 @@ fn schedule(id: &str, namespace: &str, name: &str) -> Schedule {
         },
         owner: "token:alice".into(),
         owner_name: "alice".into(),
+        owner_scope: Scope::namespaces([namespace]),
         created_at: at,
         updated_at: at,
         revision: 1,

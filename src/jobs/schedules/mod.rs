@@ -27,6 +27,7 @@ use crate::model::{
     ScheduleLimits, Scope, ShardSet, SubmitRequest, ValidationError, check_schedule, schedule_principal,
     tick_key,
 };
+use crate::store::owner_scopes::{OwnedScopes, ScopesSeen, narrow_owned};
 use crate::store::{NotInserted, Store};
 
 /// What a schedule's owner (a principal) may do now.
@@ -36,8 +37,9 @@ pub enum OwnerStanding {
     Scope(Scope),
     /// No current credential names it: its schedules stop firing, saying this.
     Gone(String),
-    /// Not knowable without its credential (a JWT subject): the schedule keeps firing in
-    /// the namespace it was created in.
+    /// Not knowable without its credential (a JWT subject): the schedule keeps firing while
+    /// its namespace is in the owner scope it stores (the creating token's, narrowed by every
+    /// narrower token the owner has called with since: [`Schedules::saw_jwt_caller`]).
     Unknown,
 }
 
@@ -116,9 +118,13 @@ struct State {
     shards: Option<watch::Receiver<ShardSet>>,
     /// Wakes the ticker: a schedule changed here.
     changed: Notify,
-    /// Bumped after every event this process stored: wakes the feeds.
+    /// Bumped after every event this process stored, and at every commit of events another
+    /// process sharing the store announces: wakes the feeds.
     appended: watch::Sender<u64>,
-    /// Whether other processes write the store too: feeds then also look every second.
+    /// JWT owners' scopes already applied to their schedules here.
+    narrowed: ScopesSeen,
+    /// Whether other processes write the store too: feeds then also look now and then, for a
+    /// wake-up lost while the store's listener reconnected.
     shared: bool,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -144,7 +150,14 @@ impl Schedules {
         settings: ScheduleSettings,
         shards: Option<watch::Receiver<ShardSet>>,
     ) -> Self {
-        let shared = store.commit_wakeups().await.ok().flatten().is_some();
+        let wakeups = match store.commit_wakeups().await {
+            Ok(wakeups) => wakeups,
+            Err(e) => {
+                tracing::warn!(error = %e, "schedules: listening for other replicas' commits failed; their schedule events reach the feeds at the safety poll");
+                None
+            }
+        };
+        let shared = wakeups.is_some();
         let inner = Arc::new(State {
             store,
             jobs,
@@ -153,11 +166,15 @@ impl Schedules {
             shards,
             changed: Notify::new(),
             appended: watch::channel(0).0,
+            narrowed: ScopesSeen::default(),
             shared,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
         inner.tasks.spawn(ticker::run(inner.clone()));
+        if let Some(wakeups) = wakeups {
+            inner.tasks.spawn(schedule_feed::wake_on_commits(inner.clone(), wakeups));
+        }
         Self { inner }
     }
 
@@ -197,6 +214,7 @@ impl Schedules {
             job: new.job,
             owner: caller.principal.to_owned(),
             owner_name: caller.name.to_owned(),
+            owner_scope: caller.scope.clone(),
             created_at: now,
             updated_at: now,
             revision: 1,
@@ -231,6 +249,30 @@ impl Schedules {
         }
         self.changed();
         Ok(schedule)
+    }
+
+    /// A JWT holder called with `scope`: its schedules' owner scopes are narrowed to it for
+    /// good, at the first request of each scope seen by this process (in the background: the
+    /// request does not wait). Static tokens' and anonymous callers' rights are read at every
+    /// tick instead.
+    pub fn saw_jwt_caller(&self, principal: &str, scope: &Scope) {
+        if !self.inner.narrowed.first_sight(principal, scope) {
+            return;
+        }
+        let (inner, principal, scope) = (self.inner.clone(), principal.to_owned(), scope.clone());
+        self.inner.tasks.spawn(async move {
+            match narrow_owned(&OwnedSchedules(inner.store.as_ref()), &principal, &scope).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(owner = %principal, schedules = n, "schedules narrowed to their owner's token");
+                    inner.changed.notify_one();
+                }
+                Err(e) => {
+                    inner.narrowed.forget(&principal);
+                    tracing::warn!(owner = %principal, error = %e, "narrowing schedules failed; the owner's next request tries again");
+                }
+            }
+        });
     }
 
     /// The namespace a schedule's job runs in, once checked as a submission by the caller.
@@ -499,5 +541,29 @@ impl Schedules {
 
     fn appended(&self) {
         self.inner.appended.send_modify(|n| *n += 1);
+    }
+}
+
+/// Schedules as records their owner's tokens narrow ([`narrow_owned`]).
+struct OwnedSchedules<'a>(&'a dyn Store);
+
+#[async_trait::async_trait]
+impl OwnedScopes for OwnedSchedules<'_> {
+    async fn owned(&self, owner: &str) -> crate::store::Result<Vec<(String, Scope)>> {
+        Ok(self
+            .0
+            .owner_schedules(owner)
+            .await?
+            .into_iter()
+            .map(|s| (s.id, s.owner_scope))
+            .collect())
+    }
+
+    async fn scope_of(&self, id: &str) -> crate::store::Result<Option<Scope>> {
+        Ok(self.0.schedule(id).await?.map(|s| s.owner_scope))
+    }
+
+    async fn replace_scope(&self, id: &str, from: &Scope, to: &Scope) -> crate::store::Result<bool> {
+        self.0.narrow_schedule_scope(id, from, to).await
     }
 }

@@ -2,22 +2,40 @@
 //! a cursor, from the store, then each new one as it is stored, in cursor order.
 //!
 //! It reads the store only: the events this process stores wake it at once; with replicas
-//! sharing the store, it also looks every second for theirs. It must not filter beyond the
-//! caller's scope nor build events.
+//! sharing the store, so do theirs, through the store's commit wake-ups (PostgreSQL's
+//! `LISTEN`/`NOTIFY`, the job event follower's mechanism), and, as the follower does, it also
+//! looks now and then for a wake-up lost while the listener reconnected. It must not filter
+//! beyond the caller's scope nor build events.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt as _};
 
-use super::Schedules;
+use super::{Schedules, State};
 use crate::jobs::service::ServiceError;
 use crate::model::{ScheduleEvent, Scope};
 
 /// Events read from the store at a time.
 const BATCH: i64 = 200;
 
-/// With replicas: how often the store is looked at for other replicas' events.
-const SHARED_POLL: Duration = Duration::from_secs(1);
+/// With replicas: how often the store is looked at without a wake-up (a safety net: a lost
+/// notification only delays an event).
+const SHARED_POLL: Duration = Duration::from_secs(5);
+
+/// With replicas: wakes the feeds at every commit of events by any replica, until shutdown.
+pub(super) async fn wake_on_commits(inner: Arc<State>, mut wakeups: BoxStream<'static, ()>) {
+    loop {
+        tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            woken = wakeups.next() => match woken {
+                Some(()) => inner.appended.send_modify(|n| *n += 1),
+                None => return,
+            },
+        }
+    }
+}
 
 impl Schedules {
     /// The newest schedule event's cursor.

@@ -206,6 +206,24 @@ async fn fire(
             )
             .await;
         }
+        OwnerStanding::Unknown if !schedule.owner_scope.allows(ns) => {
+            let shown = schedule
+                .owner_scope
+                .list()
+                .map(|l| l.iter().map(String::as_str).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            let reason = format!(
+                "its owner's tokens allow only namespaces [{shown}], not {ns:?}: a JWT subject's schedules keep the narrowest scope its tokens have shown"
+            );
+            return skip(
+                service,
+                schedule,
+                tick,
+                format!("tick not started: {reason}"),
+                Some(&reason),
+            )
+            .await;
+        }
         OwnerStanding::Scope(_) | OwnerStanding::Unknown => {}
     }
     let key = tick_key(tick);

@@ -320,7 +320,8 @@ impl Backend for PostgresStore {
 /// none). Dropping it without a successful commit rolls everything back.
 pub struct PostgresTx {
     tx: Transaction<'static, Postgres>,
-    /// Whether it appended events, so its commit must wake the replicas.
+    /// Whether it appended events (job or schedule events), so its commit must wake the
+    /// replicas.
     notify: bool,
     /// The store's list of rows that cannot be decoded.
     unreadable: std::sync::Arc<Unreadable>,
@@ -352,6 +353,10 @@ impl WriteTx for PostgresTx {
                 .await?;
         self.notify = true;
         Ok(last - n + 1)
+    }
+
+    fn wake_on_commit(&mut self) {
+        self.notify = true;
     }
 
     /// Commits, notifying the replicas (PostgreSQL delivers the notification only if the

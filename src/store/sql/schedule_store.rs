@@ -20,8 +20,10 @@ use crate::store::schedule_rows::{
 use crate::store::unreadable::{RowKind, unreadable_error};
 use crate::store::{Result, StoreTx as _};
 
-/// Appends `event` in `tx`; `None` when its job is already recorded.
+/// Appends `event` in `tx`; `None` when its job is already recorded. Its commit wakes the
+/// replicas' schedule feeds.
 async fn append<B: Backend>(tx: &mut B::Tx, event: &ScheduleEvent) -> Result<Option<i64>> {
+    tx.wake_on_commit();
     let text = "INSERT INTO schedule_events (schedule_id, namespace, kind, at, tick, job_id, message, schedule) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
          ON CONFLICT (job_id) WHERE job_id IS NOT NULL DO NOTHING RETURNING seq";
@@ -148,6 +150,38 @@ impl<B: Backend> ScheduleStore for B {
         let seq = append::<B>(&mut tx, event).await?;
         Box::new(tx).commit().await?;
         Ok(seq)
+    }
+
+    async fn owner_schedules(&self, owner: &str) -> Result<Vec<Schedule>> {
+        let text = sql_text!(B::Db, "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE owner = $1 ORDER BY id");
+        let mut conn = self.pool().acquire().await?;
+        let rows = sql::<B::Db>(text).bind(owner).fetch_all(&mut *conn).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| read_schedule(row, self.unreadable_rows()))
+            .collect())
+    }
+
+    async fn narrow_schedule_scope(&self, id: &str, from: &Scope, to: &Scope) -> Result<bool> {
+        let mut tx = Backend::begin_write(self).await?;
+        let text = sql_text!(B::Db, "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = $1");
+        let read = sql::<B::Db>(text).bind(id);
+        let row = bounded::<B::Db, _>(async { Ok(read.fetch_optional(tx.conn()).await?) }).await?;
+        let Some(mut schedule) = row.and_then(|row| read_schedule(&row, self.unreadable_rows())) else {
+            return Ok(false);
+        };
+        if schedule.owner_scope != *from {
+            return Ok(false);
+        }
+        schedule.owner_scope = to.clone();
+        schedule.revision += 1;
+        let update = sql::<B::Db>("UPDATE schedules SET body = $2, revision = $3 WHERE id = $1")
+            .bind(id)
+            .bind(schedule_json(&schedule)?)
+            .bind(schedule.revision);
+        bounded::<B::Db, _>(async { Ok(update.execute(tx.conn()).await?) }).await?;
+        Box::new(tx).commit().await?;
+        Ok(true)
     }
 
     async fn delete_schedule(&self, id: &str, event: &ScheduleEvent) -> Result<Option<i64>> {

@@ -27,6 +27,12 @@ pub(in crate::store) trait WriteTx: Send + 'static {
     /// every cursor handed out before, committed or not.
     async fn take_seqs(&mut self, n: i64) -> Result<i64>;
 
+    /// Makes the commit wake the other processes sharing the store
+    /// ([`Store::commit_wakeups`](crate::store::Store::commit_wakeups)), for a transaction that
+    /// appends to a log other than the job events' (whose cursors, [`WriteTx::take_seqs`],
+    /// wake them already). Nothing when no other process shares it.
+    fn wake_on_commit(&mut self) {}
+
     /// Commits. `Ok` means durable; on any error nothing was committed.
     async fn finish(self) -> Result<()>;
 
