@@ -208,11 +208,13 @@ fn pod_failure_policy(policy: &RetryPolicy) -> Option<PodFailurePolicy> {
                     on_pod_conditions: None,
                 },
                 // A podFailurePolicy cannot see the kubelet's OOMKilled: its exit code.
-                RuleMatch::Causes(causes) if causes.contains(&FailureCause::OomKilled) => PodFailurePolicyRule {
-                    action,
-                    on_exit_codes: exit_codes("In", vec![OOM_EXIT_CODE], None),
-                    on_pod_conditions: None,
-                },
+                RuleMatch::Causes(causes) if causes.contains(&FailureCause::OomKilled) => {
+                    PodFailurePolicyRule {
+                        action,
+                        on_exit_codes: exit_codes("In", vec![OOM_EXIT_CODE], None),
+                        on_pod_conditions: None,
+                    }
+                }
                 RuleMatch::Causes(_) => PodFailurePolicyRule {
                     action,
                     on_exit_codes: None,
@@ -435,8 +437,14 @@ mod tests {
             ..SubmitRequest::default()
         });
         let model = j.spec.retry_policy.as_ref().unwrap();
-        let typed = build(&j, &ManifestDefaults::default()).spec.unwrap().pod_failure_policy;
-        assert_eq!(serde_json::to_value(typed).unwrap(), model.pod_failure_policy().unwrap());
+        let typed = build(&j, &ManifestDefaults::default())
+            .spec
+            .unwrap()
+            .pod_failure_policy;
+        assert_eq!(
+            serde_json::to_value(typed).unwrap(),
+            model.pod_failure_policy().unwrap()
+        );
         let mut none = j.clone();
         none.spec.retry_policy.as_mut().unwrap().rules.clear();
         let spec = build(&none, &ManifestDefaults::default()).spec.unwrap();

@@ -1,9 +1,8 @@
 //! A local job's runner: one task per job that starts its runs (each a process group of its
 //! own, in the job's directory, with the environment built from nothing), watches them, retries
 //! failed ones with back-off (what a failure leads to, and when the retry may start, is
-//! `retries`'), enforces the deadline and
-//! reports the job's status. It must not write the store or decide phases: it reports what it
-//! saw.
+//! `retries`'), enforces the deadline and reports the job's status. It must not write the store
+//! or decide phases: it reports what it saw.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -143,7 +142,10 @@ impl Runner {
                 let message = "jobgate restarted while it ran; its outcome is unknown";
                 (self.status.attempts).push(attempts::stopped(run, "GatewayRestarted", message));
             }
-            let lost = leftovers.iter().map(|run| Some(run.index)).chain(std::iter::repeat(None));
+            let lost = leftovers
+                .iter()
+                .map(|run| Some(run.index))
+                .chain(std::iter::repeat(None));
             for index in lost.take(interrupted as usize) {
                 if let Verdict::FailJob { reason, message } =
                     book.after_lost_run(&spec, &mut self.status.failed, index)
@@ -182,7 +184,9 @@ impl Runner {
             let mut changed = false;
             while (runs.len() as i32) < spec.parallelism {
                 let now = Utc::now();
-                let Some(next) = pending.iter().position(|i| book.may_start(*i, now)) else { break };
+                let Some(next) = pending.iter().position(|i| book.may_start(*i, now)) else {
+                    break;
+                };
                 let Some(index) = pending.remove(next) else { break };
                 match self.spawn_run(index, &mut runs).await {
                     Ok(record) => {
