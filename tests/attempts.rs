@@ -1,16 +1,18 @@
 //! A job's attempts over the real server on the local executor: each run with its index,
 //! number, times, exit code, cause and process, its own log lines (`JobAttempt.logLines`),
 //! and each attempt's end as a status event (`jobEvents`, resumable after a cursor), through
-//! retries, a deadline, a cancel and a kill -9 of jobgate. The Kubernetes executor's
+//! retries, a deadline, a cancel and a kill -9 of jobgate, and where each attempt's output is
+//! in the job's log (`logStart`, `logEnd`, on SQLite and PostgreSQL). The Kubernetes executor's
 //! attempts are tested on the emulator in `tests/kube/attempts.rs`.
 
 mod common;
 
+use common::postgres::Postgres;
 use common::{GqlWs, Server};
 use serde_json::{Value, json};
 
 const ATTEMPTS: &str = "phase attemptsOmitted attempts { name index number state startedAt finishedAt \
-    exitCode signal cause reason message pod processId \
+    exitCode signal cause reason message pod processId logStart logEnd \
     logLines(first: 100) { edges { cursor node { text source } } pageInfo { hasNextPage } } }";
 
 fn sh(script: &str) -> Value {
@@ -25,6 +27,27 @@ fn log_of(attempt: &Value) -> Vec<String> {
         .iter()
         .map(|e| e["node"]["text"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// The line of job `id`'s log (`Job.logLines`) at `cursor`, as `(text, source)`.
+async fn job_line_at(server: &Server, id: &str, cursor: &Value) -> (String, String) {
+    let at: i64 = cursor
+        .as_str()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not a cursor: {cursor}"));
+    let after = (at > 0).then(|| (at - 1).to_string());
+    let data = server
+        .gql_ok(
+            "query($id: ID!, $after: String) { job(id: $id) { logLines(first: 1, after: $after) { edges { cursor node { text source } } } } }",
+            json!({ "id": id, "after": after }),
+        )
+        .await;
+    let edge = &data["job"]["logLines"]["edges"][0];
+    assert_eq!(edge["cursor"], *cursor, "{data}");
+    (
+        edge["node"]["text"].as_str().unwrap().to_owned(),
+        edge["node"]["source"].as_str().unwrap_or_default().to_owned(),
+    )
 }
 
 /// Every `jobEvents` event of job `id` after `after`, until its terminal phase, as
@@ -68,15 +91,28 @@ async fn finished(server: &Server, id: &str) -> Value {
 
 #[tokio::test]
 async fn a_job_failing_twice_then_succeeding_has_three_attempts_each_with_its_own_log() {
-    let server = Server::start(&[]).await;
+    failing_twice_then_succeeding(&Server::start(&[]).await).await;
+}
+
+#[tokio::test]
+async fn on_postgresql_each_attempt_has_its_own_log_and_its_place_in_the_jobs() {
+    let Some(pg) = Postgres::start_or_skip() else {
+        return;
+    };
+    failing_twice_then_succeeding(&Server::start(&["--database-url", &pg.url()]).await).await;
+}
+
+/// A job whose run fails twice, then succeeds: three attempts, each with its own output, its
+/// place in the job's log, and its end as an event.
+async fn failing_twice_then_succeeding(server: &Server) {
     // Run n writes two lines and exits with 6 + n until its third run, which succeeds.
     let script = "n=$(( $(cat count 2>/dev/null || echo 0) + 1 )); echo $n > count; \
                   echo \"run $n starts\"; echo \"run $n ends\" >&2; [ $n -ge 3 ] || exit $((6 + n))";
     let id = server
         .submit(json!({"command": sh(script), "backoffLimit": 2}))
         .await;
-    let events = events_after(&server, &id, "0").await;
-    let job = finished(&server, &id).await;
+    let events = events_after(server, &id, "0").await;
+    let job = finished(server, &id).await;
     assert_eq!(job["phase"], "SUCCEEDED", "{job}");
     let attempts = job["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 3, "{job}");
@@ -106,6 +142,20 @@ async fn a_job_failing_twice_then_succeeding_has_three_attempts_each_with_its_ow
             .map(|e| &e["node"]["source"])
             .collect();
         assert!(sources.iter().all(|s| **s == attempt["name"]), "{attempt}");
+        // Its range in the job's log: from its first line to its last, the lines its own
+        // `logLines` gave.
+        let edges = attempt["logLines"]["edges"].as_array().unwrap();
+        assert_eq!(attempt["logStart"], edges[0]["cursor"], "{attempt}");
+        assert_eq!(attempt["logEnd"], edges[1]["cursor"], "{attempt}");
+        let name = attempt["name"].as_str().unwrap().to_owned();
+        assert_eq!(
+            job_line_at(server, &id, &attempt["logStart"]).await,
+            (format!("run {n} starts"), name.clone())
+        );
+        assert_eq!(
+            job_line_at(server, &id, &attempt["logEnd"]).await,
+            (format!("run {n} ends"), name)
+        );
     }
     let outcome = |a: &Value| {
         (
@@ -245,4 +295,13 @@ async fn a_run_lost_to_a_kill_9_of_jobgate_is_an_attempt_ended_by_the_restart() 
     assert_eq!(attempts[1]["state"], "SUCCEEDED");
     assert_eq!(attempts[1]["number"], 2);
     assert_eq!(log_of(&attempts[1]), ["second run"]);
+    // Where each attempt's output is in the job's log holds across the restart.
+    assert_eq!(attempts[0]["logStart"], before["attempts"][0]["logStart"]);
+    for (attempt, text) in attempts.iter().zip(["first run", "second run"]) {
+        assert_eq!(attempt["logStart"], attempt["logEnd"], "{attempt}");
+        assert_eq!(
+            job_line_at(&server, &id, &attempt["logStart"]).await,
+            (text.to_owned(), attempt["name"].as_str().unwrap().to_owned())
+        );
+    }
 }
