@@ -1,8 +1,9 @@
 //! A job's attempts over the real server on the local executor: each run with its index,
 //! number, times, exit code, cause and process, its own log lines (`JobAttempt.logLines`),
 //! and each attempt's end as a status event (`jobEvents`, resumable after a cursor), through
-//! retries, a deadline, a cancel and a kill -9 of jobgate; the retried job's attempts and
-//! events read back after a kill -9 on SQLite and on PostgreSQL alike. The Kubernetes
+//! retries, a deadline, a cancel and a kill -9 of jobgate, and where each attempt's output is
+//! in the job's log (`logStart`, `logEnd`); the retried job's attempts, their places in the
+//! log and their events read back after a kill -9 on SQLite and on PostgreSQL alike. The Kubernetes
 //! executor's attempts are tested on the emulator in `tests/kube/attempts.rs`.
 
 mod common;
@@ -12,7 +13,7 @@ use common::{GqlWs, Server};
 use serde_json::{Value, json};
 
 const ATTEMPTS: &str = "phase attemptsOmitted attempts { name index number state startedAt finishedAt \
-    exitCode signal cause reason message pod processId \
+    exitCode signal cause reason message pod processId logStart logEnd \
     logLines(first: 100) { edges { cursor node { text source } } pageInfo { hasNextPage } } }";
 
 fn sh(script: &str) -> Value {
@@ -27,6 +28,27 @@ fn log_of(attempt: &Value) -> Vec<String> {
         .iter()
         .map(|e| e["node"]["text"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// The line of job `id`'s log (`Job.logLines`) at `cursor`, as `(text, source)`.
+async fn job_line_at(server: &Server, id: &str, cursor: &Value) -> (String, String) {
+    let at: i64 = cursor
+        .as_str()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not a cursor: {cursor}"));
+    let after = (at > 0).then(|| (at - 1).to_string());
+    let data = server
+        .gql_ok(
+            "query($id: ID!, $after: String) { job(id: $id) { logLines(first: 1, after: $after) { edges { cursor node { text source } } } } }",
+            json!({ "id": id, "after": after }),
+        )
+        .await;
+    let edge = &data["job"]["logLines"]["edges"][0];
+    assert_eq!(edge["cursor"], *cursor, "{data}");
+    (
+        edge["node"]["text"].as_str().unwrap().to_owned(),
+        edge["node"]["source"].as_str().unwrap_or_default().to_owned(),
+    )
 }
 
 /// One `jobEvents` event of a job.
@@ -136,6 +158,20 @@ async fn three_attempts_read_back_after_a_kill_9(args: &[&str]) {
             .map(|e| &e["node"]["source"])
             .collect();
         assert!(sources.iter().all(|s| **s == attempt["name"]), "{attempt}");
+        // Its range in the job's log: from its first line to its last, the lines its own
+        // `logLines` gave.
+        let edges = attempt["logLines"]["edges"].as_array().unwrap();
+        assert_eq!(attempt["logStart"], edges[0]["cursor"], "{attempt}");
+        assert_eq!(attempt["logEnd"], edges[1]["cursor"], "{attempt}");
+        let name = attempt["name"].as_str().unwrap().to_owned();
+        assert_eq!(
+            job_line_at(&server, &id, &attempt["logStart"]).await,
+            (format!("run {n} starts"), name.clone())
+        );
+        assert_eq!(
+            job_line_at(&server, &id, &attempt["logEnd"]).await,
+            (format!("run {n} ends"), name)
+        );
     }
     let outcome = |a: &Value| {
         (
@@ -287,4 +323,13 @@ async fn a_run_lost_to_a_kill_9_of_jobgate_is_an_attempt_ended_by_the_restart() 
     assert_eq!(attempts[1]["state"], "SUCCEEDED");
     assert_eq!(attempts[1]["number"], 2);
     assert_eq!(log_of(&attempts[1]), ["second run"]);
+    // Where each attempt's output is in the job's log holds across the restart.
+    assert_eq!(attempts[0]["logStart"], before["attempts"][0]["logStart"]);
+    for (attempt, text) in attempts.iter().zip(["first run", "second run"]) {
+        assert_eq!(attempt["logStart"], attempt["logEnd"], "{attempt}");
+        assert_eq!(
+            job_line_at(&server, &id, &attempt["logStart"]).await,
+            (text.to_owned(), attempt["name"].as_str().unwrap().to_owned())
+        );
+    }
 }

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::client::{CliError, Connection};
 use super::follow::{Flow, Follower, follow};
+use super::job_flags::job_input;
 use super::{
     ClientArgs, ClientCommand, EXIT_JOB_CANCELLED, EXIT_JOB_FAILED, EXIT_OK, JobArgs, ListArgs, LogsArgs,
     Output, SubmitArgs, WatchArgs, output,
@@ -52,27 +53,10 @@ fn is_terminal(phase: &str) -> bool {
 async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
     let conn = connect(&args.client)?;
     let mut input = Map::new();
-    for (key, value) in [
-        ("name", &args.name),
-        ("namespace", &args.namespace),
-        ("image", &args.image),
-        ("template", &args.template),
-    ] {
-        if let Some(value) = value {
-            input.insert(key.into(), json!(value));
-        }
+    if let Some(name) = &args.name {
+        input.insert("name".into(), json!(name));
     }
-    if !args.command.is_empty() {
-        input.insert("command".into(), json!(args.command));
-    }
-    if !args.env.is_empty() {
-        let env: Vec<Value> = args
-            .env
-            .iter()
-            .map(|(k, v)| json!({"name": k, "value": v}))
-            .collect();
-        input.insert("env".into(), Value::Array(env));
-    }
+    job_input(&args.job, &mut input);
     if !args.params.is_empty() {
         let params: Map<String, Value> = args
             .params

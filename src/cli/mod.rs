@@ -6,7 +6,8 @@
 //! on standard output, `error: <CODE>: <message>` on standard error, and the exit status.
 //! `client.rs` speaks GraphQL over HTTP, `ws.rs` graphql-transport-ws, `follow.rs` keeps a
 //! subscription alive across dropped connections, `commands.rs` holds the subcommands,
-//! `schedule_commands.rs` the `schedule` subcommands, and `output.rs` the formats.
+//! `schedule_commands.rs` the `schedule` subcommands, `job_flags.rs` the flags that describe
+//! a job (both `submit` and `schedule create` take them), and `output.rs` the formats.
 //!
 //! It must not reach into the server's internals (store, service, schema): it talks to a
 //! jobgate only through the public GraphQL API over the network, as any other client would,
@@ -15,6 +16,7 @@
 mod client;
 mod commands;
 mod follow;
+mod job_flags;
 mod output;
 mod schedule_commands;
 mod ws;
@@ -22,6 +24,7 @@ mod ws;
 use clap::{Args, Subcommand, ValueEnum};
 
 pub use client::CliError;
+pub use job_flags::JobFlags;
 pub use schedule_commands::{ScheduleArgs, ScheduleCommand};
 
 /// Exit status: the command did what was asked.
@@ -110,28 +113,15 @@ pub struct SubmitArgs {
     /// The job's name (a DNS-1123 label; not unique).
     #[arg(long)]
     pub name: Option<String>,
-    /// The namespace; the server's default namespace when omitted.
-    #[arg(long)]
-    pub namespace: Option<String>,
-    /// The container image (Kubernetes executor).
-    #[arg(long)]
-    pub image: Option<String>,
-    /// The workload template; the server's `container` when omitted.
-    #[arg(long)]
-    pub template: Option<String>,
+    #[command(flatten)]
+    pub job: JobFlags,
     /// A template parameter, `key=value`; repeatable. A value that reads as JSON (`3`,
     /// `true`, `["a"]`, `"3"`) is sent as that JSON, any other as a string.
     #[arg(long = "param", value_name = "KEY=VALUE", value_parser = key_value)]
     pub params: Vec<(String, String)>,
-    /// An environment variable of the job, `NAME=value`; repeatable.
-    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = key_value)]
-    pub env: Vec<(String, String)>,
     /// Follow the job until it ends; the exit status says how it ended.
     #[arg(long)]
     pub wait: bool,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
 }
 
 #[derive(Clone, Debug, Args)]

@@ -10,7 +10,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Map, Value, json};
 
 use super::client::{CliError, Connection};
-use super::{ClientArgs, EXIT_OK, Output, key_value, output};
+use super::job_flags::{JobFlags, job_input};
+use super::{ClientArgs, EXIT_OK, Output, output};
 
 /// A schedule's fields every subcommand prints.
 const SCHEDULE_FIELDS: &str = "fragment ScheduleFields on Schedule { id name namespace cron timeZone \
@@ -75,21 +76,9 @@ pub struct CreateArgs {
     /// Create it paused.
     #[arg(long)]
     pub suspended: bool,
-    /// The job's namespace (the schedule's).
-    #[arg(long)]
-    pub namespace: Option<String>,
-    /// The job's container image (Kubernetes executor).
-    #[arg(long)]
-    pub image: Option<String>,
-    /// The job's workload template.
-    #[arg(long)]
-    pub template: Option<String>,
-    /// An environment variable of the job, `NAME=value`; repeatable.
-    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = key_value)]
-    pub env: Vec<(String, String)>,
-    /// The job's command and its arguments, after `--`.
-    #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    // The job each tick submits (its namespace is the schedule's).
+    #[command(flatten)]
+    pub job: JobFlags,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -175,26 +164,7 @@ fn create_input(args: &CreateArgs) -> Result<Map<String, Value>, CliError> {
     let Value::Object(job) = job else {
         return Err(CliError::Usage("`job` must be an object".into()));
     };
-    for (key, value) in [
-        ("namespace", &args.namespace),
-        ("image", &args.image),
-        ("template", &args.template),
-    ] {
-        if let Some(value) = value {
-            job.insert(key.into(), json!(value));
-        }
-    }
-    if !args.command.is_empty() {
-        job.insert("command".into(), json!(args.command));
-    }
-    if !args.env.is_empty() {
-        let env: Vec<Value> = args
-            .env
-            .iter()
-            .map(|(k, v)| json!({"name": k, "value": v}))
-            .collect();
-        job.insert("env".into(), Value::Array(env));
-    }
+    job_input(&args.job, job);
     Ok(input)
 }
 

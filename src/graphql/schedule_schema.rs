@@ -13,7 +13,7 @@ use crate::graphql::types::{
     ScheduleConnection, ScheduleEdge, ScheduleEventObject, ScheduleObject, UpdateScheduleInput,
     UpdateSchedulePayload,
 };
-use crate::graphql::types::{JobObject, PageInfo, SubmitJobPayload};
+use crate::graphql::types::{JobObject, PageInfo, SubmitJobPayload, parse_after};
 use crate::jobs::schedules::{ScheduleCaller, Schedules};
 use crate::rate_limits::{Limited, RateLimits};
 
@@ -232,15 +232,7 @@ impl ScheduleSubscription {
         after: Option<String>,
     ) -> async_graphql::Result<ScheduleEventStream> {
         rate_limit(ctx, Limited::Subscriptions)?;
-        let after = after
-            .as_deref()
-            .map(|c| {
-                c.parse::<i64>()
-                    .ok()
-                    .filter(|c| *c >= 0)
-                    .ok_or_else(|| bad_input("after", format!("{c:?} is not a cursor this server issued")))
-            })
-            .transpose()?;
+        let after = parse_after(after.as_deref())?;
         let schedules = ctx.data::<Schedules>()?;
         let scope = caller(ctx)?.scope.clone();
         let events = schedules.events(scope, after).await.api()?;

@@ -20,7 +20,7 @@ use crate::graphql::shared_rendering::{Item, RenderFeed, RenderKey, SharedDelive
 use crate::graphql::types::{
     CancelJobPayload, JobConnection, JobEdge, JobFilterInput, JobObject, JobStats, JobStatusEvent,
     LogLineView, PageInfo, SubmitJobInput, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload,
-    TemplateObject,
+    TemplateObject, parse_cursor,
 };
 use crate::graphql::unreadable_records::UnreadableRecordObject;
 use crate::graphql::webhook_types::{
@@ -142,14 +142,6 @@ fn rate_limit(ctx: &Context<'_>, what: Limited) -> async_graphql::Result<()> {
 
 const DEFAULT_PAGE: i32 = 20;
 const MAX_PAGE: i32 = 500;
-
-fn parse_cursor(field: &str, cursor: &str) -> async_graphql::Result<i64> {
-    cursor
-        .parse::<i64>()
-        .ok()
-        .filter(|c| *c >= 0)
-        .ok_or_else(|| bad_input(field, format!("{cursor:?} is not a cursor this server issued")))
-}
 
 #[derive(Default)]
 pub struct Query;

@@ -62,10 +62,6 @@ pub struct JobAttempt {
     pub pod: Option<String>,
     /// The process (and process group) that ran it (local executor).
     pub process_id: Option<i32>,
-    /// No line of its output is before this line of the job's archive (a lower bound: the
-    /// archive's line count when it started, when the executor knows it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log_from: Option<i64>,
 }
 
 impl JobAttempt {
@@ -85,7 +81,6 @@ impl JobAttempt {
             message: None,
             pod: None,
             process_id: None,
-            log_from: None,
         }
     }
 
@@ -133,13 +128,11 @@ impl JobAttempt {
         }
         let number = self.number;
         let started_at = self.started_at.or(later.started_at);
-        let log_from = self.log_from.or(later.log_from);
         let pod = later.pod.clone().or(self.pod.take());
         let process_id = later.process_id.or(self.process_id);
         *self = later;
         self.number = number;
         self.started_at = started_at;
-        self.log_from = log_from;
         self.pod = pod;
         self.process_id = process_id;
     }

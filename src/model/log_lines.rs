@@ -1,6 +1,6 @@
 //! A job's output as jobgate keeps it: lines, each from a run (a pod, on Kubernetes), the
-//! stretches it could not read (gaps, each marked by a line where it is), and the archive's
-//! summary. Plain data shared by the store, the executors and the service.
+//! stretches it could not read (gaps, each marked by a line where it is), where each run's
+//! lines are in it, and the archive's summary. Plain data shared by the store, the executors and the service.
 
 /// One line of a job's output.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -8,6 +8,14 @@ pub struct LogLine {
     /// Which run wrote it (a pod name on Kubernetes), when the executor knows.
     pub source: Option<String>,
     pub text: String,
+}
+
+/// Where one source's lines (a run's) are in a job's archive: the cursors of its first and
+/// last archived line. Lines of other runs may lie between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRange {
+    pub first: i64,
+    pub last: i64,
 }
 
 /// What the archive holds of a job's output.

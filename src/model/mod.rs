@@ -34,7 +34,7 @@ pub use json::{
     JOB_NESTING, JsonBoundError, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_JSON_KEY_BYTES, MAX_JSON_MEMBERS,
     check_json,
 };
-pub use log_lines::{LogArchive, LogGap, LogLine, LogLoss, MAX_LOG_LINE, clip_log_line};
+pub use log_lines::{LogArchive, LogGap, LogLine, LogLoss, LogRange, MAX_LOG_LINE, clip_log_line};
 pub use phase::{
     Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, QueueState, QueueStatus,
     WorkloadStatus, clip,

@@ -11,7 +11,7 @@
 
 use std::io::{Read as _, Write as _};
 
-use crate::model::{LogArchive, LogGap, LogLine, LogLoss};
+use crate::model::{LogArchive, LogGap, LogLine, LogLoss, LogRange};
 
 use super::{Result, StoreError};
 
@@ -123,6 +123,22 @@ pub(super) fn plan(
     (lines, outcome, after)
 }
 
+/// Where each source's lines are among `lines`, archived from the cursor `first_line`: one
+/// range a source, in the order the sources first appear (lines with no source have none).
+pub(super) fn source_ranges(first_line: i64, lines: &[LogLine]) -> Vec<(&str, LogRange)> {
+    let mut ranges: Vec<(&str, LogRange)> = Vec::new();
+    for (at, line) in (first_line..).zip(lines) {
+        let Some(source) = line.source.as_deref() else {
+            continue;
+        };
+        match ranges.iter_mut().find(|(s, _)| *s == source) {
+            Some((_, range)) => range.last = at,
+            None => ranges.push((source, LogRange { first: at, last: at })),
+        }
+    }
+    ranges
+}
+
 /// A chunk's stored form.
 pub(super) fn encode(lines: &[LogLine]) -> Result<Vec<u8>> {
     let mut raw = Vec::with_capacity(lines.iter().map(|l| l.text.len() + 16).sum());
@@ -193,6 +209,29 @@ mod tests {
             source: Some("pod-a".into()),
             text: text.into(),
         }
+    }
+
+    #[test]
+    fn each_source_ranges_from_its_first_line_to_its_last() {
+        let lines = [
+            line("a"),
+            LogLine {
+                source: Some("pod-b".into()),
+                text: "b".into(),
+            },
+            LogLine {
+                source: None,
+                text: "marker".into(),
+            },
+            line("a again"),
+        ];
+        assert_eq!(
+            source_ranges(10, &lines),
+            [
+                ("pod-a", LogRange { first: 10, last: 13 }),
+                ("pod-b", LogRange { first: 11, last: 11 })
+            ]
+        );
     }
 
     #[test]

@@ -46,7 +46,9 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::model::{Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, Scope, ShardSet, Transition};
+use crate::model::{
+    Job, JobEvent, JobFilter, JobPhase, LogArchive, LogLine, LogRange, Scope, ShardSet, Transition,
+};
 
 pub use log_chunks::{LogAppend, LogAppended};
 
@@ -687,6 +689,11 @@ pub trait Store: ScheduleStore + Send + Sync + std::fmt::Debug + 'static {
 
     /// Where `source`'s archived lines of the job end: the position its last append stored.
     async fn log_position(&self, job_id: &str, source: &str) -> Result<Option<String>>;
+
+    /// Where `source`'s lines are in the job's archive (the cursors of its first and last
+    /// line, kept with every append); `None` when it wrote none. Callers check the job's
+    /// scope first.
+    async fn log_range(&self, job_id: &str, source: &str) -> Result<Option<LogRange>>;
 
     /// The job's archived lines from the cursor `from` (a line's offset, from 0) on, oldest
     /// first: at most `max_lines`, and no more than `max_bytes` of text unless the first

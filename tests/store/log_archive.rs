@@ -1,11 +1,12 @@
 //! The archive of jobs' output: lines archived in order and paged by cursor, appends that
 //! land only from the stored position, and an archive closed at its cap (with a marker) or
 //! after lost lines; a gap (lines that could not be read) kept in order with its marker and
-//! counted, so that the archive never reads as whole.
+//! counted, so that the archive never reads as whole; where each source's lines are
+//! (`log_range`), kept with every append.
 
 use std::sync::Arc;
 
-use jobgate::model::{LogGap, LogLine, LogLoss};
+use jobgate::model::{LogGap, LogLine, LogLoss, LogRange};
 use jobgate::store::{LogAppend, LogAppended, Store};
 
 use crate::support::{CAP, log_line, plain_append};
@@ -16,7 +17,58 @@ backend_tests!(
     a_log_archive_is_closed_at_its_cap_with_a_marker,
     a_log_archive_closed_after_lost_lines_takes_nothing_more,
     a_gap_is_kept_in_order_and_the_archive_is_no_longer_complete,
+    each_source_ranges_from_its_first_archived_line_to_its_last,
 );
+
+async fn each_source_ranges_from_its_first_archived_line_to_its_last(store: Arc<dyn Store>) {
+    assert_eq!(store.log_range("j1", "run-1").await.unwrap(), None);
+    // Two runs interleaved across appends (chunks), a line with no source between them,
+    // another job's lines in the same transaction.
+    let first = vec![
+        log_line(Some("run-1"), "a".into()),
+        log_line(Some("run-2"), "b".into()),
+        log_line(None, "marker".into()),
+    ];
+    let second = vec![
+        log_line(Some("run-1"), "c".into()),
+        log_line(Some("run-1"), "d".into()),
+    ];
+    let third = vec![log_line(Some("run-2"), "e".into())];
+    let other = plain_append("j2", vec![log_line(Some("run-1"), "other".into())]);
+    store
+        .append_logs(&[plain_append("j1", first), other], CAP)
+        .await
+        .unwrap();
+    store
+        .append_logs(&[plain_append("j1", second)], CAP)
+        .await
+        .unwrap();
+    store
+        .append_logs(&[plain_append("j1", third)], CAP)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.log_range("j1", "run-1").await.unwrap(),
+        Some(LogRange { first: 0, last: 4 })
+    );
+    assert_eq!(
+        store.log_range("j1", "run-2").await.unwrap(),
+        Some(LogRange { first: 1, last: 5 })
+    );
+    assert_eq!(
+        store.log_range("j2", "run-1").await.unwrap(),
+        Some(LogRange { first: 0, last: 0 })
+    );
+    assert_eq!(store.log_range("j1", "run-3").await.unwrap(), None);
+    // A stale append writes nothing, its range included.
+    let mut stale = plain_append("j1", vec![log_line(Some("run-3"), "late".into())]);
+    stale.position = Some((Some("gone".into()), "next".into()));
+    assert_eq!(
+        store.append_logs(&[stale], CAP).await.unwrap(),
+        [LogAppended::Stale]
+    );
+    assert_eq!(store.log_range("j1", "run-3").await.unwrap(), None);
+}
 
 async fn log_lines_are_archived_in_order_and_paged_by_cursor(store: Arc<dyn Store>) {
     assert_eq!(

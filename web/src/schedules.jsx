@@ -4,7 +4,7 @@
 //
 // The list is read with `schedules` when the page opens, and again after each schedule event
 // (`scheduleEvents`: changes and ticks, pushed) and each job event (a run's phase), at most
-// once a second; nothing polls.
+// once a second (`reload.js`); nothing polls.
 
 import { useEffect, useRef, useState } from 'preact/hooks';
 
@@ -18,38 +18,21 @@ import {
   SCHEDULES_QUERY,
   TRIGGER_SCHEDULE_MUTATION,
 } from './documents.js';
+import { useReload } from './reload.js';
 
 const POLICY_WORD = { ALLOW: 'Allow overlap', FORBID: 'Skip while running', REPLACE: 'Replace the running one' };
 
 export function SchedulesView({ api, live }) {
   const [schedules, setSchedules] = useState(null);
   const [error, setError] = useState(null);
-  const loading = useRef(false);
-  const again = useRef(false);
-
-  // One read at a time; a request for another while one runs reads once more, a second
-  // after it, so a burst of events costs one read a second.
-  async function load() {
-    if (loading.current) {
-      again.current = true;
-      return;
-    }
-    loading.current = true;
-    try {
-      for (;;) {
-        again.current = false;
-        const data = await api.request(SCHEDULES_QUERY, { first: 100 });
-        setSchedules(data.schedules.edges.map((e) => e.node));
-        setError(null);
-        if (!again.current) break;
-        await new Promise((resolve) => setTimeout(resolve, 1000));
-      }
-    } catch (e) {
-      setError(e.message);
-    } finally {
-      loading.current = false;
-    }
-  }
+  const load = useReload(
+    async () => {
+      const data = await api.request(SCHEDULES_QUERY, { first: 100 });
+      setSchedules(data.schedules.edges.map((e) => e.node));
+      setError(null);
+    },
+    (e) => setError(e.message),
+  );
 
   useEffect(() => {
     load();

@@ -2,15 +2,17 @@
 // (its secret is shown once, right after), and deleting one (with a confirm step).
 //
 // The list is read with `webhooks` when the page opens, after each change made here, and
-// again after job events arrive (deliveries follow them), at most once a second; nothing
-// polls. Refresh reads it
-// again at once (retries and parking happen without a job event).
+// again after job events arrive (deliveries follow them), at most once a second
+// (`reload.js`; a burst of job events costs one read a second, each counting every
+// endpoint's lag on the server); nothing polls. Refresh reads it again at once (retries and
+// parking happen without a job event).
 
 import { useEffect, useRef, useState } from 'preact/hooks';
 
 import { fullTime, phaseWord, when } from './format.js';
 import { PhaseOptions } from './jobs.jsx';
 import { CREATE_WEBHOOK_MUTATION, DELETE_WEBHOOK_MUTATION, WEBHOOKS_QUERY } from './documents.js';
+import { useReload } from './reload.js';
 
 const STATE_WORD = { ACTIVE: 'Active', RETRYING: 'Retrying', PARKED: 'Parked', DISABLED: 'Disabled' };
 
@@ -26,33 +28,14 @@ export function WebhooksView({ api, live }) {
   const [webhooks, setWebhooks] = useState(null);
   const [error, setError] = useState(null);
   const [created, setCreated] = useState(null);
-  const loading = useRef(false);
-  const again = useRef(false);
-
-  // One read at a time; a request for another while one runs reads once more, a second
-  // after it (a burst of job events costs one read a second, each counting every endpoint's
-  // lag on the server).
-  async function load() {
-    if (loading.current) {
-      again.current = true;
-      return;
-    }
-    loading.current = true;
-    try {
-      for (;;) {
-        again.current = false;
-        const data = await api.request(WEBHOOKS_QUERY);
-        setWebhooks(data.webhooks);
-        setError(null);
-        if (!again.current) break;
-        await new Promise((resolve) => setTimeout(resolve, 1000));
-      }
-    } catch (e) {
-      setError(e.message);
-    } finally {
-      loading.current = false;
-    }
-  }
+  const load = useReload(
+    async () => {
+      const data = await api.request(WEBHOOKS_QUERY);
+      setWebhooks(data.webhooks);
+      setError(null);
+    },
+    (e) => setError(e.message),
+  );
 
   useEffect(() => {
     load();

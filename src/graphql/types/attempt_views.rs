@@ -1,17 +1,18 @@
 //! GraphQL views of a job's attempts (`JobAttempt`, `AttemptState`) and of why a run failed
-//! (`FailureCause`, the one enum of causes every part of the API speaks), with one attempt's
-//! own output (`JobAttempt.logLines`).
+//! (`FailureCause`, the one enum of causes every part of the API speaks), with where one
+//! attempt's output is in the job's log (`JobAttempt.logStart`, `logEnd`) and that output
+//! (`JobAttempt.logLines`).
 
 use std::sync::Arc;
 
 use async_graphql::{Context, Enum, Object};
 use chrono::{DateTime, Utc};
 
-use super::{LogLineConnection, LogLineEdge, LogLineView, PageInfo};
+use super::{LogLineConnection, LogLineEdge, PageInfo, parse_after};
 use crate::graphql::caller::caller;
 use crate::graphql::error::OrApiError;
 use crate::jobs::service::JobService;
-use crate::model::{Job, JobAttempt};
+use crate::model::{Job, JobAttempt, LogRange};
 
 /// Why a run of a job failed, whatever the executor.
 #[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +52,29 @@ pub enum AttemptStateView {
 pub struct JobAttemptObject {
     pub job: Arc<Job>,
     pub attempt: JobAttempt,
+    /// Where its lines are in the job's archive, read once for `logStart` and `logEnd`.
+    log_range: tokio::sync::OnceCell<Option<LogRange>>,
+}
+
+impl JobAttemptObject {
+    pub fn new(job: Arc<Job>, attempt: JobAttempt) -> Self {
+        Self {
+            job,
+            attempt,
+            log_range: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn log_range(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<LogRange>> {
+        let range = self
+            .log_range
+            .get_or_try_init(|| async {
+                let service = ctx.data::<JobService>()?;
+                service.attempt_log_range(&self.job, &self.attempt).await.api()
+            })
+            .await?;
+        Ok(*range)
+    }
 }
 
 #[Object(name = "JobAttempt")]
@@ -109,10 +133,24 @@ impl JobAttemptObject {
     async fn process_id(&self) -> Option<i32> {
         self.attempt.process_id
     }
+    /// The cursor in the job's log (`Job.logLines`) of this attempt's first line; null while
+    /// it has written none. `Job.logLines(after:)` reads from its next line, so pass the
+    /// cursor before it (this minus 1) to read the job's log from here, or `after` null when
+    /// it is `"0"`.
+    async fn log_start(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<String>> {
+        Ok(self.log_range(ctx).await?.map(|r| r.first.to_string()))
+    }
+    /// The cursor in the job's log of this attempt's last line so far; null while it has
+    /// written none. Lines of other runs may lie between `logStart` and `logEnd` (parallel
+    /// indexes); its own carry its `name` as their `source`.
+    async fn log_end(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<String>> {
+        Ok(self.log_range(ctx).await?.map(|r| r.last.to_string()))
+    }
     /// This attempt's own output from the job's archive, oldest line first: up to `first`
     /// of its lines after the cursor `after` (a cursor of the job's log, as its lines carry;
-    /// from its first line when omitted). A page reads at most 20,000 lines of the job's
-    /// log looking for this attempt's, so a page may come back short, or empty, with
+    /// from its first line when omitted). A page reads the job's log only between the
+    /// attempt's `logStart` and `logEnd`, at most 20,000 lines of it, skipping other runs'
+    /// lines there; so among busy parallel runs a page may come back short, or empty, with
     /// `hasNextPage`: go on after its `endCursor`.
     async fn log_lines(
         &self,
@@ -121,17 +159,7 @@ impl JobAttemptObject {
         after: Option<String>,
     ) -> async_graphql::Result<LogLineConnection> {
         let service = ctx.data::<JobService>()?;
-        let after = after
-            .as_deref()
-            .map(|c| {
-                c.parse::<i64>().ok().filter(|c| *c >= 0).ok_or_else(|| {
-                    crate::graphql::error::bad_input(
-                        "after",
-                        format!("{c:?} is not a cursor this server issued"),
-                    )
-                })
-            })
-            .transpose()?;
+        let after = parse_after(after.as_deref())?;
         let page = service
             .attempt_log_page(
                 &self.job.id,
@@ -142,14 +170,7 @@ impl JobAttemptObject {
             )
             .await
             .api()?;
-        let edges: Vec<LogLineEdge> = page
-            .lines
-            .into_iter()
-            .map(|(at, line)| LogLineEdge {
-                cursor: at.to_string(),
-                node: LogLineView::of(Some(at), line),
-            })
-            .collect();
+        let edges = LogLineEdge::all(page.lines);
         Ok(LogLineConnection {
             page_info: PageInfo {
                 has_next_page: page.has_next_page,
@@ -166,10 +187,7 @@ impl JobAttemptObject {
 pub(super) fn attempts_of(job: &Arc<Job>) -> Vec<JobAttemptObject> {
     job.attempts
         .iter()
-        .map(|attempt| JobAttemptObject {
-            job: job.clone(),
-            attempt: attempt.clone(),
-        })
+        .map(|attempt| JobAttemptObject::new(job.clone(), attempt.clone()))
         .collect()
 }
 

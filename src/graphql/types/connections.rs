@@ -1,10 +1,27 @@
-//! Pages of jobs and of log lines: connections, edges and page info, and the log archive's
-//! summary. They carry what a resolver read; they must not read anything themselves.
+//! Pages of jobs and of log lines: connections, edges and page info, the log archive's
+//! summary, and the one reading of a cursor a client sends back. They carry what a resolver
+//! read; they must not read anything themselves.
 
 use async_graphql::SimpleObject;
 
 use super::JobObject;
+use crate::graphql::error::bad_input;
 use crate::model;
+
+/// The cursor a client passed as `field` (one this server issued: a non-negative integer),
+/// or a `BAD_USER_INPUT` error naming the field.
+pub(crate) fn parse_cursor(field: &str, cursor: &str) -> async_graphql::Result<i64> {
+    cursor
+        .parse::<i64>()
+        .ok()
+        .filter(|c| *c >= 0)
+        .ok_or_else(|| bad_input(field, format!("{cursor:?} is not a cursor this server issued")))
+}
+
+/// An optional `after` cursor of a page, read by [`parse_cursor`].
+pub(crate) fn parse_after(after: Option<&str>) -> async_graphql::Result<Option<i64>> {
+    after.map(|c| parse_cursor("after", c)).transpose()
+}
 
 /// One line of a job's output.
 #[derive(SimpleObject, Clone, Debug)]
@@ -35,6 +52,19 @@ impl LogLineView {
 pub struct LogLineEdge {
     pub cursor: String,
     pub node: LogLineView,
+}
+
+impl LogLineEdge {
+    /// The edges of archived lines, `(cursor, line)` each.
+    pub fn all(lines: Vec<(i64, model::LogLine)>) -> Vec<Self> {
+        lines
+            .into_iter()
+            .map(|(at, line)| Self {
+                cursor: at.to_string(),
+                node: LogLineView::of(Some(at), line),
+            })
+            .collect()
+    }
 }
 
 /// A page of a job's archived output, oldest line first.

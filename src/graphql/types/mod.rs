@@ -7,7 +7,8 @@
 //!   its status events;
 //! - `attempt_views`: a job's attempts, each with its own output, and `FailureCause`;
 //! - `inputs`: what mutations and filters take;
-//! - `connections`: pages of jobs and of log lines (edges, page info);
+//! - `connections`: pages of jobs and of log lines (edges, page info) and the one reading of
+//!   a page's cursor;
 //! - `payloads`: what mutations answer;
 //! - `schedule_views`: schedules, their events, inputs and payloads, and `Job.schedule`;
 //! - `retry_policy`: retry rules, as submitted and as shown;
@@ -37,6 +38,7 @@ pub use attempt_views::{AttemptStateView, FailureCauseView, JobAttemptObject};
 pub use connections::{
     JobConnection, JobEdge, LogArchiveView, LogLineConnection, LogLineEdge, LogLineView, PageInfo,
 };
+pub(crate) use connections::{parse_after, parse_cursor};
 pub use inputs::{EnvVarInput, JobFilterInput, ResourceListInput, ResourcesInput, SubmitJobInput};
 pub use payloads::{CancelJobPayload, SubmitJobPayload, SubmitJobsError, SubmitJobsPayload};
 pub use retry_policy::{
@@ -409,17 +411,7 @@ impl JobObject {
         after: Option<String>,
     ) -> async_graphql::Result<LogLineConnection> {
         let service = ctx.data::<JobService>()?;
-        let after = after
-            .as_deref()
-            .map(|c| {
-                c.parse::<i64>().ok().filter(|c| *c >= 0).ok_or_else(|| {
-                    crate::graphql::error::bad_input(
-                        "after",
-                        format!("{c:?} is not a cursor this server issued"),
-                    )
-                })
-            })
-            .transpose()?;
+        let after = parse_after(after.as_deref())?;
         let page = service
             .log_page(
                 &self.0.id,
@@ -429,14 +421,7 @@ impl JobObject {
             )
             .await
             .api()?;
-        let edges: Vec<LogLineEdge> = page
-            .lines
-            .into_iter()
-            .map(|(at, line)| LogLineEdge {
-                cursor: at.to_string(),
-                node: LogLineView::of(Some(at), line),
-            })
-            .collect();
+        let edges = LogLineEdge::all(page.lines);
         Ok(LogLineConnection {
             page_info: PageInfo {
                 has_next_page: page.has_next_page,

@@ -1,17 +1,18 @@
-//! One attempt's output: the lines of the job's archive whose `source` is the attempt's
-//! name, a page at a time, with cursors of the job's log (so a reader can also open the
-//! job's whole log at any of them).
+//! One attempt's output: where its lines are in the job's archive (the cursors of its first
+//! and last line, which the store keeps with every append) and those lines, a page at a
+//! time, with cursors of the job's log (so a reader can also open the job's whole log at any
+//! of them).
 //!
-//! It reads the archive from the attempt's lower bound on (`JobAttempt::log_from`), at most
-//! [`MAX_ATTEMPT_SCAN_LINES`] lines per page, skipping the lines of the job's other runs; it
-//! must not decide who may read a job (the feed's `job` does).
+//! A page reads the archive only within the attempt's range, at most
+//! [`MAX_ATTEMPT_SCAN_LINES`] lines of it, skipping the lines other runs wrote in between
+//! (parallel indexes); it must not decide who may read a job (the feed's `job` does).
 
 use super::feed::{MAX_LOG_PAGE_BYTES, MAX_LOG_PAGE_LINES};
 use super::{JobService, ServiceError};
-use crate::model::{LogLine, Scope};
+use crate::model::{Job, JobAttempt, LogLine, LogRange, Scope};
 
 /// Most archived lines one page reads looking for an attempt's own, so that a run that wrote
-/// little among busy ones costs a bounded read; its `resume_after` goes on from there.
+/// little among busy parallel ones costs a bounded read; its `resume_after` goes on from there.
 pub const MAX_ATTEMPT_SCAN_LINES: usize = 20_000;
 
 /// A page of one attempt's output.
@@ -26,6 +27,16 @@ pub struct AttemptLogPage {
 }
 
 impl JobService {
+    /// Where the lines of `attempt` of `job` are in the job's archive; `None` while it has
+    /// written none. `job` is one the caller read with its scope (`JobService::job`).
+    pub async fn attempt_log_range(
+        &self,
+        job: &Job,
+        attempt: &JobAttempt,
+    ) -> Result<Option<LogRange>, ServiceError> {
+        Ok(self.inner.store.log_range(&job.id, &attempt.name).await?)
+    }
+
     /// Up to `first` lines of the attempt named `attempt` of job `id` after the cursor
     /// `after`; `NotFound` for a job `scope` may not see, or an attempt it does not have.
     pub async fn attempt_log_page(
@@ -44,20 +55,25 @@ impl JobService {
                 id: format!("{id} attempt {attempt}"),
             });
         };
-        let archived = self.inner.store.log_archive(id).await?.map_or(0, |a| a.lines);
-        let mut next = after
-            .map_or(0, |a| a.saturating_add(1))
-            .max(attempt.log_from.unwrap_or(0))
-            .max(0);
+        let Some(range) = self.attempt_log_range(&job, attempt).await? else {
+            return Ok(AttemptLogPage {
+                lines: Vec::new(),
+                has_next_page: false,
+                resume_after: after,
+            });
+        };
+        let mut next = after.map_or(0, |a| a.saturating_add(1)).max(range.first).max(0);
+        let end = range.last.saturating_add(1);
         let first = first.clamp(1, MAX_LOG_PAGE_LINES);
         let mut lines = Vec::new();
         let mut scanned = 0;
         let mut more = false;
-        'read: while next < archived && scanned < MAX_ATTEMPT_SCAN_LINES {
+        'read: while next < end && scanned < MAX_ATTEMPT_SCAN_LINES {
+            let want = (end - next).min(MAX_LOG_PAGE_LINES as i64) as usize;
             let chunk = self
                 .inner
                 .store
-                .log_lines(id, next, MAX_LOG_PAGE_LINES, MAX_LOG_PAGE_BYTES)
+                .log_lines(id, next, want, MAX_LOG_PAGE_BYTES)
                 .await?;
             if chunk.is_empty() {
                 break;
@@ -75,9 +91,9 @@ impl JobService {
                 scanned += 1;
             }
         }
-        let resume_after = (next > 0).then_some(next - 1);
+        let resume_after = (next > 0).then_some(next - 1).max(after);
         Ok(AttemptLogPage {
-            has_next_page: more || (next < archived && scanned >= MAX_ATTEMPT_SCAN_LINES),
+            has_next_page: more || (next < end && scanned >= MAX_ATTEMPT_SCAN_LINES),
             lines,
             resume_after,
         })

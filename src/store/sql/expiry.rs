@@ -103,6 +103,7 @@ async fn delete_jobs<D: Dialect>(
         sql_text!(D, "DELETE FROM pending_cancellations WHERE {}", of_jobs("job_id")),
         sql_text!(D, "DELETE FROM log_chunks WHERE {}", of_jobs("job_id")),
         sql_text!(D, "DELETE FROM log_sources WHERE {}", of_jobs("job_id")),
+        sql_text!(D, "DELETE FROM log_source_ranges WHERE {}", of_jobs("job_id")),
         sql_text!(D, "DELETE FROM log_archives WHERE {}", of_jobs("job_id")),
     ];
     for text in tables {

@@ -1,7 +1,8 @@
 //! The archive of jobs' output in SQL, for both backends: appends (each in the order
 //! [`log_chunks`](crate::store::log_chunks) rules: its source's position checked, the cap
-//! applied, one chunk written, the position moved, all in the append's transaction) and the
-//! reads of an archive, a source's position and lines from a cursor.
+//! applied, one chunk written, each of its sources' ranges extended, the position moved, all
+//! in the append's transaction) and the reads of an archive, a source's position and range,
+//! and lines from a cursor.
 //!
 //! It writes only log tables, in transactions of its own beside the job writer's
 //! ([`Backend::begin_side`]), never inside one.
@@ -9,7 +10,7 @@
 use super::Backend;
 use super::dialect::{Columns as _, Dialect, sql, sql_text};
 use super::write_tx::{WriteTx, bounded};
-use crate::model::{LogArchive, LogLine, LogLoss};
+use crate::model::{LogArchive, LogLine, LogLoss, LogRange};
 use crate::store::log_chunks::{self, LogAppend, LogAppended};
 use crate::store::{Result, StoreTx as _};
 
@@ -108,6 +109,19 @@ async fn append_log<D: Dialect>(
         .bind(after.loss.map(|l| l.stored(after.loss_detail.as_deref())))
         .execute(&mut *conn)
         .await?;
+        // Appends to one job apply one after another, so a range only grows at its end.
+        for (source, range) in log_chunks::source_ranges(archive.lines, &lines) {
+            sql::<D>(
+                "INSERT INTO log_source_ranges (job_id, source, first_line, last_line) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (job_id, source) DO UPDATE SET last_line = excluded.last_line",
+            )
+            .bind(job_id)
+            .bind(source)
+            .bind(range.first)
+            .bind(range.last)
+            .execute(&mut *conn)
+            .await?;
+        }
     }
     if let Some((_, position)) = &append.position {
         sql::<D>(
@@ -145,6 +159,21 @@ pub(super) async fn log_position<B: Backend>(
             .scalar_optional(&mut *conn)
             .await?,
     )
+}
+
+/// One indexed read, by the primary key.
+pub(super) async fn log_range<B: Backend>(store: &B, job_id: &str, source: &str) -> Result<Option<LogRange>> {
+    let mut conn = store.pool().acquire().await?;
+    let row =
+        sql::<B::Db>("SELECT first_line, last_line FROM log_source_ranges WHERE job_id = $1 AND source = $2")
+            .bind(job_id)
+            .bind(source)
+            .fetch_optional(&mut *conn)
+            .await?;
+    Ok(row.map(|r| LogRange {
+        first: r.col("first_line"),
+        last: r.col("last_line"),
+    }))
 }
 
 /// Reads from the chunk holding `from` on, a few chunks at a time, by the primary key.

@@ -31,7 +31,7 @@ use super::{
     ExpiredBatch, ExpiryPosition, ExpiryRule, JobPage, ListPlan, LogAppend, LogAppended, PlannedRead,
     Recoverable, Result, StatsSnapshot, Store, StoreTx, Unreadable, Webhook, WebhookFailure,
 };
-use crate::model::{Job, JobEvent, JobFilter, LogArchive, LogLine, Scope, ShardSet};
+use crate::model::{Job, JobEvent, JobFilter, LogArchive, LogLine, LogRange, Scope, ShardSet};
 
 /// What a backend is made of; [`Store`] is written once over it. The methods named as
 /// [`Store`]'s are that method, for this backend (their contract is there).
@@ -266,6 +266,10 @@ impl<B: Backend> Store for B {
 
     async fn log_position(&self, job_id: &str, source: &str) -> Result<Option<String>> {
         log_tables::log_position(self, job_id, source).await
+    }
+
+    async fn log_range(&self, job_id: &str, source: &str) -> Result<Option<LogRange>> {
+        log_tables::log_range(self, job_id, source).await
     }
 
     async fn log_lines(

@@ -91,6 +91,45 @@ async fn log_with_lines(pods: &Api<Pod>, name: &str, lines: usize) -> String {
     .expect("the container logs")
 }
 
+/// A pod `name` held running by the gate `gate`, its container having written `log` (lines
+/// joined by `\n`) at once; a follow of its log, opened once all of `log` can be read, and
+/// read past its first line. The rest of the stream is returned.
+async fn followed_after_first_line(
+    pods: &Api<Pod>,
+    name: &str,
+    gate: &str,
+    log: &str,
+) -> impl Stream<Item = std::io::Result<String>> + Unpin {
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            name,
+            &[
+                ("EMULATOR_GATE", gate),
+                ("EMULATOR_LOG", log),
+                ("EMULATOR_RUN_MS", "0"),
+            ],
+        ),
+    )
+    .await
+    .expect("pod");
+    let lines: Vec<&str> = log.split('\n').collect();
+    assert_eq!(log_with_lines(pods, name, lines.len()).await, format!("{log}\n"));
+    let follow = pods
+        .log_stream(
+            name,
+            &LogParams {
+                follow: true,
+                ..LogParams::default()
+            },
+        )
+        .await
+        .expect("follow");
+    let mut followed = follow.lines();
+    assert_eq!(next(&mut followed).await.expect("line"), lines[0]);
+    followed
+}
+
 #[tokio::test]
 async fn a_rotated_log_serves_only_its_current_file_but_a_follow_goes_on_across_rotations() {
     let (emulator, client) = start_with(Options {
@@ -102,32 +141,7 @@ async fn a_rotated_log_serves_only_its_current_file_but_a_follow_goes_on_across_
     })
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.create(
-        &PostParams::default(),
-        &pod(
-            "rotator",
-            &[
-                ("EMULATOR_GATE", "stop"),
-                ("EMULATOR_LOG", "a1\na2"),
-                ("EMULATOR_RUN_MS", "0"),
-            ],
-        ),
-    )
-    .await
-    .expect("pod");
-    assert_eq!(log_with_lines(&pods, "rotator", 2).await, "a1\na2\n");
-    let follow = pods
-        .log_stream(
-            "rotator",
-            &LogParams {
-                follow: true,
-                ..LogParams::default()
-            },
-        )
-        .await
-        .expect("follow");
-    let mut followed = follow.lines();
-    assert_eq!(next(&mut followed).await.expect("line"), "a1");
+    let mut followed = followed_after_first_line(&pods, "rotator", "stop", "a1\na2").await;
     // 4 bytes a line with its newline: a file of at most 20 bytes holds five of them. The
     // current file ends up as b19, b20.
     let written: Vec<String> = (1..=20).map(|i| format!("b{i:02}")).collect();
@@ -269,32 +283,7 @@ async fn a_deleted_pods_log_is_collected_after_the_gc_delay_whatever_its_finaliz
 async fn a_follow_open_when_the_containers_are_collected_sends_what_was_written_then_ends() {
     let (emulator, client) = start_with(Options::default()).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.create(
-        &PostParams::default(),
-        &pod(
-            "drained",
-            &[
-                ("EMULATOR_GATE", "never"),
-                ("EMULATOR_LOG", "a1"),
-                ("EMULATOR_RUN_MS", "0"),
-            ],
-        ),
-    )
-    .await
-    .expect("pod");
-    assert_eq!(log_with_lines(&pods, "drained", 1).await, "a1\n");
-    let follow = pods
-        .log_stream(
-            "drained",
-            &LogParams {
-                follow: true,
-                ..LogParams::default()
-            },
-        )
-        .await
-        .expect("follow");
-    let mut followed = follow.lines();
-    assert_eq!(next(&mut followed).await.expect("line"), "a1");
+    let followed = followed_after_first_line(&pods, "drained", "never", "a1").await;
     // Written, then the containers removed at once: the kubelet's reader drains the files it
     // holds open, so the stream sends every line before it ends.
     let written: Vec<String> = (1..=5).map(|i| format!("b{i}")).collect();

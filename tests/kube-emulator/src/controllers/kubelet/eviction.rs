@@ -14,11 +14,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::pod_status::{terminated, unknown_terminated};
-use super::{ContainerState, Kubelet, KubeletError, PodRun};
+use super::{Kubelet, KubeletError, PodRun};
 use crate::controllers::disruption;
 use crate::controllers::events::EventType;
-use crate::store::{Store, now_timestamp};
+use crate::store::Store;
 
 /// The eviction manager's message for a pod evicted under memory pressure, naming the container
 /// whose usage it blames (its upstream format, with the emulated node's numbers).
@@ -43,37 +42,7 @@ impl Kubelet {
         self.shared
             .recorder
             .record(store, pod, EventType::Warning, "Evicted", &message, self.source());
-        let stamp = now_timestamp();
-        let mut stopped = Vec::new();
-        for c in &mut run.containers {
-            let state = std::mem::replace(&mut c.state, ContainerState::Creating);
-            let killed = match state {
-                ContainerState::Running { started_at, .. } => {
-                    stopped.push(c.name.clone());
-                    terminated(c, run.index, &run.name, 137, &started_at, &stamp)
-                }
-                ContainerState::Terminated(t) => t,
-                ContainerState::BackOff { .. } => c
-                    .last_state
-                    .get("terminated")
-                    .cloned()
-                    .unwrap_or_else(|| unknown_terminated(&stamp)),
-                ContainerState::Creating | ContainerState::PullError | ContainerState::ConfigError(_) => {
-                    unknown_terminated(&stamp)
-                }
-            };
-            c.state = ContainerState::Terminated(killed);
-        }
-        for name in stopped {
-            self.shared.recorder.record(
-                store,
-                pod,
-                EventType::Normal,
-                "Killing",
-                &format!("Stopping container {name}"),
-                self.source(),
-            );
-        }
+        self.kill_containers(store, pod, run, 137);
         run.evicted = Some(message);
         self.write_status(store, pod, run)?;
         Ok(None)

@@ -333,6 +333,43 @@ impl Kubelet {
         }
     }
 
+    /// Kills every container of the run at once: a running one ends with `exit_code` (137 for
+    /// SIGKILL, 143 for SIGTERM) and a `Killing` Event; one that already ended keeps its
+    /// termination, one that never ran gets the kubelet's unknown one. The one kill path of
+    /// a deletion's grace period and of a node-pressure eviction.
+    fn kill_containers(&mut self, store: &Store, pod: &Value, run: &mut PodRun, exit_code: i32) {
+        let stamp = now_timestamp();
+        let mut stopped = Vec::new();
+        for c in &mut run.containers {
+            let killed = match std::mem::replace(&mut c.state, ContainerState::Creating) {
+                ContainerState::Running { started_at, .. } => {
+                    stopped.push(c.name.clone());
+                    terminated(c, run.index, &run.name, exit_code, &started_at, &stamp)
+                }
+                ContainerState::Terminated(t) => t,
+                ContainerState::BackOff { .. } => c
+                    .last_state
+                    .get("terminated")
+                    .cloned()
+                    .unwrap_or_else(|| unknown_terminated(&stamp)),
+                ContainerState::Creating | ContainerState::PullError | ContainerState::ConfigError(_) => {
+                    unknown_terminated(&stamp)
+                }
+            };
+            c.state = ContainerState::Terminated(killed);
+        }
+        for name in stopped {
+            self.shared.recorder.record(
+                store,
+                pod,
+                EventType::Normal,
+                "Killing",
+                &format!("Stopping container {name}"),
+                self.source(),
+            );
+        }
+    }
+
     fn step(
         &mut self,
         store: &Store,
@@ -363,40 +400,7 @@ impl Kubelet {
                 let wake = own_exit.map_or(kill_at, |at| at.min(kill_at));
                 return Ok(Some(wake.saturating_duration_since(now)));
             }
-            let stamp = now_timestamp();
-            let mut stopped = Vec::new();
-            for c in &mut run.containers {
-                let killed = match std::mem::replace(&mut c.state, ContainerState::Creating) {
-                    ContainerState::Running {
-                        started_at,
-                        attempt: _,
-                        exit_at: _,
-                    } => {
-                        stopped.push(c.name.clone());
-                        terminated(c, run.index, &run.name, exit_code, &started_at, &stamp)
-                    }
-                    ContainerState::Terminated(t) => t,
-                    ContainerState::BackOff { .. } => c
-                        .last_state
-                        .get("terminated")
-                        .cloned()
-                        .unwrap_or_else(|| unknown_terminated(&stamp)),
-                    ContainerState::Creating | ContainerState::PullError | ContainerState::ConfigError(_) => {
-                        unknown_terminated(&stamp)
-                    }
-                };
-                c.state = ContainerState::Terminated(killed);
-            }
-            for name in stopped {
-                self.shared.recorder.record(
-                    store,
-                    pod,
-                    EventType::Normal,
-                    "Killing",
-                    &format!("Stopping container {name}"),
-                    self.source(),
-                );
-            }
+            self.kill_containers(store, pod, run, exit_code);
             self.write_status(store, pod, run)?;
             return Ok(None);
         }
