@@ -333,3 +333,38 @@ async fn a_run_lost_to_a_kill_9_of_jobgate_is_an_attempt_ended_by_the_restart() 
         );
     }
 }
+
+#[tokio::test]
+async fn an_archive_without_ranges_still_gives_each_attempt_its_own_lines() {
+    let mut server = Server::start(&[]).await;
+    let id = server
+        .submit(json!({
+            "command": sh("if [ -e attempted ]; then echo second run; exit 0; fi; touch attempted; echo first run; exit 5"),
+            "backoffLimit": 1,
+        }))
+        .await;
+    let job = finished(&server, &id).await;
+    assert_eq!(job["phase"], "SUCCEEDED", "{job}");
+    server.stop().await;
+    // The archive as a store that keeps no ranges holds it: lines, and no range of any run.
+    let url = format!("sqlite://{}", server.database_file().display());
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let removed = sqlx::query("DELETE FROM log_source_ranges WHERE job_id = ?")
+        .bind(&id)
+        .execute(&mut db)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(removed, 2, "one range a run");
+    db.close().await.unwrap();
+
+    let server = server.start_again(&[]).await;
+    let job = finished(&server, &id).await;
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{job}");
+    for (attempt, text) in attempts.iter().zip(["first run", "second run"]) {
+        assert_eq!(attempt["logStart"], Value::Null, "{attempt}");
+        assert_eq!(attempt["logEnd"], Value::Null, "{attempt}");
+        assert_eq!(log_of(attempt), [text], "{attempt}");
+    }
+}

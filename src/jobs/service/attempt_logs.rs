@@ -3,7 +3,8 @@
 //! time, with cursors of the job's log (so a reader can also open the job's whole log at any
 //! of them).
 //!
-//! A page reads the archive only within the attempt's range, at most
+//! A page reads the archive only within the attempt's range (the whole archive for an
+//! attempt the archive holds no range for), at most
 //! [`MAX_ATTEMPT_SCAN_LINES`] lines of it, skipping the lines other runs wrote in between
 //! (parallel indexes); it must not decide who may read a job (the feed's `job` does).
 
@@ -55,13 +56,16 @@ impl JobService {
                 id: format!("{id} attempt {attempt}"),
             });
         };
-        let Some(range) = self.attempt_log_range(&job, attempt).await? else {
-            return Ok(AttemptLogPage {
-                lines: Vec::new(),
-                has_next_page: false,
-                resume_after: after,
+        // No range: the attempt wrote nothing, or its lines are in an archive that holds no
+        // ranges. Its lines, if any, are found by their source across the whole archive,
+        // within the bound every page has.
+        let range = self
+            .attempt_log_range(&job, attempt)
+            .await?
+            .unwrap_or(LogRange {
+                first: 0,
+                last: i64::MAX - 1,
             });
-        };
         let mut next = after.map_or(0, |a| a.saturating_add(1)).max(range.first).max(0);
         let end = range.last.saturating_add(1);
         let first = first.clamp(1, MAX_LOG_PAGE_LINES);
