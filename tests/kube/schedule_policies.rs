@@ -17,17 +17,14 @@ const FAST: &[&str] = &["--schedule-min-interval-secs", "1"];
 
 #[tokio::test]
 async fn forbid_skips_ticks_while_a_job_runs_on_the_cluster() {
-    let Some(cluster) =
-        Cluster::emulated("it holds the runs' pods RUNNING through EMULATOR_GATE").await
+    let Some(cluster) = Cluster::emulated("it holds the runs' pods RUNNING through EMULATOR_GATE").await
     else {
         return;
     };
     let server = cluster.jobgate(FAST).await;
-    let seen = forbid_skips_ticks_while_a_run_is_active(
-        &server,
-        input(&[("EMULATOR_GATE", "held")], json!({})),
-    )
-    .await;
+    let seen =
+        forbid_skips_ticks_while_a_run_is_active(&server, input(&[("EMULATOR_GATE", "held")], json!({})))
+            .await;
     for job in [&seen.blocking, &seen.next] {
         let name = format!("jobgate-{job}");
         cluster
@@ -40,8 +37,7 @@ async fn forbid_skips_ticks_while_a_job_runs_on_the_cluster() {
 
 #[tokio::test]
 async fn replace_deletes_the_replaced_jobs_kubernetes_job() {
-    let Some(cluster) =
-        Cluster::emulated("it holds the runs' pods RUNNING through EMULATOR_GATE").await
+    let Some(cluster) = Cluster::emulated("it holds the runs' pods RUNNING through EMULATOR_GATE").await
     else {
         return;
     };

@@ -173,7 +173,9 @@ impl Schedules {
         });
         inner.tasks.spawn(ticker::run(inner.clone()));
         if let Some(wakeups) = wakeups {
-            inner.tasks.spawn(schedule_feed::wake_on_commits(inner.clone(), wakeups));
+            inner
+                .tasks
+                .spawn(schedule_feed::wake_on_commits(inner.clone(), wakeups));
         }
         Self { inner }
     }

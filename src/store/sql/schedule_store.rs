@@ -153,7 +153,10 @@ impl<B: Backend> ScheduleStore for B {
     }
 
     async fn owner_schedules(&self, owner: &str) -> Result<Vec<Schedule>> {
-        let text = sql_text!(B::Db, "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE owner = $1 ORDER BY id");
+        let text = sql_text!(
+            B::Db,
+            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE owner = $1 ORDER BY id"
+        );
         let mut conn = self.pool().acquire().await?;
         let rows = sql::<B::Db>(text).bind(owner).fetch_all(&mut *conn).await?;
         Ok(rows
