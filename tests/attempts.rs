@@ -11,6 +11,7 @@ mod common;
 use common::postgres::Postgres;
 use common::{GqlWs, Server};
 use serde_json::{Value, json};
+use sqlx::Connection as _;
 
 const ATTEMPTS: &str = "phase attemptsOmitted attempts { name index number state startedAt finishedAt \
     exitCode signal cause reason message pod processId logStart logEnd \
