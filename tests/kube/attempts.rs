@@ -289,7 +289,11 @@ async fn a_pod_oom_killed_evicted_or_preempted_is_an_attempt_failed_for_that_cau
             0 => ("FAILED", 1),
             _ => ("SUCCEEDED", 2),
         };
-        assert_eq!((job["phase"].as_str().unwrap(), attempts.len()), expected, "{job}");
+        assert_eq!(
+            (job["phase"].as_str().unwrap(), attempts.len()),
+            expected,
+            "{job}"
+        );
         // Its end was pushed, naming the pod, its exit code and its cause, before the job's.
         let events = &pushed[id];
         let end = events
@@ -342,9 +346,12 @@ async fn a_pods_end_is_pushed_while_its_jobs_status_stands_still() {
         }
         let id = server.submit(input(&env, json!({"backoffLimit": 1}))).await;
         let running = server
-            .job_until(&id, "phase attempts { state pod }", "its first attempt runs", |job| {
-                job["phase"] == "RUNNING" && job["attempts"][0]["state"] == "RUNNING"
-            })
+            .job_until(
+                &id,
+                "phase attempts { state pod }",
+                "its first attempt runs",
+                |job| job["phase"] == "RUNNING" && job["attempts"][0]["state"] == "RUNNING",
+            )
             .await;
         let pod = running["attempts"][0]["pod"].as_str().unwrap().to_owned();
         let sim = cluster.emu().simulation();
