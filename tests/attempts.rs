@@ -226,13 +226,17 @@ async fn three_attempts_read_back_after_a_kill_9(args: &[&str]) {
     server.kill9();
     let server = server.start_again(args).await;
     let again = server.job_with(&id, ATTEMPTS).await;
-    assert_eq!(again["attempts"], job["attempts"], "the same attempts, logs included");
-    let first_end = events
-        .iter()
-        .position(|e| e.reason == "AttemptFailed")
-        .unwrap();
+    assert_eq!(
+        again["attempts"], job["attempts"],
+        "the same attempts, logs included"
+    );
+    let first_end = events.iter().position(|e| e.reason == "AttemptFailed").unwrap();
     let resumed = events_after(&server, &id, &events[first_end].cursor).await;
-    assert_eq!(resumed, events[first_end + 1..], "the events after that cursor, as they were");
+    assert_eq!(
+        resumed,
+        events[first_end + 1..],
+        "the events after that cursor, as they were"
+    );
 }
 
 #[tokio::test]

@@ -183,10 +183,13 @@ impl Pushes {
 
 /// How a case's first pod fails.
 enum Failure {
-    /// Scripted through the job's environment (`EMULATOR_*_ATTEMPTS` = 1).
+    /// Scripted through the job's environment (`EMULATOR_*_ATTEMPTS` = 1): the kubelet ends
+    /// it at once.
     Scripted(&'static str),
-    /// `kubectl drain`'s Eviction API, called on its running pod (gated).
+    /// `kubectl drain`'s Eviction API, called on its running pod.
     EvictionApi,
+    /// The scheduler preempts its running pod.
+    Preemption,
 }
 
 /// One cause of a pod's failure, as its attempt must show it.
@@ -197,8 +200,6 @@ struct CauseCase {
     /// The container's exit code: a stop by SIGTERM is 143, or 137 when the grace period
     /// ends first (the real-cluster profile's containers ignore SIGTERM).
     exit_codes: &'static [i64],
-    /// Retried (and then succeeding), or failing the job at once.
-    backoff_limit: i64,
 }
 
 const CAUSES: [CauseCase; 4] = [
@@ -207,35 +208,31 @@ const CAUSES: [CauseCase; 4] = [
         cause: "OOM_KILLED",
         reason: "OOMKilled",
         exit_codes: &[137],
-        backoff_limit: 1,
     },
     CauseCase {
         failure: Failure::Scripted("EMULATOR_EVICT_ATTEMPTS"),
         cause: "EVICTED",
         reason: "TerminationByKubelet",
         exit_codes: &[137],
-        backoff_limit: 1,
-    },
-    CauseCase {
-        failure: Failure::Scripted("EMULATOR_PREEMPT_ATTEMPTS"),
-        cause: "PREEMPTED",
-        reason: "PreemptionByScheduler",
-        exit_codes: &[143, 137],
-        backoff_limit: 1,
     },
     CauseCase {
         failure: Failure::EvictionApi,
         cause: "EVICTED",
         reason: "EvictionByEvictionAPI",
         exit_codes: &[143, 137],
-        backoff_limit: 0,
+    },
+    CauseCase {
+        failure: Failure::Preemption,
+        cause: "PREEMPTED",
+        reason: "PreemptionByScheduler",
+        exit_codes: &[143, 137],
     },
 ];
 
 #[tokio::test]
 async fn a_pod_oom_killed_evicted_or_preempted_is_an_attempt_failed_for_that_cause() {
     let Some(cluster) = Cluster::emulated(
-        "it scripts its pods through EMULATOR_OOM_ATTEMPTS, EMULATOR_EVICT_ATTEMPTS, EMULATOR_PREEMPT_ATTEMPTS, EMULATOR_GATE, and calls the emulator's Eviction API",
+        "it scripts its pods through EMULATOR_OOM_ATTEMPTS, EMULATOR_EVICT_ATTEMPTS, EMULATOR_GATE, and evicts and preempts pods",
     )
     .await
     else {
@@ -243,38 +240,55 @@ async fn a_pod_oom_killed_evicted_or_preempted_is_an_attempt_failed_for_that_cau
     };
     let server = cluster.jobgate(&[]).await;
     let mut pushes = Pushes::live(&server).await;
-    let mut ids = Vec::new();
     for (n, case) in CAUSES.iter().enumerate() {
-        let gate = format!("never-opened-{n}");
+        // A pod stopped by a graceful delete is held at a gate, and its replacement after it
+        // until the stopped pod's end is seen: the job must not end before it.
+        let gate = format!("after-{n}");
         let env = match case.failure {
             Failure::Scripted(var) => vec![(var, "1")],
-            Failure::EvictionApi => vec![("EMULATOR_GATE", gate.as_str())],
+            Failure::EvictionApi | Failure::Preemption => vec![("EMULATOR_GATE", gate.as_str())],
         };
-        ids.push(
-            server
-                .submit(input(&env, json!({"backoffLimit": case.backoff_limit})))
-                .await,
-        );
-    }
-    for (case, id) in CAUSES.iter().zip(&ids) {
-        if let Failure::EvictionApi = case.failure {
+        let id = server.submit(input(&env, json!({"backoffLimit": 1}))).await;
+        if let Failure::EvictionApi | Failure::Preemption = case.failure {
             let running = |p: &k8s_openapi::api::core::v1::Pod| {
                 p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
             };
             cluster
                 .until("its pod runs", || async {
-                    cluster.pods_of(id).await.iter().any(running)
+                    cluster.pods_of(&id).await.iter().any(running)
                 })
                 .await;
-            let pod = cluster.pods_of(id).await.into_iter().find(running).unwrap();
+            let pod = cluster.pods_of(&id).await.into_iter().find(running).unwrap();
             let name = pod.metadata.name.unwrap();
-            cluster.emu().evict_pod(cluster.namespace(), &name).unwrap();
+            match case.failure {
+                Failure::Preemption => cluster.emu().preempt_pod(cluster.namespace(), &name),
+                _ => cluster.emu().evict_pod(cluster.namespace(), &name),
+            }
+            .unwrap();
         }
-    }
-    let pushed = pushes.until_terminal(&ids.iter().cloned().collect()).await;
-    for (case, id) in CAUSES.iter().zip(&ids) {
-        let job = server.job_with(id, ATTEMPTS).await;
+        // Its end is pushed, naming the pod, its exit code and its cause, before the job's.
+        let (message, pushed) = loop {
+            let (job, phase, reason, message, attempts) = pushes.next().await;
+            if job == id && reason == "AttemptFailed" {
+                assert_eq!(phase, "RUNNING", "{message}");
+                break (message, attempts);
+            }
+        };
+        cluster.emu().simulation().open_gate(&gate);
+        let rest = pushes
+            .until_terminal(&BTreeSet::from([id.clone()]))
+            .await
+            .remove(&id)
+            .unwrap();
+        assert_eq!(
+            rest.last().unwrap().1,
+            "SUCCEEDED",
+            "the retry succeeds: {rest:?}"
+        );
+
+        let job = server.job_with(&id, ATTEMPTS).await;
         let attempts = job["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 2, "{job}");
         let attempt = &attempts[0];
         let pod = attempt["pod"].as_str().expect("its pod");
         assert!(pod.starts_with(&format!("jobgate-{id}-")), "{attempt}");
@@ -285,27 +299,14 @@ async fn a_pod_oom_killed_evicted_or_preempted_is_an_attempt_failed_for_that_cau
         let code = attempt["exitCode"].as_i64().expect("an exit code");
         assert!(case.exit_codes.contains(&code), "{attempt}");
         assert!(attempt["finishedAt"].is_string(), "{attempt}");
-        let expected = match case.backoff_limit {
-            0 => ("FAILED", 1),
-            _ => ("SUCCEEDED", 2),
-        };
-        assert_eq!((job["phase"].as_str().unwrap(), attempts.len()), expected, "{job}");
-        // Its end was pushed, naming the pod, its exit code and its cause, before the job's.
-        let events = &pushed[id];
-        let end = events
-            .iter()
-            .position(|e| e.2 == "AttemptFailed" && e.3.contains(pod))
-            .unwrap_or_else(|| panic!("no AttemptFailed pushed for {pod}: {events:?}"));
-        let message = &events[end].3;
+        assert_eq!(attempts[1]["state"], "SUCCEEDED", "{job}");
+        assert!(message.contains(pod), "{message}");
         assert!(
             message.contains(&format!("failed: exit code {code} ({})", case.cause)),
             "{message}"
         );
-        let pushed_attempt = &events[end].4[0];
-        assert_eq!(pushed_attempt["cause"], case.cause, "{:?}", events[end]);
-        assert_eq!(pushed_attempt["exitCode"], code, "{:?}", events[end]);
-        assert_eq!(events.last().unwrap().1, expected.0, "{events:?}");
-        assert!(end < events.len() - 1, "{events:?}");
+        assert_eq!(pushed[0]["cause"], case.cause, "{pushed}");
+        assert_eq!(pushed[0]["exitCode"], code, "{pushed}");
     }
 }
 
@@ -342,9 +343,12 @@ async fn a_pods_end_is_pushed_while_its_jobs_status_stands_still() {
         }
         let id = server.submit(input(&env, json!({"backoffLimit": 1}))).await;
         let running = server
-            .job_until(&id, "phase attempts { state pod }", "its first attempt runs", |job| {
-                job["phase"] == "RUNNING" && job["attempts"][0]["state"] == "RUNNING"
-            })
+            .job_until(
+                &id,
+                "phase attempts { state pod }",
+                "its first attempt runs",
+                |job| job["phase"] == "RUNNING" && job["attempts"][0]["state"] == "RUNNING",
+            )
             .await;
         let pod = running["attempts"][0]["pod"].as_str().unwrap().to_owned();
         let sim = cluster.emu().simulation();

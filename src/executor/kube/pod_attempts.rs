@@ -17,7 +17,10 @@ use crate::model::{AttemptState, FailureCause, JobAttempt, MAX_ATTEMPTS, Workloa
 /// [`deadline_passed`]) failed for that. At most [`MAX_ATTEMPTS`], as a job keeps: past
 /// that, the oldest ended ones are left out.
 pub(super) fn of_pods(pods: &[PodInfo], deadline: Option<DateTime<Utc>>) -> Vec<JobAttempt> {
-    let mut pods: Vec<&PodInfo> = pods.iter().filter(|p| p.started || p.phase.is_terminal()).collect();
+    let mut pods: Vec<&PodInfo> = pods
+        .iter()
+        .filter(|p| p.started || p.phase.is_terminal())
+        .collect();
     pods.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
     let mut attempts: Vec<JobAttempt> = pods.into_iter().map(|pod| attempt_of(pod, deadline)).collect();
     while attempts.len() > MAX_ATTEMPTS {

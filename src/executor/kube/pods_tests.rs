@@ -314,7 +314,12 @@ fn reported(book: &PodBook, deadline: Option<chrono::DateTime<chrono::Utc>>) -> 
     book.with_attempts("j1", deadline, |attempts| {
         attempts
             .iter()
-            .map(|a| (a.name.clone(), format!("{:?} {:?} {:?}", a.state, a.exit_code, a.cause)))
+            .map(|a| {
+                (
+                    a.name.clone(),
+                    format!("{:?} {:?} {:?}", a.state, a.exit_code, a.cause),
+                )
+            })
             .collect()
     })
 }
@@ -332,18 +337,34 @@ fn a_tracked_jobs_attempts_change_with_its_pods_alone() {
     );
     assert!(applied(pod("p1", "Running", running())), "it started");
     assert!(!applied(pod("p1", "Running", running())), "nothing new");
-    assert_eq!(reported(&book, None), [("p1".to_owned(), "Running None None".to_owned())]);
-    assert!(applied(pod("p1", "Failed", terminated(137, "OOMKilled", ""))), "it ended");
+    assert_eq!(
+        reported(&book, None),
+        [("p1".to_owned(), "Running None None".to_owned())]
+    );
+    assert!(
+        applied(pod("p1", "Failed", terminated(137, "OOMKilled", ""))),
+        "it ended"
+    );
     assert_eq!(
         reported(&book, None),
         [("p1".to_owned(), "Failed Some(137) Some(OomKilled)".to_owned())]
     );
     // The deadline a report's status gives stays for the next reports.
     let at = "2026-01-01T00:00:05Z".parse().unwrap();
-    book.apply("j1", PodEvent::Applied(pod("p2", "Failed", terminated(143, "Error", ""))), true);
+    book.apply(
+        "j1",
+        PodEvent::Applied(pod("p2", "Failed", terminated(143, "Error", ""))),
+        true,
+    );
     assert!(book.refresh_attempts("j1", true));
-    assert_eq!(reported(&book, Some(at))[1].1, "Failed Some(143) Some(DeadlineExceeded)");
-    assert_eq!(reported(&book, None)[1].1, "Failed Some(143) Some(DeadlineExceeded)");
+    assert_eq!(
+        reported(&book, Some(at))[1].1,
+        "Failed Some(143) Some(DeadlineExceeded)"
+    );
+    assert_eq!(
+        reported(&book, None)[1].1,
+        "Failed Some(143) Some(DeadlineExceeded)"
+    );
     // A job tracked elsewhere keeps none.
     assert!(!book.refresh_attempts("j1", false));
     assert!(!book.refresh_attempts("unknown", true));
@@ -355,12 +376,24 @@ fn a_jobs_attempts_are_bounded_as_the_job_keeps_them() {
     let total = crate::model::MAX_ATTEMPTS + 3;
     for n in 0..total {
         let name = format!("p{n:03}");
-        book.apply("j1", PodEvent::Applied(pod(&name, "Failed", terminated(1, "Error", ""))), true);
+        book.apply(
+            "j1",
+            PodEvent::Applied(pod(&name, "Failed", terminated(1, "Error", ""))),
+            true,
+        );
     }
     book.apply("j1", PodEvent::Applied(pod("p999", "Running", running())), true);
     book.refresh_attempts("j1", true);
     let names: Vec<String> = reported(&book, None).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names.len(), crate::model::MAX_ATTEMPTS);
-    assert_eq!(names.first().map(String::as_str), Some("p004"), "the oldest ended ones go");
-    assert_eq!(names.last().map(String::as_str), Some("p999"), "a running one stays");
+    assert_eq!(
+        names.first().map(String::as_str),
+        Some("p004"),
+        "the oldest ended ones go"
+    );
+    assert_eq!(
+        names.last().map(String::as_str),
+        Some("p999"),
+        "a running one stays"
+    );
 }

@@ -486,7 +486,12 @@ async fn a_paused_job_controller_syncs_nothing_until_resumed() {
     let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let running = |j: &Job| j.status.as_ref().and_then(|s| s.ready) == Some(1);
-    run_until(&jobs, job("first", json!({}), &[("EMULATOR_GATE", "end")]), running).await;
+    run_until(
+        &jobs,
+        job("first", json!({}), &[("EMULATOR_GATE", "end")]),
+        running,
+    )
+    .await;
     emulator.simulation().pause_job_controller();
     // The kubelet goes on: the running pod ends, and a pod of no Job runs to its end.
     emulator.simulation().open_gate("end");
@@ -501,7 +506,9 @@ async fn a_paused_job_controller_syncs_nothing_until_resumed() {
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]},
     }))
     .expect("a valid Pod");
-    pods.create(&PostParams::default(), &witness).await.expect("create pod");
+    pods.create(&PostParams::default(), &witness)
+        .await
+        .expect("create pod");
     let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
     let pods_ref = &pods;
     eventually("the kubelet ends both pods", || async move {
@@ -514,18 +521,32 @@ async fn a_paused_job_controller_syncs_nothing_until_resumed() {
     // Meanwhile the Job controller counted nothing and created nothing.
     let held = jobs.get("first").await.expect("the first job");
     let status = held.status.clone().unwrap_or_default();
-    assert_eq!(status.succeeded.unwrap_or(0), 0, "its pod's end is not counted: {status:?}");
+    assert_eq!(
+        status.succeeded.unwrap_or(0),
+        0,
+        "its pod's end is not counted: {status:?}"
+    );
     let uncounted = status.uncounted_terminated_pods.clone().unwrap_or_default();
     assert!(uncounted.succeeded.unwrap_or_default().is_empty(), "{status:?}");
     assert_eq!(status.active, Some(1), "{status:?}");
     assert!(!finished(&held));
-    assert!(pods_of(&pods, "second").await.is_empty(), "no pod for the new Job");
+    assert!(
+        pods_of(&pods, "second").await.is_empty(),
+        "no pod for the new Job"
+    );
     let unsynced = jobs.get("second").await.expect("the second job");
-    assert!(unsynced.status.as_ref().is_none_or(|s| s.start_time.is_none()), "{:?}", unsynced.status);
+    assert!(
+        unsynced.status.as_ref().is_none_or(|s| s.start_time.is_none()),
+        "{:?}",
+        unsynced.status
+    );
 
     emulator.simulation().resume_job_controller();
     let rv = held.metadata.resource_version.clone().unwrap_or_default();
-    let last = follow_from(&jobs, "first", &rv, held, finished).await.pop().expect("its end");
+    let last = follow_from(&jobs, "first", &rv, held, finished)
+        .await
+        .pop()
+        .expect("its end");
     assert!(has(&last, "Complete"), "{:?}", last.status);
     let rv = second.metadata.resource_version.clone().unwrap_or_default();
     let last = follow_from(&jobs, "second", &rv, second, finished)
