@@ -59,13 +59,10 @@ impl JobService {
         // No range: the attempt wrote nothing, or its lines are in an archive that holds no
         // ranges. Its lines, if any, are found by their source across the whole archive,
         // within the bound every page has.
-        let range = self
-            .attempt_log_range(&job, attempt)
-            .await?
-            .unwrap_or(LogRange {
-                first: 0,
-                last: i64::MAX - 1,
-            });
+        let range = self.attempt_log_range(&job, attempt).await?.unwrap_or(LogRange {
+            first: 0,
+            last: i64::MAX - 1,
+        });
         let mut next = after.map_or(0, |a| a.saturating_add(1)).max(range.first).max(0);
         let end = range.last.saturating_add(1);
         let first = first.clamp(1, MAX_LOG_PAGE_LINES);
