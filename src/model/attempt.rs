@@ -36,8 +36,9 @@ pub enum AttemptState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobAttempt {
-    /// The run's name, unique in its job: the pod's name on Kubernetes, `run-<n>` (the job's
-    /// n-th run) on the local executor. Its output's lines carry it as their `source`.
+    /// The run's name, unique in its job: the pod's name on Kubernetes, `index-<i>-run-<n>`
+    /// (index i's n-th run) on the local executor. Its output's lines carry it as their
+    /// `source`.
     pub name: String,
     /// The completion index it ran.
     pub index: i32,

@@ -95,7 +95,8 @@ pub struct RetryRuleInput {
 }
 
 /// The delay before a failed run is retried: `initialSeconds × factor^(n−1)` after the n-th
-/// failure, at most `maxSeconds`, less a random part of up to `jitter` (0 to 1) of it.
+/// failure (of its index, with `backoffLimitPerIndex`; of the job otherwise), at most
+/// `maxSeconds`, less a random part of up to `jitter` (0 to 1) of it.
 /// Omitted fields take the Job controller's values (10, 360, 2, 0). Local executor only: the
 /// Kubernetes Job controller's back-off is fixed.
 #[derive(InputObject, Clone, Debug, Default)]
