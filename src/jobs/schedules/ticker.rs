@@ -174,6 +174,29 @@ async fn active_runs(
     Ok(active)
 }
 
+/// Why the owner's rights now keep `schedule` from firing, if they do: the owner is gone, may
+/// no longer use the namespace, or (a JWT subject) its stored scope leaves the namespace out.
+fn owner_refusal(standing: OwnerStanding, schedule: &Schedule) -> Option<String> {
+    let ns = &schedule.namespace;
+    match standing {
+        OwnerStanding::Gone(why) => Some(format!("its owner can no longer submit jobs: {why}")),
+        OwnerStanding::Scope(scope) if !scope.allows(ns) => {
+            Some(format!("its owner may no longer use namespace {ns:?}"))
+        }
+        OwnerStanding::Unknown if !schedule.owner_scope.allows(ns) => {
+            let shown = schedule
+                .owner_scope
+                .list()
+                .map(|l| l.iter().map(String::as_str).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            Some(format!(
+                "its owner's tokens allow only namespaces [{shown}], not {ns:?}: a JWT subject's schedules keep the narrowest scope its tokens have shown"
+            ))
+        }
+        OwnerStanding::Scope(_) | OwnerStanding::Unknown => None,
+    }
+}
+
 /// Starts the run of `tick` as the owner's rights and the concurrency policy allow.
 async fn fire(
     service: &Schedules,
@@ -183,48 +206,15 @@ async fn fire(
 ) -> Result<(), ServiceError> {
     let inner = &service.inner;
     let ns = &schedule.namespace;
-    match inner.owners.standing(&schedule.owner) {
-        OwnerStanding::Gone(why) => {
-            let reason = format!("its owner can no longer submit jobs: {why}");
-            return skip(
-                service,
-                schedule,
-                tick,
-                format!("tick not started: {reason}"),
-                Some(&reason),
-            )
-            .await;
-        }
-        OwnerStanding::Scope(scope) if !scope.allows(ns) => {
-            let reason = format!("its owner may no longer use namespace {ns:?}");
-            return skip(
-                service,
-                schedule,
-                tick,
-                format!("tick not started: {reason}"),
-                Some(&reason),
-            )
-            .await;
-        }
-        OwnerStanding::Unknown if !schedule.owner_scope.allows(ns) => {
-            let shown = schedule
-                .owner_scope
-                .list()
-                .map(|l| l.iter().map(String::as_str).collect::<Vec<_>>().join(", "))
-                .unwrap_or_default();
-            let reason = format!(
-                "its owner's tokens allow only namespaces [{shown}], not {ns:?}: a JWT subject's schedules keep the narrowest scope its tokens have shown"
-            );
-            return skip(
-                service,
-                schedule,
-                tick,
-                format!("tick not started: {reason}"),
-                Some(&reason),
-            )
-            .await;
-        }
-        OwnerStanding::Scope(_) | OwnerStanding::Unknown => {}
+    if let Some(reason) = owner_refusal(inner.owners.standing(&schedule.owner), schedule) {
+        return skip(
+            service,
+            schedule,
+            tick,
+            format!("tick not started: {reason}"),
+            Some(&reason),
+        )
+        .await;
     }
     let key = tick_key(tick);
     let active = active_runs(service, schedule).await?;
