@@ -553,6 +553,10 @@ impl JobSubscription {
             desc = "A cursor from an earlier event; omit to start from now. One older than what retention (--retention-days) deleted answers CURSOR_EXPIRED, whose extensions give the oldest cursor and how to recover: read a jobStats snapshot and resume after its cursor. One past the newest event answers BAD_USER_INPUT."
         )]
         after: Option<String>,
+        #[graphql(
+            desc = "Only this job's events (NOT_FOUND for a job the caller cannot see); without `after`, from the job's latest event on. The subscription completes right after the job's terminal event, at once when `after` is at or past it."
+        )]
+        job_id: Option<ID>,
     ) -> async_graphql::Result<EventStream> {
         if let Some(feed) = ctx.data_opt::<RenderFeed>() {
             return Ok(rendered(feed));
@@ -565,6 +569,20 @@ impl JobSubscription {
         // Refused at once, as an `error` message, rather than as the stream's first item.
         if let Some(after) = after {
             service.check_resumable(scope, after).await.api()?;
+        }
+        if let Some(id) = job_id {
+            let Some((start, events)) = service.job_events(&id, filter, scope, after).await.api()? else {
+                return Err(error(Code::NotFound, format!("no job with id {:?}", id.as_str())));
+            };
+            let Some(tap) = ctx.data_opt::<Tap>() else {
+                return Ok(events
+                    .map(|r| r.map(|event| JobStatusEvent { event }).api())
+                    .boxed());
+            };
+            let delivery = tap.join(&scope.key());
+            delivery.resumable_after(start);
+            let keyed = events.map(|r| r.map(|event| ((event.seq, 0), event)));
+            return Ok(delivered(delivery, keyed, true));
         }
         let Some(tap) = ctx.data_opt::<Tap>() else {
             return Ok(service

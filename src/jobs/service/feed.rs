@@ -377,6 +377,51 @@ impl JobService {
         until_inclusive(events.boxed(), |r| r.is_err())
     }
 
+    /// One job's events after `after` (after its last event so far when `None`), then live
+    /// ones, in cursor order with no gap and no duplicate, as [`JobService::events`] would
+    /// give them for that job alone; the stream ends right after the job's terminal event (at
+    /// once when that is at or before the starting cursor) or an error. `None` for a job
+    /// `scope` may not see, as for one that does not exist. The cursor it starts after comes
+    /// with it, so a caller can say where the subscription resumes before anything arrives.
+    pub async fn job_events(
+        &self,
+        id: &str,
+        filter: JobFilter,
+        scope: &Scope,
+        after: Option<i64>,
+    ) -> Result<
+        Option<(
+            i64,
+            impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static,
+        )>,
+        ServiceError,
+    > {
+        // Taken before the job is read, so no event falls between the two.
+        let subscription = self.inner.bus.subscribe();
+        let Some(job) = self.job(id, scope).await? else {
+            return Ok(None);
+        };
+        let start = after.unwrap_or(job.last_event_seq);
+        let ended = job.phase.is_terminal() && job.last_event_seq <= start;
+        let events = self
+            .inner
+            .bus
+            .events_from(subscription, start, Some(id.to_owned()), scope.clone())
+            .map(|r| r.map_err(ServiceError::from));
+        let events = if ended { None } else { Some(events) };
+        let events = until_inclusive(stream::iter(events).flatten().boxed(), |r| {
+            r.as_ref().map(|e| e.phase.is_terminal()).unwrap_or(true)
+        })
+        .filter(move |r| {
+            let keep = match r {
+                Ok(e) => filter.matches(&e.job),
+                Err(_) => true,
+            };
+            async move { keep }
+        });
+        Ok(Some((start, events)))
+    }
+
     /// The job's status as it is now, then each change of its phase (not progress updates),
     /// ending right after a terminal phase or an error. `None` for a job `scope` may not see,
     /// as for one that does not exist.
