@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-import pytest
+from skips import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[3]
 _LISTENING = re.compile(r"listening on http://(127\.0\.0\.1:\d+)")
@@ -31,10 +31,7 @@ def binary() -> Path:
         target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
         path = (target if target.is_absolute() else REPO / target) / "debug" / "jobgate"
     if not path.is_file():
-        message = f"JOBGATE-TEST-SKIPPED: no jobgate binary at {path} (run `cargo build` or set JOBGATE_BIN)"
-        if os.environ.get("CI") in ("true", "1"):
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(f"no jobgate binary at {path} (run `cargo build` or set JOBGATE_BIN)")
     return path
 
 
