@@ -12,7 +12,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{GqlWs, Polling, Server, scrape, tenants_server, token_entry};
+use common::{GqlWs, Polling, Server, scrape, tenants_server, token_entry, wait_for_metric};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -25,19 +25,6 @@ fn sh(script: &str) -> Value {
 
 fn metric(metrics: &std::collections::HashMap<String, f64>, name: &str) -> f64 {
     metrics.get(name).copied().unwrap_or(0.0)
-}
-
-/// Waits until the server's metric `name` is `value`.
-async fn wait_for_metric(server: &Server, name: &str, value: f64) {
-    let poll = Polling::start();
-    loop {
-        let seen = metric(&scrape(server).await, name);
-        if seen == value {
-            return;
-        }
-        poll.pause(|| format!("{name} stayed at {seen}, not {value}"))
-            .await;
-    }
 }
 
 /// One `jobEvents` frame as a subscriber saw it.

@@ -595,3 +595,16 @@ pub async fn metrics_text(server: &Server) -> String {
 pub async fn scrape(server: &Server) -> HashMap<String, f64> {
     parse_metrics(&metrics_text(server).await)
 }
+
+/// Waits until the server's metric `name` (absent: 0) is `value`.
+pub async fn wait_for_metric(server: &Server, name: &str, value: f64) {
+    let poll = Polling::start();
+    loop {
+        let seen = scrape(server).await.get(name).copied().unwrap_or(0.0);
+        if seen == value {
+            return;
+        }
+        poll.pause(|| format!("{name} stayed at {seen}, not {value}"))
+            .await;
+    }
+}
