@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ._generated.fragments import JobFields
 
 
@@ -16,6 +14,10 @@ class ProgressBar:
     """Succeeded runs out of the job's completions, with its phase beside them."""
 
     def __init__(self, job: JobFields) -> None:
+        # Imported here, not with the package: in a Jupyter kernel without ipywidgets,
+        # importing tqdm.auto warns, and only ``wait(progress=True)`` draws a bar.
+        from tqdm.auto import tqdm
+
         total = job.progress.total if job.progress and job.progress.total else job.spec.completions
         self._bar: Any = tqdm(total=total, desc=job.name or job.id, unit="run", leave=True)
         self.update(job)
