@@ -57,6 +57,9 @@ async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
         input.insert("name".into(), json!(name));
     }
     job_input(&args.job, &mut input);
+    if let Some(key) = &args.idempotency_key {
+        input.insert("idempotencyKey".into(), json!(key));
+    }
     if !args.params.is_empty() {
         let params: Map<String, Value> = args
             .params
