@@ -28,7 +28,7 @@ const HISTORY: u32 = 100;
 
 pub async fn run(command: ClientCommand) -> Result<i32, CliError> {
     match command {
-        ClientCommand::Submit(args) => submit(args).await,
+        ClientCommand::Submit(args) => submit(*args).await,
         ClientCommand::Get(args) => get(args).await,
         ClientCommand::List(args) => list(args).await,
         ClientCommand::Watch(args) => watch(args).await,

@@ -30,16 +30,16 @@ pub struct JobFlags {
     #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
     pub args: Vec<String>,
     /// How many runs at once.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub parallelism: Option<i32>,
     /// How many successful runs complete the job.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub completions: Option<i32>,
     /// How many failed runs are retried before the job fails.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub backoff_limit: Option<i32>,
     /// Seconds from its start after which the job fails with `DeadlineExceeded`.
-    #[arg(long)]
+    #[arg(long, value_name = "SECONDS")]
     pub active_deadline_seconds: Option<i32>,
     /// The CPU each run requests, e.g. `500m` (Kubernetes executor).
     #[arg(long, value_name = "QUANTITY")]
@@ -57,7 +57,7 @@ pub struct JobFlags {
     #[arg(long = "service-account", value_name = "NAME")]
     pub service_account_name: Option<String>,
     /// Seconds after the job finishes before Kubernetes deletes its Job.
-    #[arg(long)]
+    #[arg(long, value_name = "SECONDS")]
     pub ttl_seconds_after_finished: Option<i32>,
     /// The id of a job that must succeed before this one starts; repeatable.
     #[arg(long = "depends-on", value_name = "ID")]

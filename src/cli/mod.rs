@@ -41,7 +41,7 @@ pub const EXIT_JOB_CANCELLED: i32 = 4;
 pub enum ClientCommand {
     /// Submit a job and print its id; with --wait, follow it to its end (exit status 0 when
     /// it SUCCEEDED, 3 when it FAILED, 4 when it was CANCELLED).
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// Show one job.
     Get(JobArgs),
     /// List jobs, newest first.
