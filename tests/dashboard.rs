@@ -5,7 +5,8 @@
 //! A file that needs more than jobgate's local executor gets it from its Rust test here:
 //! queue.test.mjs runs against the Kubernetes API emulator with its simulated Kueue, started in
 //! this process, and asks this test (through files, see `harness.mjs`'s `askTheRustTest`) for
-//! what only the emulator's handle can do.
+//! what only the emulator's handle can do; snippets.test.mjs runs against the emulator so that
+//! the submit form shows its Kubernetes fields.
 //!
 //! Chromium (`$CHROMIUM`, else `chromium` on `PATH`) is not on every developer's machine:
 //! without it (or without `web/node_modules`) these tests skip through the harness's one skip
@@ -201,6 +202,37 @@ async fn a_queued_jobs_detail_says_why_it_waits_and_when_it_is_admitted() {
         unknown.is_empty(),
         "web/e2e/{FILE} asked for {unknown:?}, which this test does not do"
     );
+    assert_passed(FILE, &output);
+    emu.shutdown().await;
+}
+
+/// snippets.test.mjs, against the emulator with the RayJob CRD (a template with parameters) and
+/// service account `trainer` allowed, so that the form has every field it can show. The file
+/// runs the command line the page shows with the jobgate binary of `$JOBGATE_BIN`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_call_and_command_line_under_the_form_submit_the_forms_job() {
+    const FILE: &str = "snippets.test.mjs";
+    let Some(mut command) = e2e_command(FILE) else {
+        return;
+    };
+    let emu = Emulator::start().await.expect("emulator");
+    emu.register_workload_crds(&["RayJob"]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    emu.write_kubeconfig(&kubeconfig, "default").unwrap();
+    let extra = serde_json::json!([
+        "--executor",
+        "kubernetes",
+        "--kubeconfig",
+        kubeconfig,
+        "--service-accounts",
+        "trainer"
+    ]);
+    command.env("JOBGATE_EXTRA_ARGS", extra.to_string());
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("running node");
     assert_passed(FILE, &output);
     emu.shutdown().await;
 }

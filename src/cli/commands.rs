@@ -28,7 +28,7 @@ const HISTORY: u32 = 100;
 
 pub async fn run(command: ClientCommand) -> Result<i32, CliError> {
     match command {
-        ClientCommand::Submit(args) => submit(args).await,
+        ClientCommand::Submit(args) => submit(*args).await,
         ClientCommand::Get(args) => get(args).await,
         ClientCommand::List(args) => list(args).await,
         ClientCommand::Watch(args) => watch(args).await,
@@ -57,6 +57,9 @@ async fn submit(args: SubmitArgs) -> Result<i32, CliError> {
         input.insert("name".into(), json!(name));
     }
     job_input(&args.job, &mut input);
+    if let Some(key) = &args.idempotency_key {
+        input.insert("idempotencyKey".into(), json!(key));
+    }
     if !args.params.is_empty() {
         let params: Map<String, Value> = args
             .params

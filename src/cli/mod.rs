@@ -41,7 +41,7 @@ pub const EXIT_JOB_CANCELLED: i32 = 4;
 pub enum ClientCommand {
     /// Submit a job and print its id; with --wait, follow it to its end (exit status 0 when
     /// it SUCCEEDED, 3 when it FAILED, 4 when it was CANCELLED).
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// Show one job.
     Get(JobArgs),
     /// List jobs, newest first.
@@ -119,6 +119,10 @@ pub struct SubmitArgs {
     /// `true`, `["a"]`, `"3"`) is sent as that JSON, any other as a string.
     #[arg(long = "param", value_name = "KEY=VALUE", value_parser = key_value)]
     pub params: Vec<(String, String)>,
+    /// Submitting again with the same key and the same job returns the first job instead of
+    /// starting another (a schedule's jobs take none: each tick has its own).
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
     /// Follow the job until it ends; the exit status says how it ended.
     #[arg(long)]
     pub wait: bool,

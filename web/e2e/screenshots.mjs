@@ -102,6 +102,20 @@ await shot('submit', '/#/submit', {
     await page.locator('#field-name').scrollIntoViewIfNeeded();
   },
 });
+await shot('submit-code', '/#/submit', {
+  ready: async (page) => {
+    const form = page.getByRole('form', { name: 'Submit a job' });
+    await form.locator('[name="name"]').fill('train');
+    await form.locator('[name="command"]').fill('python\ntrain.py\n--note\nfirst "real" run');
+    await form.getByRole('button', { name: 'Add variable' }).click();
+    await form.getByLabel('Variable 1 name').fill('EPOCHS');
+    await form.getByLabel('Variable 1 value').fill('3');
+    await form.locator('[name="parallelism"]').fill('2');
+    await form.locator('[name="completions"]').fill('4');
+    await page.getByRole('heading', { name: 'The same job from code' }).scrollIntoViewIfNeeded();
+    await page.getByRole('heading', { name: 'The same job from code' }).evaluate((h) => h.scrollIntoView({ block: 'start' }));
+  },
+});
 await shot('attempts', `/#/jobs/${ids.flaky}`, {
   ready: async (page) => {
     await page.getByRole('button', { name: 'Show log of attempt #1' }).click();

@@ -2,13 +2,16 @@
 // fields it uses (with labels, defaults, limits and choices) and a JSON Schema for its
 // `parameters`. The server validates; its BAD_USER_INPUT errors name the field, and the form
 // shows each next to its control. One idempotency key per form makes a retried submission
-// (after a network error, say) return the same job instead of starting a second one.
+// (after a network error, say) return the same job instead of starting a second one. Under
+// the form, the Python call and the command line that submit the same job, rendered from the
+// input the form sends (`formInput`), as the user edits it.
 
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 
 import { randomId } from './api.js';
 import { navigate } from './nav.js';
 import { FROM_QUERY, SUBMIT_MUTATION, TEMPLATES_QUERY } from './documents.js';
+import { Equivalents } from './equivalents.jsx';
 
 /** The form's text for a field's value (numbers and lists are edited as text). */
 function toText(field, value) {
@@ -79,6 +82,22 @@ class FieldError extends Error {
   }
 }
 
+/**
+ * The SubmitJobInput the form's values make, without its idempotency key: what Submit sends
+ * and what the Python and command-line calls under the form say. Throws a FieldError for a
+ * value that cannot be sent. Parameters left empty are left out, as for any other field (the
+ * server reads none as `{}`).
+ */
+function formInput(template, values, params) {
+  const input = { template: template.name };
+  for (const field of template.fields) {
+    const value = fromText(field, values[field.name] ?? toText(field, null));
+    if (value !== undefined) input[field.name] = value;
+  }
+  if (template.parameterSchema && Object.keys(params).length) input.parameters = params;
+  return input;
+}
+
 /** The form field a server error's `extensions.field` (e.g. `input.env[1].name`) belongs to. */
 function fieldOf(path) {
   if (!path) return null;
@@ -137,13 +156,9 @@ export function SubmitForm({ api, from }) {
     if (busy || !template) return;
     setErrors({});
     setFormError(null);
-    const input = { template: template.name, idempotencyKey: idempotencyKey.current };
+    let input;
     try {
-      for (const field of template.fields) {
-        const value = fromText(field, values[field.name]);
-        if (value !== undefined) input[field.name] = value;
-      }
-      if (template.parameterSchema) input.parameters = params;
+      input = { ...formInput(template, values, params), idempotencyKey: idempotencyKey.current };
     } catch (error) {
       if (error instanceof FieldError) {
         setErrors({ [error.field]: error.message });
@@ -243,8 +258,20 @@ export function SubmitForm({ api, from }) {
           <a href="#/">Cancel</a>
         </div>
       </form>
+      {template && <Equivalents {...sendable(template, values, params)} />}
     </section>
   );
+}
+
+/** `{input}` for the form's values, or `{problem}`: why they cannot be sent as they are. */
+function sendable(template, values, params) {
+  try {
+    return { input: formInput(template, values, params) };
+  } catch (error) {
+    if (!(error instanceof FieldError)) throw error;
+    const field = template.fields.find((f) => f.name === error.field);
+    return { problem: `${field?.label || error.field} ${error.message}.` };
+  }
 }
 
 function describedBy(name, error) {
