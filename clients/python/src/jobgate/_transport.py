@@ -121,7 +121,7 @@ class Transport:
         except httpx.TimeoutException as e:
             raise errors.ConnectionFailed(f"no answer from {self.url} in time: {e}") from e
         except httpx.TransportError as e:
-            raise errors.ConnectionFailed(f"cannot reach {self.url}: {e}") from e
+            raise _unreachable(self.url, e) from e
         try:
             body = response.json()
         except ValueError:
@@ -183,7 +183,7 @@ class Transport:
                 raise errors.ConnectionFailed(f"{self.ws_url} answered HTTP {status}") from e
             raise errors.JobgateError(f"{self.ws_url} refused the WebSocket: HTTP {status}") from e
         except (OSError, InvalidHandshake, TimeoutError) as e:
-            raise errors.ConnectionFailed(f"cannot reach {self.ws_url}: {e}") from e
+            raise _unreachable(self.ws_url, e) from e
 
     async def _await_ack(self, ws: ClientConnection) -> None:
         async for raw in ws:
@@ -214,6 +214,28 @@ class Transport:
             elif kind == "complete":
                 return
         raise _closed_without_frame(ws)
+
+
+def _unreachable(url: str, e: BaseException) -> errors.JobgateError:
+    """ConnectionFailed for a connection that could not be made. A certificate the client
+    does not trust is no passing failure: it is not retried, and says so."""
+    cause: Optional[BaseException] = e
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            break
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    else:
+        cause = None
+    if cause is None:
+        return errors.ConnectionFailed(f"cannot reach {url}: {e}")
+    failed = errors.ConnectionFailed(
+        f"cannot reach {url}: certificate verification failed ({cause}); pass the server's "
+        "CA bundle as verify="
+    )
+    failed.transient = False
+    return failed
 
 
 def _closed_without_frame(ws: ClientConnection) -> errors.JobgateError:

@@ -13,7 +13,9 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Optional, TypeVar, Union, get_args
+
+from pydantic import BaseModel
 
 from . import errors
 from ._generated.client import Operations
@@ -52,19 +54,48 @@ def job_input(fields: Mapping[str, Any]) -> SubmitJobInput:
     env = values.get("env")
     if isinstance(env, Mapping):
         values["env"] = [EnvVarInput(name=str(k), value=str(v)) for k, v in env.items()]
-    known = set(SubmitJobInput.model_fields) | {
-        f.alias for f in SubmitJobInput.model_fields.values() if f.alias
-    }
-    unknown = sorted(k for k in values if k not in known)
+    unknown = _unknown_fields(SubmitJobInput, values, "")
     if unknown:
         raise errors.BadUserInput(
             f"submit takes no field {', '.join(unknown)}: it takes the fields of SubmitJobInput "
-            f"({', '.join(sorted(SubmitJobInput.model_fields))})"
+            f"({', '.join(sorted(SubmitJobInput.model_fields))})",
+            extensions={"code": errors.BadUserInput.code, "field": unknown[0]},
         )
     try:
         return SubmitJobInput.model_validate(values)
     except ValueError as e:
         raise errors.BadUserInput(f"the job's fields do not fit SubmitJobInput: {e}") from e
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The input models a field's type holds (``Optional[X]``, ``list[X]`` …)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _unknown_fields(model: type[BaseModel], value: Any, path: str) -> list[str]:
+    """The keys of ``value``, at any depth, that name no field of ``model`` (by its
+    snake_case or GraphQL name). Pydantic would drop them silently, and a misspelt
+    ``retry_policy`` or ``resources`` key would submit a job without what it meant."""
+    if not isinstance(value, Mapping):
+        return []
+    fields = dict(model.model_fields)
+    fields.update({f.alias: f for f in model.model_fields.values() if f.alias})
+    found: list[str] = []
+    for key, item in value.items():
+        where = f"{path}.{key}" if path else str(key)
+        field = fields.get(key)
+        if field is None:
+            found.append(where)
+            continue
+        for inner in _models_in(field.annotation):
+            if isinstance(item, (list, tuple)):
+                for i, one in enumerate(item):
+                    found.extend(_unknown_fields(inner, one, f"{where}[{i}]"))
+            else:
+                found.extend(_unknown_fields(inner, item, where))
+    return sorted(found)
 
 
 def _keyed(model: SubmitJobInput) -> SubmitJobInput:
@@ -140,8 +171,12 @@ class AsyncClient:
             except errors.JobgateError as e:
                 if not e.transient or attempt == self.retries:
                     raise
-                wait = e.retry_after if isinstance(e, errors.RateLimited) and e.retry_after else delay
-                await asyncio.sleep(wait * (0.5 + random.random()))
+                if isinstance(e, errors.RateLimited) and e.retry_after:
+                    # Never before the server said: an earlier try is refused again and
+                    # spends a retry for nothing.
+                    await asyncio.sleep(e.retry_after * (1 + 0.5 * random.random()))
+                else:
+                    await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
 
