@@ -55,11 +55,12 @@ class Relay:
     _server: Optional[asyncio.Server] = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
+    _port: int = 0
+
     @property
     def url(self) -> str:
-        assert self._server is not None, "the relay has not started"
-        port = self._server.sockets[0].getsockname()[1]
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
+        assert self._port, "the relay has not started"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self._port}"
 
     def operations(self) -> list[Optional[str]]:
         """The GraphQL operation names of the requests so far, in order."""
@@ -67,6 +68,7 @@ class Relay:
 
     async def __aenter__(self) -> Relay:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        self._port = self._server.sockets[0].getsockname()[1]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
