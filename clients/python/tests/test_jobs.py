@@ -175,17 +175,30 @@ async def test_submit_many_splits_more_than_a_thousand_over_calls(server: Server
         blocker = await sleeper(api, ns)
         try:
             relay.requests.clear()
-            jobs = await api.submit_many(
+            inputs: list[dict[str, Any]] = [
                 {"name": f"bulk-{i}", "namespace": ns, "command": ["true"], "depends_on": [blocker.id]}
-                for i in range(1001)
-            )
+                for i in range(1002)
+            ]
+            # One refused in the second call: its index is the input's, not the call's.
+            inputs[1001]["parallelism"] = 0
+            with pytest.raises(jobgate.SubmitManyError) as raised:
+                await api.submit_many(iter(inputs))
             assert relay.operations() == ["SubmitJobs", "SubmitJobs"]
             sizes = [len(r.json["variables"]["inputs"]) for r in relay.requests]
-            assert sizes == [1000, 1]
-            assert [job.name for job in jobs] == [f"bulk-{i}" for i in range(1001)]
-            assert len({job.id for job in jobs}) == 1001
+            assert sizes == [1000, 2]
+            refused = raised.value.refused
+            assert list(refused) == [1001]
+            # Named by its place in the caller's list, not in the second call's.
+            assert isinstance(refused[1001], jobgate.BadUserInput)
+            assert refused[1001].field == "inputs[1001].parallelism"
+            assert refused[1001].message == "inputs[1001].parallelism: must be at least 1, got 0"
+            jobs = raised.value.jobs
+            assert len(jobs) == 1002 and jobs[1001] is None
+            accepted = [job for job in jobs if job is not None]
+            assert [job.name for job in accepted] == [f"bulk-{i}" for i in range(1001)]
+            assert len({job.id for job in accepted}) == 1001
             listed = await api.list(namespace=ns, page_size=500)
-            assert {job.id for job in listed} == {blocker.id, *(job.id for job in jobs)}
+            assert {job.id for job in listed} == {blocker.id, *(job.id for job in accepted)}
         finally:
             await api.cancel(blocker.id)
 

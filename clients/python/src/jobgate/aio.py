@@ -201,8 +201,15 @@ class AsyncClient:
             payload = await self._retrying(lambda: self._ops.submit_jobs(inputs=batch))
             jobs.extend(payload.submit_jobs.jobs)
             for e in payload.submit_jobs.errors:
+                # The server numbers the inputs of its own call; the caller's list is longer.
+                ours = (f"inputs[{e.index}]", f"inputs[{start + e.index}]")
+                message, field = e.message, e.field
+                if message.startswith(ours[0]):
+                    message = ours[1] + message[len(ours[0]) :]
+                if field is not None and field.startswith(ours[0]):
+                    field = ours[1] + field[len(ours[0]) :]
                 refused[start + e.index] = errors.error_from_graphql(
-                    {"message": e.message, "extensions": {"code": e.code, "field": e.field}}
+                    {"message": message, "extensions": {"code": e.code, "field": field}}
                 )
         if refused:
             raise SubmitManyError(jobs, refused)
