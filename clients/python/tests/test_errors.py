@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import jobgate
-from clients import KINDS, PATIENCE, Api, wait_phase
+from clients import KINDS, PATIENCE, Api
 from jobgate import JobPhase
 from jobgate._transport import Transport
 from relay import Action, Relay, Request
@@ -117,7 +117,14 @@ MISSING = "missing credentials: send `Authorization: Bearer <token>`"
 INVALID = "invalid credentials"
 
 
+@pytest.fixture
+def no_token_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client given no token takes ``JOBGATE_TOKEN``: these tests mean none at all."""
+    monkeypatch.delenv("JOBGATE_TOKEN", raising=False)
+
+
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.usefixtures("no_token_in_the_environment")
 async def test_unauthenticated_without_or_with_a_wrong_token(start_server: StartServer, kind: str) -> None:
     server = start_server("--api-token", "the-right-token")
     for token, message in [(None, MISSING), ("a-wrong-token", INVALID)]:
@@ -132,6 +139,7 @@ async def test_unauthenticated_without_or_with_a_wrong_token(start_server: Start
         assert (await api.wait(job.id)).phase == JobPhase.SUCCEEDED
 
 
+@pytest.mark.usefixtures("no_token_in_the_environment")
 async def test_unauthenticated_subscriptions_raise_rather_than_reconnect(
     start_server: StartServer, tmp_path: Path
 ) -> None:

@@ -62,7 +62,7 @@ def certificates(tmp_path: Path) -> Iterator[Certificates]:
         "-subj", "/CN=jobgate test CA",
         "-addext", "basicConstraints=critical,CA:TRUE",
         "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
+    )
     run("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
     (tmp_path / "server.ext").write_text(
         "subjectAltName = IP:127.0.0.1\n"
@@ -75,7 +75,7 @@ def certificates(tmp_path: Path) -> Iterator[Certificates]:
     run(
         "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
         "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
-    )  # fmt: skip
+    )
     yield Certificates(tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key")
 
 
