@@ -229,6 +229,35 @@ async def test_rate_limited_is_retried_after_the_time_the_server_gives(
         assert job.name == "after-waiting"
 
 
+async def test_a_rate_limited_subscription_resumes_after_the_time_the_server_gives(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 6 subscriptions a minute: one more every 10 s once six have spent the bucket.
+    server = start_server("--subscriptions-per-minute", "6")
+    async with jobgate.AsyncClient(server.url, reconnect_timeout=0) as spender:
+        job = await spender.submit(command=["true"])
+        start = job.last_event_cursor
+        assert (await spender.wait(job.id, timeout=PATIENCE)).phase == JobPhase.SUCCEEDED
+        with pytest.raises(jobgate.RateLimited) as raised:
+            for _ in range(7):
+                assert [e.phase async for e in spender.watch(job.id, after=start)][-1] == JobPhase.SUCCEEDED
+    assert raised.value.retry_after == 10
+    assert raised.value.message == "too many subscriptions: retry in 10 s"
+
+    monkeypatch.setattr(random, "random", lambda: 0.0)
+    async with Relay(server.address or "") as relay, jobgate.AsyncClient(relay.url) as client:
+        phases = await asyncio.wait_for(_phases(client.watch(job.id, after=start)), PATIENCE)
+    assert phases[-1] == JobPhase.SUCCEEDED
+    # Refused once, then opened again once the server's 10 s had passed, not every
+    # back-off step (0.05 s, doubling to 2 s) in between.
+    upgrades = [r for r in relay.requests if r.headers.get("upgrade", "").lower() == "websocket"]
+    assert len(upgrades) == 2
+
+
+async def _phases(events: Any) -> list[JobPhase]:
+    return [event.phase async for event in events]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_quota_exceeded(start_server: StartServer, kind: str) -> None:
     server = start_server("--max-active-jobs-per-namespace", "1")

@@ -107,6 +107,14 @@ def _keyed(model: SubmitJobInput) -> SubmitJobInput:
     return model
 
 
+def _pause(e: errors.JobgateError, backoff: float) -> float:
+    """Seconds to wait before trying again after ``e``: the back-off, jittered, but never
+    less than the ``retry_after`` a refusal gave, since a try before it is refused again."""
+    if isinstance(e, errors.RateLimited) and e.retry_after:
+        return e.retry_after * (1 + 0.5 * random.random())
+    return backoff * (0.5 + random.random())
+
+
 class SubmitManyError(errors.JobgateError):
     """Some inputs of ``submit_many`` were refused; the others were accepted.
 
@@ -171,12 +179,7 @@ class AsyncClient:
             except errors.JobgateError as e:
                 if not e.transient or attempt == self.retries:
                     raise
-                if isinstance(e, errors.RateLimited) and e.retry_after:
-                    # Never before the server said: an earlier try is refused again and
-                    # spends a retry for nothing.
-                    await asyncio.sleep(e.retry_after * (1 + 0.5 * random.random()))
-                else:
-                    await asyncio.sleep(delay * (0.5 + random.random()))
+                await asyncio.sleep(_pause(e, delay))
                 delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
 
@@ -374,5 +377,5 @@ class AsyncClient:
                 failing_since = failing_since or now
                 if now - failing_since >= self.reconnect_timeout:
                     raise
-                await asyncio.sleep(delay * (0.5 + random.random()))
+                await asyncio.sleep(_pause(e, delay))
                 delay = min(delay * 2, 2.0)
