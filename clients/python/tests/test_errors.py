@@ -254,6 +254,29 @@ async def test_a_rate_limited_subscription_resumes_after_the_time_the_server_giv
     assert len(upgrades) == 2
 
 
+async def test_a_subscription_refused_for_too_many_connections_reconnects_after_the_time_given(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 6 WebSocket connections a minute; a seventh is closed with 1013 and when to retry.
+    server = start_server("--connections-per-minute", "6")
+    async with jobgate.AsyncClient(server.url, reconnect_timeout=0) as spender:
+        job = await spender.submit(command=["true"])
+        start = job.last_event_cursor
+        assert (await spender.wait(job.id, timeout=PATIENCE)).phase == JobPhase.SUCCEEDED
+        with pytest.raises(jobgate.RateLimited) as raised:
+            for _ in range(7):
+                assert (await _phases(spender.watch(job.id, after=start)))[-1] == JobPhase.SUCCEEDED
+    assert raised.value.message == "too many connections: retry in 10 s"
+    assert raised.value.retry_after == 10
+
+    monkeypatch.setattr(random, "random", lambda: 0.0)
+    async with Relay(server.address or "") as relay, jobgate.AsyncClient(relay.url) as client:
+        phases = await asyncio.wait_for(_phases(client.watch(job.id, after=start)), PATIENCE)
+    assert phases[-1] == JobPhase.SUCCEEDED
+    upgrades = [r for r in relay.requests if r.headers.get("upgrade", "").lower() == "websocket"]
+    assert len(upgrades) == 2
+
+
 async def _phases(events: Any) -> list[JobPhase]:
     return [event.phase async for event in events]
 

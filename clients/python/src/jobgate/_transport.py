@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Optional, Union
@@ -254,7 +255,10 @@ def _closed(e: ConnectionClosed) -> errors.JobgateError:
     if code == 4403:
         return errors.Unauthenticated(reason or "the server refused the token")
     if code == 1013:
-        return errors.RateLimited(reason or "too many connections")
+        # "too many connections: retry in N s": the wait is only in the words.
+        wait = re.search(r"retry in (\d+) s", reason)
+        extensions = {"code": errors.RateLimited.code, "retryAfterSeconds": int(wait[1])} if wait else None
+        return errors.RateLimited(reason or "too many connections", extensions=extensions)
     if code in _PERMANENT:
         return errors.JobgateError(f"the server closed the subscription ({code}): {reason}")
     return errors.ConnectionFailed(f"the server closed the subscription ({code}): {reason}")
