@@ -5,6 +5,7 @@ user's script would run them, while the test's event loop stays free (for a rela
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any, Optional, Union
@@ -91,7 +92,7 @@ class Api:
                 except StopAsyncIteration:
                     break
         finally:
-            await getattr(jobs, "aclose")()
+            await jobs.aclose()
         return found
 
     def _sync_client(self) -> jobgate.Client:
@@ -111,9 +112,11 @@ async def wait_phase(url: str, id: str, phase: jobgate.JobPhase) -> jobgate.Job:
             job = await client.get(id)
             if job.phase == phase:
                 return job
-            async for event in client.watch(id, after=job.last_event_cursor):
-                if event.job.phase == phase:
-                    return event.job
-            raise AssertionError(f"job {id} ended without reaching {phase}: {event.job.phase}")
+            # Closed when left early, so its connection goes with it rather than at exit.
+            async with contextlib.aclosing(client.watch(id, after=job.last_event_cursor)) as events:
+                async for event in events:
+                    if event.job.phase == phase:
+                        return event.job
+            raise AssertionError(f"job {id} ended without reaching {phase}")
 
     return await asyncio.wait_for(reach(), PATIENCE)

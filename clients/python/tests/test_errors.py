@@ -10,6 +10,7 @@ server's operation through the client's own transport, the path every call takes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import sqlite3
@@ -49,7 +50,9 @@ def token_entry(name: str, token: str, extra: str) -> str:
     return f'[[token]]\nname = "{name}"\nsha256 = "{digest}"\n{extra}\n\n'
 
 
-def assert_error(error: jobgate.JobgateError, cls: type[jobgate.JobgateError], code: str, message: str) -> None:
+def assert_error(
+    error: jobgate.JobgateError, cls: type[jobgate.JobgateError], code: str, message: str
+) -> None:
     """The exception is exactly ``cls``, with ``code`` and the server's ``message``."""
     assert type(error) is cls, f"{type(error).__name__}: {error}"
     assert error.code == code
@@ -66,7 +69,12 @@ async def test_bad_user_input_names_the_field(server: Server, kind: str) -> None
     async with Api(kind, server.url) as api:
         with pytest.raises(jobgate.BadUserInput) as raised:
             await api.submit(command=["true"], parallelism=1000)
-    assert_error(raised.value, jobgate.BadUserInput, "BAD_USER_INPUT", "input.parallelism: must be at most 64, got 1000")
+    assert_error(
+        raised.value,
+        jobgate.BadUserInput,
+        "BAD_USER_INPUT",
+        "input.parallelism: must be at most 64, got 1000",
+    )
     assert raised.value.field == "input.parallelism"
 
 
@@ -173,7 +181,9 @@ async def test_unauthenticated_subscriptions_raise_rather_than_reconnect(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_forbidden_outside_the_tokens_namespaces(start_server: StartServer, tmp_path: Path, kind: str) -> None:
+async def test_forbidden_outside_the_tokens_namespaces(
+    start_server: StartServer, tmp_path: Path, kind: str
+) -> None:
     tokens = tokens_file(tmp_path / "tokens.toml", token_entry("ci", "ci-token", 'namespaces = ["team-a"]'))
     server = start_server("--api-tokens-file", str(tokens))
     async with Api(kind, server.url, token="ci-token") as api:
@@ -321,7 +331,10 @@ async def test_limit_exceeded(start_server: StartServer) -> None:
     finally:
         await transport.aclose()
     assert_error(
-        raised.value, jobgate.LimitExceeded, "LIMIT_EXCEEDED", "at most 100 webhooks per caller; delete one first"
+        raised.value,
+        jobgate.LimitExceeded,
+        "LIMIT_EXCEEDED",
+        "at most 100 webhooks per caller; delete one first",
     )
 
 
@@ -366,9 +379,10 @@ async def test_cursor_expired_with_the_oldest_cursor_to_resume_after(start_serve
         later = await client.submit(name="later", command=["true"])
 
         async def first_event_of_later() -> jobgate.StatusEvent:
-            async for event in client.watch(after=oldest):
-                if event.job.id == later.id:
-                    return event
+            async with contextlib.aclosing(client.watch(after=oldest)) as events:
+                async for event in events:
+                    if event.job.id == later.id:
+                        return event
             raise AssertionError("the stream ended")
 
         event = await asyncio.wait_for(first_event_of_later(), PATIENCE)
@@ -383,7 +397,9 @@ async def test_unavailable_template_on_this_executor(server: Server, kind: str) 
     # UNAVAILABLE is transient: with retries the client would try again; without, it surfaces.
     async with Api(kind, server.url, retries=0) as api:
         with pytest.raises(jobgate.Unavailable) as raised:
-            await api.submit(template="argo-workflow", image="busybox:1.36", command=["true"], namespace=namespace())
+            await api.submit(
+                template="argo-workflow", image="busybox:1.36", command=["true"], namespace=namespace()
+            )
     assert_error(
         raised.value,
         jobgate.Unavailable,
@@ -463,7 +479,7 @@ async def test_data_loss_for_a_row_that_cannot_be_read(start_server: StartServer
     # Damaged in the store while jobgate is stopped, as a hand edit or a bad disk would.
     server.stop()
     with sqlite3.connect(server.data_dir / "jobgate.db") as db:
-        changed = db.execute("UPDATE jobs SET body = '{\"not\": \"a job\"}' WHERE id = ?", (job.id,)).rowcount
+        changed = db.execute('UPDATE jobs SET body = \'{"not": "a job"}\' WHERE id = ?', (job.id,)).rowcount
     assert changed == 1
     server.start()
     async with jobgate.AsyncClient(server.url) as client:
@@ -524,7 +540,9 @@ def once(action: Action, operation: str) -> Callable[[Request], Action]:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("action", ["drop_answer", "answer_503"])
-async def test_submit_retried_after_a_lost_answer_creates_one_job(server: Server, kind: str, action: Action) -> None:
+async def test_submit_retried_after_a_lost_answer_creates_one_job(
+    server: Server, kind: str, action: Action
+) -> None:
     ns = namespace()
     async with Relay(server.address or "", decide=once(action, "SubmitJob")) as relay:
         async with Api(kind, relay.url, retries=2) as api:

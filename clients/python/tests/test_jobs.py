@@ -100,7 +100,12 @@ async def test_get_returns_the_job_and_cancel_stops_a_running_one(server: Server
     async with Api(kind, server.url) as api:
         job = await sleeper(api, ns)
         got = await api.get(job.id)
-        assert (got.id, got.name, got.namespace, got.spec.command) == (job.id, "sleeper", ns, ["sleep", "600"])
+        assert (got.id, got.name, got.namespace, got.spec.command) == (
+            job.id,
+            "sleeper",
+            ns,
+            ["sleep", "600"],
+        )
         assert got.submitted_at == job.submitted_at
 
         await wait_phase(server.url, job.id, JobPhase.RUNNING)
@@ -204,9 +209,7 @@ async def test_submit_many_splits_more_than_a_thousand_over_calls(server: Server
 
 
 @pytest.mark.parametrize(("kind", "env"), [("sync", "mapping"), ("async", "list")])
-async def test_submit_sends_every_field_and_reads_it_back(
-    start_server: Any, kind: str, env: str
-) -> None:
+async def test_submit_sends_every_field_and_reads_it_back(start_server: Any, kind: str, env: str) -> None:
     server: Server = start_server("--service-accounts", "runner,builder")
     ns = namespace()
     async with Api(kind, server.url) as api:
@@ -230,7 +233,10 @@ async def test_submit_sends_every_field_and_reads_it_back(
             active_deadline_seconds=600,
             parameters={"nested": [1, {"deep": "value"}], "flag": True},
             idempotency_key="every-field-key",
-            resources={"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
+            resources={
+                "requests": {"cpu": "100m", "memory": "64Mi"},
+                "limits": {"cpu": "1", "memory": "128Mi"},
+            },
             service_account_name="runner",
             ttl_seconds_after_finished=120,
             depends_on=[blocker.id],

@@ -56,14 +56,15 @@ def certificates(tmp_path: Path) -> Iterator[Certificates]:
     def run(*args: str) -> None:
         subprocess.run([tool, *args], cwd=tmp_path, check=True, capture_output=True)
 
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes".split()
+    ca_extensions = ["basicConstraints=critical,CA:TRUE", "keyUsage=critical,keyCertSign,cRLSign"]
     run(
-        "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=jobgate test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        *"req -x509 -keyout ca.key -out ca.pem -days 2".split(),
+        *ec,
+        *("-subj", "/CN=jobgate test CA"),
+        *(arg for extension in ca_extensions for arg in ("-addext", extension)),
     )
-    run("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    run(*"req -keyout server.key -out server.csr -subj /CN=127.0.0.1".split(), *ec)
     (tmp_path / "server.ext").write_text(
         "subjectAltName = IP:127.0.0.1\n"
         "basicConstraints = critical, CA:FALSE\n"
@@ -73,8 +74,8 @@ def certificates(tmp_path: Path) -> Iterator[Certificates]:
         "authorityKeyIdentifier = keyid\n"
     )
     run(
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
+        *"x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial".split(),
+        *"-out server.pem -days 2 -extfile server.ext".split(),
     )
     yield Certificates(tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key")
 
@@ -135,7 +136,9 @@ async def test_an_untrusted_certificate_fails_at_once_saying_why(
             with pytest.raises(jobgate.ConnectionFailed) as watched:
                 await asyncio.wait_for(follow(), PATIENCE)
         assert_certificate_refused(watched.value, relay.url.replace("https://", "wss://") + "/graphql")
-        assert not any(r.method == "POST" for r in relay.requests), "nothing was sent in the clear or otherwise"
+        assert not any(r.method == "POST" for r in relay.requests), (
+            "nothing was sent in the clear or otherwise"
+        )
 
 
 def assert_certificate_refused(error: Any, url: str) -> None:

@@ -12,7 +12,15 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Optional, TypeVar, Union, get_args
 
 from pydantic import BaseModel
@@ -232,7 +240,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         name_contains: Optional[str] = None,
         page_size: int = 100,
-    ) -> AsyncIterator[Job]:
+    ) -> AsyncGenerator[Job, None]:
         """Every job matching the filters, newest first, read a page at a time as the
         iteration goes on (a page may be short or empty while more follow)."""
         job_filter = JobFilter(
@@ -283,7 +291,7 @@ class AsyncClient:
             if bar is not None:
                 bar.close(job)
 
-    async def logs(self, id: str, follow: bool = False) -> AsyncIterator[LogLine]:
+    async def logs(self, id: str, follow: bool = False) -> AsyncGenerator[LogLine, None]:
         """The job's output from its first line, a line at a time; with ``follow``, then
         every new line until the job has finished and its output is all read. A dropped
         connection resumes after the last line received."""
@@ -324,7 +332,7 @@ class AsyncClient:
         phases: Optional[Sequence[Union[JobPhase, str]]] = None,
         namespace: Optional[str] = None,
         name_contains: Optional[str] = None,
-    ) -> AsyncIterator[StatusEvent]:
+    ) -> AsyncGenerator[StatusEvent, None]:
         """Status events in cursor order: one job's (``id``; it ends after the job's
         terminal event) or every job's matching the filters (it goes on until stopped).
         From after ``after`` (an event's cursor) when given, else from now. When the
