@@ -7,7 +7,6 @@ trusting only the system's roots, the client refuses the server at once, saying 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import ssl
 import subprocess
@@ -23,6 +22,7 @@ from clients import KINDS, PATIENCE, Api
 from jobgate import JobPhase
 from relay import Relay
 from server import Server
+from skips import skip_or_fail
 
 
 @dataclass
@@ -41,10 +41,7 @@ def openssl() -> str:
     """The openssl binary; missing, the test skips loudly, or fails in CI."""
     found = shutil.which("openssl")
     if found is None:
-        message = "JOBGATE-TEST-SKIPPED: no openssl on PATH to make the test's certificates"
-        if os.environ.get("CI") in ("true", "1"):
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail("no openssl on PATH to make the test's certificates")
     return found
 
 
