@@ -145,8 +145,9 @@ class AsyncClient:
     ``url`` defaults to ``JOBGATE_SERVER`` (else http://127.0.0.1:8080) and ``token`` to
     ``JOBGATE_TOKEN``. ``verify`` is True (the system's CA roots), a CA bundle's path, an
     ``ssl.SSLContext`` or False. ``retries`` bounds how often a call failing for a transient
-    cause (unreachable, UNAVAILABLE, RATE_LIMITED) is tried again; ``reconnect_timeout`` how
-    long (seconds) a subscription keeps reconnecting before it raises.
+    cause (unreachable, UNAVAILABLE, RATE_LIMITED) is tried again, after RATE_LIMITED no
+    sooner than the server's ``retry_after``; ``reconnect_timeout`` how long (seconds) a
+    subscription keeps reconnecting before it raises.
     """
 
     def __init__(
