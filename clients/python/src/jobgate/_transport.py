@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Optional, Union
@@ -121,7 +122,7 @@ class Transport:
         except httpx.TimeoutException as e:
             raise errors.ConnectionFailed(f"no answer from {self.url} in time: {e}") from e
         except httpx.TransportError as e:
-            raise errors.ConnectionFailed(f"cannot reach {self.url}: {e}") from e
+            raise _unreachable(self.url, e) from e
         try:
             body = response.json()
         except ValueError:
@@ -183,7 +184,7 @@ class Transport:
                 raise errors.ConnectionFailed(f"{self.ws_url} answered HTTP {status}") from e
             raise errors.JobgateError(f"{self.ws_url} refused the WebSocket: HTTP {status}") from e
         except (OSError, InvalidHandshake, TimeoutError) as e:
-            raise errors.ConnectionFailed(f"cannot reach {self.ws_url}: {e}") from e
+            raise _unreachable(self.ws_url, e) from e
 
     async def _await_ack(self, ws: ClientConnection) -> None:
         async for raw in ws:
@@ -216,6 +217,28 @@ class Transport:
         raise _closed_without_frame(ws)
 
 
+def _unreachable(url: str, e: BaseException) -> errors.JobgateError:
+    """ConnectionFailed for a connection that could not be made. A certificate the client
+    does not trust is no passing failure: it is not retried, and says so."""
+    cause: Optional[BaseException] = e
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            break
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    else:
+        cause = None
+    if cause is None:
+        return errors.ConnectionFailed(f"cannot reach {url}: {e}")
+    failed = errors.ConnectionFailed(
+        f"cannot reach {url}: certificate verification failed ({cause}); pass the server's "
+        "CA bundle as verify="
+    )
+    failed.transient = False
+    return failed
+
+
 def _closed_without_frame(ws: ClientConnection) -> errors.JobgateError:
     return errors.ConnectionFailed("the server closed the subscription's connection")
 
@@ -232,7 +255,10 @@ def _closed(e: ConnectionClosed) -> errors.JobgateError:
     if code == 4403:
         return errors.Unauthenticated(reason or "the server refused the token")
     if code == 1013:
-        return errors.RateLimited(reason or "too many connections")
+        # "too many connections: retry in N s": the wait is only in the words.
+        wait = re.search(r"retry in (\d+) s", reason)
+        extensions = {"code": errors.RateLimited.code, "retryAfterSeconds": int(wait[1])} if wait else None
+        return errors.RateLimited(reason or "too many connections", extensions=extensions)
     if code in _PERMANENT:
         return errors.JobgateError(f"the server closed the subscription ({code}): {reason}")
     return errors.ConnectionFailed(f"the server closed the subscription ({code}): {reason}")

@@ -12,8 +12,18 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Optional, TypeVar, Union
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Optional, TypeVar, Union, get_args
+
+from pydantic import BaseModel
 
 from . import errors
 from ._generated.client import Operations
@@ -52,19 +62,48 @@ def job_input(fields: Mapping[str, Any]) -> SubmitJobInput:
     env = values.get("env")
     if isinstance(env, Mapping):
         values["env"] = [EnvVarInput(name=str(k), value=str(v)) for k, v in env.items()]
-    known = set(SubmitJobInput.model_fields) | {
-        f.alias for f in SubmitJobInput.model_fields.values() if f.alias
-    }
-    unknown = sorted(k for k in values if k not in known)
+    unknown = _unknown_fields(SubmitJobInput, values, "")
     if unknown:
         raise errors.BadUserInput(
             f"submit takes no field {', '.join(unknown)}: it takes the fields of SubmitJobInput "
-            f"({', '.join(sorted(SubmitJobInput.model_fields))})"
+            f"({', '.join(sorted(SubmitJobInput.model_fields))})",
+            extensions={"code": errors.BadUserInput.code, "field": unknown[0]},
         )
     try:
         return SubmitJobInput.model_validate(values)
     except ValueError as e:
         raise errors.BadUserInput(f"the job's fields do not fit SubmitJobInput: {e}") from e
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The input models a field's type holds (``Optional[X]``, ``list[X]`` …)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _unknown_fields(model: type[BaseModel], value: Any, path: str) -> list[str]:
+    """The keys of ``value``, at any depth, that name no field of ``model`` (by its
+    snake_case or GraphQL name). Pydantic would drop them silently, and a misspelt
+    ``retry_policy`` or ``resources`` key would submit a job without what it meant."""
+    if not isinstance(value, Mapping):
+        return []
+    fields = dict(model.model_fields)
+    fields.update({f.alias: f for f in model.model_fields.values() if f.alias})
+    found: list[str] = []
+    for key, item in value.items():
+        where = f"{path}.{key}" if path else str(key)
+        field = fields.get(key)
+        if field is None:
+            found.append(where)
+            continue
+        for inner in _models_in(field.annotation):
+            if isinstance(item, (list, tuple)):
+                for i, one in enumerate(item):
+                    found.extend(_unknown_fields(inner, one, f"{where}[{i}]"))
+            else:
+                found.extend(_unknown_fields(inner, item, where))
+    return sorted(found)
 
 
 def _keyed(model: SubmitJobInput) -> SubmitJobInput:
@@ -74,6 +113,14 @@ def _keyed(model: SubmitJobInput) -> SubmitJobInput:
         model = model.model_copy(update={"idempotency_key": f"py-{uuid.uuid4().hex}"})
         model.model_fields_set.add("idempotency_key")
     return model
+
+
+def _pause(e: errors.JobgateError, backoff: float) -> float:
+    """Seconds to wait before trying again after ``e``: the back-off, jittered, but never
+    less than the ``retry_after`` a refusal gave, since a try before it is refused again."""
+    if isinstance(e, errors.RateLimited) and e.retry_after:
+        return e.retry_after * (1 + 0.5 * random.random())
+    return backoff * (0.5 + random.random())
 
 
 class SubmitManyError(errors.JobgateError):
@@ -98,8 +145,9 @@ class AsyncClient:
     ``url`` defaults to ``JOBGATE_SERVER`` (else http://127.0.0.1:8080) and ``token`` to
     ``JOBGATE_TOKEN``. ``verify`` is True (the system's CA roots), a CA bundle's path, an
     ``ssl.SSLContext`` or False. ``retries`` bounds how often a call failing for a transient
-    cause (unreachable, UNAVAILABLE, RATE_LIMITED) is tried again; ``reconnect_timeout`` how
-    long (seconds) a subscription keeps reconnecting before it raises.
+    cause (unreachable, UNAVAILABLE, RATE_LIMITED) is tried again, after RATE_LIMITED no
+    sooner than the server's ``retry_after``; ``reconnect_timeout`` how long (seconds) a
+    subscription keeps reconnecting before it raises.
     """
 
     def __init__(
@@ -140,8 +188,7 @@ class AsyncClient:
             except errors.JobgateError as e:
                 if not e.transient or attempt == self.retries:
                     raise
-                wait = e.retry_after if isinstance(e, errors.RateLimited) and e.retry_after else delay
-                await asyncio.sleep(wait * (0.5 + random.random()))
+                await asyncio.sleep(_pause(e, delay))
                 delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
 
@@ -166,8 +213,15 @@ class AsyncClient:
             payload = await self._retrying(lambda: self._ops.submit_jobs(inputs=batch))
             jobs.extend(payload.submit_jobs.jobs)
             for e in payload.submit_jobs.errors:
+                # The server numbers the inputs of its own call; the caller's list is longer.
+                ours = (f"inputs[{e.index}]", f"inputs[{start + e.index}]")
+                message, field = e.message, e.field
+                if message.startswith(ours[0]):
+                    message = ours[1] + message[len(ours[0]) :]
+                if field is not None and field.startswith(ours[0]):
+                    field = ours[1] + field[len(ours[0]) :]
                 refused[start + e.index] = errors.error_from_graphql(
-                    {"message": e.message, "extensions": {"code": e.code, "field": e.field}}
+                    {"message": message, "extensions": {"code": e.code, "field": field}}
                 )
         if refused:
             raise SubmitManyError(jobs, refused)
@@ -187,7 +241,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         name_contains: Optional[str] = None,
         page_size: int = 100,
-    ) -> AsyncIterator[Job]:
+    ) -> AsyncGenerator[Job, None]:
         """Every job matching the filters, newest first, read a page at a time as the
         iteration goes on (a page may be short or empty while more follow)."""
         job_filter = JobFilter(
@@ -238,7 +292,7 @@ class AsyncClient:
             if bar is not None:
                 bar.close(job)
 
-    async def logs(self, id: str, follow: bool = False) -> AsyncIterator[LogLine]:
+    async def logs(self, id: str, follow: bool = False) -> AsyncGenerator[LogLine, None]:
         """The job's output from its first line, a line at a time; with ``follow``, then
         every new line until the job has finished and its output is all read. A dropped
         connection resumes after the last line received."""
@@ -279,7 +333,7 @@ class AsyncClient:
         phases: Optional[Sequence[Union[JobPhase, str]]] = None,
         namespace: Optional[str] = None,
         name_contains: Optional[str] = None,
-    ) -> AsyncIterator[StatusEvent]:
+    ) -> AsyncGenerator[StatusEvent, None]:
         """Status events in cursor order: one job's (``id``; it ends after the job's
         terminal event) or every job's matching the filters (it goes on until stopped).
         From after ``after`` (an event's cursor) when given, else from now. When the
@@ -332,5 +386,5 @@ class AsyncClient:
                 failing_since = failing_since or now
                 if now - failing_since >= self.reconnect_timeout:
                     raise
-                await asyncio.sleep(delay * (0.5 + random.random()))
+                await asyncio.sleep(_pause(e, delay))
                 delay = min(delay * 2, 2.0)

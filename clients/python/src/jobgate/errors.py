@@ -134,7 +134,11 @@ class DataLoss(JobgateError):
 
 
 class ConnectionFailed(JobgateError):
-    """The server could not be reached, or the connection broke before an answer."""
+    """The server could not be reached, or the connection broke before an answer.
+
+    Transient, except when the server's TLS certificate was not trusted: trying again
+    cannot change that (give the CA as ``verify=``).
+    """
 
     transient = True
 

@@ -103,6 +103,35 @@ class Operations(BaseClient):
                 ttlSecondsAfterFinished
                 queueName
                 dependsOn
+                resources {
+                  requests {
+                    cpu
+                    memory
+                  }
+                  limits {
+                    cpu
+                    memory
+                  }
+                }
+                retryPolicy {
+                  rules {
+                    action
+                    exitCodes {
+                      operator
+                      values
+                      containerName
+                    }
+                    causes
+                  }
+                  backoff {
+                    initialSeconds
+                    maxSeconds
+                    factor
+                    jitter
+                  }
+                  backoffLimitPerIndex
+                  maxFailedIndexes
+                }
               }
             }
             """)
@@ -196,6 +225,35 @@ class Operations(BaseClient):
                 ttlSecondsAfterFinished
                 queueName
                 dependsOn
+                resources {
+                  requests {
+                    cpu
+                    memory
+                  }
+                  limits {
+                    cpu
+                    memory
+                  }
+                }
+                retryPolicy {
+                  rules {
+                    action
+                    exitCodes {
+                      operator
+                      values
+                      containerName
+                    }
+                    causes
+                  }
+                  backoff {
+                    initialSeconds
+                    maxSeconds
+                    factor
+                    jitter
+                  }
+                  backoffLimitPerIndex
+                  maxFailedIndexes
+                }
               }
             }
             """)
@@ -319,6 +377,35 @@ class Operations(BaseClient):
                 ttlSecondsAfterFinished
                 queueName
                 dependsOn
+                resources {
+                  requests {
+                    cpu
+                    memory
+                  }
+                  limits {
+                    cpu
+                    memory
+                  }
+                }
+                retryPolicy {
+                  rules {
+                    action
+                    exitCodes {
+                      operator
+                      values
+                      containerName
+                    }
+                    causes
+                  }
+                  backoff {
+                    initialSeconds
+                    maxSeconds
+                    factor
+                    jitter
+                  }
+                  backoffLimitPerIndex
+                  maxFailedIndexes
+                }
               }
             }
             """)
@@ -407,6 +494,35 @@ class Operations(BaseClient):
                 ttlSecondsAfterFinished
                 queueName
                 dependsOn
+                resources {
+                  requests {
+                    cpu
+                    memory
+                  }
+                  limits {
+                    cpu
+                    memory
+                  }
+                }
+                retryPolicy {
+                  rules {
+                    action
+                    exitCodes {
+                      operator
+                      values
+                      containerName
+                    }
+                    causes
+                  }
+                  backoff {
+                    initialSeconds
+                    maxSeconds
+                    factor
+                    jitter
+                  }
+                  backoffLimitPerIndex
+                  maxFailedIndexes
+                }
               }
             }
             """)
@@ -486,6 +602,35 @@ class Operations(BaseClient):
                 ttlSecondsAfterFinished
                 queueName
                 dependsOn
+                resources {
+                  requests {
+                    cpu
+                    memory
+                  }
+                  limits {
+                    cpu
+                    memory
+                  }
+                }
+                retryPolicy {
+                  rules {
+                    action
+                    exitCodes {
+                      operator
+                      values
+                      containerName
+                    }
+                    causes
+                  }
+                  backoff {
+                    initialSeconds
+                    maxSeconds
+                    factor
+                    jitter
+                  }
+                  backoffLimitPerIndex
+                  maxFailedIndexes
+                }
               }
             }
             """)
@@ -563,6 +708,35 @@ class Operations(BaseClient):
                 ttlSecondsAfterFinished
                 queueName
                 dependsOn
+                resources {
+                  requests {
+                    cpu
+                    memory
+                  }
+                  limits {
+                    cpu
+                    memory
+                  }
+                }
+                retryPolicy {
+                  rules {
+                    action
+                    exitCodes {
+                      operator
+                      values
+                      containerName
+                    }
+                    causes
+                  }
+                  backoff {
+                    initialSeconds
+                    maxSeconds
+                    factor
+                    jitter
+                  }
+                  backoffLimitPerIndex
+                  maxFailedIndexes
+                }
               }
             }
 
@@ -657,6 +831,35 @@ class Operations(BaseClient):
                 ttlSecondsAfterFinished
                 queueName
                 dependsOn
+                resources {
+                  requests {
+                    cpu
+                    memory
+                  }
+                  limits {
+                    cpu
+                    memory
+                  }
+                }
+                retryPolicy {
+                  rules {
+                    action
+                    exitCodes {
+                      operator
+                      values
+                      containerName
+                    }
+                    causes
+                  }
+                  backoff {
+                    initialSeconds
+                    maxSeconds
+                    factor
+                    jitter
+                  }
+                  backoffLimitPerIndex
+                  maxFailedIndexes
+                }
               }
             }
 

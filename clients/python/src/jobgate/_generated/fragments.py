@@ -4,7 +4,14 @@ from typing import Any, Optional
 from pydantic import Field
 
 from .base_model import BaseModel
-from .enums import AttemptState, FailureCause, JobPhase, QueueState
+from .enums import (
+    AttemptState,
+    ExitCodeOperator,
+    FailureCause,
+    JobPhase,
+    QueueState,
+    RetryAction,
+)
 
 
 class JobFields(BaseModel):
@@ -72,11 +79,56 @@ class JobFieldsSpec(BaseModel):
     ttl_seconds_after_finished: Optional[int] = Field(alias="ttlSecondsAfterFinished")
     queue_name: Optional[str] = Field(alias="queueName")
     depends_on: list[str] = Field(alias="dependsOn")
+    resources: Optional["JobFieldsSpecResources"]
+    retry_policy: Optional["JobFieldsSpecRetryPolicy"] = Field(alias="retryPolicy")
 
 
 class JobFieldsSpecEnv(BaseModel):
     name: str
     value: str
+
+
+class JobFieldsSpecResources(BaseModel):
+    requests: "JobFieldsSpecResourcesRequests"
+    limits: "JobFieldsSpecResourcesLimits"
+
+
+class JobFieldsSpecResourcesRequests(BaseModel):
+    cpu: Optional[str]
+    memory: Optional[str]
+
+
+class JobFieldsSpecResourcesLimits(BaseModel):
+    cpu: Optional[str]
+    memory: Optional[str]
+
+
+class JobFieldsSpecRetryPolicy(BaseModel):
+    rules: list["JobFieldsSpecRetryPolicyRules"]
+    backoff: Optional["JobFieldsSpecRetryPolicyBackoff"]
+    backoff_limit_per_index: Optional[int] = Field(alias="backoffLimitPerIndex")
+    max_failed_indexes: Optional[int] = Field(alias="maxFailedIndexes")
+
+
+class JobFieldsSpecRetryPolicyRules(BaseModel):
+    action: RetryAction
+    exit_codes: Optional["JobFieldsSpecRetryPolicyRulesExitCodes"] = Field(
+        alias="exitCodes"
+    )
+    causes: Optional[list[FailureCause]]
+
+
+class JobFieldsSpecRetryPolicyRulesExitCodes(BaseModel):
+    operator: ExitCodeOperator
+    values: list[int]
+    container_name: Optional[str] = Field(alias="containerName")
+
+
+class JobFieldsSpecRetryPolicyBackoff(BaseModel):
+    initial_seconds: float = Field(alias="initialSeconds")
+    max_seconds: float = Field(alias="maxSeconds")
+    factor: float
+    jitter: float
 
 
 class LogLineFields(BaseModel):
