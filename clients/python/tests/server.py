@@ -45,6 +45,7 @@ class Server:
         self.address: Optional[str] = None
         self.process: Optional[subprocess.Popen[str]] = None
         self.log: list[str] = []
+        self._reader: Optional[threading.Thread] = None
 
     @property
     def url(self) -> str:
@@ -65,14 +66,16 @@ class Server:
 
         def read() -> None:
             assert process.stdout is not None
-            for line in process.stdout:
-                self.log.append(line.rstrip("\n"))
-                match = _LISTENING.search(line)
-                if match and not found.is_set():
-                    self.address = match.group(1)
-                    found.set()
+            with process.stdout:
+                for line in process.stdout:
+                    self.log.append(line.rstrip("\n"))
+                    match = _LISTENING.search(line)
+                    if match and not found.is_set():
+                        self.address = match.group(1)
+                        found.set()
 
-        threading.Thread(target=read, daemon=True).start()
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         deadline = time.monotonic() + timeout
         while not found.wait(0.05):
             if process.poll() is not None or time.monotonic() > deadline:
@@ -91,6 +94,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        # Its output is read to the end (and the pipe closed) before it counts as stopped.
+        if self._reader is not None:
+            self._reader.join(timeout=30)
         self.process = None
 
     def restart(self, kill: bool = False) -> None:

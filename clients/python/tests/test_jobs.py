@@ -18,7 +18,7 @@ import pytest
 import jobgate
 from clients import KINDS, Api, wait_phase
 from jobgate import JobPhase
-from relay import Relay
+from relay import Action, Relay, Request
 from server import Server
 
 
@@ -206,6 +206,43 @@ async def test_submit_many_splits_more_than_a_thousand_over_calls(server: Server
             assert {job.id for job in listed} == {blocker.id, *(job.id for job in accepted)}
         finally:
             await api.cancel(blocker.id)
+
+
+async def test_submit_many_says_which_jobs_earlier_calls_accepted_when_a_later_call_fails(server: Server) -> None:
+    ns = namespace()
+    calls = 0
+
+    def second_call_unavailable(request: Request) -> Action:
+        nonlocal calls
+        if request.operation != "SubmitJobs":
+            return "forward"
+        calls += 1
+        return "answer_503" if calls > 1 else "forward"
+
+    async with Relay(server.address or "", decide=second_call_unavailable) as relay:
+        async with jobgate.AsyncClient(relay.url, token="", retries=1) as client:
+            async with jobgate.AsyncClient(server.url, token="") as direct:
+                blocker = await direct.submit(namespace=ns, command=["sleep", "600"])
+                try:
+                    inputs = [
+                        {"name": f"part-{i}", "namespace": ns, "command": ["true"], "depends_on": [blocker.id]}
+                        for i in range(1003)
+                    ]
+                    with pytest.raises(jobgate.SubmitManyError) as raised:
+                        await client.submit_many(inputs)
+                    # The second call was tried twice (one retry), then given up.
+                    assert calls == 3
+                    jobs = raised.value.jobs
+                    assert len(jobs) == 1003
+                    accepted = [job for job in jobs[:1000] if job is not None]
+                    assert [job.name for job in accepted] == [f"part-{i}" for i in range(1000)]
+                    assert jobs[1000:] == [None, None, None]
+                    assert sorted(raised.value.refused) == [1000, 1001, 1002]
+                    assert all(isinstance(e, jobgate.ConnectionFailed) for e in raised.value.refused.values())
+                    listed = [job async for job in direct.list(namespace=ns, page_size=500)]
+                    assert {job.id for job in listed} == {blocker.id, *(job.id for job in accepted)}
+                finally:
+                    await direct.cancel(blocker.id)
 
 
 @pytest.mark.parametrize(("kind", "env"), [("sync", "mapping"), ("async", "list")])

@@ -204,13 +204,24 @@ class AsyncClient:
     async def submit_many(self, inputs: Iterable[JobInput]) -> list[Job]:
         """Submits many jobs in as few calls as it can (1,000 each), each as ``submit``
         would, and returns them in input order. When some are refused, the others are
-        still accepted and :class:`SubmitManyError` says which and why."""
+        still accepted and :class:`SubmitManyError` says which and why; so it does when a
+        call fails as a whole after earlier ones were accepted (the inputs of that call and
+        the later ones are then refused with its error)."""
         models = [_keyed(i if isinstance(i, SubmitJobInput) else job_input(i)) for i in inputs]
         jobs: list[Optional[Job]] = []
         refused: dict[int, errors.JobgateError] = {}
         for start in range(0, len(models), SUBMIT_BATCH):
             batch = models[start : start + SUBMIT_BATCH]
-            payload = await self._retrying(lambda: self._ops.submit_jobs(inputs=batch))
+            try:
+                payload = await self._retrying(lambda: self._ops.submit_jobs(inputs=batch))
+            except errors.JobgateError as failure:
+                if start == 0:
+                    raise
+                # Earlier calls were accepted: say which, rather than lose them, so that only
+                # the rest (refused with this call's error) is submitted again.
+                jobs.extend([None] * (len(models) - start))
+                refused.update({i: failure for i in range(start, len(models))})
+                raise SubmitManyError(jobs, refused) from failure
             jobs.extend(payload.submit_jobs.jobs)
             for e in payload.submit_jobs.errors:
                 # The server numbers the inputs of its own call; the caller's list is longer.
