@@ -98,7 +98,12 @@ class Proxy:
             while not condition(self):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"the proxy never reached the awaited state in {timeout} s")
+                    raise AssertionError(
+                        f"the proxy never reached the awaited state in {timeout} s: "
+                        f"{len(self._connections)} connections, "
+                        f"{sum(1 for c in self._connections if c.websocket)} WebSocket, "
+                        f"{sum(1 for c in self._connections if not c.done.is_set())} open"
+                    )
                 # Threads notify on every change; the short wait covers flags read unlocked.
                 self._lock.wait(min(left, _TICK * 5))
 
@@ -190,7 +195,7 @@ class Proxy:
         try:
             while True:
                 if connection.cut:
-                    break
+                    return
                 frozen = self._frozen
                 if not frozen:
                     for side in (client, upstream):
@@ -232,7 +237,7 @@ class Proxy:
                             self._lock.notify_all()
                         if frozen:
                             # The client has given up on the path: nothing is left to hold.
-                            break
+                            return
         except OSError:
             pass
         finally:

@@ -10,6 +10,7 @@ Jobs that must not move on until the test says so wait for a gate file the test 
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 import tempfile
 import threading
@@ -434,3 +435,56 @@ def test_the_sync_iterator_closes_its_subscription_when_the_loop_stops_early(
                 raise Stop
         assert proxy.websocket_connections == opened + 1
         proxy.wait_for(lambda p: p.open_websockets == 0, PATIENCE)
+
+
+@pytest.fixture
+def no_cyclic_gc() -> Iterator[None]:
+    """Objects are freed only when their last reference goes, as a test can rely on: the
+    cyclic collector must not close for the client what the client left open."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+def test_closing_the_sync_client_closes_a_subscription_its_loop_stopped_early(
+    server: Server, no_cyclic_gc: None
+) -> None:
+    """The stream is still closing (its close frame unanswered: the path is frozen) when
+    the client is closed: closing the client must not leave its socket open."""
+    assert server.address is not None
+    start = event_head(server)
+    with Proxy(server.address) as proxy:
+        with jobgate.Client(proxy.url, keepalive=1) as client:
+            job = client.submit(name="close-after-break", command=["true"])
+            client.wait(job.id, timeout=PATIENCE)
+            for _ in client.watch(after=start):
+                proxy.freeze()
+                break
+        assert proxy.websocket_connections >= 1
+        proxy.wait_for(lambda p: p.open_websockets == 0, 60)
+
+
+async def test_closing_the_async_client_ends_its_subscriptions_without_reconnecting(
+    server: Server,
+) -> None:
+    assert server.address is not None
+    start = event_head(server)
+    with Proxy(server.address) as proxy:
+        client = jobgate.AsyncClient(proxy.url)
+        await client.submit(name="close-while-read", command=["true"])
+        events = client.watch(after=start)
+        await asyncio.wait_for(events.__anext__(), PATIENCE)
+        before = proxy.websocket_connections
+
+        async def drain() -> None:
+            async for _ in events:
+                pass
+
+        draining = asyncio.create_task(drain())
+        await client.aclose()
+        with pytest.raises(jobgate.JobgateError) as raised:
+            await asyncio.wait_for(draining, PATIENCE)
+        assert not raised.value.transient
+        await asyncio.to_thread(proxy.wait_for, lambda p: p.open_websockets == 0, PATIENCE)
+        assert proxy.websocket_connections == before

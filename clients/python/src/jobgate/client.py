@@ -80,7 +80,18 @@ class Client:
     def close(self) -> None:
         if self._loop.is_closed():
             return
-        self._run(self._client.aclose())
+
+        async def shutdown() -> None:
+            await self._client.aclose()
+            # Streams whose loop stopped early may still be closing on this loop, or left
+            # unclosed: their sockets are closed now, so end them before the loop goes.
+            await self._loop.shutdown_asyncgens()
+            others = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+        self._run(shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
