@@ -83,13 +83,14 @@ class Client:
 
         async def shutdown() -> None:
             await self._client.aclose()
-            # Streams whose loop stopped early may still be closing on this loop, or left
-            # unclosed: their sockets are closed now, so end them before the loop goes.
-            await self._loop.shutdown_asyncgens()
+            # Their sockets are closed now: end what still runs on this loop (a stream read
+            # from another thread, a stream its reader left that is still closing), then
+            # the streams left unclosed, before the loop goes.
             others = asyncio.all_tasks() - {asyncio.current_task()}
             for task in others:
                 task.cancel()
             await asyncio.gather(*others, return_exceptions=True)
+            await self._loop.shutdown_asyncgens()
 
         self._run(shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
