@@ -213,9 +213,11 @@ async def test_watch_of_every_job_yields_the_servers_record_through_repeated_cut
 # -- 2. watch(id) and wait(id) across a kill -9 of the server ------------------------------
 
 
-def test_watch_of_one_job_resumes_across_a_kill_of_the_server_and_ends_after_its_terminal_event(
-    own_server: Server, gates: Path
+@pytest.mark.parametrize("kill", [True, False], ids=["kill-9", "sigterm"])
+def test_watch_of_one_job_resumes_across_a_restart_of_the_server_and_ends_after_its_terminal_event(
+    own_server: Server, gates: Path, kill: bool
 ) -> None:
+    """Killed, the server drops the socket unannounced; stopped, it closes it with 1001."""
     gate = gates / "gate"
     with jobgate.Client(own_server.url) as client:
         job = client.submit(
@@ -239,7 +241,7 @@ def test_watch_of_one_job_resumes_across_a_kill_of_the_server_and_ends_after_its
         # The job runs and waits at its gate: its events so far are delivered.
         wait_until(lambda: any(e.phase == JobPhase.RUNNING for e in seen), "the job's RUNNING event")
         before_restart = len(seen)
-        own_server.restart(kill=True)
+        own_server.restart(kill=kill)
         gate.touch()
         assert ended.wait(PATIENCE), "the watch did not end after the job's terminal event"
         assert not failure, failure
