@@ -8,6 +8,7 @@ jobs: which operation to send and what to do after a failure is the clients' bus
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -96,6 +97,10 @@ class Transport:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         self._http = httpx.AsyncClient(headers=headers, timeout=timeout, verify=self._ssl)
+        # Every subscription's open socket, so that closing the client closes them: a
+        # stream its consumer abandoned is otherwise closed only when collected.
+        self._sockets: set[ClientConnection] = set()
+        self._closed = False
 
     @property
     def ws_url(self) -> str:
@@ -106,7 +111,15 @@ class Transport:
         return self.url
 
     async def aclose(self) -> None:
+        """Closes the HTTP connections and every subscription's socket; a subscription
+        still being read then raises a JobgateError that is not transient."""
+        self._closed = True
+        await asyncio.gather(*(ws.close() for ws in list(self._sockets)), return_exceptions=True)
         await self._http.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.JobgateError("the client is closed")
 
     async def execute(
         self, query: str, operation_name: Optional[str], variables: Mapping[str, Any]
@@ -144,10 +157,12 @@ class Transport:
         """Runs a subscription on a connection of its own: each event's ``data``, until the
         server completes it. A connection lost on the way raises ConnectionFailed; a
         refusal raises the exception of its code."""
+        self._check_open()
         init: dict[str, Any] = {"type": "connection_init"}
         if self.token:
             init["payload"] = {"authorization": f"Bearer {self.token}"}
         ssl_arg = self._ssl if self.ws_url.startswith("wss://") else None
+        opened: Optional[ClientConnection] = None
         try:
             async with connect(
                 self.ws_url,
@@ -155,10 +170,17 @@ class Transport:
                 ssl=ssl_arg,
                 ping_interval=self.keepalive,
                 ping_timeout=self.keepalive,
+                # Once a ping goes unanswered the client sends a close frame and waits this
+                # long for the server's before dropping the socket: on a dead path none
+                # comes, so the wait must scale with keepalive, not websockets' default 10 s.
+                close_timeout=min(self.keepalive, 10.0),
                 open_timeout=max(self.keepalive, 10.0),
                 max_size=16 * 1024 * 1024,
                 user_agent_header="jobgate-python",
             ) as ws:
+                opened = ws
+                self._sockets.add(ws)
+                self._check_open()
                 await ws.send(json.dumps(init))
                 await self._await_ack(ws)
                 await ws.send(
@@ -177,6 +199,7 @@ class Transport:
                 async for data in self._events(ws):
                     yield data
         except ConnectionClosed as e:
+            self._check_open()
             raise _closed(e) from e
         except InvalidStatus as e:
             status = e.response.status_code
@@ -185,6 +208,10 @@ class Transport:
             raise errors.JobgateError(f"{self.ws_url} refused the WebSocket: HTTP {status}") from e
         except (OSError, InvalidHandshake, TimeoutError) as e:
             raise _unreachable(self.ws_url, e) from e
+        finally:
+            # Only once the socket is closed (leaving ``connect`` waits for that).
+            if opened is not None:
+                self._sockets.discard(opened)
 
     async def _await_ack(self, ws: ClientConnection) -> None:
         async for raw in ws:
@@ -214,6 +241,7 @@ class Transport:
                 raise errors.error_from_graphql(first)
             elif kind == "complete":
                 return
+        self._check_open()
         raise _closed_without_frame(ws)
 
 

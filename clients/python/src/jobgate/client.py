@@ -80,7 +80,19 @@ class Client:
     def close(self) -> None:
         if self._loop.is_closed():
             return
-        self._run(self._client.aclose())
+
+        async def shutdown() -> None:
+            await self._client.aclose()
+            # Their sockets are closed now: end what still runs on this loop (a stream read
+            # from another thread, a stream its reader left that is still closing), then
+            # the streams left unclosed, before the loop goes.
+            others = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+            await self._loop.shutdown_asyncgens()
+
+        self._run(shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
