@@ -273,6 +273,27 @@ async def test_wait_returns_the_finished_job_across_a_kill_of_the_server(
     assert proxy.websocket_connections >= 2
 
 
+async def test_a_wait_started_while_the_server_is_down_waits_for_it_to_come_back(
+    own_server: Server, proxy: Proxy, gates: Path
+) -> None:
+    gate = gates / "gate"
+    async with jobgate.AsyncClient(own_server.url) as direct:
+        job = await direct.submit(name="wait-down", command=gated(gate))
+    own_server.stop()
+    # No retries for ordinary calls: only the subscription's patience can carry it through.
+    async with jobgate.AsyncClient(proxy.url, retries=0, reconnect_timeout=PATIENCE) as client:
+        waiting = asyncio.create_task(client.wait(job.id, timeout=PATIENCE))
+        # Its first reads failed (the proxy found nothing behind it) before the server is back.
+        await asyncio.to_thread(proxy.wait_for, lambda p: p.connections >= 3, PATIENCE)
+        assert not waiting.done()
+        await asyncio.to_thread(own_server.start)
+        await asyncio.to_thread(proxy.wait_for, lambda p: p.open_websockets >= 1, PATIENCE)
+        gate.touch()
+        done = await waiting
+    assert done.id == job.id
+    assert done.phase == JobPhase.SUCCEEDED
+
+
 # -- 3. logs(follow=True) through cuts ----------------------------------------------------
 
 

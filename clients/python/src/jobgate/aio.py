@@ -180,17 +180,33 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+    async def _retrying(self, call: Callable[[], Awaitable[T]], patient: bool = False) -> T:
+        """``call()``, tried again after a transient failure: up to ``retries`` times, or,
+        ``patient`` (the first read of a subscription, which then reconnects for as long),
+        until the server has been out of reach for ``reconnect_timeout`` seconds."""
         delay = 0.2
-        for attempt in range(self.retries + 1):
+        started = time.monotonic()
+        attempt = 0
+        while True:
             try:
                 return await call()
             except errors.JobgateError as e:
-                if not e.transient or attempt == self.retries:
+                if not e.transient:
                     raise
+                if patient:
+                    if time.monotonic() - started >= self.reconnect_timeout:
+                        raise
+                elif attempt == self.retries:
+                    raise
+                attempt += 1
                 await asyncio.sleep(_pause(e, delay))
                 delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")
+
+    async def _job(self, id: str, patient: bool) -> Job:
+        found = await self._retrying(lambda: self._ops.get_job(id=id), patient)
+        if found.job is None:
+            raise errors.NotFound(f"no job with id {id!r}")
+        return found.job
 
     async def submit(self, **fields: Any) -> Job:
         """Submits a job and returns it, PENDING: ``fields`` are those of ``SubmitJobInput``
@@ -240,10 +256,7 @@ class AsyncClient:
 
     async def get(self, id: str) -> Job:
         """The job; :class:`~jobgate.errors.NotFound` when there is none the caller may see."""
-        found = await self._retrying(lambda: self._ops.get_job(id=id))
-        if found.job is None:
-            raise errors.NotFound(f"no job with id {id!r}")
-        return found.job
+        return await self._job(id, patient=False)
 
     async def list(
         self,
@@ -289,7 +302,7 @@ class AsyncClient:
             raise errors.WaitTimeout(f"job {id} had not finished after {timeout} s") from e
 
     async def _wait(self, id: str, progress: bool) -> Job:
-        job = await self.get(id)
+        job = await self._job(id, patient=True)
         bar = ProgressBar(job) if progress else None
         try:
             if job.phase in TERMINAL:
@@ -359,9 +372,9 @@ class AsyncClient:
             )
         if after is None:
             if id is not None:
-                after = (await self.get(id)).last_event_cursor
+                after = (await self._job(id, patient=True)).last_event_cursor
             else:
-                head = await self._retrying(self._ops.event_head)
+                head = await self._retrying(self._ops.event_head, patient=True)
                 after = head.job_stats.cursor
 
         async def events(cursor: Optional[str]) -> AsyncIterator[StatusEvent]:
