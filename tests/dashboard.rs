@@ -208,13 +208,25 @@ async fn a_queued_jobs_detail_says_why_it_waits_and_when_it_is_admitted() {
 
 /// snippets.test.mjs, against the emulator with the RayJob CRD (a template with parameters) and
 /// service account `trainer` allowed, so that the form has every field it can show. The file
-/// runs the command line the page shows with the jobgate binary of `$JOBGATE_BIN`.
+/// runs the command line the page shows with the jobgate binary of `$JOBGATE_BIN`, and its
+/// Python call with the Python of `$JOBGATE_TEST_PYTHON` (one with the client's requirements,
+/// which scripts/test provides) and the client's sources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_call_and_command_line_under_the_form_submit_the_forms_job() {
     const FILE: &str = "snippets.test.mjs";
+    let Some(python) = std::env::var_os("JOBGATE_TEST_PYTHON").filter(|p| Path::new(p).exists()) else {
+        skip::skip_or_fail(skip::Skip::Missing(
+            "a Python with clients/python/requirements-dev.txt installed, as $JOBGATE_TEST_PYTHON (scripts/test sets it to the venv of `scripts/test-python --venv`)".into(),
+        ));
+        return;
+    };
     let Some(mut command) = e2e_command(FILE) else {
         return;
     };
+    command.env("JOBGATE_TEST_PYTHON", python).env(
+        "PYTHONPATH",
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python/src"),
+    );
     let emu = Emulator::start().await.expect("emulator");
     emu.register_workload_crds(&["RayJob"]).unwrap();
     let dir = tempfile::tempdir().unwrap();

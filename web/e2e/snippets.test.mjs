@@ -1,7 +1,8 @@
 // Under the submit form, the Python call and the command line for the form's job, kept current
-// as the form is edited. The Python text is checked word for word; the command line is run for
-// real (`sh -c`, the jobgate binary of $JOBGATE_BIN) and the job it submits must have the same
-// spec as the one the form submits. Runs on the Kubernetes API emulator with the RayJob CRD
+// as the form is edited. The Python text is checked word for word; both are run for real (the
+// command line with `sh -c` and the jobgate binary of $JOBGATE_BIN, the Python call with the
+// Python of $JOBGATE_TEST_PYTHON and the client's sources) and the jobs they submit must have
+// the same spec as the one the form submits. Runs on the Kubernetes API emulator with the RayJob CRD
 // (a template with parameters) and service account `trainer` allowed, which tests/dashboard.rs
 // starts, so that the form shows every field it has.
 
@@ -37,6 +38,19 @@ async function runInShell(jobgate, line) {
   return stdout.trim();
 }
 
+/**
+ * Runs `code` with the Python of $JOBGATE_TEST_PYTHON (the client importable through its
+ * PYTHONPATH, set by tests/dashboard.rs), pointed at `jobgate`, as a user would run the pasted
+ * call; its output.
+ */
+async function runInPython(jobgate, code) {
+  const { JOBGATE_TOKEN: _, ...env } = process.env;
+  const { stdout } = await promisify(execFile)(process.env.JOBGATE_TEST_PYTHON, ['-c', code], {
+    env: { ...env, JOBGATE_SERVER: jobgate.url },
+  });
+  return stdout.trim();
+}
+
 /** The text of the code block under heading `name`. */
 async function snippet(page, name) {
   return page.getByRole('region', { name }).locator('pre').textContent();
@@ -50,14 +64,20 @@ async function submitForm(page) {
   return decodeURIComponent(page.url().split('#/jobs/')[1]);
 }
 
-/** Checks the shown command line submits the job the form submits; returns the form's job. */
-async function sameJobFromShellAndForm(jobgate, page) {
+/**
+ * Checks the shown Python call and command line each submit the job the form submits; returns
+ * the form's job.
+ */
+async function sameJobFromCodeAndForm(jobgate, page) {
   const line = await snippet(page, 'Submit from the command line');
+  const code = await snippet(page, 'Submit from Python');
   const fromShell = await runInShell(jobgate, line);
+  const fromPython = await runInPython(jobgate, code);
   const fromForm = await submitForm(page);
-  assert.notEqual(fromShell, fromForm);
+  assert.equal(new Set([fromShell, fromPython, fromForm]).size, 3, 'three jobs');
   const job = await submitted(jobgate, fromForm);
   assert.deepEqual(await submitted(jobgate, fromShell), job, `the job of:\n${line}`);
+  assert.deepEqual(await submitted(jobgate, fromPython), job, `the job of:\n${code}`);
   return job;
 }
 
@@ -134,7 +154,7 @@ test('the Python call and the command line submit the container job the form sub
   await waitText(pythonRegion.getByRole('status'), 'Copied');
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), python);
 
-  const job = await sameJobFromShellAndForm(jobgate, page);
+  const job = await sameJobFromCodeAndForm(jobgate, page);
   assert.deepEqual(
     [job.name, job.spec.args, job.spec.parallelism, job.spec.completions, job.spec.resources.limits.memory, job.spec.dependsOn],
     ['snippets', ['--verbose', 'two words'], 2, 4, '128Mi', [dependency]],
@@ -172,7 +192,7 @@ test('parameters reach the job as the form sends them, a string that reads as JS
   const line = await snippet(page, 'Submit from the command line');
   assert.match(line, /--param 'rayVersion="2\.9"' \\\n {2}--param workers=2 \\\n/);
 
-  const job = await sameJobFromShellAndForm(jobgate, page);
+  const job = await sameJobFromCodeAndForm(jobgate, page);
   assert.deepEqual(job.spec.parameters, { rayVersion: '2.9', workers: 2 });
   assert.equal(job.template, 'rayjob');
   assert.deepEqual(page.problems, []);
