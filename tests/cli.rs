@@ -14,70 +14,11 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout};
 
+use common::cli::{client, ok, run, run_at};
 use common::cluster::Cluster;
 use common::{Polling, Server, WAIT, scrape};
-
-const BIN: &str = env!("CARGO_BIN_EXE_jobgate");
-
-/// What one run of the client did.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// The client pointed at `server` (an `http://` base URL), with no token unless `args` or
-/// `env` give one; never the tests' own `JOBGATE_*` settings.
-fn client(server: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("JOBGATE_SERVER", server)
-        .env_remove("JOBGATE_TOKEN")
-        .env_remove("JOBGATE_CONFIG")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command
-}
-
-async fn run_at(server: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let output = tokio::time::timeout(WAIT, client(server, args, env).output())
-        .await
-        .unwrap_or_else(|_| panic!("jobgate {args:?} did not end within {WAIT:?}"))
-        .expect("the client runs");
-    Run {
-        code: output
-            .status
-            .code()
-            .expect("the client exits rather than being killed"),
-        stdout: String::from_utf8(output.stdout).expect("UTF-8 output"),
-        stderr: String::from_utf8(output.stderr).expect("UTF-8 errors"),
-    }
-}
-
-/// Runs the client against `server`.
-async fn run(server: &Server, args: &[&str]) -> Run {
-    run_at(&server.url(""), args, &[]).await
-}
-
-/// Runs the client against `server`; it must exit 0. Returns its standard output.
-async fn ok(server: &Server, args: &[&str]) -> String {
-    let run = run(server, args).await;
-    assert_eq!(
-        run.code,
-        0,
-        "jobgate {args:?} failed: {}{}; jobgate's log:\n{}",
-        run.stdout,
-        run.stderr,
-        server.log_text()
-    );
-    run.stdout
-}
 
 fn parse(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not one JSON value ({e}): {text:?}"))

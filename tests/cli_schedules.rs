@@ -4,49 +4,8 @@
 
 mod common;
 
-use std::process::Stdio;
-
-use tokio::process::Command;
-
-use common::{Server, WAIT};
-
-const BIN: &str = env!("CARGO_BIN_EXE_jobgate");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn run(server: &Server, args: &[&str]) -> Run {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("JOBGATE_SERVER", server.url(""))
-        .env_remove("JOBGATE_TOKEN")
-        .env_remove("JOBGATE_CONFIG")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(WAIT, command.output())
-        .await
-        .unwrap_or_else(|_| panic!("jobgate {args:?} did not end within {WAIT:?}"))
-        .expect("the client runs");
-    Run {
-        code: output.status.code().expect("the client exits"),
-        stdout: String::from_utf8(output.stdout).expect("UTF-8 output"),
-        stderr: String::from_utf8(output.stderr).expect("UTF-8 errors"),
-    }
-}
-
-async fn ok(server: &Server, args: &[&str]) -> String {
-    let run = run(server, args).await;
-    assert_eq!(
-        run.code, 0,
-        "jobgate {args:?} failed: {}{}",
-        run.stdout, run.stderr
-    );
-    run.stdout
-}
+use common::Server;
+use common::cli::{ok, run};
 
 #[tokio::test]
 async fn schedules_are_managed_from_the_command_line() {

@@ -6,37 +6,13 @@
 
 mod common;
 
-use std::process::Stdio;
-
-use serde_json::json;
-use tokio::process::Command;
-
 use common::cluster::Cluster;
-use common::{Server, WAIT};
-
-const BIN: &str = env!("CARGO_BIN_EXE_jobgate");
+use common::{Server, cli};
+use serde_json::json;
 
 /// Runs the client against `server`; it must exit 0. Returns its standard output, trimmed.
 async fn ok(server: &Server, args: &[&str]) -> String {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("JOBGATE_SERVER", server.url(""))
-        .env_remove("JOBGATE_TOKEN")
-        .env_remove("JOBGATE_CONFIG")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(WAIT, command.output())
-        .await
-        .unwrap_or_else(|_| panic!("jobgate {args:?} did not end within {WAIT:?}"))
-        .expect("the client runs");
-    let stdout = String::from_utf8(output.stdout).expect("UTF-8 output");
-    assert!(
-        output.status.success(),
-        "jobgate {args:?} failed: {stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout.trim().to_owned()
+    cli::ok(server, args).await.trim().to_owned()
 }
 
 /// A cluster with Kueue and a LocalQueue `team-a`; `None` (skipped) on a real cluster.

@@ -3,7 +3,7 @@
 //! stopped): served in the test's own process through the binary's path (`in_process`), or,
 //! for what only a process has (kill -9, signals, its pid, environment, user or mount
 //! namespace), the binary spawned (`process`). Its log is in `log`, its waits in `wait`, its
-//! WebSocket clients in `ws`, a small disk to fill under it in `disk`, an emulated Kubernetes
+//! WebSocket clients in `ws`, the command-line client run as a user runs it in `cli`, a small disk to fill under it in `disk`, an emulated Kubernetes
 //! cluster in `cluster`, a throwaway PostgreSQL server (for the PostgreSQL store) in
 //! `postgres`, a webhook receiver that verifies signatures in `receiver`, how to run jobgate
 //! as root whoever runs the test in `root`, the one decision whether a test may skip (and the tools found on `PATH`) in `skip`. The harness never
@@ -11,6 +11,7 @@
 // Each test binary uses a part of the harness; the rest is unused there, not dead.
 #![allow(dead_code, unused_imports)]
 
+pub mod cli;
 pub mod cluster;
 mod disk;
 mod in_process;

@@ -366,13 +366,7 @@ impl JobService {
             .inner
             .bus
             .events(after, None, scope.clone())
-            .filter(move |r| {
-                let keep = match r {
-                    Ok(e) => filter.matches(&e.job),
-                    Err(_) => true,
-                };
-                async move { keep }
-            })
+            .filter(matching(filter))
             .map(|r| r.map_err(ServiceError::from));
         until_inclusive(events.boxed(), |r| r.is_err())
     }
@@ -396,29 +390,15 @@ impl JobService {
         )>,
         ServiceError,
     > {
-        // Taken before the job is read, so no event falls between the two.
-        let subscription = self.inner.bus.subscribe();
-        let Some(job) = self.job(id, scope).await? else {
+        let Some((job, start, events)) = self.job_and_events(id, scope, after).await? else {
             return Ok(None);
         };
-        let start = after.unwrap_or(job.last_event_seq);
         let ended = job.phase.is_terminal() && job.last_event_seq <= start;
-        let events = self
-            .inner
-            .bus
-            .events_from(subscription, start, Some(id.to_owned()), scope.clone())
-            .map(|r| r.map_err(ServiceError::from));
         let events = if ended { None } else { Some(events) };
         let events = until_inclusive(stream::iter(events).flatten().boxed(), |r| {
             r.as_ref().map(|e| e.phase.is_terminal()).unwrap_or(true)
         })
-        .filter(move |r| {
-            let keep = match r {
-                Ok(e) => filter.matches(&e.job),
-                Err(_) => true,
-            };
-            async move { keep }
-        });
+        .filter(matching(filter));
         Ok(Some((start, events)))
     }
 
@@ -464,22 +444,44 @@ impl JobService {
         )>,
         ServiceError,
     > {
+        let found = self.job_and_events(id, scope, None).await?;
+        Ok(found.map(|(job, _, events)| (job, events)))
+    }
+
+    /// The job as it is now and a stream of its events after `after` (after its latest one
+    /// when `None`), with the cursor the stream starts after; the receiver is taken before the
+    /// job is read, so no event falls between the two. `None` for an unknown job.
+    async fn job_and_events(
+        &self,
+        id: &str,
+        scope: &Scope,
+        after: Option<i64>,
+    ) -> Result<
+        Option<(
+            Arc<Job>,
+            i64,
+            impl Stream<Item = Result<Arc<JobEvent>, ServiceError>> + Send + 'static,
+        )>,
+        ServiceError,
+    > {
         let subscription = self.inner.bus.subscribe();
         let Some(job) = self.job(id, scope).await? else {
             return Ok(None);
         };
+        let start = after.unwrap_or(job.last_event_seq);
         let events = self
             .inner
             .bus
-            .events_from(
-                subscription,
-                job.last_event_seq,
-                Some(id.to_owned()),
-                scope.clone(),
-            )
+            .events_from(subscription, start, Some(id.to_owned()), scope.clone())
             .map(|r| r.map_err(ServiceError::from));
-        Ok(Some((job, events)))
+        Ok(Some((job, start, events)))
     }
+}
+
+/// Keeps the events whose job matches `filter` (as the job was right after the event), and
+/// every error.
+fn matching<E>(filter: JobFilter) -> impl FnMut(&Result<Arc<JobEvent>, E>) -> std::future::Ready<bool> {
+    move |r| std::future::ready(r.as_ref().map_or(true, |e| filter.matches(&e.job)))
 }
 
 /// The job as it is now, as the event a status subscriber gets first: its cursor is the job's
