@@ -221,7 +221,7 @@ class Transport:
                 return
             if kind == "ping":
                 await ws.send(json.dumps({"type": "pong"}))
-        raise _closed_without_frame(ws)
+        raise _closed_without_frame()
 
     async def _events(self, ws: ClientConnection) -> AsyncIterator[dict[str, Any]]:
         async for raw in ws:
@@ -242,7 +242,7 @@ class Transport:
             elif kind == "complete":
                 return
         self._check_open()
-        raise _closed_without_frame(ws)
+        raise _closed_without_frame()
 
 
 def _unreachable(url: str, e: BaseException) -> errors.JobgateError:
@@ -267,7 +267,7 @@ def _unreachable(url: str, e: BaseException) -> errors.JobgateError:
     return failed
 
 
-def _closed_without_frame(ws: ClientConnection) -> errors.JobgateError:
+def _closed_without_frame() -> errors.JobgateError:
     return errors.ConnectionFailed("the server closed the subscription's connection")
 
 
