@@ -59,6 +59,7 @@ fn typical_job(id: &str, template: &WorkloadTemplate, queue: Option<&str>) -> Jo
         depends_on: Vec::new(),
         queue_name: queue.map(str::to_owned),
         retry_policy: None,
+        priority: 0,
     };
     Job::accepted(id.into(), spec, None, chrono::Utc::now())
 }

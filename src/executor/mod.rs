@@ -235,6 +235,12 @@ pub trait Executor: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Where a job waiting in the executor's queue (Kueue's, on Kubernetes) stands now;
+    /// `None` when the executor keeps no queue or does not know the job's place.
+    fn queue_place(&self, _job: &Job) -> Option<crate::model::QueuePlace> {
+        None
+    }
+
     /// Whether jobs of `template` can run now; `Err` says why not (e.g. its kind's CRD is
     /// not installed). Only `container` runs everywhere; workload templates create
     /// Kubernetes objects.

@@ -36,8 +36,8 @@ pub use json::{
 };
 pub use log_lines::{LogArchive, LogGap, LogLine, LogLoss, LogRange, MAX_LOG_LINE, clip_log_line};
 pub use phase::{
-    Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, QueueState, QueueStatus,
-    WorkloadStatus, clip,
+    Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, QueuePlace, QueueState,
+    QueueStatus, WorkloadStatus, clip,
 };
 pub use retry::{
     DISRUPTION_TARGET, ExitCodeMatch, ExitCodeOperator, FailedRun, MAX_EXIT_CODE_VALUES, MAX_RETRY_RULES,

@@ -173,6 +173,22 @@ pub struct QueueStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// Where a waiting job stands in its queue now: read when asked, never stored (it changes
+/// whenever any job ahead of it moves).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueuePlace {
+    /// 1-based place among the jobs waiting in the same queue: jobgate's local queue, or
+    /// Kueue's ClusterQueue.
+    pub position: Option<u32>,
+    /// 1-based place among its tenant's waiting jobs (local queue) or in its Kueue
+    /// LocalQueue.
+    pub local_queue_position: Option<u32>,
+    /// When it may start, where an honest estimate can be made.
+    pub estimated_start_at: Option<DateTime<Utc>>,
+    /// How the estimate was made, or why none can be.
+    pub estimate: Option<String>,
+}
+
 /// A queued job's state in Kueue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

@@ -38,6 +38,9 @@ pub struct SubmitRequest {
     pub queue_name: Option<String>,
     /// Retry rules, back-off and per-index limits (see `retry`).
     pub retry_policy: Option<RetryPolicyRequest>,
+    /// Where the job goes in its queue: higher first (0 when omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
 }
 
 /// CPU and memory quantities in Kubernetes notation (`500m`, `2`, `256Mi`, `1G`).
@@ -145,6 +148,13 @@ pub struct JobSpec {
     /// back-off; per-index limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_policy: Option<RetryPolicy>,
+    /// Where the job goes in its queue: higher first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 impl JobSpec {

@@ -369,6 +369,7 @@ impl SubmitRequest {
             depends_on,
             queue_name,
             retry_policy,
+            priority: self.priority.unwrap_or(0),
         })
     }
 

@@ -299,6 +299,7 @@ fn job(template: &str, parameters: Option<Value>) -> Job {
         depends_on: Vec::new(),
         queue_name: None,
         retry_policy: None,
+        priority: 0,
     };
     Job::accepted("0193-abc".into(), spec, None, chrono::Utc::now())
 }

@@ -58,6 +58,9 @@ pub struct SubmitJobInput {
     /// their index; the back-off between runs; limits per index. The `container` template
     /// and templates of batch/v1 Jobs that list it take one; other templates refuse it.
     pub retry_policy: Option<RetryPolicyInput>,
+    /// Where the job goes in its queue: a tenant's jobs of higher priority start first
+    /// (0 when omitted). The server may cap it per tenant.
+    pub priority: Option<i32>,
 }
 
 /// Kubernetes quantities, e.g. cpu `500m` or `2`, memory `256Mi` or `1G`.
@@ -115,6 +118,7 @@ impl From<SubmitJobInput> for model::SubmitRequest {
             ttl_seconds_after_finished: i.ttl_seconds_after_finished,
             queue_name: i.queue_name,
             retry_policy: i.retry_policy.map(Into::into),
+            priority: i.priority,
         }
     }
 }

@@ -135,6 +135,31 @@ pub struct JobQueue {
     pub cluster_queue: Option<String>,
     /// When it entered `state`.
     pub since: Option<DateTime<Utc>>,
+    /// 1-based place among the jobs waiting in the same queue (jobgate's local queue, or
+    /// the Kueue ClusterQueue); null when not waiting or not known. Read when asked:
+    /// a change of position alone is not an event.
+    pub position: Option<i32>,
+    /// 1-based place among the same tenant's waiting jobs (local queue) or in the Kueue
+    /// LocalQueue; null when not waiting or not known.
+    pub local_queue_position: Option<i32>,
+    /// When the job may start, where an honest estimate can be made; see `estimate`.
+    pub estimated_start_at: Option<DateTime<Utc>>,
+    /// How `estimatedStartAt` was made, or why no estimate can be made.
+    pub estimate: Option<String>,
+}
+
+impl JobQueue {
+    /// Fills in where the job stands now.
+    fn placed(mut self, place: Option<model::QueuePlace>) -> Self {
+        if let Some(place) = place {
+            let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+            self.position = place.position.map(clamp);
+            self.local_queue_position = place.local_queue_position.map(clamp);
+            self.estimated_start_at = place.estimated_start_at;
+            self.estimate = place.estimate;
+        }
+        self
+    }
 }
 
 /// CPU and memory of each run.
@@ -249,6 +274,10 @@ impl JobSpecView {
     async fn ttl_seconds_after_finished(&self) -> Option<i32> {
         self.0.spec.ttl_seconds_after_finished
     }
+    /// Where the job goes in its queue: higher first.
+    async fn priority(&self) -> i32 {
+        self.0.spec.priority
+    }
     /// The Kueue LocalQueue the job was queued in.
     async fn queue_name(&self) -> Option<&str> {
         self.0.spec.queue_name.as_deref()
@@ -341,9 +370,10 @@ impl JobObject {
             .collect()
     }
     /// Where the job stands in its Kueue queue; null for jobs not queued in Kueue.
-    async fn queue(&self) -> Option<JobQueue> {
+    async fn queue(&self, ctx: &Context<'_>) -> Option<JobQueue> {
         let name = self.0.spec.queue_name.as_ref()?;
-        Some(match &self.0.workload.queue {
+        let place = ctx.data::<JobService>().ok().and_then(|s| s.queue_place(&self.0));
+        let queue = match &self.0.workload.queue {
             Some(q) => JobQueue {
                 name: q.name.clone(),
                 state: q.state.into(),
@@ -351,6 +381,10 @@ impl JobObject {
                 message: q.message.clone(),
                 cluster_queue: q.cluster_queue.clone(),
                 since: q.since,
+                position: None,
+                local_queue_position: None,
+                estimated_start_at: None,
+                estimate: None,
             },
             // Kueue has not made its Workload yet.
             None => JobQueue {
@@ -360,8 +394,13 @@ impl JobObject {
                 message: None,
                 cluster_queue: None,
                 since: None,
+                position: None,
+                local_queue_position: None,
+                estimated_start_at: None,
+                estimate: None,
             },
-        })
+        };
+        Some(queue.placed(place))
     }
     async fn progress(&self) -> Option<JobProgress> {
         let p = self.0.progress;

@@ -714,6 +714,15 @@ impl JobService {
         None
     }
 
+    /// Where a waiting job stands in its queue now (see [`crate::model::QueuePlace`]);
+    /// `None` for a job that waits in no queue.
+    pub fn queue_place(&self, job: &Job) -> Option<crate::model::QueuePlace> {
+        if job.phase != crate::model::JobPhase::Pending {
+            return None;
+        }
+        self.inner.executor.queue_place(job)
+    }
+
     pub fn executor_kind(&self) -> &'static str {
         self.inner.executor.kind()
     }

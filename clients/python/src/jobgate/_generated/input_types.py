@@ -163,6 +163,8 @@ class SubmitJobInput(BaseModel):
         alias="retryPolicy", default=None
     )
     "Which failed runs fail the job at once, are retried without counting, count, or fail\ntheir index; the back-off between runs; limits per index. The `container` template\nand templates of batch/v1 Jobs that list it take one; other templates refuse it."
+    priority: Optional[int] = None
+    "Where the job goes in its queue: a tenant's jobs of higher priority start first\n(0 when omitted). The server may cap it per tenant."
 
 
 class UpdateScheduleInput(BaseModel):
