@@ -65,6 +65,10 @@ pub struct JobFlags {
     /// The Kueue LocalQueue the job waits in (servers with Kueue integration).
     #[arg(long = "queue", value_name = "NAME")]
     pub queue_name: Option<String>,
+    /// Where the job goes in its queue: a namespace's jobs of higher priority start first
+    /// (0 by default; the server caps it per namespace).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<i32>,
     /// The job's retry policy: a `RetryPolicyInput` as a JSON object, e.g.
     /// `{"rules":[{"action":"FAIL_JOB","exitCodes":{"operator":"IN","values":[42]}}]}`.
     #[arg(long, value_name = "JSON", value_parser = json_object)]
@@ -114,6 +118,7 @@ pub fn job_input(flags: &JobFlags, input: &mut Map<String, Value>) {
         ("backoffLimit", flags.backoff_limit),
         ("activeDeadlineSeconds", flags.active_deadline_seconds),
         ("ttlSecondsAfterFinished", flags.ttl_seconds_after_finished),
+        ("priority", flags.priority),
     ] {
         if let Some(value) = value {
             input.insert(key.into(), json!(value));

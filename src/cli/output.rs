@@ -113,6 +113,33 @@ pub fn time(value: &Value) -> String {
 }
 
 /// A job, field by field, for `get`.
+/// A waiting job's queue in one line: its queue, reason, position and estimate.
+fn queue_line(queue: &Value) -> Option<String> {
+    if !queue.is_object() {
+        return None;
+    }
+    let mut line = format!("{} {}", text(&queue["name"]), text(&queue["state"]));
+    if let Some(reason) = queue["reason"].as_str() {
+        line.push_str(&format!(" ({reason})"));
+    }
+    if let Some(position) = queue["position"].as_i64() {
+        line.push_str(&format!(", position {position}"));
+        if let Some(local) = queue["localQueuePosition"].as_i64() {
+            line.push_str(&format!(" ({local} in its namespace)"));
+        }
+    }
+    if !queue["estimatedStartAt"].is_null() {
+        line.push_str(&format!(", may start {}", time(&queue["estimatedStartAt"])));
+    }
+    if let Some(estimate) = queue["estimate"].as_str() {
+        line.push_str(&format!("; {estimate}"));
+    }
+    if let Some(message) = queue["message"].as_str() {
+        line.push_str(&format!("; {message}"));
+    }
+    Some(line)
+}
+
 pub fn job_details(job: &Value) -> String {
     let spec = &job["spec"];
     let words = |v: &Value| -> String {
@@ -162,6 +189,9 @@ pub fn job_details(job: &Value) -> String {
         ("message", text(&job["message"])),
         ("result", text(&job["result"])),
     ];
+    if let Some(queue) = queue_line(&job["queue"]) {
+        rows.push(("queue", queue));
+    }
     if !spec["image"].is_null() {
         rows.push(("image", text(&spec["image"])));
     }

@@ -48,6 +48,7 @@ impl Config {
                     .into(),
             ));
         }
+        self.validate_queue()?;
         if self.executor == ExecutorKind::Local {
             self.validate_local()?;
         }

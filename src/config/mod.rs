@@ -25,12 +25,15 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::cli::ClientCommand;
 use crate::store::Durability;
 
+pub use self::queue_flags::TenantValue;
+use self::queue_flags::{parse_tenant_priority, parse_tenant_slots, parse_tenant_weight};
 pub use self::retention_flags::NamespaceRetention;
 use self::retention_flags::{parse_namespace_retention, parse_retention_days};
 
 mod cross_checks;
 mod database;
 mod load;
+mod queue_flags;
 mod retention_flags;
 mod settings;
 
@@ -448,6 +451,36 @@ pub struct Config {
     /// and credentials. Only for tenants that may see everything anyway (tests, demos).
     #[arg(long, env = "JOBGATE_LOCAL_TRUSTED_TENANTS")]
     pub local_trusted_tenants: bool,
+
+    /// Local queue: the most jobs running at once on this server (a job holds one slot from
+    /// its launch until it ends, whatever its parallelism). Unset: no cap. See docs/QUEUE.md.
+    #[arg(long, env = "JOBGATE_MAX_RUNNING", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_running: Option<u32>,
+
+    /// Local queue: the most jobs one namespace runs at once, `NAMESPACE=N`. Repeat the flag
+    /// (or separate with commas) for several namespaces.
+    #[arg(long = "tenant-max-running", env = "JOBGATE_TENANT_MAX_RUNNING", value_delimiter = ',', value_parser = parse_tenant_slots)]
+    pub tenant_max_running: Vec<TenantValue>,
+
+    /// Local queue: the most jobs a namespace not named by --tenant-max-running runs at once.
+    /// Unset: no cap of its own.
+    #[arg(long, env = "JOBGATE_DEFAULT_TENANT_MAX_RUNNING", value_parser = clap::value_parser!(u32).range(1..))]
+    pub default_tenant_max_running: Option<u32>,
+
+    /// Local queue: a namespace's fair-share weight, `NAMESPACE=W` (1 to 1000000; others
+    /// weigh 1): a namespace of weight 2 gets twice the running slots of one of weight 1 when
+    /// both have jobs waiting.
+    #[arg(long = "tenant-weight", env = "JOBGATE_TENANT_WEIGHTS", value_delimiter = ',', value_parser = parse_tenant_weight)]
+    pub tenant_weights: Vec<TenantValue>,
+
+    /// The highest `priority` a job may ask for, in namespaces not named by
+    /// --tenant-max-priority. Default 1000.
+    #[arg(long, env = "JOBGATE_MAX_PRIORITY", allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(-1_000_000..=1_000_000))]
+    pub max_priority: Option<i32>,
+
+    /// The highest `priority` one namespace's jobs may ask for, `NAMESPACE=P`.
+    #[arg(long = "tenant-max-priority", env = "JOBGATE_TENANT_MAX_PRIORITIES", value_delimiter = ',', value_parser = parse_tenant_priority)]
+    pub tenant_max_priorities: Vec<TenantValue>,
 
     /// Events held for live subscribers; one further behind is caught up from the store.
     #[arg(long, env = "JOBGATE_BROADCAST_CAPACITY", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]

@@ -87,6 +87,7 @@ impl Config {
                 enabled: self.kueue_enabled(),
                 default_queue: self.default_queue(),
             },
+            priorities: self.priority_limits(),
             ..ValidationLimits::default()
         }
     }
@@ -179,6 +180,7 @@ impl Config {
             max_active_per_namespace: self.max_active_jobs_per_namespace,
             page_scan_budget: self.page_scan_budget as i64,
             launch_retry_limit: std::time::Duration::from_secs(self.launch_retry_limit_secs),
+            local_queue: (self.executor == ExecutorKind::Local).then(|| self.queue_policy()),
             ..ServiceConfig::new(metrics)
         }
     }

@@ -16,6 +16,7 @@ mod job;
 mod json;
 mod log_lines;
 mod phase;
+mod queueing;
 mod retry;
 mod schedule;
 mod scope;
@@ -38,6 +39,10 @@ pub use log_lines::{LogArchive, LogGap, LogLine, LogLoss, LogRange, MAX_LOG_LINE
 pub use phase::{
     Condition, DerivedPhase, JobPhase, MAX_RESULT_BYTES, MappedPhase, Progress, QueuePlace, QueueState,
     QueueStatus, WorkloadStatus, clip,
+};
+pub use queueing::{
+    ADMITTED, BACKING_OFF, DEFAULT_MAX_PRIORITY, LOCAL_QUEUE, PRIORITY_CEILING, PRIORITY_FLOOR,
+    PriorityLimits, QueuePolicy, QueueWait, TENANT_LIMIT, WAITING_FOR_CAPACITY,
 };
 pub use retry::{
     DISRUPTION_TARGET, ExitCodeMatch, ExitCodeOperator, FailedRun, MAX_EXIT_CODE_VALUES, MAX_RETRY_RULES,

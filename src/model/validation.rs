@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::json::check_json;
+use super::queueing::{PRIORITY_CEILING, PRIORITY_FLOOR, PriorityLimits};
 use super::retry::{RetryContext, RetryPolicy};
 use super::spec::{JobSpec, ResourceRequirements, SubmitRequest, parse_quantity};
 
@@ -30,6 +31,8 @@ pub struct ValidationLimits {
     /// Why a job's retry back-off cannot be set on this server (its executor's is fixed);
     /// `None` where the executor applies it.
     pub fixed_backoff: Option<String>,
+    /// The highest priority each tenant's jobs may ask for.
+    pub priorities: PriorityLimits,
 }
 
 /// What the server allows of Kueue.
@@ -67,6 +70,7 @@ impl Default for ValidationLimits {
             template_inputs: Default::default(),
             kueue: KueueLimits::default(),
             fixed_backoff: None,
+            priorities: PriorityLimits::default(),
         }
     }
 }
@@ -350,6 +354,7 @@ impl SubmitRequest {
         }
         let queue_name = self.queue_name(&template, inputs, limits)?;
         let retry_policy = self.retry_policy(&template, inputs, completions, limits)?;
+        let priority = self.priority(&namespace, limits)?;
         Ok(JobSpec {
             name: self.name.clone(),
             namespace,
@@ -369,8 +374,28 @@ impl SubmitRequest {
             depends_on,
             queue_name,
             retry_policy,
-            priority: self.priority.unwrap_or(0),
+            priority,
         })
+    }
+
+    /// The priority: within the bounds any job may ask for, and at most its tenant's maximum
+    /// (the operator's `--max-priority`, `--tenant-max-priority`).
+    fn priority(&self, namespace: &str, limits: &ValidationLimits) -> Result<i32, ValidationError> {
+        let priority = self.priority.unwrap_or(0);
+        if !(PRIORITY_FLOOR..=PRIORITY_CEILING).contains(&priority) {
+            return Err(invalid(
+                "input.priority",
+                format!("must be between {PRIORITY_FLOOR} and {PRIORITY_CEILING}, got {priority}"),
+            ));
+        }
+        let max = limits.priorities.max_of(namespace);
+        if priority > max {
+            return Err(invalid(
+                "input.priority",
+                format!("namespace {namespace} may ask for priorities up to {max}, got {priority}"),
+            ));
+        }
+        Ok(priority)
     }
 
     /// The retry policy: refused for templates that take none, checked against the job.

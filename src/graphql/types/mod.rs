@@ -18,6 +18,7 @@
 mod attempt_views;
 mod connections;
 mod inputs;
+mod local_queue_view;
 mod payloads;
 mod retry_policy;
 mod schedule_views;
@@ -369,9 +370,12 @@ impl JobObject {
             .map(JobCondition::from)
             .collect()
     }
-    /// Where the job stands in its Kueue queue; null for jobs not queued in Kueue.
+    /// Where the job stands in its queue: its Kueue queue, or jobgate's local queue (named
+    /// after its namespace) while it waits there; null for jobs in neither.
     async fn queue(&self, ctx: &Context<'_>) -> Option<JobQueue> {
-        let name = self.0.spec.queue_name.as_ref()?;
+        let Some(name) = self.0.spec.queue_name.as_ref() else {
+            return local_queue_view::local_queue(ctx.data::<JobService>().ok()?, &self.0);
+        };
         let place = ctx.data::<JobService>().ok().and_then(|s| s.queue_place(&self.0));
         let queue = match &self.0.workload.queue {
             Some(q) => JobQueue {

@@ -59,9 +59,21 @@ pub(super) async fn launcher(inner: Arc<ServiceState>) {
     loop {
         // With replicas, only the jobs of this one's shards (none: nothing to read).
         let shards = inner.shards.as_ref().map(|s| *s.borrow());
-        let batch = match shards.filter(|s| s.is_empty()) {
-            Some(_) => Ok(Vec::new()),
-            None => inner.store.unlaunched_jobs(LAUNCH_BATCH, shards).await,
+        let batch = match (&inner.queue, shards.filter(|s| s.is_empty())) {
+            // The local queue says which jobs may start; the cache holds every unfinished one.
+            (Some(queue), _) => Ok(queue
+                .admit(LAUNCH_BATCH as usize)
+                .into_iter()
+                .filter_map(|id| match inner.active.get(&id) {
+                    Some(job) => Some((**job).clone()),
+                    None => {
+                        queue.forget(&id);
+                        None
+                    }
+                })
+                .collect()),
+            (None, Some(_)) => Ok(Vec::new()),
+            (None, None) => inner.store.unlaunched_jobs(LAUNCH_BATCH, shards).await,
         };
         let batch = match batch {
             Ok(batch) => batch,
@@ -147,6 +159,21 @@ pub(super) async fn launcher(inner: Arc<ServiceState>) {
             }
         }
         let mut retry = !outcome.delayed.is_empty() || !outcome.server_errors.is_empty();
+        let delay = if retry {
+            backoff.next().unwrap_or(Duration::from_secs(30))
+        } else {
+            Duration::ZERO
+        };
+        if let Some(queue) = &inner.queue {
+            for id in &outcome.launched {
+                queue.launched(id);
+            }
+            let next = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+            for (id, _, _) in outcome.delayed.iter().chain(&outcome.server_errors) {
+                queue.backing_off(id, next);
+            }
+            // A rejected job fails: the writer's commit frees its slot.
+        }
         if !outcome.launched.is_empty() || !outcome.rejected.is_empty() || retry {
             // Wait for the marks to be committed, so the next read of the outbox cannot
             // hand the same job over twice.
@@ -173,7 +200,11 @@ pub(super) async fn launcher(inner: Arc<ServiceState>) {
                 continue; // more may be waiting
             }
         }
-        let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+        let delay = if retry && delay > Duration::ZERO {
+            delay
+        } else {
+            backoff.next().unwrap_or(Duration::from_secs(30))
+        };
         tokio::select! {
             _ = inner.shutdown.cancelled() => return,
             _ = inner.launch_wanted.notified(), if !retry => {}

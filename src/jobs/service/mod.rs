@@ -26,6 +26,8 @@
 //! - `writer`: the one task that applies commands and observations to the store (its
 //!   `admission`: the checks and acceptance of submissions);
 //! - `executor_tasks`: the launcher and the canceller, which talk to the executor;
+//! - `local_queue`: the local executor's queue (caps, priority, fair share), which the
+//!   launcher takes jobs from;
 //! - `follower`: with a shared store, publishes what any replica committed;
 //! - `shards`: with replicas dividing the work, hands the executor the jobs of the shards
 //!   this replica is assigned.
@@ -55,12 +57,14 @@ mod executor_tasks;
 mod executor_tasks_tests;
 mod feed;
 mod follower;
+mod local_queue;
 mod shards;
 #[cfg(test)]
 mod tests;
 mod writer;
 
 use executor_tasks::{LaunchOutcome, canceller, launcher};
+use local_queue::{LocalQueue, Wait, queue_keeper};
 use writer::Writer;
 
 /// What a client can be told went wrong. Internal causes are logged, never shown.
@@ -174,6 +178,9 @@ pub struct ServiceConfig {
     /// How long a job's workload create may keep failing with the same server error before
     /// the job fails with its message (`--launch-retry-limit-secs`).
     pub launch_retry_limit: std::time::Duration,
+    /// The local queue's policy, where jobgate queues jobs itself (the local executor with
+    /// a store of its own); `None`: every accepted job is launched at once.
+    pub local_queue: Option<crate::model::QueuePolicy>,
 }
 
 impl ServiceConfig {
@@ -195,6 +202,7 @@ impl ServiceConfig {
             logs: None,
             page_scan_budget: crate::store::SCAN_BUDGET,
             launch_retry_limit: std::time::Duration::from_secs(600),
+            local_queue: None,
         }
     }
 }
@@ -266,6 +274,11 @@ enum WriterCommand {
         outcome: LaunchOutcome,
         reply: oneshot::Sender<bool>,
     },
+    /// Why these waiting jobs wait, from the local queue; answered whether it was committed.
+    QueueReasons {
+        changes: Vec<(String, Wait)>,
+        reply: oneshot::Sender<bool>,
+    },
     /// The workloads of these cancelled jobs are stopped; answered whether it was committed.
     CancellationsDone {
         ids: Vec<String>,
@@ -326,6 +339,8 @@ struct ServiceState {
     /// Wakes the follower: this replica's writer committed.
     committed: Notify,
     launch_wanted: Notify,
+    /// The local queue the launcher takes jobs from; `None`: it launches the outbox as read.
+    queue: Option<Arc<LocalQueue>>,
     /// Wakes the canceller: a cancellation was committed.
     cancel_wanted: Notify,
     /// Cancelled when shutdown begins: no new commands, no more launches.
@@ -381,8 +396,21 @@ impl JobService {
         // the executor as this replica is assigned the shard. The cache and the executor
         // share each job: one copy, not one each.
         let mut to_adopt = Vec::new();
+        // Replicas sharing a store would each keep caps of their own: the queue is for a
+        // store of this process's own (configuration refuses the caps otherwise).
+        let queue = config
+            .local_queue
+            .filter(|_| wakeups.is_none())
+            .map(|policy| Arc::new(LocalQueue::new(policy)));
         for r in unfinished {
             let job = Arc::new(r.job);
+            if let Some(queue) = &queue {
+                if r.launched {
+                    queue.hold(&job);
+                } else if !job.is_waiting_for_dependencies() {
+                    queue.enqueue(&job);
+                }
+            }
             if r.launched && executor_shards.is_none() {
                 to_adopt.push(job.clone());
             }
@@ -414,6 +442,7 @@ impl JobService {
             shards: executor_shards,
             committed: Notify::new(),
             launch_wanted: Notify::new(),
+            queue,
             cancel_wanted: Notify::new(),
             shutdown: CancellationToken::new(),
             writer_stop: CancellationToken::new(),
@@ -456,6 +485,10 @@ impl JobService {
         inner.executor.start().await;
         if let Some(shards) = inner.shards.clone() {
             inner.tasks.spawn(shards::shard_keeper(inner.clone(), shards));
+        }
+        if let Some(queue) = inner.queue.clone() {
+            queue.touch();
+            inner.tasks.spawn(queue_keeper(inner.clone(), queue));
         }
         inner.tasks.spawn(launcher(inner.clone()));
         inner.tasks.spawn(canceller(inner.clone()));
@@ -720,7 +753,30 @@ impl JobService {
         if job.phase != crate::model::JobPhase::Pending {
             return None;
         }
-        self.inner.executor.queue_place(job)
+        match &self.inner.queue {
+            Some(queue) => queue.place(&job.id),
+            None => self.inner.executor.queue_place(job),
+        }
+    }
+
+    /// Why a job of the local queue waits (its dependencies, a launch retry with when it is
+    /// tried next, or the queue's own reason), with the queue's name (its tenant); `None`
+    /// without a local queue or once the job left it.
+    pub fn local_queue_wait(&self, job: &Job) -> Option<(String, crate::model::QueueWait)> {
+        let queue = self.inner.queue.as_ref()?;
+        let mut wait = job.local_queue_wait()?;
+        if wait.reason == crate::model::BACKING_OFF
+            && let Some(next) = queue.next_try(&job.id)
+        {
+            let said = wait.message.take().unwrap_or_default();
+            wait.message = Some(format!("{said}; tried again at {}", next.to_rfc3339()));
+        }
+        Some((job.spec.namespace.clone(), wait))
+    }
+
+    /// Whether jobgate queues jobs itself (the local queue).
+    pub fn has_local_queue(&self) -> bool {
+        self.inner.queue.is_some()
     }
 
     pub fn executor_kind(&self) -> &'static str {

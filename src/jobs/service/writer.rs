@@ -222,7 +222,9 @@ impl Writer {
                     }
                     deferred.push(o);
                 }
-                WriterCommand::Launched { reply, .. } | WriterCommand::CancellationsDone { reply, .. } => {
+                WriterCommand::Launched { reply, .. }
+                | WriterCommand::CancellationsDone { reply, .. }
+                | WriterCommand::QueueReasons { reply, .. } => {
                     let _ = reply.send(false);
                 }
             }
@@ -492,6 +494,21 @@ impl Writer {
                         touched.insert(job.id.clone(), job);
                     }
                 }
+                WriterCommand::QueueReasons { changes, .. } => {
+                    answers.push(Answer::None);
+                    let now = Utc::now();
+                    for (id, wait) in changes {
+                        // Admitted meanwhile: it no longer waits.
+                        let waiting = self.inner.queue.as_ref().is_some_and(|q| q.is_waiting(id));
+                        if waiting
+                            && let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await?
+                            && let Some(transition) = job.queue_wait(wait.reason, &wait.message, now)
+                        {
+                            Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
+                            touched.insert(job.id.clone(), job);
+                        }
+                    }
+                }
                 WriterCommand::CancellationsDone { ids, .. } => {
                     answers.push(Answer::None);
                     for id in ids {
@@ -503,10 +520,14 @@ impl Writer {
                     let now = Utc::now();
                     for id in &outcome.launched {
                         tx.mark_launched(id).await?;
-                        if let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await?
-                            && let Some(transition) = job.launch_succeeded(now)
-                        {
-                            Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
+                        if let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await? {
+                            // Out of the local queue: its reason there no longer holds.
+                            let admitted = job.admitted_from_queue(now);
+                            if let Some(transition) = job.launch_succeeded(now) {
+                                Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
+                            } else if admitted {
+                                tx.save_job(&job).await?;
+                            }
                             touched.insert(job.id.clone(), job);
                         }
                     }
@@ -595,6 +616,11 @@ impl Writer {
                 inner.active.insert(id.clone(), Arc::new(job.clone()));
             }
         }
+        // The local queue follows what was committed: new waiting jobs, slots freed.
+        let mut launch = launch;
+        if let Some(queue) = &inner.queue {
+            launch |= queue.observe(touched.values());
+        }
         for r in recorded {
             let event = &r.event;
             if event.previous_phase != Some(event.phase) {
@@ -635,7 +661,9 @@ impl Writer {
                     let _ = reply.send(Err(e));
                 }
                 (
-                    WriterCommand::Launched { reply, .. } | WriterCommand::CancellationsDone { reply, .. },
+                    WriterCommand::Launched { reply, .. }
+                    | WriterCommand::CancellationsDone { reply, .. }
+                    | WriterCommand::QueueReasons { reply, .. },
                     _,
                 ) => {
                     let _ = reply.send(true);
