@@ -149,6 +149,11 @@ fn the_log_view_pages_its_history_and_resumes_after_a_reconnect() {
 }
 
 #[test]
+fn a_waiting_jobs_row_shows_its_reason_and_place_in_the_local_queue() {
+    run_e2e("local-queue.test.mjs");
+}
+
+#[test]
 fn a_retried_jobs_page_lists_its_attempts_each_with_its_own_log() {
     run_e2e("attempts.test.mjs");
 }

@@ -7,6 +7,7 @@
 export const JOB_ROW_FIELDS = `
   id name namespace template phase submittedAt startedAt finishedAt message lastEventCursor
   progress { succeeded failed active ready total }
+  queue { name reason position }
 `;
 export const JOB_FIELDS = `${JOB_ROW_FIELDS}
   result submitter dependencies { id name phase }

@@ -420,6 +420,13 @@ export function JobsView({ api, live, params }) {
                     {jobTitle(job)}
                   </a>
                   {job.phase === 'FAILED' && job.message && <div class="row-message">{job.message}</div>}
+                  {job.phase === 'PENDING' && job.queue && (job.queue.reason || job.queue.position) && (
+                    <div class="row-queue" data-testid="row-queue">
+                      {[job.queue.reason, job.queue.position && `#${job.queue.position} in queue ${job.queue.name}`]
+                        .filter(Boolean)
+                        .join(' · ')}
+                    </div>
+                  )}
                 </th>
                 <td class="col-namespace">{job.namespace}</td>
                 <td class="col-template">{job.template}</td>
