@@ -3,7 +3,7 @@
 //! the order jobs start, with equal weights and with 2:1), priorities within a namespace and
 //! their per-tenant maximum, the reasons a waiting job gives (pushed as events), its position
 //! read over GraphQL, and a restart (kill -9) that keeps the waiting jobs, their order and
-//! their reasons.
+//! their reasons; and the flags refused where the local queue cannot hold them.
 //!
 //! Jobs run `sleep 600`; the test frees a slot by cancelling a running job, and waits on the
 //! events jobgate pushes or on what it answers, never on time.
@@ -305,4 +305,56 @@ async fn a_restart_keeps_the_waiting_jobs_their_order_and_reasons() {
     let mut starts = Starts::follow(&server).await;
     server.cancel(&blocker).await;
     assert_eq!(starts.next().await.0, high);
+}
+
+/// Runs the jobgate binary with `args` and `env`, which must refuse to start; its standard
+/// error.
+fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
+    use std::process::{Command, Stdio};
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_jobgate"))
+        .args(["--listen", "127.0.0.1:0", "--local-trusted-tenants", "--data-dir"])
+        .arg(data.path())
+        .args(args)
+        .env_remove("JOBGATE_CONFIG")
+        .env_remove("JOBGATE_DATABASE_URL")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + common::WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("jobgate {args:?} started instead of refusing");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    stderr
+}
+
+#[test]
+fn the_queue_flags_are_refused_where_the_local_queue_cannot_hold_them() {
+    let kube = refused(&["--executor", "kubernetes"], &[("JOBGATE_MAX_RUNNING", "2")]);
+    assert!(kube.contains("--max-running") && kube.contains("Kueue"), "{kube}");
+    let shared = refused(
+        &[
+            "--database-url",
+            "postgres://jobgate@127.0.0.1:1/jobgate",
+            "--tenant-weight",
+            "a=2",
+        ],
+        &[],
+    );
+    assert!(
+        shared.contains("--tenant-weight") && shared.contains("PostgreSQL"),
+        "{shared}"
+    );
 }
