@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fence::is_fenced;
 use super::kinds::Kind;
+use super::priority_classes::KUEUE_PRIORITY_CLASS_LABEL;
 use super::launch_cancel::launch_error;
 use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
@@ -303,7 +304,17 @@ impl KubeShared {
             reason: "KindNotInstalled",
             message: kind.availability().err().unwrap_or_default(),
         })?;
-        let object = template.render(job, &self.stamp(job));
+        let mut object = template.render(job, &self.stamp(job));
+        // Kueue reads the priority-class label on every kind it queues.
+        if let Some(class) = job
+            .spec
+            .queue_name
+            .as_ref()
+            .and_then(|_| self.ctx.config.manifest.priority_classes.workload_class(job.spec.priority))
+            && template.kueue_suspend_field().is_ok()
+        {
+            object["metadata"]["labels"][KUEUE_PRIORITY_CLASS_LABEL] = serde_json::json!(class);
+        }
         let object: DynamicObject = serde_json::from_value(object).map_err(|e| ExecutorError::Rejected {
             reason: "InvalidWorkload",
             message: format!("template {} renders no valid object: {e}", template.name),

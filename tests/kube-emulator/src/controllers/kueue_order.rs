@@ -95,17 +95,20 @@ pub(crate) fn cluster_queue_of_local(store: &Store, namespace: &str, name: &str)
 /// exist. A workload belongs to the ClusterQueue its LocalQueue points at.
 pub(crate) fn pending_workloads(store: &Store, name: &str) -> Option<Vec<Value>> {
     store.get(CLUSTER_QUEUES, None, name)?;
-    let (workloads, _) = store.list(super::kueue::WORKLOADS, None, &|w| {
-        is_pending(w)
-            && cluster_queue_of_local(
+    // The store's lock is held while a list filters: the LocalQueues are read after it.
+    let (workloads, _) = store.list(super::kueue::WORKLOADS, None, &|w| is_pending(w));
+    let mut refs: Vec<&Value> = workloads
+        .iter()
+        .filter(|w| {
+            cluster_queue_of_local(
                 store,
                 objects::namespace(w).unwrap_or_default(),
                 str_at(w, "/spec/queueName").unwrap_or_default(),
             )
             .as_deref()
                 == Some(name)
-    });
-    let mut refs: Vec<&Value> = workloads.iter().collect();
+        })
+        .collect();
     sort_in_queue_order(&mut refs);
     Some(refs.into_iter().cloned().collect())
 }
