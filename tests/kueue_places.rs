@@ -31,8 +31,16 @@ async fn two_queues(rbac: Vec<Value>) -> Option<Cluster> {
 }
 
 /// Creates a cluster-scoped object as the admin.
-async fn create_cluster_object(cluster: &Cluster, group: &str, version: &str, kind: &str, plural: &str, object: Value) {
-    let resource = ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, version, kind), plural);
+async fn create_cluster_object(
+    cluster: &Cluster,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    object: Value,
+) {
+    let resource =
+        ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, version, kind), plural);
     let api: Api<DynamicObject> = Api::all_with(cluster.client.clone(), &resource);
     let object: DynamicObject = serde_json::from_value(object).unwrap();
     api.create(&PostParams::default(), &object).await.unwrap();
@@ -69,7 +77,10 @@ fn places(summary: &Value) -> Vec<(String, i64, i64, i64)> {
         .iter()
         .map(|i| {
             (
-                i["metadata"]["ownerReferences"][0]["name"].as_str().unwrap().to_owned(),
+                i["metadata"]["ownerReferences"][0]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
                 i["priority"].as_i64().unwrap(),
                 i["positionInClusterQueue"].as_i64().unwrap(),
                 i["positionInLocalQueue"].as_i64().unwrap(),
@@ -95,7 +106,12 @@ async fn the_visibility_api_answers_positions_in_kueue_order_paged_with_404s_and
         queued_job("running", "team-a", json!({}), None),
         queued_job("plain-a", "team-a", json!({}), None),
         queued_job("plain-b", "team-b", json!({}), None),
-        queued_job("high-a", "team-a", json!({"kueue.x-k8s.io/priority-class": "high"}), None),
+        queued_job(
+            "high-a",
+            "team-a",
+            json!({"kueue.x-k8s.io/priority-class": "high"}),
+            None,
+        ),
         queued_job("mid-b", "team-b", json!({}), Some("mid")),
     ];
     for job in submitted {
@@ -117,7 +133,9 @@ async fn the_visibility_api_answers_positions_in_kueue_order_paged_with_404s_and
         if summary["items"].as_array().unwrap().len() == 4 {
             break summary;
         }
-        polling.pause(|| format!("four pending workloads never listed: {summary}")).await;
+        polling
+            .pause(|| format!("four pending workloads never listed: {summary}"))
+            .await;
     };
     assert_eq!(summary["kind"], "PendingWorkloadsSummary", "{summary}");
     assert_eq!(summary["apiVersion"], "visibility.kueue.x-k8s.io/v1beta2");
@@ -131,28 +149,50 @@ async fn the_visibility_api_answers_positions_in_kueue_order_paged_with_404s_and
     let item = &summary["items"][0];
     assert_eq!(item["metadata"]["namespace"], ns.as_str());
     assert_eq!(item["localQueueName"], "team-a");
-    assert!(item["metadata"]["name"].as_str().unwrap().starts_with("job-high-a-"), "{item}");
+    assert!(
+        item["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("job-high-a-"),
+        "{item}"
+    );
 
     // Paging: offset and limit, positions still the queue's.
-    let page = get(&cluster.client, &format!("{cq}?offset=1&limit=2")).await.unwrap();
+    let page = get(&cluster.client, &format!("{cq}?offset=1&limit=2"))
+        .await
+        .unwrap();
     assert_eq!(places(&page), expected[1..3].to_vec(), "{page}");
     let local = format!("{VISIBILITY}/namespaces/{ns}/localqueues/team-a/pendingworkloads");
     let page = get(&cluster.client, &format!("{local}?offset=1")).await.unwrap();
     assert_eq!(places(&page), vec![("plain-a".to_owned(), 0, 2, 1)], "{page}");
-    let older = get(&cluster.client, &local.replace("v1beta2", "v1beta1")).await.unwrap();
+    let older = get(&cluster.client, &local.replace("v1beta2", "v1beta1"))
+        .await
+        .unwrap();
     assert_eq!(older["apiVersion"], "visibility.kueue.x-k8s.io/v1beta1");
     assert_eq!(older["items"].as_array().unwrap().len(), 2, "{older}");
 
     // Unknown queues: Kueue's 404s.
-    let missing = get(&cluster.client, &format!("{VISIBILITY}/clusterqueues/nope/pendingworkloads"))
-        .await
-        .unwrap_err();
+    let missing = get(
+        &cluster.client,
+        &format!("{VISIBILITY}/clusterqueues/nope/pendingworkloads"),
+    )
+    .await
+    .unwrap_err();
     assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));
-    assert_eq!(missing.message, "clusterqueue.visibility.kueue.x-k8s.io \"nope\" not found");
-    let missing = get(&cluster.client, &format!("{VISIBILITY}/namespaces/{ns}/localqueues/nope/pendingworkloads"))
-        .await
-        .unwrap_err();
-    assert_eq!(missing.message, "localqueue.visibility.kueue.x-k8s.io \"nope\" not found");
+    assert_eq!(
+        missing.message,
+        "clusterqueue.visibility.kueue.x-k8s.io \"nope\" not found"
+    );
+    let missing = get(
+        &cluster.client,
+        &format!("{VISIBILITY}/namespaces/{ns}/localqueues/nope/pendingworkloads"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        missing.message,
+        "localqueue.visibility.kueue.x-k8s.io \"nope\" not found"
+    );
 
     // Discovery lists the group and its subresources.
     let resources = cluster
@@ -256,21 +296,52 @@ async fn positions_move_as_workloads_are_admitted_and_priorities_map_to_classes(
     )
     .await;
     let job = server.job_with(&a1, PLACE).await;
-    assert!(job["queue"]["estimate"].as_str().unwrap().contains("places in line"), "{job}");
+    assert!(
+        job["queue"]["estimate"]
+            .as_str()
+            .unwrap()
+            .contains("places in line"),
+        "{job}"
+    );
 
     // A job of priority 10 takes the WorkloadPriorityClass `urgent` (and its pods the
     // PriorityClass `pods-urgent`): it goes ahead of every waiting one.
     let urgent = server.submit(gated("urgent", "team-b", 10)).await;
     let k8s = created(&cluster, &urgent).await;
-    assert_eq!(k8s.metadata.labels.as_ref().unwrap()["kueue.x-k8s.io/priority-class"], "urgent");
+    assert_eq!(
+        k8s.metadata.labels.as_ref().unwrap()["kueue.x-k8s.io/priority-class"],
+        "urgent"
+    );
     let pod_spec = k8s.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
     assert_eq!(pod_spec.priority_class_name.as_deref(), Some("pods-urgent"));
     let plain = created(&cluster, &a1).await;
-    assert!(!plain.metadata.labels.as_ref().unwrap().contains_key("kueue.x-k8s.io/priority-class"));
-    assert_eq!(plain.spec.unwrap().template.spec.unwrap().priority_class_name.as_deref(), Some("pods-low"));
+    assert!(
+        !plain
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .contains_key("kueue.x-k8s.io/priority-class")
+    );
+    assert_eq!(
+        plain
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .priority_class_name
+            .as_deref(),
+        Some("pods-low")
+    );
     wait_places(
         &server,
-        &[(&urgent, Some((1, 1))), (&a1, Some((2, 1))), (&b1, Some((3, 2))), (&a2, Some((4, 2)))],
+        &[
+            (&urgent, Some((1, 1))),
+            (&a1, Some((2, 1))),
+            (&b1, Some((3, 2))),
+            (&a2, Some((4, 2))),
+        ],
         "the urgent job first",
     )
     .await;
@@ -279,7 +350,12 @@ async fn positions_move_as_workloads_are_admitted_and_priorities_map_to_classes(
     cluster.emu().simulation().open_gate("running");
     wait_places(
         &server,
-        &[(&urgent, None), (&a1, Some((1, 1))), (&b1, Some((2, 1))), (&a2, Some((3, 2)))],
+        &[
+            (&urgent, None),
+            (&a1, Some((1, 1))),
+            (&b1, Some((2, 1))),
+            (&a2, Some((3, 2))),
+        ],
         "after an admission",
     )
     .await;
@@ -299,7 +375,12 @@ async fn many_readers_share_one_refresher() {
     server.wait_phase(&running, "RUNNING").await;
     let a1 = server.submit(gated("a1", "team-a", 0)).await;
     let b1 = server.submit(gated("b1", "team-b", 0)).await;
-    wait_places(&server, &[(&a1, Some((1, 1))), (&b1, Some((2, 1)))], "two waiting").await;
+    wait_places(
+        &server,
+        &[(&a1, Some((1, 1))), (&b1, Some((2, 1)))],
+        "two waiting",
+    )
+    .await;
     let before = cluster.emu().requests().of(PENDING, "get");
     assert!(before >= 2, "one request per LocalQueue: {before}");
     for _ in 0..3 {
@@ -315,7 +396,13 @@ async fn many_readers_share_one_refresher() {
     // 150 reads; at most one refresh (one request per LocalQueue) a late Workload change
     // may have started meanwhile.
     assert!(after - before <= 2, "readers made requests: {before} → {after}");
-    assert_eq!(cluster.emu().requests().of("clusterqueues.visibility.kueue.x-k8s.io/pendingworkloads", "get"), 0);
+    assert_eq!(
+        cluster
+            .emu()
+            .requests()
+            .of("clusterqueues.visibility.kueue.x-k8s.io/pendingworkloads", "get"),
+        0
+    );
 }
 
 #[tokio::test]
@@ -331,17 +418,24 @@ async fn without_the_right_to_read_positions_are_null_and_say_why() {
     let Some(cluster) = two_queues(rbac).await else {
         return;
     };
-    let server = cluster.jobgate(&["--kueue", "--kueue-positions-interval-ms", "200"]).await;
+    let server = cluster
+        .jobgate(&["--kueue", "--kueue-positions-interval-ms", "200"])
+        .await;
     let running = server.submit(gated("running", "team-a", 0)).await;
     server.wait_phase(&running, "RUNNING").await;
     let waiting = server.submit(gated("waiting", "team-a", 0)).await;
     let job = server
         .job_until(&waiting, PLACE, "the reason positions are missing", |j| {
-            j["queue"]["estimate"].as_str().is_some_and(|e| e.contains("may not read"))
+            j["queue"]["estimate"]
+                .as_str()
+                .is_some_and(|e| e.contains("may not read"))
         })
         .await;
     assert_eq!(job["queue"]["position"], Value::Null, "{job}");
     assert_eq!(job["queue"]["localQueuePosition"], Value::Null, "{job}");
-    assert!(job["queue"]["estimate"].as_str().unwrap().contains("403"), "{job}");
+    assert!(
+        job["queue"]["estimate"].as_str().unwrap().contains("403"),
+        "{job}"
+    );
     assert_eq!(server.readyz().await, 200, "jobgate stays ready");
 }

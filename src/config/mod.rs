@@ -183,13 +183,21 @@ pub struct Config {
     /// (up to the next rule) to Kueue's WorkloadPriorityClass NAME (the
     /// `kueue.x-k8s.io/priority-class` label on a queued job's object). Repeat the flag (or
     /// separate with commas) for several classes.
-    #[arg(long = "kueue-priority-class", env = "JOBGATE_KUEUE_PRIORITY_CLASSES", value_delimiter = ',')]
+    #[arg(
+        long = "kueue-priority-class",
+        env = "JOBGATE_KUEUE_PRIORITY_CLASSES",
+        value_delimiter = ','
+    )]
     pub kueue_priority_classes: Vec<PriorityClassRule>,
 
     /// Kubernetes executor: `PRIORITY=NAME` maps jobs of that priority or higher (up to the
     /// next rule) to the PriorityClass NAME (their pods' `priorityClassName`; container
     /// template only). Repeatable, or comma-separated.
-    #[arg(long = "pod-priority-class", env = "JOBGATE_POD_PRIORITY_CLASSES", value_delimiter = ',')]
+    #[arg(
+        long = "pod-priority-class",
+        env = "JOBGATE_POD_PRIORITY_CLASSES",
+        value_delimiter = ','
+    )]
     pub pod_priority_classes: Vec<PriorityClassRule>,
 
     /// A directory of workload template files (`*.yaml`) to load besides the built-in ones;

@@ -101,7 +101,10 @@ impl Config {
             manifest: ManifestDefaults {
                 ttl_seconds_after_finished: Some(self.ttl_seconds_after_finished),
                 archive_logs: true,
-                priority_classes: PriorityClasses::new(&self.kueue_priority_classes, &self.pod_priority_classes),
+                priority_classes: PriorityClasses::new(
+                    &self.kueue_priority_classes,
+                    &self.pod_priority_classes,
+                ),
             },
             captured_log_lines: self.captured_log_lines,
             log_follow_concurrency: usize::try_from(self.log_follow_concurrency).unwrap_or(usize::MAX),

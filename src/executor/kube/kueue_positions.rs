@@ -115,7 +115,11 @@ impl KubeShared {
         if !waiting {
             return None;
         }
-        let state = self.positions.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = self
+            .positions
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(why) = &state.unavailable {
             return Some(QueuePlace {
                 estimate: Some(why.clone()),
@@ -164,7 +168,11 @@ impl KubeShared {
                 }
             }
         }
-        let mut state = self.positions.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self
+            .positions
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(why) = &unavailable
             && state.logged.insert(why.clone())
         {

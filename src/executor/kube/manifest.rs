@@ -14,11 +14,11 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, Re
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::priority_classes::{KUEUE_PRIORITY_CLASS_LABEL, PriorityClasses};
 use crate::model::{
     DISRUPTION_TARGET, ExitCodeOperator, FailureCause, Job, OOM_EXIT_CODE, ResourceList, RetryPolicy,
     RuleMatch, SHARD_LABEL, shard_of,
 };
-use super::priority_classes::{KUEUE_PRIORITY_CLASS_LABEL, PriorityClasses};
 use crate::templates::{KUEUE_QUEUE_LABEL, TERMINATION_MESSAGE_PATH};
 
 /// The label every object jobgate creates carries, and the one its watchers select on.

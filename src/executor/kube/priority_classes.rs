@@ -38,9 +38,7 @@ impl FromStr for PriorityClassRule {
         let name = name.trim();
         let valid = !name.is_empty()
             && name.len() <= 253
-            && name
-                .split('.')
-                .all(|part| crate::model::is_namespace_name(part));
+            && name.split('.').all(crate::model::is_namespace_name);
         if !valid {
             return Err(format!(
                 "{s:?}: NAME must be a Kubernetes object name (lowercase letters, digits, '-' and '.')"
@@ -65,12 +63,7 @@ pub struct PriorityClasses {
 impl PriorityClasses {
     /// From the flags' rules; a later rule for the same PRIORITY replaces an earlier one.
     pub fn new(workload: &[PriorityClassRule], pod: &[PriorityClassRule]) -> Self {
-        let map = |rules: &[PriorityClassRule]| {
-            rules
-                .iter()
-                .map(|r| (r.priority, r.name.clone()))
-                .collect()
-        };
+        let map = |rules: &[PriorityClassRule]| rules.iter().map(|r| (r.priority, r.name.clone())).collect();
         Self {
             workload: map(workload),
             pod: map(pod),

@@ -29,12 +29,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::fence::is_fenced;
 use super::kinds::Kind;
-use super::priority_classes::KUEUE_PRIORITY_CLASS_LABEL;
 use super::launch_cancel::launch_error;
 use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
 };
+use super::priority_classes::KUEUE_PRIORITY_CLASS_LABEL;
 use super::status::PodInfo;
 use super::tracking::{Action, KindObjects, Tracker, Vanish};
 use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
@@ -306,12 +306,13 @@ impl KubeShared {
         })?;
         let mut object = template.render(job, &self.stamp(job));
         // Kueue reads the priority-class label on every kind it queues.
-        if let Some(class) = job
-            .spec
-            .queue_name
-            .as_ref()
-            .and_then(|_| self.ctx.config.manifest.priority_classes.workload_class(job.spec.priority))
-            && template.kueue_suspend_field().is_ok()
+        if let Some(class) = job.spec.queue_name.as_ref().and_then(|_| {
+            self.ctx
+                .config
+                .manifest
+                .priority_classes
+                .workload_class(job.spec.priority)
+        }) && template.kueue_suspend_field().is_ok()
         {
             object["metadata"]["labels"][KUEUE_PRIORITY_CLASS_LABEL] = serde_json::json!(class);
         }

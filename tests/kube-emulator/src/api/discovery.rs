@@ -12,8 +12,8 @@ use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{ApiState, kueue_visibility};
 use super::status::{ApiError, json_response};
+use super::{ApiState, kueue_visibility};
 use crate::store::ResourceType;
 
 const VERBS: [&str; 8] = [
@@ -74,7 +74,10 @@ fn served_groups(api: &ApiState, types: &[ResourceType]) -> BTreeMap<String, Vec
     if kueue_visibility::served(api) {
         groups.insert(
             kueue_visibility::GROUP.to_owned(),
-            kueue_visibility::VERSIONS.iter().map(|v| (*v).to_owned()).collect(),
+            kueue_visibility::VERSIONS
+                .iter()
+                .map(|v| (*v).to_owned())
+                .collect(),
         );
     }
     groups
@@ -136,7 +139,10 @@ pub fn answer(api: &ApiState, method: &Method, segs: &[&str]) -> Response {
             json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": resource_list(&core)})
         }
         ["apis"] => {
-            let list: Vec<Value> = served_groups(api, &types).iter().map(|(g, v)| group_document(g, v)).collect();
+            let list: Vec<Value> = served_groups(api, &types)
+                .iter()
+                .map(|(g, v)| group_document(g, v))
+                .collect();
             json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list})
         }
         ["apis", group] => match served_groups(api, &types).get(*group) {

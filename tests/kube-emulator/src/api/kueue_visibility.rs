@@ -100,10 +100,12 @@ pub fn answer(
         Queue::Local { namespace, name } => ("localqueues", namespace.clone(), name.clone()),
     };
     if method != Method::GET {
-        api.faults.count(&format!("{resource}.{GROUP}/pendingworkloads"), method.as_str());
+        api.faults
+            .count(&format!("{resource}.{GROUP}/pendingworkloads"), method.as_str());
         return ApiError::method_not_allowed().into_response();
     }
-    api.faults.count(&format!("{resource}.{GROUP}/pendingworkloads"), "get");
+    api.faults
+        .count(&format!("{resource}.{GROUP}/pendingworkloads"), "get");
     if let (Some(policy), Some(user)) = (&api.config.rbac, user) {
         let attributes = rbac::Attributes {
             verb: "get".to_owned(),
@@ -135,7 +137,8 @@ fn summary(api: &ApiState, raw_query: Option<&str>, version: &str, queue: &Queue
     } as usize;
     let items: Vec<Value> = match queue {
         Queue::Cluster(name) => {
-            let pending = pending_workloads(&api.store, name).ok_or_else(|| not_found("clusterqueue", name))?;
+            let pending =
+                pending_workloads(&api.store, name).ok_or_else(|| not_found("clusterqueue", name))?;
             let mut in_local: std::collections::HashMap<(String, String), usize> = Default::default();
             pending
                 .iter()
@@ -190,7 +193,9 @@ fn item(workload: &Value, in_cluster_queue: usize, in_local_queue: usize) -> Val
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|o| json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["name"], "uid": o["uid"]}))
+        .map(
+            |o| json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["name"], "uid": o["uid"]}),
+        )
         .collect();
     let (namespace, local_queue) = local_key(workload);
     json!({

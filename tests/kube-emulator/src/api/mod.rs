@@ -430,7 +430,14 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
         }
     };
     if group == kueue_visibility::GROUP {
-        return kueue_visibility::answer(&api, &parts.method, parts.uri.query(), user.as_ref(), version, rest);
+        return kueue_visibility::answer(
+            &api,
+            &parts.method,
+            parts.uri.query(),
+            user.as_ref(),
+            version,
+            rest,
+        );
     }
     let target = match resolve(&api.store, group, version, rest) {
         Ok(t) => t,

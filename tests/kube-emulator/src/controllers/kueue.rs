@@ -23,9 +23,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::kueue_order::{
-    CLUSTER_QUEUES, LOCAL_QUEUES, is_pending, sort_in_queue_order, workload_priority,
-};
+use super::kueue_order::{CLUSTER_QUEUES, LOCAL_QUEUES, is_pending, sort_in_queue_order, workload_priority};
 use super::objects::{self, is_deleting, str_at};
 use super::runner::Reconciler;
 use crate::store::{Change, ChangeKind, Store, StoreError, now_timestamp};
@@ -200,10 +198,9 @@ fn create_workload(store: &Store, job: &Value) -> Result<(), KueueError> {
         "status": {},
     });
     let mut workload = workload;
-    if let (Some(spec), Value::Object(priority)) = (
-        workload["spec"].as_object_mut(),
-        workload_priority(store, job),
-    ) {
+    if let (Some(spec), Value::Object(priority)) =
+        (workload["spec"].as_object_mut(), workload_priority(store, job))
+    {
         spec.extend(priority);
     }
     match store.create(WORKLOADS, Some(ns), workload) {

@@ -61,7 +61,10 @@ pub(crate) fn workload_priority(store: &Store, job: &Value) -> Value {
 
 /// A workload's priority (`spec.priority`, 0 when unset).
 pub(crate) fn priority(workload: &Value) -> i64 {
-    workload.pointer("/spec/priority").and_then(Value::as_i64).unwrap_or(0)
+    workload
+        .pointer("/spec/priority")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
 }
 
 /// When a workload joined its queue: its eviction for a requeued one (it goes behind the
@@ -88,7 +91,11 @@ pub(crate) fn is_pending(workload: &Value) -> bool {
 /// The ClusterQueue the LocalQueue `namespace/name` points at, when that LocalQueue exists.
 pub(crate) fn cluster_queue_of_local(store: &Store, namespace: &str, name: &str) -> Option<String> {
     let local = store.get(LOCAL_QUEUES, Some(namespace), name)?;
-    Some(str_at(&local, "/spec/clusterQueue").unwrap_or_default().to_owned())
+    Some(
+        str_at(&local, "/spec/clusterQueue")
+            .unwrap_or_default()
+            .to_owned(),
+    )
 }
 
 /// The pending workloads of ClusterQueue `name` in queue order, or `None` when it does not
@@ -119,9 +126,7 @@ mod tests {
 
     #[test]
     fn higher_priority_first_then_queue_time() {
-        let w = |name: &str, priority: i64, created: &str| {
-            json!({"metadata": {"name": name, "creationTimestamp": created}, "spec": {"priority": priority}})
-        };
+        let w = |name: &str, priority: i64, created: &str| json!({"metadata": {"name": name, "creationTimestamp": created}, "spec": {"priority": priority}});
         let (a, b, c) = (
             w("a", 0, "2026-01-01T00:00:01Z"),
             w("b", 10, "2026-01-01T00:00:02Z"),

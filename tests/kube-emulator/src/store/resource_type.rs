@@ -69,7 +69,14 @@ impl ResourceType {
             Self::builtin("events.k8s.io", "Event", "events", true, false, &["ev"]),
             Self::builtin("batch", "Job", "jobs", true, true, &[]),
             Self::builtin("coordination.k8s.io", "Lease", "leases", true, false, &[]),
-            Self::builtin("scheduling.k8s.io", "PriorityClass", "priorityclasses", false, false, &["pc"]),
+            Self::builtin(
+                "scheduling.k8s.io",
+                "PriorityClass",
+                "priorityclasses",
+                false,
+                false,
+                &["pc"],
+            ),
             Self::builtin(
                 "apiextensions.k8s.io",
                 "CustomResourceDefinition",
