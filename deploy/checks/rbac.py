@@ -146,7 +146,7 @@ def check_rbac(by_kind, env, home, account, shared):
         for ns in sorted(allowed - kueue_bound_in):
             errors.append(
                 f"JOBGATE_KUEUE is on: jobgate watches Kueue's Workloads in {ns}, so a RoleBinding there must "
-                f"grant it the Role {KUEUE_ROLE} (get, list, watch on workloads.kueue.x-k8s.io)"
+                f"grant it the Role {KUEUE_ROLE} (get, list, watch on workloads.kueue.x-k8s.io; get on localqueues/pendingworkloads)"
             )
     for ns in sorted(allowed - granted_in):
         errors.append(f"namespace {ns} is allowed, but no RoleBinding lets jobgate work there")

@@ -35,10 +35,13 @@ WORKLOAD_RESOURCES = {
 # The Role for workload kinds (deploy/overlays/workload-kinds) is held to this instead.
 WORKLOAD_ROLE = "jobgate-workloads"
 # What jobgate does with Kueue (JOBGATE_KUEUE or JOBGATE_DEFAULT_QUEUE set; see
-# deploy/overlays/kueue/role.yaml): read, list and watch its Workloads. Granted by a Role of
-# this name, held to exactly this, only with Kueue on, and required then.
+# deploy/overlays/kueue/role.yaml): read, list and watch its Workloads, and read its
+# LocalQueues' pending workloads (the visibility API) for waiting jobs' places in line.
+# Granted by a Role of this name, held to exactly this, only with Kueue on, and required then.
 KUEUE_ROLE = "jobgate-kueue"
-KUEUE_NEEDED = {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")}
+KUEUE_NEEDED = {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch")} | {
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")
+}
 # What replicas sharing a PostgreSQL database (JOBGATE_DATABASE_URL_FILE) do to the Leases they
 # coordinate through, in jobgate's own namespace only (see deploy/overlays/ha/role-leases.yaml):
 # each creates, renews (update), reads and deletes its own member Lease, follows the others'

@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::cli::ClientCommand;
+use crate::executor::kube::priority_classes::PriorityClassRule;
 use crate::store::Durability;
 
 pub use self::queue_flags::TenantValue;
@@ -174,6 +175,33 @@ pub struct Config {
     /// kind Kueue can queue). Turns Kueue integration on.
     #[arg(long, env = "JOBGATE_DEFAULT_QUEUE")]
     pub default_queue: Option<String>,
+
+    /// Kubernetes executor with Kueue: milliseconds between reads of waiting jobs' places in
+    /// Kueue's queues (its visibility API, one request per LocalQueue holding waiting jobs,
+    /// only while some wait), shown as `Job.queue.position` and `localQueuePosition`.
+    #[arg(long, env = "JOBGATE_KUEUE_POSITIONS_INTERVAL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub kueue_positions_interval_ms: u64,
+
+    /// Kubernetes executor with Kueue: `PRIORITY=NAME` maps jobs of that priority or higher
+    /// (up to the next rule) to Kueue's WorkloadPriorityClass NAME (the
+    /// `kueue.x-k8s.io/priority-class` label on a queued job's object). Repeat the flag (or
+    /// separate with commas) for several classes.
+    #[arg(
+        long = "kueue-priority-class",
+        env = "JOBGATE_KUEUE_PRIORITY_CLASSES",
+        value_delimiter = ','
+    )]
+    pub kueue_priority_classes: Vec<PriorityClassRule>,
+
+    /// Kubernetes executor: `PRIORITY=NAME` maps jobs of that priority or higher (up to the
+    /// next rule) to the PriorityClass NAME (their pods' `priorityClassName`; container
+    /// template only). Repeatable, or comma-separated.
+    #[arg(
+        long = "pod-priority-class",
+        env = "JOBGATE_POD_PRIORITY_CLASSES",
+        value_delimiter = ','
+    )]
+    pub pod_priority_classes: Vec<PriorityClassRule>,
 
     /// A directory of workload template files (`*.yaml`) to load besides the built-in ones;
     /// a template with a built-in's name replaces it. A bad file stops jobgate at start.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::executor::kube::KubeConfig;
 use crate::executor::kube::manifest::ManifestDefaults;
 use crate::executor::kube::membership::MembershipConfig;
+use crate::executor::kube::priority_classes::PriorityClasses;
 use crate::executor::local::LocalConfig;
 use crate::executor::local::sandbox;
 use crate::graphql::http::HttpOptions;
@@ -101,10 +102,15 @@ impl Config {
             manifest: ManifestDefaults {
                 ttl_seconds_after_finished: Some(self.ttl_seconds_after_finished),
                 archive_logs: true,
+                priority_classes: PriorityClasses::new(
+                    &self.kueue_priority_classes,
+                    &self.pod_priority_classes,
+                ),
             },
             captured_log_lines: self.captured_log_lines,
             log_follow_concurrency: usize::try_from(self.log_follow_concurrency).unwrap_or(usize::MAX),
             kueue: self.kueue_enabled(),
+            kueue_positions_interval: Duration::from_millis(self.kueue_positions_interval_ms),
             // A shared store means replicas: they divide the work through Leases.
             membership: self
                 .database_url

@@ -207,6 +207,7 @@ impl Handler<DynamicObject> for WorkloadEvents {
             .get_mut(&job_id)
             .and_then(|mut t| workload_event(&mut t, &event));
         if let Some(status) = report {
+            self.0.positions.workload_changed();
             self.0.send(job_id, status).await;
         }
     }

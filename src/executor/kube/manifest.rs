@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, Re
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::priority_classes::{KUEUE_PRIORITY_CLASS_LABEL, PriorityClasses};
 use crate::model::{
     DISRUPTION_TARGET, ExitCodeOperator, FailureCause, Job, OOM_EXIT_CODE, ResourceList, RetryPolicy,
     RuleMatch, SHARD_LABEL, shard_of,
@@ -50,6 +51,8 @@ pub struct ManifestDefaults {
     /// Pods carry [`LOG_FINALIZER`]: jobgate archives their log, and lets them go once it
     /// has (a Job's TTL would otherwise take the pods, and their logs, with it).
     pub archive_logs: bool,
+    /// The classes jobs' priorities map to (see `priority_classes.rs`).
+    pub priority_classes: PriorityClasses,
 }
 
 /// The finalizer that keeps a pod until jobgate has archived its whole log.
@@ -72,6 +75,9 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
     let mut job_labels = labels.clone();
     if let Some(queue) = &spec.queue_name {
         job_labels.insert(KUEUE_QUEUE_LABEL.to_owned(), queue.clone());
+        if let Some(class) = defaults.priority_classes.workload_class(spec.priority) {
+            job_labels.insert(KUEUE_PRIORITY_CLASS_LABEL.to_owned(), class.to_owned());
+        }
     }
     let mut annotations = BTreeMap::from([(TEMPLATE_ANNOTATION.to_owned(), spec.template.clone())]);
     if let Some(submitter) = &job.submitter {
@@ -166,6 +172,10 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
                     // local executor.
                     restart_policy: Some("Never".into()),
                     service_account_name: spec.service_account_name.clone(),
+                    priority_class_name: defaults
+                        .priority_classes
+                        .pod_class(spec.priority)
+                        .map(str::to_owned),
                     ..PodSpec::default()
                 }),
             },
@@ -290,6 +300,7 @@ mod tests {
             &ManifestDefaults {
                 ttl_seconds_after_finished: Some(3600),
                 archive_logs: true,
+                ..ManifestDefaults::default()
             },
         );
         let finalizers = k

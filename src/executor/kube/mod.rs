@@ -52,6 +52,11 @@
 //!   membership's task, or nothing without replicas;
 //! - `kueue.rs`: with Kueue, the one watcher of its Workloads, linked to jobs by their
 //!   owner, and the pure state machine of what a Workload's conditions say of a queued job;
+//! - `kueue_positions.rs`: with Kueue, the one refresher of waiting jobs' places in line
+//!   (Kueue's visibility API, once per LocalQueue in use per interval), read by every
+//!   `queue_place` (the `positions` part);
+//! - `priority_classes.rs`: the WorkloadPriorityClass and PriorityClass a job's priority maps
+//!   to, as configured;
 //! - `status.rs`: reading a Job's status and a pod's run;
 //! - `requests.rs`: counting API requests for `/metrics`.
 //!
@@ -62,12 +67,14 @@ mod archive;
 mod fence;
 mod kinds;
 mod kueue;
+mod kueue_positions;
 mod launch_cancel;
 pub mod manifest;
 pub mod membership;
 mod pod_attempts;
 mod pod_logs;
 mod pods;
+pub mod priority_classes;
 mod reconcile;
 mod requests;
 mod shard_ownership;
@@ -131,6 +138,8 @@ pub struct KubeConfig {
     pub membership: Option<MembershipConfig>,
     /// Jobs may be queued in Kueue: Kueue's Workloads are watched (see `kueue.rs`).
     pub kueue: bool,
+    /// How often waiting jobs' places in Kueue's queues are read (see `kueue_positions.rs`).
+    pub kueue_positions_interval: Duration,
     /// Most pod logs followed at once to archive them (others wait for a slot).
     pub log_follow_concurrency: usize,
 }
@@ -150,6 +159,7 @@ impl KubeConfig {
             metrics,
             membership: None,
             kueue: false,
+            kueue_positions_interval: Duration::from_secs(5),
             log_follow_concurrency: 256,
         }
     }
@@ -191,6 +201,8 @@ struct KubeShared {
     kinds: WorkloadKinds,
     /// Finished workloads' deletion timers (`workload_retention.rs`).
     retention: RetentionTimers,
+    /// Waiting jobs' places in Kueue's queues (`kueue_positions.rs`).
+    positions: kueue_positions::QueuePositions,
 }
 
 /// What every part of the executor uses: the client, the settings, where observations go,
@@ -282,6 +294,7 @@ impl KubeExecutor {
                 ownership: ShardOwnership::new(membership, fence),
                 kinds: WorkloadKinds::new(config.templates.clone()),
                 retention: RetentionTimers::default(),
+                positions: kueue_positions::QueuePositions::default(),
                 ctx: ExecutorContext {
                     client,
                     observations,
@@ -422,6 +435,7 @@ impl Executor for KubeExecutor {
 
     async fn start(&self) {
         self.shared.start_watchers().await;
+        self.shared.start_queue_positions();
         self.shared.ownership.start();
     }
 
@@ -435,6 +449,10 @@ impl Executor for KubeExecutor {
 
     async fn cancel(&self, job: &Job) -> Result<(), ExecutorError> {
         self.shared.acting_for(&job.id, self.shared.cancel(job)).await
+    }
+
+    fn queue_place(&self, job: &Job) -> Option<crate::model::QueuePlace> {
+        self.shared.queue_place(&job.id)
     }
 
     fn template_available(&self, template: &str) -> Result<(), String> {

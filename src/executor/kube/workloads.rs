@@ -34,6 +34,7 @@ use super::manifest::{
     IDEMPOTENCY_KEY_ANNOTATION, JOB_ID_LABEL, JOB_NAME_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     SUBMITTER_ANNOTATION, TEMPLATE_ANNOTATION, workload_name,
 };
+use super::priority_classes::KUEUE_PRIORITY_CLASS_LABEL;
 use super::status::PodInfo;
 use super::tracking::{Action, KindObjects, Tracker, Vanish};
 use super::watch::{Handler, WatcherHealth, follow_events, watch_stream};
@@ -303,7 +304,18 @@ impl KubeShared {
             reason: "KindNotInstalled",
             message: kind.availability().err().unwrap_or_default(),
         })?;
-        let object = template.render(job, &self.stamp(job));
+        let mut object = template.render(job, &self.stamp(job));
+        // Kueue reads the priority-class label on every kind it queues.
+        if let Some(class) = job.spec.queue_name.as_ref().and_then(|_| {
+            self.ctx
+                .config
+                .manifest
+                .priority_classes
+                .workload_class(job.spec.priority)
+        }) && template.kueue_suspend_field().is_ok()
+        {
+            object["metadata"]["labels"][KUEUE_PRIORITY_CLASS_LABEL] = serde_json::json!(class);
+        }
         let object: DynamicObject = serde_json::from_value(object).map_err(|e| ExecutorError::Rejected {
             reason: "InvalidWorkload",
             message: format!("template {} renders no valid object: {e}", template.name),

@@ -12,8 +12,8 @@ use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::ApiState;
 use super::status::{ApiError, json_response};
+use super::{ApiState, kueue_visibility};
 use crate::store::ResourceType;
 
 const VERBS: [&str; 8] = [
@@ -67,6 +67,22 @@ fn resource_list(types: &[ResourceType]) -> Vec<Value> {
     out
 }
 
+/// Non-core groups and their versions, sorted, with Kueue's aggregated visibility group
+/// while it is served.
+fn served_groups(api: &ApiState, types: &[ResourceType]) -> BTreeMap<String, Vec<String>> {
+    let mut groups = groups(types);
+    if kueue_visibility::served(api) {
+        groups.insert(
+            kueue_visibility::GROUP.to_owned(),
+            kueue_visibility::VERSIONS
+                .iter()
+                .map(|v| (*v).to_owned())
+                .collect(),
+        );
+    }
+    groups
+}
+
 /// Non-core groups and their versions, sorted.
 fn groups(types: &[ResourceType]) -> BTreeMap<String, Vec<String>> {
     let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -101,7 +117,7 @@ pub fn answer(api: &ApiState, method: &Method, segs: &[&str]) -> Response {
                 "/apis".to_owned(),
                 "/version".to_owned(),
             ];
-            for (g, versions) in groups(&types) {
+            for (g, versions) in served_groups(api, &types) {
                 paths.push(format!("/apis/{g}"));
                 paths.extend(versions.iter().map(|v| format!("/apis/{g}/{v}")));
             }
@@ -123,10 +139,13 @@ pub fn answer(api: &ApiState, method: &Method, segs: &[&str]) -> Response {
             json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": resource_list(&core)})
         }
         ["apis"] => {
-            let list: Vec<Value> = groups(&types).iter().map(|(g, v)| group_document(g, v)).collect();
+            let list: Vec<Value> = served_groups(api, &types)
+                .iter()
+                .map(|(g, v)| group_document(g, v))
+                .collect();
             json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list})
         }
-        ["apis", group] => match groups(&types).get(*group) {
+        ["apis", group] => match served_groups(api, &types).get(*group) {
             Some(versions) => {
                 let mut doc = group_document(group, versions);
                 doc["kind"] = json!("APIGroup");
@@ -135,6 +154,14 @@ pub fn answer(api: &ApiState, method: &Method, segs: &[&str]) -> Response {
             }
             None => return ApiError::no_route().into_response(),
         },
+        ["apis", group, version]
+            if *group == kueue_visibility::GROUP
+                && kueue_visibility::served(api)
+                && kueue_visibility::VERSIONS.contains(version) =>
+        {
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"),
+                   "resources": kueue_visibility::resource_list()})
+        }
         ["apis", group, version] => {
             let members: Vec<ResourceType> = types
                 .into_iter()

@@ -19,6 +19,7 @@
 //! - [`kinds`], [`patch`], [`selector`], [`status`]: the rules those apply.
 //! - [`authn`], [`rbac`]: who a request comes from and whether it may (only with a policy
 //!   loaded; without one every request is allowed).
+//! - [`kueue_visibility`]: Kueue's aggregated pending-workloads API, while Kueue is installed.
 //! - [`admission`]: validating admission webhooks, called by create, update and patch before
 //!   they store anything.
 //!
@@ -27,6 +28,7 @@ pub mod admission;
 pub mod authn;
 pub mod discovery;
 pub mod kinds;
+pub mod kueue_visibility;
 pub mod logs;
 pub mod patch;
 pub mod rbac;
@@ -427,6 +429,16 @@ async fn dispatch(State(api): State<Arc<ApiState>>, request: Request) -> Respons
             return discovery::answer(&api, &parts.method, &segs);
         }
     };
+    if group == kueue_visibility::GROUP {
+        return kueue_visibility::answer(
+            &api,
+            &parts.method,
+            parts.uri.query(),
+            user.as_ref(),
+            version,
+            rest,
+        );
+    }
     let target = match resolve(&api.store, group, version, rest) {
         Ok(t) => t,
         Err(e) => {

@@ -11,8 +11,10 @@
 //! Shapes follow Kueue's: condition types, reasons and messages as Kueue writes them, quota as
 //! a ClusterQueue's `spec.resourceGroups[].flavors[].resources[].nominalQuota` for `pods` and
 //! `cpu` (other resources are not counted), `status.admission` with the ClusterQueue and pod
-//! set assignments. Not simulated: cohorts and borrowing, priorities and automatic
-//! preemption, admission checks, `waitForPodsReady`, kinds other than batch/v1 Job.
+//! set assignments; `spec.priority` from the Job's WorkloadPriorityClass or its pods'
+//! PriorityClass, and queue order by priority then time (`kueue_order`). Not simulated:
+//! cohorts and borrowing, automatic preemption, admission checks, `waitForPodsReady`, kinds
+//! other than batch/v1 Job.
 //!
 //! It must not touch what the Job controller owns (pods, Job status): it only flips
 //! `spec.suspend`, as Kueue does.
@@ -21,13 +23,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::kueue_order::{CLUSTER_QUEUES, LOCAL_QUEUES, is_pending, sort_in_queue_order, workload_priority};
 use super::objects::{self, is_deleting, str_at};
 use super::runner::Reconciler;
 use crate::store::{Change, ChangeKind, Store, StoreError, now_timestamp};
 
 pub(crate) const WORKLOADS: &str = "workloads.kueue.x-k8s.io";
-const LOCAL_QUEUES: &str = "localqueues.kueue.x-k8s.io";
-const CLUSTER_QUEUES: &str = "clusterqueues.kueue.x-k8s.io";
 const JOBS: &str = "jobs.batch";
 pub const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 const POD_SET: &str = "main";
@@ -94,7 +95,7 @@ fn owner_uid(workload: &Value) -> Option<&str> {
     objects::controller_ref(workload).and_then(|o| str_at(o, "/uid"))
 }
 
-fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+pub(super) fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
     object
         .pointer("/status/conditions")?
         .as_array()?
@@ -102,7 +103,7 @@ fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| str_at(c, "/type") == Some(type_))
 }
 
-fn is_true(object: &Value, type_: &str) -> bool {
+pub(super) fn is_true(object: &Value, type_: &str) -> bool {
     condition(object, type_).is_some_and(|c| str_at(c, "/status") == Some("True"))
 }
 
@@ -140,6 +141,11 @@ fn set_condition(object: &mut Value, type_: &str, status: &str, reason: &str, me
         })),
     }
     true
+}
+
+/// Whether a workload holds quota: reserved and not finished.
+pub(super) fn holds_quota(workload: &Value) -> bool {
+    is_true(workload, "QuotaReserved") && !is_true(workload, "Finished")
 }
 
 /// Whether the Job finished, and whether it succeeded.
@@ -183,7 +189,6 @@ fn create_workload(store: &Store, job: &Value) -> Result<(), KueueError> {
         "spec": {
             "queueName": objects::label(job, QUEUE_LABEL),
             "active": true,
-            "priority": 0,
             "podSets": [{
                 "name": POD_SET,
                 "count": count,
@@ -192,6 +197,12 @@ fn create_workload(store: &Store, job: &Value) -> Result<(), KueueError> {
         },
         "status": {},
     });
+    let mut workload = workload;
+    if let (Some(spec), Value::Object(priority)) =
+        (workload["spec"].as_object_mut(), workload_priority(store, job))
+    {
+        spec.extend(priority);
+    }
     match store.create(WORKLOADS, Some(ns), workload) {
         Ok(_) | Err(StoreError::AlreadyExists) => Ok(()),
         Err(e) => Err(write_error(format!(
@@ -359,20 +370,9 @@ fn quota(cluster_queue: &Value) -> (String, Vec<(String, i64)>) {
     (name, resources)
 }
 
-/// When a workload joined its queue: its eviction for a requeued one (it goes behind the
-/// others), its creation otherwise.
-fn queue_order(workload: &Value) -> String {
-    condition(workload, "Evicted")
-        .and_then(|c| str_at(c, "/lastTransitionTime"))
-        .or_else(|| str_at(workload, "/metadata/creationTimestamp"))
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// One scheduling pass: pending workloads in queue order, each admitted when its
-/// ClusterQueue's unused quota fits it, else told why not.
+/// One scheduling pass: pending workloads in queue order (`kueue_order`), each admitted when
+/// its ClusterQueue's unused quota fits it, else told why not.
 fn admit(store: &Store, workloads: &[Value]) -> Result<(), KueueError> {
-    let holds_quota = |w: &Value| is_true(w, "QuotaReserved") && !is_true(w, "Finished");
     let cluster_queue_of = |w: &Value| -> Result<String, String> {
         let queue = str_at(w, "/spec/queueName").unwrap_or_default();
         let local = store
@@ -396,11 +396,8 @@ fn admit(store: &Store, workloads: &[Value]) -> Result<(), KueueError> {
             }
         }
     }
-    let mut pending: Vec<&Value> = workloads
-        .iter()
-        .filter(|w| !holds_quota(w) && !is_true(w, "Finished") && !is_deleting(w))
-        .collect();
-    pending.sort_by_key(|w| (queue_order(w), objects::name(w).to_owned()));
+    let mut pending: Vec<&Value> = workloads.iter().filter(|w| is_pending(w)).collect();
+    sort_in_queue_order(&mut pending);
     for w in pending {
         let ns = objects::namespace(w);
         let name = objects::name(w).to_owned();

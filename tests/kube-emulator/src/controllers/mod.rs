@@ -25,7 +25,8 @@
 //! - `operators`: the operators of the workload CRDs (Kubeflow, Argo, Tekton, KubeRay, Spark)
 //!   whose CRDs a test registers (`Emulator::register_workload_crds`).
 //! - `kueue`: a minimal Kueue (Workloads for queued Jobs, admission by a ClusterQueue's
-//!   quota, eviction on demand), active once a test registers Kueue's CRDs.
+//!   quota, eviction on demand), active once a test registers Kueue's CRDs; `kueue_order`:
+//!   the order its ClusterQueues hold pending workloads in (priority, then queue time).
 //! - `disruption`: the Eviction API and the scheduler's preemption (`DisruptionTarget`, then a
 //!   graceful delete).
 //! - `gc`: the garbage collector (dangling owners, `orphan` and `foregroundDeletion` finalizers).
@@ -42,6 +43,7 @@ mod gc;
 mod job;
 mod kubelet;
 pub mod kueue;
+pub(crate) mod kueue_order;
 mod objects;
 pub mod operators;
 mod runner;

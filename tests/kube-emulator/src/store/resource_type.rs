@@ -4,9 +4,9 @@
 //! It must not hold objects or know how a kind is validated or defaulted (the API layer's).
 
 /// A kind the emulator serves: built in (namespaces, pods, pods/log, configmaps, events (core/v1
-/// and events.k8s.io/v1), batch/v1 jobs, coordination.k8s.io/v1 leases,
-/// apiextensions.k8s.io/v1 customresourcedefinitions, admissionregistration.k8s.io/v1
-/// validatingwebhookconfigurations) or registered from a CRD.
+/// and events.k8s.io/v1), batch/v1 jobs, coordination.k8s.io/v1 leases, scheduling.k8s.io/v1
+/// priorityclasses, apiextensions.k8s.io/v1 customresourcedefinitions,
+/// admissionregistration.k8s.io/v1 validatingwebhookconfigurations) or registered from a CRD.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceType {
     /// `""` for the core group.
@@ -69,6 +69,14 @@ impl ResourceType {
             Self::builtin("events.k8s.io", "Event", "events", true, false, &["ev"]),
             Self::builtin("batch", "Job", "jobs", true, true, &[]),
             Self::builtin("coordination.k8s.io", "Lease", "leases", true, false, &[]),
+            Self::builtin(
+                "scheduling.k8s.io",
+                "PriorityClass",
+                "priorityclasses",
+                false,
+                false,
+                &["pc"],
+            ),
             Self::builtin(
                 "apiextensions.k8s.io",
                 "CustomResourceDefinition",
