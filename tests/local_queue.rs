@@ -358,3 +358,47 @@ fn the_queue_flags_are_refused_where_the_local_queue_cannot_hold_them() {
         "{shared}"
     );
 }
+
+#[tokio::test]
+async fn a_job_whose_launch_fails_backs_off_in_the_queue_then_starts() {
+    // A work directory of its own, made unusable after the start: preparing the job's
+    // directory fails, so its launch is retried with back-off.
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(parent.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let work = parent.path().join("work");
+    let server = Server::start(&["--max-running", "1", "--local-work-dir", work.to_str().unwrap()]).await;
+    let mut starts = Starts::follow(&server).await;
+    std::fs::remove_dir_all(&work).unwrap();
+    std::fs::write(&work, "not a directory").unwrap();
+    let id = server
+        .submit(json!({"command": ["true"], "namespace": "a"}))
+        .await;
+    let shown = server
+        .job_until(&id, QUEUE, "the job backs off", |j| {
+            j["queue"]["reason"] == "BackingOff"
+        })
+        .await;
+    assert_eq!(shown["phase"], "PENDING", "{shown}");
+    assert_eq!(shown["queue"]["name"], "a", "{shown}");
+    assert!(
+        shown["queue"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("preparing the workload")),
+        "the message says why the launch failed: {shown}"
+    );
+    assert!(
+        shown["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["phase"] == "PENDING" && e["reason"] == "LaunchFailed"),
+        "the failed launch is an event: {shown}"
+    );
+    std::fs::remove_file(&work).unwrap();
+    assert_eq!(starts.next().await.0, id);
+    let started = server.job_with(&id, QUEUE).await;
+    assert!(
+        started["queue"].is_null(),
+        "a started job waits in no queue: {started}"
+    );
+}
