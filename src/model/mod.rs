@@ -21,6 +21,8 @@ mod schedule;
 mod scope;
 mod shard;
 mod spec;
+mod timeline;
+mod trace;
 mod validation;
 
 pub use attempt::{ATTEMPT_FAILED, ATTEMPT_SUCCEEDED, AttemptState, JobAttempt, MAX_ATTEMPTS};
@@ -50,6 +52,8 @@ pub use schedule::{
     ScheduleLimits, check_schedule, due_tick, schedule_of, schedule_principal, tick_key, tick_of_key,
 };
 pub use scope::Scope;
+pub use timeline::{SegmentKind, TimelineSegment};
+pub use trace::{JobTrace, MAX_TRACE_STATE, TraceParent, trace_env};
 pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
 pub use validation::{

@@ -13,7 +13,8 @@
 //! - `schedule_views`: schedules, their events, inputs and payloads, and `Job.schedule`;
 //! - `retry_policy`: retry rules, as submitted and as shown;
 //! - `stats`: counts by phase and recent activity;
-//! - `template_views`: the templates jobs are submitted with, described for clients.
+//! - `template_views`: the templates jobs are submitted with, described for clients;
+//! - `timeline_views`: where a job's time went (`Job.timeline`).
 
 mod attempt_views;
 mod connections;
@@ -23,6 +24,7 @@ mod retry_policy;
 mod schedule_views;
 mod stats;
 mod template_views;
+mod timeline_views;
 
 use std::sync::Arc;
 
@@ -34,6 +36,7 @@ use crate::graphql::error::OrApiError;
 use crate::jobs::service::JobService;
 use crate::model::{self, Job, JobEvent};
 
+pub use timeline_views::{TimelineSegmentKindView, TimelineSegmentObject};
 pub use attempt_views::{AttemptStateView, FailureCauseView, JobAttemptObject};
 pub use connections::{
     JobConnection, JobEdge, LogArchiveView, LogLineConnection, LogLineEdge, LogLineView, PageInfo,
@@ -547,6 +550,17 @@ impl JobObject {
     /// recorded before the job's event when it ended the job.
     async fn attempts(&self) -> Vec<JobAttemptObject> {
         attempt_views::attempts_of(&self.0)
+    }
+    /// The W3C trace id (32 hex digits) of the job's trace: the caller's when its request
+    /// carried a `traceparent`, a new one otherwise. Its spans are exported when jobgate runs
+    /// with `--otlp-endpoint` (see docs/TRACING.md).
+    async fn trace_id(&self) -> String {
+        self.0.trace_id()
+    }
+    /// Where the job's time went: queued, launching, each attempt, finishing, in the order
+    /// they began; the last is open (no `endedAt`) while it lasts.
+    async fn timeline(&self) -> Vec<TimelineSegmentObject> {
+        timeline_views::timeline_of(&self.0)
     }
     /// How many older attempts the job no longer lists in `attempts`.
     async fn attempts_omitted(&self) -> i32 {

@@ -503,11 +503,17 @@ impl Writer {
                     let now = Utc::now();
                     for id in &outcome.launched {
                         tx.mark_launched(id).await?;
-                        if let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await?
-                            && let Some(transition) = job.launch_succeeded(now)
-                        {
-                            Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
-                            touched.insert(job.id.clone(), job);
+                        if let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await? {
+                            // Kept with the job, without an event of its own: where its
+                            // queued time ends (`Job::timeline`).
+                            let launched = job.record_launch(now);
+                            if let Some(transition) = job.launch_succeeded(now) {
+                                Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
+                                touched.insert(job.id.clone(), job);
+                            } else if launched {
+                                tx.save_job(&job).await?;
+                                touched.insert(job.id.clone(), job);
+                            }
                         }
                     }
                     for (id, reason, message) in &outcome.rejected {
