@@ -515,7 +515,12 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     // Spans follow every event from here on, those of the service's recovery at start too.
     let trace_settings = config.otlp.trace_settings();
     let trace_head = match trace_settings {
-        Some(_) => Some(store.last_event_seq().await.context("reading the event log's head")?),
+        Some(_) => Some(
+            store
+                .last_event_seq()
+                .await
+                .context("reading the event log's head")?,
+        ),
         None => None,
     };
     let service = JobService::start(
@@ -555,8 +560,15 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     let grace = Duration::from_secs(config.shutdown_timeout_secs);
     let traces = match (&trace_settings, trace_head) {
         (Some(settings), Some(head)) => Some(
-            Traces::start(settings, service.bus().clone(), traces_store, head, &metrics, grace)
-                .context("starting the trace export (--otlp-endpoint)")?,
+            Traces::start(
+                settings,
+                service.bus().clone(),
+                traces_store,
+                head,
+                &metrics,
+                grace,
+            )
+            .context("starting the trace export (--otlp-endpoint)")?,
         ),
         _ => None,
     };

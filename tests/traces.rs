@@ -95,7 +95,10 @@ async fn a_job_is_one_trace_that_joins_its_callers_and_reaches_its_process() {
     let (id, trace_id) = submit_with_headers(
         &server,
         json!({"command": sh("printf %s \"$TRACEPARENT\" > \"$JOBGATE_RESULT_FILE\"")}),
-        &[("traceparent", &traceparent(CALLER_TRACE, CALLER_SPAN)), ("tracestate", "vendor=1")],
+        &[
+            ("traceparent", &traceparent(CALLER_TRACE, CALLER_SPAN)),
+            ("tracestate", "vendor=1"),
+        ],
     )
     .await;
     assert_eq!(trace_id, CALLER_TRACE, "the job joins its caller's trace");
@@ -103,7 +106,10 @@ async fn a_job_is_one_trace_that_joins_its_callers_and_reaches_its_process() {
 
     let spans = job_trace(&collector, CALLER_TRACE, &id).await;
     let request = one(&spans, "submitJob");
-    assert_eq!(request.parent_span_id, CALLER_SPAN, "the request is a child of the caller's span");
+    assert_eq!(
+        request.parent_span_id, CALLER_SPAN,
+        "the request is a child of the caller's span"
+    );
     assert_eq!(one(&spans, "validate").parent_span_id, request.span_id);
     assert_eq!(one(&spans, "commit").parent_span_id, request.span_id);
     let root = one(&spans, "job");
@@ -125,7 +131,10 @@ async fn a_job_is_one_trace_that_joins_its_callers_and_reaches_its_process() {
 
     // The process saw the job's root span as its parent.
     let job = server
-        .job_with(&id, "result traceId timeline { kind name startedAt endedAt attempt exitCode failed }")
+        .job_with(
+            &id,
+            "result traceId timeline { kind name startedAt endedAt attempt exitCode failed }",
+        )
         .await;
     assert_eq!(job["result"], json!(traceparent(CALLER_TRACE, &root.span_id)));
     let kinds: Vec<&str> = job["timeline"]
@@ -135,7 +144,13 @@ async fn a_job_is_one_trace_that_joins_its_callers_and_reaches_its_process() {
         .map(|s| s["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["QUEUED", "LAUNCHING", "ATTEMPT", "FINISHING"], "{job}");
-    assert!(job["timeline"].as_array().unwrap().iter().all(|s| s["endedAt"].is_string()));
+    assert!(
+        job["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["endedAt"].is_string())
+    );
     assert_eq!(job["timeline"][2]["exitCode"], 0);
 }
 
@@ -155,7 +170,10 @@ async fn a_failed_job_has_error_status_and_each_attempt_its_exit_code() {
     assert_eq!(server.terminal_phase(&id).await, "FAILED");
     let spans = job_trace(&collector, &trace_id, &id).await;
     let request = one(&spans, "submitJob");
-    assert_eq!(request.parent_span_id, "", "a malformed traceparent starts a new trace");
+    assert_eq!(
+        request.parent_span_id, "",
+        "a malformed traceparent starts a new trace"
+    );
     let root = one(&spans, "job");
     assert_eq!(root.status_code, 2, "error status: {root:#?}");
     assert_eq!(root.attributes["jobgate.job.phase"], "FAILED");
@@ -182,8 +200,14 @@ async fn over_a_websocket_the_connections_or_the_operations_traceparent_is_joine
     let input = json!({"input": {"command": ["true"]}});
     ws.subscribe("1", SUBMIT, input.clone()).await;
     let first = ws.recv().await;
-    let first_id = first["payload"]["data"]["submitJob"]["job"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(first["payload"]["data"]["submitJob"]["job"]["traceId"], connection_trace, "{first}");
+    let first_id = first["payload"]["data"]["submitJob"]["job"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        first["payload"]["data"]["submitJob"]["job"]["traceId"], connection_trace,
+        "{first}"
+    );
     ws.send(json!({"id": "2", "type": "subscribe", "payload": {
         "query": SUBMIT,
         "variables": input,
@@ -196,8 +220,14 @@ async fn over_a_websocket_the_connections_or_the_operations_traceparent_is_joine
             break message;
         }
     };
-    let second_id = second["payload"]["data"]["submitJob"]["job"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(second["payload"]["data"]["submitJob"]["job"]["traceId"], operation_trace, "{second}");
+    let second_id = second["payload"]["data"]["submitJob"]["job"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        second["payload"]["data"]["submitJob"]["job"]["traceId"], operation_trace,
+        "{second}"
+    );
     assert_eq!(server.terminal_phase(&first_id).await, "SUCCEEDED");
     assert_eq!(server.terminal_phase(&second_id).await, "SUCCEEDED");
     let first_spans = job_trace(&collector, connection_trace, &first_id).await;
@@ -244,7 +274,12 @@ async fn a_restart_between_submit_and_end_still_yields_the_whole_trace() {
 #[tokio::test]
 async fn a_webhook_delivery_carries_the_jobs_traceparent() {
     let collector = Collector::start().await;
-    let server = Server::start(&["--webhook-allow-private-targets", "--otlp-endpoint", &collector.endpoint]).await;
+    let server = Server::start(&[
+        "--webhook-allow-private-targets",
+        "--otlp-endpoint",
+        &collector.endpoint,
+    ])
+    .await;
     let receiver = Receiver::start().await;
     let created = server
         .gql_ok(
@@ -266,11 +301,16 @@ async fn a_webhook_delivery_carries_the_jobs_traceparent() {
             .collect();
         if delivered.iter().any(|r| r.body["data"]["phase"] == "SUCCEEDED") {
             for r in &delivered {
-                assert_eq!(r.traceparent.as_deref(), Some(traceparent(&trace_id, &root.span_id).as_str()));
+                assert_eq!(
+                    r.traceparent.as_deref(),
+                    Some(traceparent(&trace_id, &root.span_id).as_str())
+                );
             }
             break;
         }
-        polling.pause(|| format!("the job's end was not delivered: {delivered:?}")).await;
+        polling
+            .pause(|| format!("the job's end was not delivered: {delivered:?}"))
+            .await;
     }
 }
 

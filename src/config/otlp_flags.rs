@@ -54,7 +54,10 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
         return Err(format!("{text:?} is not NAME=VALUE"));
     };
     let name = name.trim();
-    let valid = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+    let valid = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
     if !valid {
         return Err(format!("{name:?} is not a header name"));
     }

@@ -52,10 +52,10 @@ pub use schedule::{
     ScheduleLimits, check_schedule, due_tick, schedule_of, schedule_principal, tick_key, tick_of_key,
 };
 pub use scope::Scope;
-pub use timeline::{SegmentKind, TimelineSegment};
-pub use trace::{JobTrace, MAX_TRACE_STATE, TraceParent, trace_env};
 pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
+pub use timeline::{SegmentKind, TimelineSegment};
+pub use trace::{JobTrace, MAX_TRACE_STATE, TraceParent, trace_env};
 pub use validation::{
     JOB_CONTAINER, KueueLimits, MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError,
     ValidationLimits, is_namespace_name, is_queue_name,

@@ -92,11 +92,16 @@ impl Job {
         let queued = TimelineSegment::new(SegmentKind::Queued, self.submitted_at, queued_end);
         let launch_start = queued.end;
         segments.push(queued);
-        let Some(launch_start) = launch_start.filter(|_| self.launched_at.is_some() || first_run.is_some()) else {
+        let Some(launch_start) = launch_start.filter(|_| self.launched_at.is_some() || first_run.is_some())
+        else {
             return segments;
         };
         let launching_end = first_run.or(over);
-        segments.push(TimelineSegment::new(SegmentKind::Launching, launch_start, launching_end));
+        segments.push(TimelineSegment::new(
+            SegmentKind::Launching,
+            launch_start,
+            launching_end,
+        ));
         let mut last_end = launching_end.unwrap_or(launch_start);
         for attempt in attempts {
             let start = attempt.started_at.unwrap_or(launch_start).max(launch_start);
@@ -110,7 +115,11 @@ impl Job {
             segments.push(segment);
         }
         if let Some(over) = over {
-            segments.push(TimelineSegment::new(SegmentKind::Finishing, last_end.min(over), Some(over)));
+            segments.push(TimelineSegment::new(
+                SegmentKind::Finishing,
+                last_end.min(over),
+                Some(over),
+            ));
         }
         segments
     }
@@ -155,12 +164,24 @@ mod tests {
         let names: Vec<&str> = timeline.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
-            ["queued", "launching", "attempt index-0-run-1", "attempt index-0-run-2", "finishing"]
+            [
+                "queued",
+                "launching",
+                "attempt index-0-run-1",
+                "attempt index-0-run-2",
+                "finishing"
+            ]
         );
         let spans: Vec<_> = timeline.iter().map(|s| (s.start, s.end.unwrap())).collect();
         assert_eq!(
             spans,
-            [(at(0), at(2)), (at(2), at(3)), (at(3), at(5)), (at(6), at(9)), (at(9), at(10))]
+            [
+                (at(0), at(2)),
+                (at(2), at(3)),
+                (at(3), at(5)),
+                (at(6), at(9)),
+                (at(9), at(10))
+            ]
         );
         assert!(timeline[2].failed());
         assert!(!timeline[3].failed());

@@ -167,7 +167,9 @@ mod tests {
         assert_eq!(p.span_id, "00f067aa0ba902b7");
         assert_eq!(p.trace_state.as_deref(), Some("congo=t61rcWkgMzE"));
         // A later version may add fields.
-        assert!(TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", None).is_some());
+        assert!(
+            TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x", None).is_some()
+        );
     }
 
     #[test]
@@ -197,7 +199,10 @@ mod tests {
         .unwrap();
         let mut job = Job::accepted("0193-abc".into(), spec, None, chrono::Utc::now());
         let older = serde_json::to_string(&job).unwrap();
-        assert!(!older.contains("trace") && !older.contains("launchedAt"), "{older}");
+        assert!(
+            !older.contains("trace") && !older.contains("launchedAt"),
+            "{older}"
+        );
         job.trace = Some(JobTrace::new(TraceParent::parse(GOOD, Some("a=1")), [9u8; 24]));
         job.launched_at = Some(chrono::Utc::now());
         let stored = serde_json::to_string(&job).unwrap();
@@ -216,6 +221,9 @@ mod tests {
         assert_eq!(joined.span_id, "0707070707070707");
         let fresh = JobTrace::new(None, random);
         assert_eq!(fresh.trace_id, "07".repeat(16));
-        assert_eq!(fresh.traceparent(), format!("00-{}-0707070707070707-01", "07".repeat(16)));
+        assert_eq!(
+            fresh.traceparent(),
+            format!("00-{}-0707070707070707-01", "07".repeat(16))
+        );
     }
 }

@@ -72,7 +72,13 @@ impl Traces {
             stop.clone(),
             grace,
         ));
-        tasks.spawn(emitter::follow(bus, store, after, queue.clone(), stop.child_token()));
+        tasks.spawn(emitter::follow(
+            bus,
+            store,
+            after,
+            queue.clone(),
+            stop.child_token(),
+        ));
         tasks.close();
         tracing::info!(endpoint = %export::traces_url(&settings.endpoint), service = %settings.service_name, "exporting job traces over OTLP/HTTP");
         Ok(Arc::new(Self { queue, stop, tasks }))

@@ -70,7 +70,13 @@ fn span(
     status: Status,
 ) -> SpanData {
     SpanData {
-        span_context: SpanContext::new(trace_id(trace), span_id(id), TraceFlags::SAMPLED, false, trace_state(trace)),
+        span_context: SpanContext::new(
+            trace_id(trace),
+            span_id(id),
+            TraceFlags::SAMPLED,
+            false,
+            trace_state(trace),
+        ),
         parent_span_id: parent.map_or(SpanId::INVALID, span_id),
         parent_span_is_remote: false,
         span_kind: kind,
@@ -182,7 +188,12 @@ pub struct SubmitTimes {
 /// The spans of the request that submitted `job`: `submitJob` (a server span, the job's
 /// root span's parent), and its parts `validate` (until the job was accepted in memory:
 /// `submitted_at`) and `commit` (the writer's transaction, until the answer).
-pub fn request_spans(job: &Job, trace: &JobTrace, caller: Option<&str>, times: &SubmitTimes) -> Vec<SpanData> {
+pub fn request_spans(
+    job: &Job,
+    trace: &JobTrace,
+    caller: Option<&str>,
+    times: &SubmitTimes,
+) -> Vec<SpanData> {
     let Some(request) = trace.parent_span_id.as_deref() else {
         return Vec::new();
     };

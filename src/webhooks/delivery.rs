@@ -316,14 +316,10 @@ async fn attempt(
             request = request.header("tracestate", state);
         }
     }
-    let response = request
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| Failed {
-            outcome: "unreachable",
-            error: describe(&e),
-        })?;
+    let response = request.body(body).send().await.map_err(|e| Failed {
+        outcome: "unreachable",
+        error: describe(&e),
+    })?;
     let status = response.status();
     if status.is_success() {
         Ok(())

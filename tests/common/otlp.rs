@@ -57,7 +57,11 @@ fn any_value(value: Option<AnyValue>) -> Value {
     }
 }
 
-async fn export(State(collected): State<Arc<Mutex<Collected>>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn export(
+    State(collected): State<Arc<Mutex<Collected>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
     let Ok(request) = ExportTraceServiceRequest::decode(body) else {
         return StatusCode::BAD_REQUEST;
     };
@@ -125,7 +129,10 @@ impl Collector {
 
     /// The spans of one trace.
     pub fn trace(&self, trace_id: &str) -> Vec<CollectedSpan> {
-        self.spans().into_iter().filter(|s| s.trace_id == trace_id).collect()
+        self.spans()
+            .into_iter()
+            .filter(|s| s.trace_id == trace_id)
+            .collect()
     }
 
     /// How many export requests arrived.

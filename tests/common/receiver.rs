@@ -95,7 +95,11 @@ async fn receive(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, bo
     }
     let body: Value = serde_json::from_slice(&body).expect("a JSON body");
     let traceparent = header("traceparent");
-    state.accepted.lock().unwrap().push(Received { id, body, traceparent });
+    state.accepted.lock().unwrap().push(Received {
+        id,
+        body,
+        traceparent,
+    });
     StatusCode::NO_CONTENT
 }
 

@@ -44,7 +44,11 @@ async fn the_jobs_container_gets_its_trace_context_and_its_pods_are_attempt_span
     assert_eq!(attempts.len(), 1, "{spans:#?}");
     assert_eq!(attempts[0].parent_span_id, root.span_id);
     assert_eq!(attempts[0].attributes["jobgate.attempt.exit_code"], 0);
-    assert!(attempts[0].attributes["k8s.pod.name"].is_string(), "{:?}", attempts[0]);
+    assert!(
+        attempts[0].attributes["k8s.pod.name"].is_string(),
+        "{:?}",
+        attempts[0]
+    );
 
     let k = cluster.jobs().get(&format!("jobgate-{id}")).await.unwrap();
     let container = &k.spec.unwrap().template.spec.unwrap().containers[0];
@@ -56,10 +60,21 @@ async fn the_jobs_container_gets_its_trace_context_and_its_pods_are_attempt_span
         .map(|e| (e.name, e.value.unwrap_or_default()))
         .collect();
     let value = |name: &str| -> Vec<&str> {
-        env.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_str()).collect()
+        env.iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
     };
-    assert_eq!(value("TRACEPARENT"), [format!("00-{CALLER_TRACE}-{}-01", root.span_id)], "{env:?}");
-    assert_eq!(value("OTEL_SERVICE_NAME"), ["mine"], "the job's own entry wins, once: {env:?}");
+    assert_eq!(
+        value("TRACEPARENT"),
+        [format!("00-{CALLER_TRACE}-{}-01", root.span_id)],
+        "{env:?}"
+    );
+    assert_eq!(
+        value("OTEL_SERVICE_NAME"),
+        ["mine"],
+        "the job's own entry wins, once: {env:?}"
+    );
     let attributes = value("OTEL_RESOURCE_ATTRIBUTES");
     assert_eq!(attributes.len(), 1);
     assert!(attributes[0].contains(&format!("jobgate.job.id={id}")), "{env:?}");

@@ -36,7 +36,6 @@ use crate::graphql::error::OrApiError;
 use crate::jobs::service::JobService;
 use crate::model::{self, Job, JobEvent};
 
-pub use timeline_views::{TimelineSegmentKindView, TimelineSegmentObject};
 pub use attempt_views::{AttemptStateView, FailureCauseView, JobAttemptObject};
 pub use connections::{
     JobConnection, JobEdge, LogArchiveView, LogLineConnection, LogLineEdge, LogLineView, PageInfo,
@@ -55,6 +54,7 @@ pub use schedule_views::{
 };
 pub use stats::{ActivityBucketView, JobStats, PhaseCounts};
 pub use template_views::{TemplateFieldObject, TemplateFieldType, TemplateObject};
+pub use timeline_views::{TimelineSegmentKindView, TimelineSegmentObject};
 
 /// Where a job is in its life; phases only move forward, except that a job Kueue evicts
 /// or preempts goes back from RUNNING to PENDING until it is readmitted.

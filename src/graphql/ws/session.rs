@@ -37,9 +37,9 @@ use super::operation_task::{OpDone, OpEnv, run_operation};
 use super::registry::Registry;
 use super::socket_writer::{CLOSE_GRACE, DataQueue, Out, write_loop};
 use crate::graphql::bounds;
-use crate::model::TraceParent;
 use crate::graphql::error::fill_codes;
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind, selection_variables};
+use crate::model::TraceParent;
 
 /// Why the init hook refused a connection.
 #[derive(Debug, thiserror::Error)]

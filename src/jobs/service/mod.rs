@@ -45,7 +45,8 @@ use crate::jobs::bus::EventBus;
 use crate::jobs::catalog::{self, Runtime, Template};
 use crate::jobs::log_archive::{LogArchiveSettings, LogArchiver};
 use crate::metrics::{Metrics, TemplateAvailability};
-use crate::model::{Job, JobPhase, JobSpec, JobTrace, Scope, SubmitRequest, ValidationError, ValidationLimits};
+use crate::model::JobTrace;
+use crate::model::{Job, JobPhase, JobSpec, Scope, SubmitRequest, ValidationError, ValidationLimits};
 use crate::store::{Store, StoreError};
 use crate::templates::TemplateSet;
 
