@@ -16,7 +16,8 @@
 //!   (`bus`), templates described for clients (`catalog`);
 //! - [`auth`]: who is calling (API tokens, JWTs, anonymous) and their namespaces;
 //!   [`rate_limits`]: per-identity rate limits; [`webhooks`]: signed webhook endpoints and
-//!   their delivery from the event log;
+//!   their delivery from the event log; [`traces`]: each job's OpenTelemetry spans, emitted
+//!   after the fact from its events and exported over OTLP;
 //! - [`graphql`]: schema types and resolvers, error codes, the HTTP and graphql-transport-ws
 //!   transports;
 //! - [`hosts`]: which `Host` a request may name (DNS rebinding); [`listener`]: the accept
@@ -47,6 +48,7 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod templates;
+pub mod traces;
 pub mod web;
 pub mod webhooks;
 

@@ -160,6 +160,10 @@ pub struct Metrics {
     /// Finished jobs (and their events) deleted by retention.
     pub retention_deleted_jobs: Counter,
     pub retention_deleted_events: Counter,
+    /// Spans of jobs handed to the OTLP exporter, and those let go (queue full, export
+    /// failed).
+    pub trace_spans_exported: Counter,
+    pub trace_spans_dropped: Counter,
     /// Retention sweeps that failed (the store could not write); the next one retries.
     pub retention_failures: Counter,
     /// Per endpoint this process delivers: events matching it that wait for delivery (at most
@@ -245,6 +249,8 @@ impl Metrics {
             webhook_parked: Counter::default(),
             retention_deleted_jobs: Counter::default(),
             retention_deleted_events: Counter::default(),
+            trace_spans_exported: Counter::default(),
+            trace_spans_dropped: Counter::default(),
             retention_failures: Counter::default(),
             webhook_lag_events: Family::default(),
             webhook_lag_seconds: Family::default(),
@@ -581,6 +587,16 @@ fn register_all(m: &Metrics) -> Registry {
         "retention_deleted_events",
         "Status events deleted by retention with their jobs",
         m.retention_deleted_events.clone(),
+    );
+    registry.register(
+        "trace_spans_exported",
+        "Spans of jobs sent to the OTLP collector (--otlp-endpoint)",
+        m.trace_spans_exported.clone(),
+    );
+    registry.register(
+        "trace_spans_dropped",
+        "Spans of jobs let go: the export queue was full or the collector did not take them",
+        m.trace_spans_dropped.clone(),
     );
     registry.register(
         "retention_failures",

@@ -43,8 +43,10 @@ use crate::jobs::retention::RetentionSweeper;
 use crate::jobs::schedules::{OwnerRights, OwnerStanding, Schedules};
 use crate::jobs::service::{JobService, ServiceConfig};
 use crate::metrics::Metrics;
+use crate::model::TraceParent;
 use crate::rate_limits::{Limited, RateLimits};
 use crate::store::{PostgresStore, SqliteStore, Store};
+use crate::traces::Traces;
 use crate::webhooks::{Owners, Rights, Webhooks};
 
 mod delivery_runtime;
@@ -74,6 +76,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Every WebSocket connection, so that shutdown waits for their close frames.
     pub connections: TaskTracker,
+    /// Exporting jobs' traces (`--otlp-endpoint`); resolvers queue request spans to it.
+    pub traces: Option<Arc<Traces>>,
 }
 
 /// The router over a built state; `serve` builds it, for `run` and for the integration tests,
@@ -255,14 +259,46 @@ async fn execute_as_caller(
         }
     };
     authenticated(&state.webhooks, &state.schedules, &identity);
+    let trace_parent = traceparent_header(headers);
+    let traces = state.traces.clone();
     gql_http::execute(
         &state.schema,
         incoming,
         state.http.request_timeout,
         &state.metrics,
-        |r| r.data(identity.clone()),
+        |r| {
+            let mut r = r.data(identity.clone());
+            if let Some(parent) = &trace_parent {
+                r = r.data(parent.clone());
+            }
+            if let Some(traces) = &traces {
+                r = r.data(traces.clone());
+            }
+            r
+        },
     )
     .await
+}
+
+/// The caller's span from the W3C `traceparent` and `tracestate` headers; a malformed one is
+/// ignored (the job starts a trace of its own).
+fn traceparent_header(headers: &HeaderMap) -> Option<TraceParent> {
+    let traceparent = headers.get("traceparent")?.to_str().ok()?;
+    let tracestate = headers.get("tracestate").and_then(|v| v.to_str().ok());
+    TraceParent::parse(traceparent, tracestate)
+}
+
+/// The caller's span a `connection_init` payload names in its `traceparent` (and
+/// `tracestate`) members, matched without regard to case as `authorization` is.
+fn traceparent_member(payload: &serde_json::Value) -> Option<TraceParent> {
+    let member = |name: &str| {
+        payload.as_object().and_then(|o| {
+            o.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .and_then(|(_, v)| v.as_str())
+        })
+    };
+    TraceParent::parse(member("traceparent")?, member("tracestate"))
 }
 
 /// 408 for a body that did not arrive in time; the connection is closed after it (what is
@@ -321,8 +357,11 @@ async fn graphql_get(
         let metrics = state.metrics.clone();
         let webhooks = state.webhooks.clone();
         let schedules = state.schedules.clone();
+        let traces = state.traces.clone();
         let on_init: InitHook = Arc::new(move |payload| {
             let checked = auth.check_init_payload(&payload);
+            let trace_parent = traceparent_member(&payload);
+            let traces = traces.clone();
             if let Ok(identity) = &checked {
                 authenticated(&webhooks, &schedules, identity);
             }
@@ -342,6 +381,12 @@ async fn graphql_get(
                 }
                 let mut data = Data::default();
                 data.insert(identity);
+                if let Some(parent) = trace_parent {
+                    data.insert(parent);
+                }
+                if let Some(traces) = traces {
+                    data.insert(traces);
+                }
                 Ok(data)
             }
             .boxed()
@@ -466,6 +511,18 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     // Schedules fire in the shards this replica acts for, as jobs are launched.
     let schedule_shards = executor.shards();
     let service_store = store.clone();
+    let traces_store = store.clone();
+    // Spans follow every event from here on, those of the service's recovery at start too.
+    let trace_settings = config.otlp.trace_settings();
+    let trace_head = match trace_settings {
+        Some(_) => Some(
+            store
+                .last_event_seq()
+                .await
+                .context("reading the event log's head")?,
+        ),
+        None => None,
+    };
     let service = JobService::start(
         store.clone(),
         executor.clone(),
@@ -500,6 +557,21 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         schedule_shards,
     )
     .await;
+    let grace = Duration::from_secs(config.shutdown_timeout_secs);
+    let traces = match (&trace_settings, trace_head) {
+        (Some(settings), Some(head)) => Some(
+            Traces::start(
+                settings,
+                service.bus().clone(),
+                traces_store,
+                head,
+                &metrics,
+                grace,
+            )
+            .context("starting the trace export (--otlp-endpoint)")?,
+        ),
+        _ => None,
+    };
     let rates = Arc::new(RateLimits::new(config.rate_limits()));
     let schema = schema::build(
         service.clone(),
@@ -539,12 +611,12 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
         ws,
         shutdown: shutdown.clone(),
         connections: TaskTracker::new(),
+        traces: traces.clone(),
     };
     let connections = state.connections.clone();
     let addr = listener.local_addr()?;
     tracing::info!(%addr, executor = service.executor_kind(), data_dir = %config.data_dir.display(), "jobgate listening on http://{addr} (dashboard at http://{addr}/, GraphiQL at http://{addr}/graphiql)");
     let router = app(state, config.max_body_bytes);
-    let grace = Duration::from_secs(config.shutdown_timeout_secs);
     crate::listener::serve(
         listener,
         router,
@@ -571,6 +643,10 @@ pub async fn serve(config: Config, listener: TcpListener, shutdown: Cancellation
     tracing::info!("no longer accepting; stopping jobs and draining writes");
     if tokio::time::timeout(grace, service.shutdown()).await.is_err() {
         tracing::error!("shutdown did not finish within {grace:?}; exiting anyway");
+    }
+    // After the service: the spans of its last events are sent too (within the grace).
+    if let Some(traces) = traces {
+        traces.shutdown().await;
     }
     tracing::info!("jobgate stopped");
     Ok(())

@@ -21,7 +21,8 @@ const LAYERS: &[&[&str]] = &[
     &["jobs"],
     // Who is calling and how often: used by the transports. Webhook endpoints and their
     // delivery from the event log: used by the API.
-    &["auth", "rate_limits", "webhooks"],
+    // Traces of jobs, emitted from the service's events: used by the API and the server.
+    &["auth", "rate_limits", "traces", "webhooks"],
     &["graphql"],
     &["hosts", "listener", "web"],
     // Wiring: configuration, start-up, logging; and the command-line client, whose

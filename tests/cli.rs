@@ -200,6 +200,35 @@ impl Drop for Proxy {
 }
 
 #[tokio::test]
+async fn get_shows_the_jobs_trace_and_where_its_time_went() {
+    let server = Server::start(&[]).await;
+    let id = server.submit(json!({"command": ["true"]})).await;
+    assert_eq!(server.terminal_phase(&id).await, "SUCCEEDED");
+    let trace_id = server.job_with(&id, "traceId").await["traceId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = ok(&server, &["get", &id]).await;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("trace ") && l.ends_with(&trace_id)),
+        "{text}"
+    );
+    let time = text
+        .lines()
+        .find(|l| l.starts_with("time "))
+        .unwrap_or_else(|| panic!("{text}"));
+    for part in [
+        "queued ",
+        ", launching ",
+        ", attempt index-0-run-1 ",
+        "s (exit 0), finishing ",
+    ] {
+        assert!(time.contains(part), "{part:?} in {time:?}");
+    }
+}
+
+#[tokio::test]
 async fn submit_prints_an_id_that_get_then_shows() {
     let server = Server::start(&[]).await;
     let out = ok(

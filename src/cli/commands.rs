@@ -19,7 +19,8 @@ use super::{
 const JOB_FIELDS: &str = "fragment JobFields on Job { id name namespace template phase submittedAt startedAt \
      finishedAt message result progress { succeeded failed active ready total } \
      spec { image command args env { name value } parameters } \
-     queue { name state reason message position localQueuePosition estimatedStartAt estimate } }";
+     queue { name state reason message position localQueuePosition estimatedStartAt estimate } \
+     traceId timeline { name endedAt durationSeconds exitCode } }";
 
 /// The event fields `watch` and `submit --wait` read.
 const EVENT_FIELDS: &str = "fragment EventFields on JobStatusEvent { cursor phase previousPhase at reason message job { id name namespace } }";

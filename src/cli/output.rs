@@ -192,6 +192,12 @@ pub fn job_details(job: &Value) -> String {
     if let Some(queue) = queue_line(&job["queue"]) {
         rows.push(("queue", queue));
     }
+    if !job["traceId"].is_null() {
+        rows.push(("trace", text(&job["traceId"])));
+    }
+    if let Some(time_spent) = time_spent(&job["timeline"]) {
+        rows.push(("time", time_spent));
+    }
     if !spec["image"].is_null() {
         rows.push(("image", text(&spec["image"])));
     }
@@ -210,6 +216,28 @@ pub fn job_details(job: &Value) -> String {
         .map(|(k, v)| format!("{k:<width$}  {v}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Where a job's time went, on one line: each segment of its `timeline` with its length
+/// (`…` for the one it is in), e.g. `queued 0.2s, launching 0.1s, attempt index-0-run-1
+/// 12.0s (exit 0), finishing 0.1s`.
+fn time_spent(timeline: &Value) -> Option<String> {
+    let segments = timeline.as_array().filter(|s| !s.is_empty())?;
+    let parts: Vec<String> = segments
+        .iter()
+        .map(|s| {
+            let length = match s["durationSeconds"].as_f64() {
+                Some(seconds) if s["endedAt"].is_string() => format!("{seconds:.1}s"),
+                _ => "…".to_owned(),
+            };
+            let exit = match s["exitCode"].as_i64() {
+                Some(code) => format!(" (exit {code})"),
+                None => String::new(),
+            };
+            format!("{} {length}{exit}", text(&s["name"]))
+        })
+        .collect();
+    Some(parts.join(", "))
 }
 
 /// One `jobEvents` / `jobStatus` event as a line for people.

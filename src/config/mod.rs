@@ -26,6 +26,7 @@ use crate::cli::ClientCommand;
 use crate::executor::kube::priority_classes::PriorityClassRule;
 use crate::store::Durability;
 
+pub use self::otlp_flags::OtlpFlags;
 pub use self::queue_flags::TenantValue;
 use self::queue_flags::{parse_tenant_priority, parse_tenant_slots, parse_tenant_weight};
 pub use self::retention_flags::NamespaceRetention;
@@ -34,6 +35,7 @@ use self::retention_flags::{parse_namespace_retention, parse_retention_days};
 mod cross_checks;
 mod database;
 mod load;
+mod otlp_flags;
 mod queue_flags;
 mod retention_flags;
 mod settings;
@@ -566,6 +568,10 @@ pub struct Config {
     /// Log filter, e.g. `info` or `jobgate=debug` (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "JOBGATE_LOG", default_value = "info")]
     pub log: String,
+
+    /// Traces of jobs over OTLP (see docs/TRACING.md).
+    #[command(flatten)]
+    pub otlp: OtlpFlags,
 
     /// How long shutdown may take before jobgate exits anyway, in seconds.
     #[arg(long, env = "JOBGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]

@@ -30,7 +30,9 @@ use crate::graphql::webhook_types::{
 use crate::jobs::schedules::Schedules;
 use crate::jobs::service::{JobService, MAX_SUBMIT_BATCH, ServiceError};
 use crate::model;
+use crate::model::TraceParent;
 use crate::rate_limits::{Limited, RateLimits, Refused};
+use crate::traces::{SubmitTimes, Traces};
 use crate::webhooks::{self as hooks, EndpointStatus, Webhooks};
 
 pub type JobgateSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
@@ -310,10 +312,29 @@ impl Mutation {
             return Err(e);
         }
         let identity = caller(ctx)?;
+        let received = chrono::Utc::now();
+        let mut request: model::SubmitRequest = input.into();
+        let caller_span = ctx.data_opt::<TraceParent>();
+        let traces = ctx.data_opt::<Arc<Traces>>();
+        // With traces exported, the job's root span is a child of a span standing for this
+        // request, itself a child of the caller's.
+        request.trace_parent = match traces {
+            Some(_) => Some(Traces::request_parent(caller_span)),
+            None => caller_span.cloned(),
+        };
         let submitted = service
-            .submit(input.into(), Some(submitter(identity)), &identity.scope)
+            .submit(request, Some(submitter(identity)), &identity.scope)
             .await
             .api()?;
+        if let Some(traces) = traces
+            && submitted.created
+        {
+            let times = SubmitTimes {
+                received,
+                answered: chrono::Utc::now(),
+            };
+            traces.submitted(&submitted.job, caller_span, &times);
+        }
         Ok(SubmitJobPayload {
             job: JobObject(submitted.job),
             created: submitted.created,
@@ -365,7 +386,14 @@ impl Mutation {
         }
         let results = service
             .submit_many(
-                inputs.into_iter().map(Into::into).collect(),
+                inputs
+                    .into_iter()
+                    .map(|input| model::SubmitRequest {
+                        // Each job of the call joins the caller's trace, when it named one.
+                        trace_parent: ctx.data_opt::<TraceParent>().cloned(),
+                        ..input.into()
+                    })
+                    .collect(),
                 Some(submitter(identity)),
                 &identity.scope,
             )

@@ -11,6 +11,7 @@ use super::attempt::{
 use super::cause::FailureCause;
 use super::phase::{Condition, JobPhase, Progress, QueueState, QueueStatus, WorkloadStatus, clip};
 use super::spec::JobSpec;
+use super::trace::JobTrace;
 
 /// A job as jobgate knows it: its spec plus its observed state.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -50,6 +51,13 @@ pub struct Job {
     /// back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts_omitted_through: Option<DateTime<Utc>>,
+    /// When the executor accepted its workload (the Kubernetes create, the local spawn), as
+    /// the service recorded it: where its queued time ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_at: Option<DateTime<Utc>>,
+    /// The trace it belongs to and its root span (see `trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<JobTrace>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -96,6 +104,27 @@ impl Job {
             attempts: Vec::new(),
             attempts_omitted: 0,
             attempts_omitted_through: None,
+            launched_at: None,
+            trace: None,
+        }
+    }
+
+    /// Records the executor's acceptance of its workload, the first time only. Returns
+    /// whether it changed the job.
+    pub fn record_launch(&mut self, now: DateTime<Utc>) -> bool {
+        if self.launched_at.is_some() || self.phase.is_terminal() {
+            return false;
+        }
+        self.launched_at = Some(now);
+        true
+    }
+
+    /// The id of the trace it belongs to: its own, or (a job stored without one) its id's
+    /// hex digits, so that every job has one.
+    pub fn trace_id(&self) -> String {
+        match &self.trace {
+            Some(trace) => trace.trace_id.clone(),
+            None => self.id.replace('-', ""),
         }
     }
 

@@ -22,6 +22,8 @@ mod schedule;
 mod scope;
 mod shard;
 mod spec;
+mod timeline;
+mod trace;
 mod validation;
 
 pub use attempt::{ATTEMPT_FAILED, ATTEMPT_SUCCEEDED, AttemptState, JobAttempt, MAX_ATTEMPTS};
@@ -57,6 +59,8 @@ pub use schedule::{
 pub use scope::Scope;
 pub use shard::{SHARD_COUNT, SHARD_LABEL, ShardSet, shard_of};
 pub use spec::{EnvVar, JobSpec, ResourceList, ResourceRequirements, SubmitRequest, parse_quantity};
+pub use timeline::{SegmentKind, TimelineSegment};
+pub use trace::{JobTrace, MAX_TRACE_STATE, TraceParent, trace_env};
 pub use validation::{
     JOB_CONTAINER, KueueLimits, MAX_DEPENDENCIES, RESERVED_ENV, TemplateInputs, ValidationError,
     ValidationLimits, is_namespace_name, is_queue_name,

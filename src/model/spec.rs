@@ -41,6 +41,9 @@ pub struct SubmitRequest {
     /// Where the job goes in its queue: higher first (0 when omitted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
+    /// The caller's span, when its request carried a `traceparent`: the job joins its trace.
+    #[serde(skip)]
+    pub trace_parent: Option<super::trace::TraceParent>,
 }
 
 /// CPU and memory quantities in Kubernetes notation (`500m`, `2`, `256Mi`, `1G`).

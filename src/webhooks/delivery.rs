@@ -303,19 +303,23 @@ async fn attempt(
     let message_id = format!("{}-{}", endpoint.id, event.seq);
     let timestamp = Utc::now().timestamp();
     let signature = sign(&endpoint.secret, &message_id, timestamp, body.as_bytes());
-    let response = http
+    let mut request = http
         .post(target.url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header("webhook-id", &message_id)
         .header("webhook-timestamp", timestamp.to_string())
-        .header("webhook-signature", signature)
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| Failed {
-            outcome: "unreachable",
-            error: describe(&e),
-        })?;
+        .header("webhook-signature", signature);
+    // The job's trace, so that the receiver's spans join it (its root span is the parent).
+    if let Some(trace) = &event.job.trace {
+        request = request.header("traceparent", trace.traceparent());
+        if let Some(state) = &trace.trace_state {
+            request = request.header("tracestate", state);
+        }
+    }
+    let response = request.body(body).send().await.map_err(|e| Failed {
+        outcome: "unreachable",
+        error: describe(&e),
+    })?;
     let status = response.status();
     if status.is_success() {
         Ok(())

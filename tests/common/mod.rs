@@ -5,7 +5,8 @@
 //! namespace), the binary spawned (`process`). Its log is in `log`, its waits in `wait`, its
 //! WebSocket clients in `ws`, the command-line client run as a user runs it in `cli`, a small disk to fill under it in `disk`, an emulated Kubernetes
 //! cluster in `cluster`, a throwaway PostgreSQL server (for the PostgreSQL store) in
-//! `postgres`, a webhook receiver that verifies signatures in `receiver`, how to run jobgate
+//! `postgres`, a webhook receiver that verifies signatures in `receiver`, an OTLP/HTTP trace collector
+//! that decodes what jobgate exports in `otlp`, how to run jobgate
 //! as root whoever runs the test in `root`, the one decision whether a test may skip (and the tools found on `PATH`) in `skip`. The harness never
 //! asserts what a test is about, only that jobgate answered at all.
 // Each test binary uses a part of the harness; the rest is unused there, not dead.
@@ -17,6 +18,7 @@ mod disk;
 mod in_process;
 pub mod listening;
 mod log;
+pub mod otlp;
 pub mod postgres;
 mod process;
 pub mod receiver;

@@ -40,6 +40,8 @@ fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
 pub struct Received {
     pub id: String,
     pub body: Value,
+    /// Its `traceparent` header, when it had one.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Default)]
@@ -92,7 +94,12 @@ async fn receive(State(state): State<Arc<ReceiverState>>, headers: HeaderMap, bo
         return StatusCode::UNAUTHORIZED;
     }
     let body: Value = serde_json::from_slice(&body).expect("a JSON body");
-    state.accepted.lock().unwrap().push(Received { id, body });
+    let traceparent = header("traceparent");
+    state.accepted.lock().unwrap().push(Received {
+        id,
+        body,
+        traceparent,
+    });
     StatusCode::NO_CONTENT
 }
 

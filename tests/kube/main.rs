@@ -11,7 +11,7 @@
 //! end an event pushed as the pod ends (`attempts`), cancelling (`cancelling`), the
 //! API server or jobgate failing along the way (`faults`), inputs and clusters that refuse a
 //! job (`refusals`), the API server refusing jobgate itself (`forbidden`), admission webhooks
-//! denying a workload or failing (`admission`), many jobs or subscribers at once (`scale`), and schedules' concurrency policies
+//! denying a workload or failing (`admission`), many jobs or subscribers at once (`scale`), a job's trace context and spans (`traces`), and schedules' concurrency policies
 //! (`schedule_policies`, over the scenarios of `tests/scenarios/schedule_concurrency.rs`); `support` holds what they
 //! share (a job's input, its phase history, the forward-only check).
 //!
@@ -34,3 +34,4 @@ mod scale;
 mod schedule_concurrency;
 mod schedule_policies;
 mod support;
+mod traces;

@@ -1,6 +1,7 @@
 // A job's attempts on its page: a job whose first run fails and whose second succeeds shows
 // both attempts in the table (number, state, exit code, cause), and selecting one shows its
-// own output, not the other's.
+// own output, not the other's; where its time went shows queued, launching, both attempts
+// (the failed one marked) and finishing, with the job's trace id.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -39,5 +40,15 @@ test("a retried job's page lists both attempts, each with its own log", async ()
   await page.getByRole('button', { name: 'Show log of attempt #2' }).click();
   await waitText(log, 'second run: all good', "the second attempt's line");
   assert.deepEqual(await log.locator('.log-text').allTextContents(), ['second run: all good']);
+
+  // Where the time went, from Job.timeline.
+  const segments = page.getByTestId('time-segment');
+  await waitFor(async () => (await segments.count()) === 5, 'five segments of where the time went');
+  const kinds = [];
+  for (let i = 0; i < 5; i++) kinds.push(await segments.nth(i).getAttribute('data-kind'));
+  assert.deepEqual(kinds, ['QUEUED', 'LAUNCHING', 'ATTEMPT', 'ATTEMPT', 'FINISHING']);
+  assert.match(await segments.nth(2).textContent(), /Attempt index-0-run-1.*exit 3/);
+  assert.equal(await segments.nth(2).getAttribute('class'), 'segment segment-attempt segment-failed');
+  assert.match(await page.getByTestId('trace-id').textContent(), /^[0-9a-f]{32}$/);
   assert.deepEqual(page.problems, []);
 });

@@ -10,6 +10,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError } from './api.js';
 import { TERMINAL, duration, fullTime, jobTitle, phaseWord, runTime, when } from './format.js';
 import { Attempts } from './attempts.jsx';
+import { TimeSpent } from './timespent.jsx';
 import { PhaseBadge, ProgressBar, useNow } from './jobs.jsx';
 import { navigate } from './nav.js';
 import { CANCEL_MUTATION, JOB_QUERY, LOG_LINES_QUERY, LOGS_SUBSCRIPTION, JOB_REREAD_QUERY, STATUS_SUBSCRIPTION } from './documents.js';
@@ -354,6 +355,7 @@ export function JobDetail({ id, api, live }) {
       </div>
 
       {pods.length > 0 && <Pods pods={pods} />}
+      <TimeSpent job={job} now={now} />
       {attempts.attempts.length > 0 && <Attempts api={api} id={id} {...attempts} />}
       <Logs api={api} id={id} />
       {spec && <Spec spec={spec} />}

@@ -17,6 +17,9 @@ export const PODS_FIELD = 'pods { name index phase exitCode reason message creat
 // A job's runs, each with its own output (read on demand with ATTEMPT_LOG_QUERY).
 export const ATTEMPTS_FIELD = `attemptsOmitted
   attempts { name index number state startedAt finishedAt exitCode signal cause reason message pod processId }`;
+// Where the job's time went (its trace's segments) and its trace id.
+export const TIMELINE_FIELD = `traceId
+  timeline { kind name startedAt endedAt durationSeconds attempt exitCode failed }`;
 export const STATS_QUERY = `query Stats($windowMinutes: Int!, $bucketSeconds: Int!) {
   jobStats(windowMinutes: $windowMinutes, bucketSeconds: $bucketSeconds) {
     cursor
@@ -49,12 +52,13 @@ export const JOB_QUERY = `query Job($id: ID!) {
     events(last: 200) { cursor phase previousPhase at reason message }
     ${PODS_FIELD}
     ${ATTEMPTS_FIELD}
+    ${TIMELINE_FIELD}
   }
 }`;
 // What the detail page re-reads after each new event of its job: the pods, and the fields that
 // only jobStatus carries, which pushes phase changes only (a change in Kueue, such as the
 // pending reason or the admission, is an event that may keep the phase).
-export const JOB_REREAD_QUERY = `query JobReread($id: ID!) { job(id: $id) { ${JOB_FIELDS} ${PODS_FIELD} ${ATTEMPTS_FIELD} } }`;
+export const JOB_REREAD_QUERY = `query JobReread($id: ID!) { job(id: $id) { ${JOB_FIELDS} ${PODS_FIELD} ${ATTEMPTS_FIELD} ${TIMELINE_FIELD} } }`;
 // One attempt's own output, a page at a time (cursors of the job's log).
 export const ATTEMPT_LOG_QUERY = `query AttemptLog($id: ID!, $first: Int!, $after: String) {
   job(id: $id) {

@@ -86,15 +86,23 @@ pub fn build(job: &Job, defaults: &ManifestDefaults) -> K8sJob {
     if let Some(key) = &job.idempotency_key {
         annotations.insert(IDEMPOTENCY_KEY_ANNOTATION.to_owned(), key.clone());
     }
-    let mut env: Vec<EnvVar> = spec
-        .env
-        .iter()
-        .map(|v| EnvVar {
-            name: v.name.clone(),
-            value: Some(v.value.clone()),
+    // The job's trace context first, unless the job's own `env` names the variable: then
+    // the job's value is the one the container gets (Kubernetes takes duplicates' last, with
+    // a warning; none is sent).
+    let mut env: Vec<EnvVar> = crate::model::trace_env(job)
+        .into_iter()
+        .filter(|(name, _)| !spec.env.iter().any(|v| &v.name == name))
+        .map(|(name, value)| EnvVar {
+            name,
+            value: Some(value),
             ..EnvVar::default()
         })
         .collect();
+    env.extend(spec.env.iter().map(|v| EnvVar {
+        name: v.name.clone(),
+        value: Some(v.value.clone()),
+        ..EnvVar::default()
+    }));
     env.push(EnvVar {
         name: "JOBGATE_JOB_ID".into(),
         value: Some(job.id.clone()),

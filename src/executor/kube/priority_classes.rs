@@ -36,9 +36,8 @@ impl FromStr for PriorityClassRule {
             .parse()
             .map_err(|_| format!("{s:?}: PRIORITY must be an integer"))?;
         let name = name.trim();
-        let valid = !name.is_empty()
-            && name.len() <= 253
-            && name.split('.').all(crate::model::is_namespace_name);
+        let valid =
+            !name.is_empty() && name.len() <= 253 && name.split('.').all(crate::model::is_namespace_name);
         if !valid {
             return Err(format!(
                 "{s:?}: NAME must be a Kubernetes object name (lowercase letters, digits, '-' and '.')"

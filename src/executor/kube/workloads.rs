@@ -473,7 +473,13 @@ impl KubeShared {
             name: workload_name(&job.id),
             labels,
             annotations,
-            env: vec![("JOBGATE_JOB_ID".into(), job.id.clone())],
+            // `${job.env}` carries the job's trace context too, where the job's own `env`
+            // does not name the variable.
+            env: crate::model::trace_env(job)
+                .into_iter()
+                .filter(|(name, _)| !job.spec.env.iter().any(|v| &v.name == name))
+                .chain([("JOBGATE_JOB_ID".into(), job.id.clone())])
+                .collect(),
             default_ttl_seconds: self.ctx.config.manifest.ttl_seconds_after_finished,
         }
     }

@@ -403,6 +403,8 @@ impl Runner {
             .env("HOME", &self.work_dir)
             .env("TMPDIR", self.work_dir.join("tmp"))
             .env("LANG", "C.UTF-8")
+            // The job's trace context, which the job's own `env` may override.
+            .envs(crate::model::trace_env(&self.job))
             .envs(spec.env.iter().map(|v| (&v.name, &v.value)))
             .env("JOB_COMPLETION_INDEX", index.to_string())
             .env("JOBGATE_JOB_ID", &self.job.id)

@@ -119,6 +119,8 @@ impl From<SubmitJobInput> for model::SubmitRequest {
             queue_name: i.queue_name,
             retry_policy: i.retry_policy.map(Into::into),
             priority: i.priority,
+            // Set by the resolver from the request's `traceparent`, not by the input.
+            trace_parent: None,
         }
     }
 }

@@ -13,7 +13,8 @@
 //! - `schedule_views`: schedules, their events, inputs and payloads, and `Job.schedule`;
 //! - `retry_policy`: retry rules, as submitted and as shown;
 //! - `stats`: counts by phase and recent activity;
-//! - `template_views`: the templates jobs are submitted with, described for clients.
+//! - `template_views`: the templates jobs are submitted with, described for clients;
+//! - `timeline_views`: where a job's time went (`Job.timeline`).
 
 mod attempt_views;
 mod connections;
@@ -24,6 +25,7 @@ mod retry_policy;
 mod schedule_views;
 mod stats;
 mod template_views;
+mod timeline_views;
 
 use std::sync::Arc;
 
@@ -53,6 +55,7 @@ pub use schedule_views::{
 };
 pub use stats::{ActivityBucketView, JobStats, PhaseCounts};
 pub use template_views::{TemplateFieldObject, TemplateFieldType, TemplateObject};
+pub use timeline_views::{TimelineSegmentKindView, TimelineSegmentObject};
 
 /// Where a job is in its life; phases only move forward, except that a job Kueue evicts
 /// or preempts goes back from RUNNING to PENDING until it is readmitted.
@@ -551,6 +554,17 @@ impl JobObject {
     /// recorded before the job's event when it ended the job.
     async fn attempts(&self) -> Vec<JobAttemptObject> {
         attempt_views::attempts_of(&self.0)
+    }
+    /// The W3C trace id (32 hex digits) of the job's trace: the caller's when its request
+    /// carried a `traceparent`, a new one otherwise. Its spans are exported when jobgate runs
+    /// with `--otlp-endpoint` (see docs/TRACING.md).
+    async fn trace_id(&self) -> String {
+        self.0.trace_id()
+    }
+    /// Where the job's time went: queued, launching, each attempt, finishing, in the order
+    /// they began; the last is open (no `endedAt`) while it lasts.
+    async fn timeline(&self) -> Vec<TimelineSegmentObject> {
+        timeline_views::timeline_of(&self.0)
     }
     /// How many older attempts the job no longer lists in `attempts`.
     async fn attempts_omitted(&self) -> i32 {

@@ -39,6 +39,7 @@ use super::socket_writer::{CLOSE_GRACE, DataQueue, Out, write_loop};
 use crate::graphql::bounds;
 use crate::graphql::error::fill_codes;
 use crate::graphql::operation::{OperationKind, PreExecFailed, operation_kind, selection_variables};
+use crate::model::TraceParent;
 
 /// Why the init hook refused a connection.
 #[derive(Debug, thiserror::Error)]
@@ -396,6 +397,7 @@ impl<E: Executor> Connection<E> {
         }
         // The shape was checked, so this cannot fail in practice; if it does, it is still the
         // client's message that is wrong.
+        let trace_parent = extensions_traceparent(&payload);
         let mut request: Request = match serde_json::from_value(Value::Object(payload)) {
             Ok(request) => request,
             Err(e) => {
@@ -422,6 +424,10 @@ impl<E: Executor> Connection<E> {
         }
         let flag = Arc::new(PreExecFailed::default());
         let mut request = request.data(flag.clone());
+        // The operation's own `traceparent` outranks the connection's (`connection_init`).
+        if let Some(parent) = trace_parent {
+            request = request.data(parent);
+        }
         let mut resume = None;
         if kind == OperationKind::Subscription {
             // Every subscription may share its renderings (see `fanout`); its resolver decides.
@@ -505,6 +511,14 @@ impl<E: Executor> Connection<E> {
 
 /// Calls the hook, turning a panic (at the call or while polled) into an internal error, so a
 /// buggy hook costs one connection a 4500 instead of a silently dropped socket.
+/// The caller's span a `subscribe` payload names in `extensions.traceparent` (and
+/// `extensions.tracestate`); a malformed one is ignored.
+fn extensions_traceparent(payload: &Map<String, Value>) -> Option<TraceParent> {
+    let extensions = payload.get("extensions")?;
+    let traceparent = extensions.get("traceparent")?.as_str()?;
+    TraceParent::parse(traceparent, extensions.get("tracestate").and_then(Value::as_str))
+}
+
 fn call_init_hook(hook: &InitHook, payload: Value) -> BoxFuture<'static, Result<Data, InitError>> {
     fn panicked(_: Box<dyn std::any::Any + Send>) -> Result<Data, InitError> {
         Err(InitError::Internal("init hook panicked".to_owned()))

@@ -47,6 +47,7 @@ use crate::jobs::bus::EventBus;
 use crate::jobs::catalog::{self, Runtime, Template};
 use crate::jobs::log_archive::{LogArchiveSettings, LogArchiver};
 use crate::metrics::{Metrics, TemplateAvailability};
+use crate::model::JobTrace;
 use crate::model::{Job, JobPhase, JobSpec, Scope, SubmitRequest, ValidationError, ValidationLimits};
 use crate::store::{Store, StoreError};
 use crate::templates::TemplateSet;
@@ -638,6 +639,7 @@ impl JobService {
         submitter: Option<Submitter>,
         scope: &Scope,
     ) -> Result<(Job, String), ServiceError> {
+        let trace_parent = request.trace_parent.clone();
         let spec: JobSpec = request.validate(&self.inner.limits)?;
         if !scope.allows(&spec.namespace) {
             return Err(ServiceError::Forbidden(format!(
@@ -658,6 +660,7 @@ impl JobService {
         let fingerprint = spec.fingerprint();
         let id = uuid::Uuid::now_v7().to_string();
         let mut job = Job::accepted(id, spec, request.idempotency_key, Utc::now());
+        job.trace = Some(JobTrace::new(trace_parent, random_trace_bytes()));
         if let Some(submitter) = submitter {
             job.submitter = Some(submitter.name);
             job.submitter_key = Some(submitter.principal);
@@ -798,4 +801,15 @@ impl JobService {
         inner.tasks.wait().await;
         inner.store.close().await;
     }
+}
+
+/// Random bytes for a job's trace and root span ids (the system's CSPRNG; a failure, which
+/// never happens on Linux, still gives distinct ids from a v7 UUID's random bits).
+fn random_trace_bytes() -> [u8; 24] {
+    let mut bytes = [0u8; 24];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
+        bytes[..16].copy_from_slice(uuid::Uuid::now_v7().as_bytes());
+        bytes[16..].copy_from_slice(&uuid::Uuid::now_v7().as_bytes()[8..]);
+    }
+    bytes
 }

@@ -521,11 +521,14 @@ impl Writer {
                     for id in &outcome.launched {
                         tx.mark_launched(id).await?;
                         if let Some(mut job) = self.current_readable(&mut *tx, &touched, id).await? {
-                            // Out of the local queue: its reason there no longer holds.
+                            // Out of the local queue: its reason there no longer holds. Its
+                            // launch is kept with the job, without an event of its own: where
+                            // its queued time ends (`Job::timeline`).
                             let admitted = job.admitted_from_queue(now);
+                            let launched = job.record_launch(now);
                             if let Some(transition) = job.launch_succeeded(now) {
                                 Self::record(&mut *tx, &mut job, &transition, &mut recorded).await?;
-                            } else if admitted {
+                            } else if admitted || launched {
                                 tx.save_job(&job).await?;
                             }
                             touched.insert(job.id.clone(), job);

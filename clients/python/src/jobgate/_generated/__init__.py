@@ -12,6 +12,7 @@ from .enums import (
     RetryAction,
     ScheduleEventKind,
     TemplateFieldType,
+    TimelineSegmentKind,
     WebhookState,
 )
 from .event_head import EventHead, EventHeadJobStats
@@ -145,6 +146,7 @@ __all__ = [
     "SubmitJobsSubmitJobsErrors",
     "SubmitJobsSubmitJobsJobs",
     "TemplateFieldType",
+    "TimelineSegmentKind",
     "UpdateScheduleInput",
     "Upload",
     "WebhookState",

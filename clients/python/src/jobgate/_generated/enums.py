@@ -70,6 +70,13 @@ class TemplateFieldType(str, Enum):
     RESOURCES = "RESOURCES"
 
 
+class TimelineSegmentKind(str, Enum):
+    QUEUED = "QUEUED"
+    LAUNCHING = "LAUNCHING"
+    ATTEMPT = "ATTEMPT"
+    FINISHING = "FINISHING"
+
+
 class WebhookState(str, Enum):
     ACTIVE = "ACTIVE"
     RETRYING = "RETRYING"
