@@ -407,9 +407,32 @@ async fn launches(opts: &Opts, server: &Process, blocker: &str, what: &str, tabl
         .send(Message::text(subscribe.to_string()))
         .await
         .expect("subscribing");
-    // The subscription is live once the server answers the next query on another connection
-    // after it: good enough, as the first sample's start is awaited with a limit.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Live once the server counts it as a member of a subscription group (its /metrics).
+    let began = Instant::now();
+    loop {
+        let metrics = server
+            .http
+            .get(server.url().replace("/graphql", "/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .unwrap_or_default();
+        let live = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("jobgate_subscription_group_members "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if live >= 1.0 {
+            break;
+        }
+        assert!(
+            began.elapsed() < WAIT,
+            "the subscription not live within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut running = VecDeque::from([blocker.to_owned()]);
     let mut samples = Vec::new();
     let mut cancels = Vec::new();
