@@ -11,12 +11,17 @@ use crate::common::jobgate::{self, Process};
 use crate::common::{Table, WAIT, pct};
 use crate::{Opts, ms};
 
-const SUBMIT_JOBS: &str = "mutation($inputs: [SubmitJobInput!]!) {
+pub(crate) const SUBMIT_JOBS: &str = "mutation($inputs: [SubmitJobInput!]!) {
   submitJobs(inputs: $inputs) { jobs { id } errors { index code message } }
 }";
 
 /// One `submitJobs` call; returns the number of jobs accepted, or why it failed.
-async fn submit_jobs(http: &reqwest::Client, url: &str, body: String, size: usize) -> Result<usize, String> {
+pub(crate) async fn submit_jobs(
+    http: &reqwest::Client,
+    url: &str,
+    body: String,
+    size: usize,
+) -> Result<usize, String> {
     let response = http
         .post(url)
         .header("content-type", "application/json")

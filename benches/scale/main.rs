@@ -1,9 +1,10 @@
 //! Scale benchmark of a real `jobgate` server on this machine, over 127.0.0.1 only:
-//! bulk submission throughput, and reads at a million jobs.
+//! bulk submission throughput, reads at a million jobs, retention, and the local queue at
+//! 10,000 waiting jobs.
 //!
 //! `cargo bench --bench scale` builds the `jobgate` binary with the bench profile and runs it
 //! (common::jobgate) with a temporary data directory on SQLite (`--durability full`, the
-//! default), as two parts:
+//! default), as these parts:
 //!
 //! 1. **bulk**: `submitJobs` calls of `BENCH_BULK_SIZE` jobs from `BENCH_BULK_CLIENTS`
 //!    concurrent HTTP clients, `BENCH_BULK_CALLS` calls in all, on a fresh server for each of
@@ -35,6 +36,11 @@
 //!    `--retention-days` for as long as its first sweep runs, then as long again on that
 //!    server once the sweep is over. Printed: the p50/p99/max of `submitJob` in each phase,
 //!    the jobs the sweep deleted, how long it took and the jobs deleted per second.
+//! 4. **queue** (only when asked: `BENCH_PARTS=queue`; see [`queue`]): the local queue's
+//!    overhead with `BENCH_QUEUE_JOBS` [10000] jobs waiting behind `--max-running 1`, spread
+//!    over `BENCH_QUEUE_NAMESPACES` [4] namespaces: acceptance against an uncapped server,
+//!    the time from a slot freeing to the next launch (`BENCH_QUEUE_LAUNCHES` [20] samples),
+//!    reads of the queue's positions, RSS per waiting job, and a restart on that store.
 //!
 //! Knobs (environment variables; defaults in brackets): `BENCH_PARTS` [bulk,million],
 //! `BENCH_BULK_CALLS` [40], `BENCH_BULK_SIZE` [1000], `BENCH_BULK_CLIENTS` [2],
@@ -42,7 +48,8 @@
 //! `BENCH_KEEP` [unset: a directory to keep the generated store in, and to reuse it from if
 //! it is there; the retention part sweeps a copy of it], `BENCH_RETENTION_DAYS`,
 //! `BENCH_RETENTION_RATE`, `BENCH_RETENTION_IDLE_SECS`, `BENCH_RETENTION_BATCH` [unset: jobgate's
-//! default `--retention-batch`].
+//! default `--retention-batch`], `BENCH_QUEUE_JOBS`, `BENCH_QUEUE_NAMESPACES`,
+//! `BENCH_QUEUE_LAUNCHES`.
 //!
 //! Every wait has a time limit. Without `--bench` (as under `cargo test --benches`) the
 //! program does nothing. BENCHMARKS.md has the figures.
@@ -52,6 +59,7 @@ mod bulk;
 #[path = "../common/mod.rs"]
 mod common;
 mod million;
+mod queue;
 mod retention;
 
 use std::path::PathBuf;
@@ -61,6 +69,7 @@ use common::{Table, print_table};
 
 use crate::bulk::bulk;
 use crate::million::million;
+use crate::queue::queue;
 use crate::retention::retention;
 
 struct Opts {
@@ -76,6 +85,9 @@ struct Opts {
     retention_rate: f64,
     retention_idle: Duration,
     retention_batch: Option<String>,
+    queue_jobs: usize,
+    queue_namespaces: usize,
+    queue_launches: usize,
 }
 
 impl Opts {
@@ -109,6 +121,9 @@ impl Opts {
             retention_rate: number("BENCH_RETENTION_RATE", "50") as f64,
             retention_idle: Duration::from_secs(number("BENCH_RETENTION_IDLE_SECS", "30") as u64),
             retention_batch: std::env::var("BENCH_RETENTION_BATCH").ok(),
+            queue_jobs: number("BENCH_QUEUE_JOBS", "10000").max(1) as usize,
+            queue_namespaces: number("BENCH_QUEUE_NAMESPACES", "4").max(1) as usize,
+            queue_launches: number("BENCH_QUEUE_LAUNCHES", "20").max(1) as usize,
         }
     }
 }
@@ -129,6 +144,9 @@ async fn run(opts: Opts) {
     }
     if opts.parts.iter().any(|p| p == "retention") {
         retention(&opts, &mut table).await;
+    }
+    if opts.parts.iter().any(|p| p == "queue") {
+        queue(&opts, &mut table).await;
     }
     print_table(&table, ["measured", "figure", "value"], [58, 22, 14]);
 }
