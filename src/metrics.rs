@@ -133,6 +133,10 @@ pub struct Metrics {
     /// Stored rows found that cannot be decoded (left out of every answer and listed to
     /// administrators); set by the service's writer from the store's list.
     pub store_unreadable_rows: Gauge,
+    /// Jobs waiting in the local queue, and slots its jobs hold; set by the queue's keeper
+    /// at each recomputation.
+    pub local_queue_waiting: Gauge,
+    pub local_queue_running: Gauge,
     /// Kubernetes watchers whose first list is not done yet (jobs they follow may still
     /// show a state older than the cluster's); set by the Kubernetes executor.
     pub kube_first_lists_pending: Gauge,
@@ -236,6 +240,8 @@ impl Metrics {
             store_latency: Family::new_with_constructor(seconds_histogram),
             store_writable: Gauge::default(),
             store_unreadable_rows: Gauge::default(),
+            local_queue_waiting: Gauge::default(),
+            local_queue_running: Gauge::default(),
             kube_first_lists_pending: Gauge::default(),
             broadcast_lag_recoveries: Counter::default(),
             events_published_cursor: Gauge::default(),
@@ -522,6 +528,16 @@ fn register_all(m: &Metrics) -> Registry {
         "store_unreadable_rows",
         "Stored rows (jobs, events' job snapshots, webhooks) this process found it cannot decode: each is left out of every answer, and listed by the unreadableRecords query, while everything else is served",
         m.store_unreadable_rows.clone(),
+    );
+    registry.register(
+        "local_queue_waiting",
+        "Jobs waiting in the local executor's queue (--max-running and the namespaces' caps), as of its last recomputation (at most 500 ms after a change)",
+        m.local_queue_waiting.clone(),
+    );
+    registry.register(
+        "local_queue_running",
+        "Slots held in the local executor's queue: jobs admitted and not yet finished, as of its last recomputation",
+        m.local_queue_running.clone(),
     );
     registry.register(
         "kube_first_lists_pending",

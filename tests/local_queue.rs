@@ -217,9 +217,13 @@ async fn positions_move_up_as_the_jobs_ahead_start() {
     }
     let expect = |n: usize| -> Vec<(Value, Value)> { (1..=n).map(|i| (json!(i), json!(i))).collect() };
     wait_positions(&server, &waiting, expect(4)).await;
+    common::wait_for_metric(&server, "jobgate_local_queue_waiting", 4.0).await;
+    common::wait_for_metric(&server, "jobgate_local_queue_running", 1.0).await;
     server.cancel(&blocker).await;
     assert_eq!(starts.next().await.0, waiting[0]);
     wait_positions(&server, &waiting[1..], expect(3)).await;
+    common::wait_for_metric(&server, "jobgate_local_queue_waiting", 3.0).await;
+    common::wait_for_metric(&server, "jobgate_local_queue_running", 1.0).await;
 }
 
 async fn wait_positions(server: &Server, ids: &[String], expected: Vec<(Value, Value)>) {

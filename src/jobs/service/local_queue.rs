@@ -151,6 +151,11 @@ impl LocalQueue {
         }
     }
 
+    /// Slots held now.
+    pub(super) fn running_slots(&self) -> usize {
+        self.book().holding.len()
+    }
+
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
         // Plain data: a panic elsewhere leaves it consistent enough to go on.
         self.book.lock().unwrap_or_else(|p| p.into_inner())
@@ -518,6 +523,15 @@ pub(super) async fn queue_keeper(inner: Arc<ServiceState>, queue: Arc<LocalQueue
             _ = queue.changed.notified() => {}
         }
         let placement = queue.refresh();
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        inner
+            .metrics
+            .local_queue_waiting
+            .set(gauge(placement.order.len()));
+        inner
+            .metrics
+            .local_queue_running
+            .set(gauge(queue.running_slots()));
         let now_reasons = reasons_to_record(&inner, &placement);
         let more = now_reasons.len() == MAX_REASON_CHANGES;
         if !now_reasons.is_empty() {
