@@ -282,8 +282,15 @@ async fn positions_move_as_workloads_are_admitted_and_priorities_map_to_classes(
             "10=urgent",
             "--pod-priority-class",
             "10=pods-urgent,-5=pods-low",
+            "--tenant-max-priority",
+            &format!("{}=10", cluster.namespace()),
         ])
         .await;
+    // The namespace's maximum priority bounds the classes its jobs may reach.
+    let refused = server.submit_answer(gated("too-high", "team-a", 11)).await;
+    let error = &refused["errors"][0];
+    assert_eq!(error["extensions"]["code"], "BAD_USER_INPUT", "{refused}");
+    assert_eq!(error["extensions"]["field"], "input.priority", "{refused}");
     let running = server.submit(gated("running", "team-a", 0)).await;
     server.wait_phase(&running, "RUNNING").await;
     let a1 = server.submit(gated("a1", "team-a", 0)).await;

@@ -346,8 +346,15 @@ fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
 
 #[test]
 fn the_queue_flags_are_refused_where_the_local_queue_cannot_hold_them() {
-    let kube = refused(&["--executor", "kubernetes"], &[("JOBGATE_MAX_RUNNING", "2")]);
+    let kube = refused(
+        &["--executor", "kubernetes", "--max-priority", "10"],
+        &[("JOBGATE_MAX_RUNNING", "2")],
+    );
     assert!(kube.contains("--max-running") && kube.contains("Kueue"), "{kube}");
+    assert!(
+        !kube.contains("--max-priority"),
+        "priority limits hold on every executor: {kube}"
+    );
     let shared = refused(
         &[
             "--database-url",

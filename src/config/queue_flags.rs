@@ -79,7 +79,9 @@ impl Config {
         }
     }
 
-    /// The queue's flags name the local executor's queue: refused where it does not run.
+    /// The queue's caps and weights name the local executor's queue: refused where it does
+    /// not run. The priority limits bound every executor's jobs (on Kubernetes they decide
+    /// which priority class a job may reach).
     pub(super) fn validate_queue(&self) -> Result<(), ConfigError> {
         let caps = [
             ("--max-running", self.max_running.is_some()),
@@ -90,25 +92,17 @@ impl Config {
             ),
             ("--tenant-weight", !self.tenant_weights.is_empty()),
         ];
-        let priorities = [
-            ("--max-priority", self.max_priority.is_some()),
-            ("--tenant-max-priority", !self.tenant_max_priorities.is_empty()),
-        ];
-        let given = |flags: &[(&'static str, bool)]| -> Vec<&'static str> {
-            flags.iter().filter(|(_, set)| *set).map(|(f, _)| *f).collect()
-        };
-        let all: Vec<&str> = given(&caps).into_iter().chain(given(&priorities)).collect();
-        if self.executor == ExecutorKind::Kubernetes && !all.is_empty() {
+        let caps: Vec<&str> = caps.iter().filter(|(_, set)| *set).map(|(f, _)| *f).collect();
+        if self.executor == ExecutorKind::Kubernetes && !caps.is_empty() {
             return Err(ConfigError::Invalid(format!(
                 "{} set the local executor's queue; with --executor kubernetes, queue jobs in Kueue instead (--kueue, ClusterQueue quotas, fair sharing and WorkloadPriorityClasses)",
-                all.join(", ")
+                caps.join(", ")
             )));
         }
         let shared = self
             .database_url
             .as_deref()
             .is_some_and(|url| !url.trim().is_empty());
-        let caps = given(&caps);
         if shared && !caps.is_empty() {
             return Err(ConfigError::Invalid(format!(
                 "{} need a store of this jobgate's own (SQLite): the local queue keeps its count of running jobs in memory, so replicas sharing a PostgreSQL database would each allow the cap",
