@@ -8,11 +8,8 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::Instant;
-
+use common::Server;
 use common::postgres::Postgres;
-use common::{Server, WAIT};
 use serde_json::json;
 
 /// A password PostgreSQL never checks (the test server trusts local clients) but jobgate
@@ -26,40 +23,6 @@ fn with_password(url: &str) -> String {
         &format!("postgres://jobgate:{PASSWORD}@"),
         1,
     )
-}
-
-/// Runs the jobgate binary with `args` and `env` until it exits, or kills it after [`WAIT`]
-/// (a jobgate that starts serves until stopped); its exit code (`None` if it had to be
-/// killed) and standard error.
-fn run(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_jobgate"))
-        .args(["--listen", "127.0.0.1:0", "--local-trusted-tenants", "--data-dir"])
-        .arg(data.path())
-        .args(args)
-        .env_remove("JOBGATE_CONFIG")
-        .env_remove("JOBGATE_DATABASE_URL")
-        .env_remove("JOBGATE_DATABASE_URL_FILE")
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + WAIT;
-    let code = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status.code();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    (code, stderr)
 }
 
 /// A job submitted to `server` succeeds, and the password is nowhere in its process's
@@ -122,7 +85,7 @@ async fn a_password_on_the_command_line_is_refused_without_being_printed() {
         with_password(&passwordless),
         format!("{passwordless}?sslmode=prefer&password={PASSWORD}"),
     ] {
-        let (code, stderr) = run(&["--database-url", &url], &[]);
+        let (code, stderr) = common::run_to_exit(&["--database-url", &url], &[]);
         assert_eq!(code, Some(2), "{stderr}");
         assert!(stderr.contains("--database-url holds a password"), "{stderr}");
         assert!(
@@ -157,7 +120,7 @@ async fn a_url_that_is_not_postgresql_is_refused_without_being_printed() {
             "--database-url-file",
         ),
     ] {
-        let (code, stderr) = run(&args, &env);
+        let (code, stderr) = common::run_to_exit(&args, &env);
         assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
         assert!(
             stderr.contains(named) && stderr.contains("is not a PostgreSQL URL"),
@@ -180,14 +143,14 @@ async fn the_url_is_given_once() {
         format!("postgres://jobgate:{PASSWORD}@127.0.0.1:9/jobgate"),
     )
     .unwrap();
-    let (code, stderr) = run(
+    let (code, stderr) = common::run_to_exit(
         &["--database-url-file", file.to_str().unwrap()],
         &[("JOBGATE_DATABASE_URL", "postgres://jobgate@127.0.0.1:9/jobgate")],
     );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("give it once"), "{stderr}");
     std::fs::write(&file, "\n").unwrap();
-    let (code, stderr) = run(&["--database-url-file", file.to_str().unwrap()], &[]);
+    let (code, stderr) = common::run_to_exit(&["--database-url-file", file.to_str().unwrap()], &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("the file is empty"), "{stderr}");
 }

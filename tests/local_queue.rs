@@ -314,33 +314,12 @@ async fn a_restart_keeps_the_waiting_jobs_their_order_and_reasons() {
 /// Runs the jobgate binary with `args` and `env`, which must refuse to start; its standard
 /// error.
 fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
-    use std::process::{Command, Stdio};
-    let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_jobgate"))
-        .args(["--listen", "127.0.0.1:0", "--local-trusted-tenants", "--data-dir"])
-        .arg(data.path())
-        .args(args)
-        .env_remove("JOBGATE_CONFIG")
-        .env_remove("JOBGATE_DATABASE_URL")
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + common::WAIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("jobgate {args:?} started instead of refusing");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert!(!status.success(), "{stderr}");
+    let (code, stderr) = common::run_to_exit(args, env);
+    assert!(
+        code.is_some(),
+        "jobgate {args:?} started instead of refusing: {stderr}"
+    );
+    assert_ne!(code, Some(0), "{stderr}");
     stderr
 }
 

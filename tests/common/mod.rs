@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 pub use disk::SmallDisk;
 use in_process::InProcess;
 pub use log::Log;
+pub use process::run_to_exit;
 pub use wait::Polling;
 pub use ws::{GqlWs, Ws, close_after_init, close_of, ws_raw};
 

@@ -51,3 +51,37 @@ pub fn spawn(
         }
     }
 }
+
+/// Runs the jobgate binary with `args` and `env` until it exits, or kills it after [`WAIT`]
+/// (a jobgate that starts serves until stopped); its exit code (`None` if it had to be
+/// killed) and standard error.
+pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_jobgate"))
+        .args(["--listen", "127.0.0.1:0", "--local-trusted-tenants", "--data-dir"])
+        .arg(data.path())
+        .args(args)
+        .env_remove("JOBGATE_CONFIG")
+        .env_remove("JOBGATE_DATABASE_URL")
+        .env_remove("JOBGATE_DATABASE_URL_FILE")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (code, stderr)
+}
