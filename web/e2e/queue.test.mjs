@@ -44,6 +44,7 @@ test("a queued job's page says why it waits, then shows it admitted and running 
   // It waits in the queue, and says why in Kueue's words.
   await waitText(page.getByTestId('job-phase'), 'Pending');
   const queue = page.getByTestId('job-queue');
+  await waitText(page.locator('dt').filter({ hasText: /queue$/i }), 'Kueue queue', 'the Kueue label');
   await waitText(queue.getByTestId('job-queue-state'), 'waiting for admission');
   assert.match(await queue.textContent(), /^team-a: waiting for admission/);
   await waitText(

@@ -259,7 +259,7 @@ export function JobDetail({ id, api, live }) {
               <ProgressBar job={job} />
             </dd>
             {job.queue && [
-              <dt key="queue-t">Kueue queue</dt>,
+              <dt key="queue-t">{job.queue.clusterQueue || spec?.queueName ? 'Kueue queue' : 'Queue'}</dt>,
               <dd key="queue-d" data-testid="job-queue">
                 {job.queue.name}: <strong data-testid="job-queue-state">{QUEUE_STATES[job.queue.state] || job.queue.state}</strong>
                 {job.queue.clusterQueue && <span class="muted"> (ClusterQueue {job.queue.clusterQueue})</span>}
@@ -267,6 +267,18 @@ export function JobDetail({ id, api, live }) {
                 {(job.queue.reason || job.queue.message) && (
                   <div class="muted small" data-testid="job-queue-reason">
                     {[job.queue.reason, job.queue.message].filter(Boolean).join(': ')}
+                  </div>
+                )}
+                {job.phase === 'PENDING' && (job.queue.position || job.queue.estimate) && (
+                  <div class="muted small" data-testid="job-queue-place">
+                    {[
+                      job.queue.position && `#${job.queue.position} in line`,
+                      job.queue.localQueuePosition && `#${job.queue.localQueuePosition} in ${job.queue.name}`,
+                      job.queue.estimatedStartAt && `may start around ${fullTime(job.queue.estimatedStartAt)}`,
+                      job.queue.estimate,
+                    ]
+                      .filter(Boolean)
+                      .join(' · ')}
                   </div>
                 )}
               </dd>,
@@ -577,6 +589,7 @@ function Spec({ spec }) {
     const list = (l) => [l.cpu && `cpu ${l.cpu}`, l.memory && `memory ${l.memory}`].filter(Boolean).join(', ') || '–';
     rows.push(['Requests', list(r.requests)], ['Limits', list(r.limits)]);
   }
+  if (spec.priority) rows.push(['Priority', spec.priority]);
   if (spec.serviceAccountName) rows.push(['Service account', spec.serviceAccountName]);
   if (spec.ttlSecondsAfterFinished != null) rows.push(['Kept after finishing', `${spec.ttlSecondsAfterFinished} s`]);
   if (spec.parameters != null) rows.push(['Parameters', <code>{JSON.stringify(spec.parameters, null, 2)}</code>]);

@@ -12,7 +12,7 @@ export const JOB_ROW_FIELDS = `
 export const JOB_FIELDS = `${JOB_ROW_FIELDS}
   result submitter dependencies { id name phase }
   conditions { type status reason message lastTransitionTime }
-  queue { name state reason message clusterQueue since }`;
+  queue { name state reason message clusterQueue since position localQueuePosition estimatedStartAt estimate }`;
 export const PODS_FIELD = 'pods { name index phase exitCode reason message createdAt finishedAt }';
 // A job's runs, each with its own output (read on demand with ATTEMPT_LOG_QUERY).
 export const ATTEMPTS_FIELD = `attemptsOmitted
@@ -46,7 +46,7 @@ export const JOB_QUERY = `query Job($id: ID!) {
     ${JOB_FIELDS}
     spec {
       image command args env { name value } parallelism completions backoffLimit
-      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished
+      activeDeadlineSeconds parameters serviceAccountName ttlSecondsAfterFinished queueName priority
       resources { requests { cpu memory } limits { cpu memory } }
     }
     events(last: 200) { cursor phase previousPhase at reason message }
