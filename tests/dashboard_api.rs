@@ -208,6 +208,7 @@ async fn templates_describe_the_fields_validation_enforces() {
             "completions",
             "backoffLimit",
             "dependsOn",
+            "priority",
             "activeDeadlineSeconds"
         ]
     );
@@ -218,11 +219,12 @@ async fn templates_describe_the_fields_validation_enforces() {
 
     // Each advertised maximum is accepted and one more is refused, naming the field; the
     // advertised minimum likewise.
-    for name in ["parallelism", "completions", "backoffLimit"] {
+    for name in ["parallelism", "completions", "backoffLimit", "priority"] {
         let f = field(name);
         let max = f["maximum"].as_i64().unwrap();
         let min = f["minimum"].as_i64().unwrap();
-        assert!(f["default"].as_i64().unwrap() >= min);
+        // `priority` has no default in the form (0 when omitted).
+        assert!(f["default"].as_i64().unwrap_or(0) >= min);
         let submit = |value: i64| {
             let mut input = json!({"command": ["true"]});
             input[name] = json!(value);

@@ -413,7 +413,8 @@ async fn templates_report_each_kind_the_cluster_lacks_and_notice_one_installed_l
             "image",
             "command",
             "ttlSecondsAfterFinished",
-            "dependsOn"
+            "dependsOn",
+            "priority"
         ]
     );
     let workflow = by_name(&all, "argo-workflow");

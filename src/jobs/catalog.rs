@@ -121,7 +121,12 @@ fn workload(t: &WorkloadTemplate, limits: &ValidationLimits, runtime: Runtime) -
         f.required = t.required.contains(name);
         fields.push(f);
     }
-    fields.extend(known.iter().filter(|f| f.name == "dependsOn").cloned());
+    fields.extend(
+        known
+            .iter()
+            .filter(|f| f.name == "dependsOn" || f.name == "priority")
+            .cloned(),
+    );
     Template {
         name: t.name.clone(),
         description: t.description.clone(),
@@ -130,6 +135,29 @@ fn workload(t: &WorkloadTemplate, limits: &ValidationLimits, runtime: Runtime) -
         unavailable_reason: None,
         fields,
         parameter_schema: t.parameters.clone(),
+    }
+}
+
+/// `priority`, up to the highest maximum any namespace has (the server refuses more than the
+/// job's own namespace may ask for, next to the field).
+fn priority_field(limits: &ValidationLimits) -> TemplateField {
+    let highest = limits
+        .priorities
+        .tenants
+        .values()
+        .copied()
+        .chain([limits.priorities.default])
+        .max()
+        .unwrap_or(limits.priorities.default);
+    TemplateField {
+        minimum: Some(crate::model::PRIORITY_FLOOR.into()),
+        maximum: Some(highest.into()),
+        ..field(
+            "priority",
+            "Priority",
+            FieldType::Int,
+            "Where the job goes in its queue: higher starts first among its namespace's waiting jobs; 0 when empty.",
+        )
     }
 }
 
@@ -215,6 +243,7 @@ fn container(limits: &ValidationLimits, runtime: Runtime) -> Template {
                 "IDs of jobs that must succeed before this one starts, one per line (a reduce step lists its map step). If one fails or is cancelled, this job fails with DependencyFailed.",
             )
         },
+        priority_field(limits),
         TemplateField {
             minimum: Some(1),
             ..field(

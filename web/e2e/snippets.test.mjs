@@ -17,7 +17,7 @@ import { launchBrowser, openPage, startJobgate, waitFor, waitText } from './harn
 const JOB_FIELDS = `name namespace template spec {
   image command args env { name value } parallelism completions backoffLimit activeDeadlineSeconds
   parameters idempotencyKey resources { requests { cpu memory } limits { cpu memory } }
-  serviceAccountName ttlSecondsAfterFinished queueName dependsOn
+  serviceAccountName ttlSecondsAfterFinished queueName dependsOn priority
   retryPolicy { rules { action } backoffLimitPerIndex maxFailedIndexes }
 }`;
 
@@ -106,6 +106,7 @@ test('the Python call and the command line submit the container job the form sub
   await form.locator('[name="backoffLimit"]').fill('3');
   await form.locator('[name="dependsOn"]').fill(dependency);
   await form.locator('[name="activeDeadlineSeconds"]').fill('600');
+  await form.locator('[name="priority"]').fill('7');
   await form.getByLabel('CPU request').fill('250m');
   await form.getByLabel('Memory request').fill('64Mi');
   await form.getByLabel('CPU limit').fill('1');
@@ -139,6 +140,7 @@ test('the Python call and the command line submit the container job the form sub
     '    service_account_name="trainer",',
     '    ttl_seconds_after_finished=120,',
     `    depends_on=["${dependency}"],`,
+    '    priority=7,',
     ')',
     'print(job.id)',
   ].join('\n');
@@ -156,8 +158,8 @@ test('the Python call and the command line submit the container job the form sub
 
   const job = await sameJobFromCodeAndForm(jobgate, page);
   assert.deepEqual(
-    [job.name, job.spec.args, job.spec.parallelism, job.spec.completions, job.spec.resources.limits.memory, job.spec.dependsOn],
-    ['snippets', ['--verbose', 'two words'], 2, 4, '128Mi', [dependency]],
+    [job.name, job.spec.args, job.spec.parallelism, job.spec.completions, job.spec.resources.limits.memory, job.spec.dependsOn, job.spec.priority],
+    ['snippets', ['--verbose', 'two words'], 2, 4, '128Mi', [dependency], 7],
   );
   assert.deepEqual(page.problems, []);
 });

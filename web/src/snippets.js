@@ -25,6 +25,7 @@ const ORDER = [
   'ttlSecondsAfterFinished',
   'dependsOn',
   'queueName',
+  'priority',
   'retryPolicy',
 ];
 
@@ -122,6 +123,7 @@ const SIMPLE_FLAGS = {
   serviceAccountName: '--service-account',
   ttlSecondsAfterFinished: '--ttl-seconds-after-finished',
   queueName: '--queue',
+  priority: '--priority',
 };
 
 /** The `jobgate submit` flags for one input field (the command goes after `--` instead). */
