@@ -109,6 +109,11 @@ fn check_env(log: &str, own: &[&str], forbidden_values: &[&str]) {
         "JOB_COMPLETION_INDEX",
         "JOBGATE_JOB_ID",
         "JOBGATE_RESULT_FILE",
+        // The job's trace context (docs/TRACING.md).
+        "TRACEPARENT",
+        "TRACESTATE",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
         "PWD",
         "OLDPWD",
         "SHLVL",

@@ -6,8 +6,9 @@
 //! process group of its own (so a cancel or a deadline stops children too), runs as the
 //! unprivileged `--run-as-user` when jobgate is root, in the job's own directory (its HOME,
 //! with its TMPDIR inside), and sees an environment built from nothing: PATH, HOME, TMPDIR,
-//! LANG, the job's `env`, `JOB_COMPLETION_INDEX`, `JOBGATE_JOB_ID` and `JOBGATE_RESULT_FILE`
-//! (a file in its directory, which jobgate reads back after the run). Like the Job
+//! LANG, the job's `env`, `JOB_COMPLETION_INDEX`, `JOBGATE_JOB_ID`, `JOBGATE_RESULT_FILE`
+//! (a file in its directory, which jobgate reads back after the run) and its trace context
+//! (`TRACEPARENT`, `TRACESTATE`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`). Like the Job
 //! controller it honours `completions` (every index must succeed once), `parallelism`,
 //! `backoffLimit` (failed runs are retried with exponential back-off until the count of
 //! failures exceeds it) and `activeDeadlineSeconds`, and reports conditions
